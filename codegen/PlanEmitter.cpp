@@ -1,0 +1,1 @@
+// codegen/PlanEmitter.cpp (in progress)

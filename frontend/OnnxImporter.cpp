@@ -1,0 +1,1 @@
+// frontend/OnnxImporter.cpp (in progress)

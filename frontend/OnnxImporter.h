@@ -1,0 +1,48 @@
+//===- frontend/OnnxImporter.h - ONNX model -> ir::Graph -------*- C++ -*-===//
+//
+// Reads an ONNX ModelProto through libonnx's Protobuf classes and builds an
+// ir::Graph: graph inputs with every symbolic dimension bound to a number,
+// initializers (also the old form where they are listed among the inputs)
+// and Constant nodes as constants, external data files, opset imports.
+// Output types of nodes are left unknown: passes/ShapeInference computes
+// them. Every problem is an error value naming the node, op type and opset.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ir/IR.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace pipec::frontend {
+
+struct ImportOptions {
+  /// Binds the leading dimension of every graph input whose first
+  /// dimension is symbolic (dim_param or unset) — the batch axis (-b/--batch).
+  std::optional<int64_t> batch;
+  /// Binds symbolic dimensions by name (--dim name=value); wins over batch.
+  std::map<std::string, int64_t> dims;
+  /// Directory that external data paths are relative to; default: the
+  /// model file's directory.
+  std::string externalDataDir;
+  /// Graph inputs to turn into constants with the given values (for inputs
+  /// whose values decide shapes, such as a Reshape target).
+  std::map<std::string, Tensor> freezeInputs;
+};
+
+/// Imports a model file. Errors: missing or unreadable file, not an ONNX
+/// model (or truncated), unsupported op ("unsupported op: node 'n' has op
+/// type 'T' (domain ai.onnx, opset 13)"), unbound symbolic dimension,
+/// unsupported data type, missing external data.
+Expected<std::unique_ptr<ir::Graph>> importOnnxFile(const std::string &path,
+                                                    const ImportOptions &opts = {});
+/// Same from bytes; external data resolves against opts.externalDataDir.
+Expected<std::unique_ptr<ir::Graph>> importOnnxBytes(const std::string &bytes,
+                                                     const std::string &what,
+                                                     const ImportOptions &opts = {});
+
+} // namespace pipec::frontend

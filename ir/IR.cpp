@@ -1,0 +1,315 @@
+//===- ir/IR.cpp - Graph, Node, Value -------------------------------------===//
+#include "ir/IR.h"
+
+#include <algorithm>
+#include <queue>
+
+namespace pipec::ir {
+
+namespace {
+std::vector<OpInfo> buildOpTable() {
+  std::vector<OpInfo> t;
+#define PIPEC_OP(Domain, Name, MinIn, MaxIn, MinOut, MaxOut, ValueIn)          \
+  t.push_back(OpInfo{Domain, #Name, MinIn, MaxIn, MinOut, MaxOut, ValueIn});
+#include "ir/Ops.def"
+  return t;
+}
+} // namespace
+
+const std::vector<OpInfo> &allOps() {
+  static const std::vector<OpInfo> table = buildOpTable();
+  return table;
+}
+
+std::string canonicalDomain(std::string_view domain) {
+  if (domain == "ai.onnx")
+    return "";
+  return std::string(domain);
+}
+
+const OpInfo *lookupOp(std::string_view domain, std::string_view name) {
+  static const auto index = [] {
+    std::map<std::pair<std::string, std::string>, const OpInfo *> m;
+    for (const OpInfo &o : allOps())
+      m[{std::string(o.domain), std::string(o.name)}] = &o;
+    return m;
+  }();
+  auto it = index.find({canonicalDomain(domain), std::string(name)});
+  return it == index.end() ? nullptr : it->second;
+}
+
+std::string_view phaseName(Phase p) {
+  switch (p) {
+  case Phase::Forward: return "fwd";
+  case Phase::Backward: return "bwd";
+  case Phase::Optimizer: return "opt";
+  }
+  return "fwd";
+}
+
+//===-- Node --------------------------------------------------------------===//
+
+void Node::removeUser(Value *v, Node *n) {
+  auto &u = v->users_;
+  auto it = std::find(u.begin(), u.end(), n);
+  if (it != u.end())
+    u.erase(it);
+}
+
+void Node::setInput(size_t i, Value *v) {
+  if (i >= inputs_.size())
+    inputs_.resize(i + 1, nullptr);
+  if (inputs_[i])
+    Node::removeUser(inputs_[i], this);
+  inputs_[i] = v;
+  if (v)
+    v->users_.push_back(this);
+}
+
+void Node::addInput(Value *v) { setInput(inputs_.size(), v); }
+
+//===-- Graph -------------------------------------------------------------===//
+
+int64_t Graph::opset(const std::string &domain) const {
+  auto it = opsets_.find(canonicalDomain(domain));
+  return it == opsets_.end() ? 0 : it->second;
+}
+
+Value *Graph::newValue(const std::string &name) {
+  values_.push_back(std::make_unique<Value>());
+  Value *v = values_.back().get();
+  v->name_ = name;
+  valueByName_[name] = v;
+  return v;
+}
+
+Expected<Value *> Graph::addInput(const std::string &name, TensorDesc type) {
+  if (valueByName_.count(name))
+    return errorf("graph input '", name, "' redefines a value");
+  Value *v = newValue(name);
+  v->setType(std::move(type));
+  v->isInput_ = true;
+  inputs_.push_back(v);
+  return v;
+}
+
+Expected<Value *> Graph::addConstant(const std::string &name, Tensor data) {
+  if (valueByName_.count(name))
+    return errorf("constant '", name, "' redefines a value");
+  Value *v = newValue(name);
+  v->setType(data.desc());
+  v->constant_ = std::move(data);
+  return v;
+}
+
+Expected<Node *> Graph::addNode(const std::string &name, const std::string &opType,
+                                const std::string &domain,
+                                const std::vector<Value *> &inputs,
+                                const std::vector<std::string> &outputNames,
+                                AttrMap attrs) {
+  return insertNode(nullptr, name, opType, domain, inputs, outputNames,
+                    std::move(attrs));
+}
+
+Expected<Node *> Graph::insertNode(Node *pos, const std::string &name,
+                                   const std::string &opType,
+                                   const std::string &domain,
+                                   const std::vector<Value *> &inputs,
+                                   const std::vector<std::string> &outputNames,
+                                   AttrMap attrs) {
+  const OpInfo *info = lookupOp(domain, opType);
+  if (!info)
+    return errorf("unknown op '", domain.empty() ? "" : domain + ".", opType,
+                  "'");
+  if (nodeByName_.count(name))
+    return errorf("node name '", name, "' is used twice");
+  for (const std::string &o : outputNames)
+    if (!o.empty() && valueByName_.count(o))
+      return errorf("node '", name, "' redefines value '", o, "'");
+  auto node = std::make_unique<Node>();
+  Node *n = node.get();
+  n->name_ = name;
+  n->opType_ = opType;
+  n->domain_ = canonicalDomain(domain);
+  n->info_ = info;
+  n->attrs_ = std::move(attrs);
+  for (Value *v : inputs)
+    n->addInput(v);
+  for (size_t i = 0; i < outputNames.size(); ++i) {
+    Value *v = newValue(outputNames[i]);
+    v->producer_ = n;
+    v->producerIndex_ = static_cast<int>(i);
+    n->outputs_.push_back(v);
+  }
+  nodeByName_[name] = n;
+  if (!pos) {
+    nodes_.push_back(std::move(node));
+  } else {
+    size_t at = indexOf(pos);
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(at), std::move(node));
+  }
+  return n;
+}
+
+void Graph::addOutput(Value *v) {
+  v->isOutput_ = true;
+  outputs_.push_back(v);
+}
+
+void Graph::setOutput(size_t i, Value *v) {
+  Value *old = outputs_[i];
+  outputs_[i] = v;
+  v->isOutput_ = true;
+  old->isOutput_ = std::count(outputs_.begin(), outputs_.end(), old) > 0;
+}
+
+std::vector<Value *> Graph::constants() const {
+  std::vector<Value *> r;
+  for (const auto &v : values_)
+    if (v->isConstant())
+      r.push_back(v.get());
+  return r;
+}
+
+std::vector<Node *> Graph::nodes() const {
+  std::vector<Node *> r;
+  r.reserve(nodes_.size());
+  for (const auto &n : nodes_)
+    r.push_back(n.get());
+  return r;
+}
+
+size_t Graph::indexOf(const Node *n) const {
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].get() == n)
+      return i;
+  return nodes_.size();
+}
+
+Value *Graph::findValue(const std::string &name) const {
+  auto it = valueByName_.find(name);
+  return it == valueByName_.end() ? nullptr : it->second;
+}
+
+Node *Graph::findNode(const std::string &name) const {
+  auto it = nodeByName_.find(name);
+  return it == nodeByName_.end() ? nullptr : it->second;
+}
+
+std::string Graph::uniqueValueName(const std::string &base) {
+  if (!valueByName_.count(base))
+    return base;
+  int &c = nameCounter_[base];
+  std::string n;
+  do
+    n = base + "." + std::to_string(++c);
+  while (valueByName_.count(n));
+  return n;
+}
+
+std::string Graph::uniqueNodeName(const std::string &base) {
+  if (!nodeByName_.count(base))
+    return base;
+  int &c = nameCounter_["node:" + base];
+  std::string n;
+  do
+    n = base + "." + std::to_string(++c);
+  while (nodeByName_.count(n));
+  return n;
+}
+
+void Graph::replaceAllUsesWith(Value *from, Value *to) {
+  if (from == to)
+    return;
+  std::vector<Node *> users = from->users_;
+  for (Node *n : users)
+    for (size_t i = 0; i < n->inputs_.size(); ++i)
+      if (n->inputs_[i] == from)
+        n->setInput(i, to);
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    if (outputs_[i] == from)
+      setOutput(i, to);
+}
+
+void Graph::eraseNode(Node *n) {
+  for (size_t i = 0; i < n->inputs_.size(); ++i)
+    if (n->inputs_[i])
+      Node::removeUser(n->inputs_[i], n);
+  for (Value *o : n->outputs_) {
+    o->producer_ = nullptr;
+    o->producerIndex_ = -1;
+    if (o->users_.empty() && !o->isOutput_)
+      valueByName_.erase(o->name_);
+  }
+  nodeByName_.erase(n->name_);
+  size_t at = indexOf(n);
+  nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(at));
+  // Values of the erased node stay allocated (other code may still hold
+  // pointers during a pass); they are unreachable from the graph.
+}
+
+Value *Graph::makeConstantValue(const std::string &nameBase, Tensor data) {
+  Value *v = newValue(uniqueValueName(nameBase));
+  v->setType(data.desc());
+  v->constant_ = std::move(data);
+  return v;
+}
+
+void Graph::removeDeadConstants() {
+  for (auto &v : values_)
+    if (v->isConstant() && v->users_.empty() && !v->isOutput_ &&
+        valueByName_.count(v->name_) && valueByName_[v->name_] == v.get()) {
+      valueByName_.erase(v->name_);
+      v->constant_ = Tensor();
+    }
+  values_.erase(std::remove_if(values_.begin(), values_.end(),
+                               [&](const std::unique_ptr<Value> &v) {
+                                 return !v->isInput_ && !v->producer_ &&
+                                        !v->isConstant() && v->users_.empty() &&
+                                        !v->isOutput_;
+                               }),
+                values_.end());
+}
+
+Status Graph::topoSort() {
+  // Kahn's algorithm, always taking the earliest ready node in the current
+  // order, so an already sorted graph keeps its order exactly.
+  size_t n = nodes_.size();
+  std::unordered_map<const Node *, size_t> pos;
+  for (size_t i = 0; i < n; ++i)
+    pos[nodes_[i].get()] = i;
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<size_t>> succ(n);
+  for (size_t i = 0; i < n; ++i)
+    for (Value *v : nodes_[i]->inputs_)
+      if (v && v->producer_) {
+        size_t p = pos.at(v->producer_);
+        succ[p].push_back(i);
+        ++pending[i];
+      }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (pending[i] == 0)
+      ready.push(i);
+  std::vector<std::unique_ptr<Node>> sorted;
+  sorted.reserve(n);
+  while (!ready.empty()) {
+    size_t i = ready.top();
+    ready.pop();
+    for (size_t s : succ[i])
+      if (--pending[s] == 0)
+        ready.push(s);
+    sorted.push_back(std::move(nodes_[i]));
+  }
+  if (sorted.size() != n) {
+    for (size_t i = 0; i < n; ++i)
+      if (nodes_[i])
+        sorted.push_back(std::move(nodes_[i]));
+    nodes_ = std::move(sorted);
+    return errorf("the graph has a cycle");
+  }
+  nodes_ = std::move(sorted);
+  return Status::ok();
+}
+
+} // namespace pipec::ir

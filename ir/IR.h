@@ -1,0 +1,207 @@
+//===- ir/IR.h - Graph, Node, Value ----------------------------*- C++ -*-===//
+//
+// pipec's IR: a Graph owns Values (SSA tensors with a static type) and Nodes
+// (operator applications) kept in a topological order. Values know their
+// producer and users; the graph's name table keeps value names unique.
+// Nodes carry their training phase and, for backward nodes, the forward node
+// they differentiate, so that later passes and schedules can group them.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "support/Attribute.h"
+#include "support/Error.h"
+#include "support/Tensor.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace pipec::ir {
+
+/// One row of ir/Ops.def.
+struct OpInfo {
+  std::string_view domain;
+  std::string_view name;
+  int minInputs, maxInputs;   ///< maxInputs < 0: variadic
+  int minOutputs, maxOutputs; ///< maxOutputs < 0: variadic
+  unsigned shapeValueInputs;  ///< bit i: input i must be a compile-time value
+};
+
+/// The row for (domain, name); "ai.onnx" and "" are the same domain. Null if
+/// pipec does not know the operator.
+const OpInfo *lookupOp(std::string_view domain, std::string_view name);
+/// All rows, in table order.
+const std::vector<OpInfo> &allOps();
+/// Canonical domain spelling: "" for ai.onnx.
+std::string canonicalDomain(std::string_view domain);
+
+enum class Phase { Forward, Backward, Optimizer };
+std::string_view phaseName(Phase p);
+
+class Node;
+class Graph;
+
+class Value {
+public:
+  const std::string &name() const { return name_; }
+  /// Element type and shape; shapeKnown() tells whether the shape is final.
+  const TensorDesc &type() const { return type_; }
+  bool typeKnown() const { return typeKnown_; }
+  void setType(TensorDesc t) {
+    type_ = std::move(t);
+    typeKnown_ = true;
+  }
+  void clearType() { typeKnown_ = false; }
+  DType dtype() const { return type_.dtype; }
+  const Shape &shape() const { return type_.shape; }
+
+  /// Producing node, or null for graph inputs and constants.
+  Node *producer() const { return producer_; }
+  int producerIndex() const { return producerIndex_; }
+  bool isGraphInput() const { return isInput_; }
+  bool isConstant() const { return !constant_.empty(); }
+  const Tensor &constant() const { return constant_; }
+  /// Nodes that read this value, once per input slot.
+  const std::vector<Node *> &users() const { return users_; }
+  bool isGraphOutput() const { return isOutput_; }
+
+private:
+  friend class Graph;
+  friend class Node;
+  std::string name_;
+  TensorDesc type_;
+  bool typeKnown_ = false;
+  Node *producer_ = nullptr;
+  int producerIndex_ = -1;
+  bool isInput_ = false;
+  bool isOutput_ = false;
+  Tensor constant_;
+  std::vector<Node *> users_;
+};
+
+class Node {
+public:
+  const std::string &name() const { return name_; }
+  const std::string &opType() const { return opType_; }
+  const std::string &domain() const { return domain_; }
+  const OpInfo *info() const { return info_; }
+  /// True for an op of the default ONNX domain named `op`.
+  bool is(std::string_view op) const { return domain_.empty() && opType_ == op; }
+
+  size_t numInputs() const { return inputs_.size(); }
+  size_t numOutputs() const { return outputs_.size(); }
+  /// Input i; null when an optional input is omitted or i is past the end.
+  Value *input(size_t i) const { return i < inputs_.size() ? inputs_[i] : nullptr; }
+  Value *output(size_t i) const { return outputs_[i]; }
+  const std::vector<Value *> &inputs() const { return inputs_; }
+  const std::vector<Value *> &outputs() const { return outputs_; }
+  void setInput(size_t i, Value *v);
+  void addInput(Value *v);
+
+  AttrMap &attrs() { return attrs_; }
+  const AttrMap &attrs() const { return attrs_; }
+
+  Phase phase() const { return phase_; }
+  void setPhase(Phase p) { phase_ = p; }
+  /// Name of the forward node this node belongs to (backward, recompute).
+  const std::string &forwardOf() const { return forwardOf_; }
+  void setForwardOf(std::string n) { forwardOf_ = std::move(n); }
+
+private:
+  friend class Graph;
+  static void removeUser(Value *v, Node *n);
+  std::string name_, opType_, domain_;
+  const OpInfo *info_ = nullptr;
+  std::vector<Value *> inputs_;
+  std::vector<Value *> outputs_;
+  AttrMap attrs_;
+  Phase phase_ = Phase::Forward;
+  std::string forwardOf_;
+};
+
+class Graph {
+public:
+  Graph() = default;
+  Graph(const Graph &) = delete;
+  Graph &operator=(const Graph &) = delete;
+
+  const std::string &name() const { return name_; }
+  void setName(std::string n) { name_ = std::move(n); }
+
+  /// Opset version per canonical domain ("" is ai.onnx).
+  const std::map<std::string, int64_t> &opsets() const { return opsets_; }
+  void setOpset(const std::string &domain, int64_t version) {
+    opsets_[canonicalDomain(domain)] = version;
+  }
+  /// Version imported for a domain; 0 if not imported.
+  int64_t opset(const std::string &domain = "") const;
+
+  /// Adds a graph input; fails if the name is taken.
+  Expected<Value *> addInput(const std::string &name, TensorDesc type);
+  /// Adds a constant (initializer); fails if the name is taken.
+  Expected<Value *> addConstant(const std::string &name, Tensor data);
+  /// Appends a node; output values get the given names (which must be new)
+  /// and unknown types. An unknown op is an error.
+  Expected<Node *> addNode(const std::string &name, const std::string &opType,
+                           const std::string &domain,
+                           const std::vector<Value *> &inputs,
+                           const std::vector<std::string> &outputNames,
+                           AttrMap attrs = {});
+  /// Like addNode but inserts before `pos` (null: append).
+  Expected<Node *> insertNode(Node *pos, const std::string &name,
+                              const std::string &opType,
+                              const std::string &domain,
+                              const std::vector<Value *> &inputs,
+                              const std::vector<std::string> &outputNames,
+                              AttrMap attrs = {});
+  void addOutput(Value *v);
+  void setOutput(size_t i, Value *v);
+
+  const std::vector<Value *> &inputs() const { return inputs_; }
+  const std::vector<Value *> &outputs() const { return outputs_; }
+  /// Constants in creation order.
+  std::vector<Value *> constants() const;
+  /// Nodes in topological order.
+  std::vector<Node *> nodes() const;
+  size_t numNodes() const { return nodes_.size(); }
+  Node *nodeAt(size_t i) const { return nodes_[i].get(); }
+  /// Position of a node in the order (linear search).
+  size_t indexOf(const Node *n) const;
+
+  Value *findValue(const std::string &name) const;
+  Node *findNode(const std::string &name) const;
+  /// A value name not used yet, derived from `base`.
+  std::string uniqueValueName(const std::string &base);
+  /// A node name not used yet, derived from `base`.
+  std::string uniqueNodeName(const std::string &base);
+
+  /// Points every user of `from` (and graph outputs) at `to`.
+  void replaceAllUsesWith(Value *from, Value *to);
+  /// Removes a node whose outputs have no users and are not graph outputs.
+  void eraseNode(Node *n);
+  /// Makes `v` a constant holding `data` (its producer must be gone or it
+  /// must be an unused output); used by constant folding.
+  Value *makeConstantValue(const std::string &nameBase, Tensor data);
+  /// Drops constants that have no users and are not graph outputs.
+  void removeDeadConstants();
+  /// Reorders nodes with a stable topological sort (after insertions that
+  /// broke the order). Fails on a cycle.
+  Status topoSort();
+
+private:
+  Value *newValue(const std::string &name);
+  std::string name_;
+  std::map<std::string, int64_t> opsets_;
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Value *> inputs_, outputs_;
+  std::unordered_map<std::string, Value *> valueByName_;
+  std::unordered_map<std::string, Node *> nodeByName_;
+  std::unordered_map<std::string, int> nameCounter_;
+};
+
+} // namespace pipec::ir

@@ -1,0 +1,1 @@
+// ir/shape/ShapeRules.cpp (in progress)

@@ -1,0 +1,1 @@
+// partitioner/Partitioner.cpp (in progress)

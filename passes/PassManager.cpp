@@ -1,0 +1,1 @@
+// passes/PassManager.cpp (in progress)

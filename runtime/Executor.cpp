@@ -1,0 +1,1 @@
+// runtime/Executor.cpp (in progress)

@@ -1,0 +1,93 @@
+//===- runtime/cpu/Kernel.h - The CPU kernel interface ---------*- C++ -*-===//
+//
+// A kernel is prepared once per node from its OpDesc (static shapes, so all
+// index arithmetic, broadcast strides and library primitives are set up at
+// load time) and then run on raw pointers as often as the schedule says.
+// Kernels are listed in runtime/cpu/KernelTable.cpp; one kernel per file in
+// runtime/cpu/kernels/. This header knows nothing of the compiler's IR: the
+// runtime and constant folding both describe ops with OpDesc.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "support/Attribute.h"
+#include "support/Error.h"
+#include "support/Tensor.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pipec::cpu {
+
+/// Everything a kernel factory may know about a node.
+struct OpDesc {
+  std::string name;   ///< node name, for messages
+  std::string opType; ///< e.g. "MatMul"
+  std::string domain; ///< "" for ai.onnx
+  int64_t opset = 0;  ///< opset version of the node's domain
+  AttrMap attrs;
+  /// One per input slot; dtype Undefined for an omitted optional input.
+  std::vector<TensorDesc> inputs;
+  std::vector<TensorDesc> outputs;
+  /// Values of inputs known when the kernel is prepared (constants), else
+  /// empty tensors. Kernels may read attributes-turned-inputs (Slice starts,
+  /// Reshape shape, Clip min...) from here; when an input is not constant
+  /// they must read it at run time.
+  std::vector<Tensor> constInputs;
+
+  bool hasInput(size_t i) const {
+    return i < inputs.size() && inputs[i].dtype != DType::Undefined;
+  }
+  const Tensor *constInput(size_t i) const {
+    return i < constInputs.size() && !constInputs[i].empty() ? &constInputs[i]
+                                                             : nullptr;
+  }
+  /// "node 'fc1' (Gemm)": the prefix of kernel error messages.
+  std::string where() const;
+};
+
+/// Per-run state passed to every kernel call.
+struct ExecContext {
+  /// Identifiers for counter-based random number generation (Dropout):
+  /// results depend on these, never on the schedule or partition.
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  uint64_t microBatch = 0;
+  /// Training mode (Dropout draws masks, BatchNormalization uses batch
+  /// statistics) versus inference.
+  bool training = false;
+  /// Scratch memory of at least the kernel's workspaceBytes().
+  void *workspace = nullptr;
+};
+
+class Kernel {
+public:
+  virtual ~Kernel() = default;
+  /// `in[i]` is null for an omitted optional input. Outputs never alias
+  /// inputs unless the kernel says so.
+  virtual Status run(ExecContext &ctx, const void *const *in, void *const *out) = 0;
+  virtual size_t workspaceBytes() const { return 0; }
+  /// A stable id for the node, used to key random streams.
+  uint64_t nodeId = 0;
+};
+
+using KernelPtr = std::unique_ptr<Kernel>;
+using KernelFactory = Expected<KernelPtr> (*)(const OpDesc &);
+
+/// Prepares the kernel for a node, or says why pipec has none for it.
+Expected<KernelPtr> createKernel(const OpDesc &desc);
+/// Whether the table lists a kernel for the op (any version).
+bool hasKernel(const std::string &domain, const std::string &opType);
+/// Names of the ops with kernels ("Add", "pipec:SgdStep"...), sorted.
+std::vector<std::string> kernelOpNames();
+
+/// Evaluates a node on host tensors: prepares its kernel, allocates outputs
+/// of the described types and runs it once. Used by constant folding and by
+/// tests as the reference path.
+Expected<std::vector<Tensor>> evaluate(const OpDesc &desc,
+                                       const std::vector<Tensor> &inputs,
+                                       ExecContext ctx = {});
+
+} // namespace pipec::cpu

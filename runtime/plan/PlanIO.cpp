@@ -1,0 +1,1 @@
+// runtime/plan/PlanIO.cpp (in progress)

@@ -1,0 +1,29 @@
+//===- support/FileIO.h - Whole-file I/O, atomic writes, checksums -*- C++ -*-===//
+#pragma once
+
+#include "support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace pipec {
+
+/// Reads a whole file; errors name the path and the OS reason.
+Expected<std::string> readFile(const std::string &path);
+/// Writes via a temporary file in the same directory and rename(), so that a
+/// reader sees the old file or the new one, never a torn one.
+Status writeFileAtomic(const std::string &path, const std::string &bytes);
+/// Creates a directory and its parents (no error if it exists).
+Status makeDirs(const std::string &path);
+/// Removes a directory tree (no error if it does not exist).
+Status removeTree(const std::string &path);
+bool fileExists(const std::string &path);
+bool isDirectory(const std::string &path);
+/// Directory part of a path ("." if none).
+std::string dirName(const std::string &path);
+std::string joinPath(const std::string &a, const std::string &b);
+
+/// CRC-32C (Castagnoli) of a byte range; `seed` chains calls.
+uint32_t crc32c(const void *data, size_t n, uint32_t seed = 0);
+
+} // namespace pipec

@@ -1,0 +1,126 @@
+//===- support/Tensor.cpp - Host tensors ----------------------------------===//
+#include "support/Tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace pipec {
+
+int64_t numElements(const Shape &s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    n *= d;
+  return n;
+}
+
+std::string shapeStr(const Shape &s) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < s.size(); ++i)
+    os << (i ? "," : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+std::vector<int64_t> rowMajorStrides(const Shape &s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i)
+    st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+std::string TensorDesc::str() const {
+  return std::string(dtypeName(dtype)) + shapeStr(shape);
+}
+
+Tensor::Tensor(TensorDesc desc) : desc_(std::move(desc)) {
+  size_t n = desc_.bytes();
+  size_t alloc = (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  if (alloc == 0)
+    alloc = kTensorAlignment;
+  void *p = std::aligned_alloc(kTensorAlignment, alloc);
+  std::memset(p, 0, alloc);
+  storage_ = std::shared_ptr<void>(p, [](void *q) { std::free(q); });
+  data_ = p;
+}
+
+Tensor::Tensor(TensorDesc desc, void *data, std::shared_ptr<void> keepAlive)
+    : desc_(std::move(desc)), storage_(std::move(keepAlive)), data_(data) {}
+
+Tensor Tensor::clone() const {
+  Tensor t(desc_);
+  if (bytes())
+    std::memcpy(t.data_, data_, bytes());
+  return t;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  Tensor t = *this;
+  t.desc_.shape = std::move(shape);
+  return t;
+}
+
+double Tensor::getDouble(int64_t i) const {
+  switch (desc_.dtype) {
+  case DType::F32: return data<float>()[i];
+  case DType::F64: return data<double>()[i];
+  case DType::I64: return static_cast<double>(data<int64_t>()[i]);
+  case DType::I32: return data<int32_t>()[i];
+  case DType::I16: return data<int16_t>()[i];
+  case DType::I8: return data<int8_t>()[i];
+  case DType::U8: return data<uint8_t>()[i];
+  case DType::U16: return data<uint16_t>()[i];
+  case DType::U32: return data<uint32_t>()[i];
+  case DType::U64: return static_cast<double>(data<uint64_t>()[i]);
+  case DType::Bool: return data<uint8_t>()[i] ? 1.0 : 0.0;
+  default: return 0.0;
+  }
+}
+
+int64_t Tensor::getInt(int64_t i) const {
+  switch (desc_.dtype) {
+  case DType::I64: return data<int64_t>()[i];
+  case DType::I32: return data<int32_t>()[i];
+  case DType::U64: return static_cast<int64_t>(data<uint64_t>()[i]);
+  default: return static_cast<int64_t>(getDouble(i));
+  }
+}
+
+std::vector<int64_t> Tensor::toInts() const {
+  std::vector<int64_t> v(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i)
+    v[i] = getInt(i);
+  return v;
+}
+
+bool Tensor::identical(const Tensor &o) const {
+  if (desc_ != o.desc_)
+    return false;
+  return bytes() == 0 || std::memcmp(data_, o.data_, bytes()) == 0;
+}
+
+Tensor Tensor::scalarF32(float v) {
+  Tensor t(DType::F32, {});
+  *t.data<float>() = v;
+  return t;
+}
+
+Tensor Tensor::fromInts(const std::vector<int64_t> &v, DType dtype) {
+  Tensor t(dtype, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::I32)
+      t.data<int32_t>()[i] = static_cast<int32_t>(v[i]);
+    else
+      t.data<int64_t>()[i] = v[i];
+  }
+  return t;
+}
+
+Tensor Tensor::fromFloats(const std::vector<float> &v, Shape shape) {
+  Tensor t(DType::F32, std::move(shape));
+  std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+} // namespace pipec

@@ -1,0 +1,89 @@
+//===- support/Tensor.h - Shapes, tensor descriptions, host tensors -*- C++ -*-===//
+//
+// The tensor vocabulary shared by the compiler and the runtime: a static
+// Shape, a TensorDesc (element type and shape), and a host Tensor that owns
+// (or shares) 64-byte aligned storage.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "support/DType.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pipec {
+
+using Shape = std::vector<int64_t>;
+
+/// Number of elements of a shape (1 for a scalar).
+int64_t numElements(const Shape &s);
+/// "[2,3,4]".
+std::string shapeStr(const Shape &s);
+/// Row-major strides in elements.
+std::vector<int64_t> rowMajorStrides(const Shape &s);
+
+/// Element type and static shape of a tensor.
+struct TensorDesc {
+  DType dtype = DType::Undefined;
+  Shape shape;
+
+  int64_t numel() const { return numElements(shape); }
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtypeSize(dtype); }
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  bool operator==(const TensorDesc &o) const {
+    return dtype == o.dtype && shape == o.shape;
+  }
+  bool operator!=(const TensorDesc &o) const { return !(*this == o); }
+  /// "f32[2,3]".
+  std::string str() const;
+};
+
+constexpr size_t kTensorAlignment = 64;
+
+/// A host tensor. Copies share storage (like a shared_ptr); use clone() for a
+/// deep copy. Storage is zero-initialised and 64-byte aligned.
+class Tensor {
+public:
+  Tensor() = default;
+  explicit Tensor(TensorDesc desc);
+  Tensor(DType dtype, Shape shape) : Tensor(TensorDesc{dtype, std::move(shape)}) {}
+  /// Wraps memory owned elsewhere; `keepAlive` holds the owner.
+  Tensor(TensorDesc desc, void *data, std::shared_ptr<void> keepAlive);
+
+  const TensorDesc &desc() const { return desc_; }
+  DType dtype() const { return desc_.dtype; }
+  const Shape &shape() const { return desc_.shape; }
+  int64_t numel() const { return desc_.numel(); }
+  size_t bytes() const { return desc_.bytes(); }
+  bool empty() const { return data_ == nullptr && desc_.dtype == DType::Undefined; }
+
+  void *raw() { return data_; }
+  const void *raw() const { return data_; }
+  template <typename T> T *data() { return static_cast<T *>(data_); }
+  template <typename T> const T *data() const { return static_cast<const T *>(data_); }
+
+  Tensor clone() const;
+  /// Same storage, new shape of equal element count.
+  Tensor reshaped(Shape shape) const;
+  /// Element i converted to double / int64 (any numeric dtype).
+  double getDouble(int64_t i) const;
+  int64_t getInt(int64_t i) const;
+  /// All elements as int64 (for shape-like tensors).
+  std::vector<int64_t> toInts() const;
+  /// Byte-wise equality of type, shape and data.
+  bool identical(const Tensor &o) const;
+
+  static Tensor scalarF32(float v);
+  static Tensor fromInts(const std::vector<int64_t> &v, DType dtype = DType::I64);
+  static Tensor fromFloats(const std::vector<float> &v, Shape shape);
+
+private:
+  TensorDesc desc_;
+  std::shared_ptr<void> storage_;
+  void *data_ = nullptr;
+};
+
+} // namespace pipec
