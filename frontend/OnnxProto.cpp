@@ -1,0 +1,192 @@
+//===- frontend/OnnxProto.cpp - ONNX Protobuf <-> pipec values ------------===//
+#include "frontend/OnnxProto.h"
+
+#include "support/FileIO.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+namespace pipec::frontend {
+
+namespace {
+
+template <typename Src, typename Dst>
+void copyConvert(const Src &src, Dst *dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = static_cast<Dst>(src.Get(static_cast<int>(i)));
+}
+
+Status readExternal(const onnx::TensorProto &t, const std::string &baseDir, Tensor &out) {
+  std::string location;
+  uint64_t offset = 0, length = out.bytes();
+  bool haveLength = false;
+  for (const auto &kv : t.external_data()) {
+    if (kv.key() == "location")
+      location = kv.value();
+    else if (kv.key() == "offset")
+      offset = std::stoull(kv.value());
+    else if (kv.key() == "length") {
+      length = std::stoull(kv.value());
+      haveLength = true;
+    }
+  }
+  if (location.empty())
+    return errorf("tensor '", t.name(), "' has external data without a location");
+  if (location.find("..") != std::string::npos || location[0] == '/')
+    return errorf("tensor '", t.name(), "': external data location '", location,
+                  "' must be a relative path inside the model's directory");
+  if (haveLength && length != out.bytes())
+    return errorf("tensor '", t.name(), "': external data length ", length,
+                  " does not match its shape (", out.bytes(), " bytes)");
+  std::string path = joinPath(baseDir, location);
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return errorf("tensor '", t.name(), "': cannot open external data file '", path, "'");
+  in.seekg(static_cast<std::streamoff>(offset));
+  in.read(static_cast<char *>(out.raw()), static_cast<std::streamsize>(out.bytes()));
+  if (static_cast<uint64_t>(in.gcount()) != out.bytes())
+    return errorf("tensor '", t.name(), "': external data file '", path,
+                  "' is too short (needs ", out.bytes(), " bytes at offset ", offset, ")");
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<Tensor> tensorFromProto(const onnx::TensorProto &t, const std::string &baseDir) {
+  if (!isKnownDType(t.data_type()) || t.data_type() == static_cast<int>(DType::String) ||
+      t.data_type() == 0)
+    return errorf("tensor '", t.name(), "' has unsupported data type ", t.data_type());
+  if (t.has_segment())
+    return errorf("tensor '", t.name(), "' is segmented; segments are not supported");
+  Shape shape;
+  for (int64_t d : t.dims()) {
+    if (d < 0)
+      return errorf("tensor '", t.name(), "' has negative dimension ", d);
+    shape.push_back(d);
+  }
+  DType dt = static_cast<DType>(t.data_type());
+  Tensor out(dt, shape);
+  int64_t n = out.numel();
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    PIPEC_TRY(readExternal(t, baseDir, out));
+    return out;
+  }
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != out.bytes())
+      return errorf("tensor '", t.name(), "' has ", t.raw_data().size(),
+                    " bytes of raw data, its shape ", shapeStr(shape), " needs ", out.bytes());
+    if (out.bytes())
+      std::memcpy(out.raw(), t.raw_data().data(), out.bytes());
+    return out;
+  }
+  auto count = [&](int have) -> Status {
+    if (have != n)
+      return errorf("tensor '", t.name(), "' has ", have, " values, its shape ",
+                    shapeStr(shape), " needs ", n);
+    return Status::ok();
+  };
+  switch (dt) {
+  case DType::F32:
+    PIPEC_TRY(count(t.float_data_size()));
+    copyConvert(t.float_data(), out.data<float>(), n);
+    break;
+  case DType::F64:
+    PIPEC_TRY(count(t.double_data_size()));
+    copyConvert(t.double_data(), out.data<double>(), n);
+    break;
+  case DType::I64:
+    PIPEC_TRY(count(t.int64_data_size()));
+    copyConvert(t.int64_data(), out.data<int64_t>(), n);
+    break;
+  case DType::U32:
+  case DType::U64:
+    PIPEC_TRY(count(t.uint64_data_size()));
+    if (dt == DType::U32)
+      copyConvert(t.uint64_data(), out.data<uint32_t>(), n);
+    else
+      copyConvert(t.uint64_data(), out.data<uint64_t>(), n);
+    break;
+  case DType::I32: PIPEC_TRY(count(t.int32_data_size())); copyConvert(t.int32_data(), out.data<int32_t>(), n); break;
+  case DType::I16: PIPEC_TRY(count(t.int32_data_size())); copyConvert(t.int32_data(), out.data<int16_t>(), n); break;
+  case DType::U16:
+  case DType::F16:
+  case DType::BF16:
+    PIPEC_TRY(count(t.int32_data_size()));
+    copyConvert(t.int32_data(), out.data<uint16_t>(), n);
+    break;
+  case DType::I8: PIPEC_TRY(count(t.int32_data_size())); copyConvert(t.int32_data(), out.data<int8_t>(), n); break;
+  case DType::U8:
+  case DType::Bool:
+    PIPEC_TRY(count(t.int32_data_size()));
+    copyConvert(t.int32_data(), out.data<uint8_t>(), n);
+    break;
+  default:
+    return errorf("tensor '", t.name(), "' has unsupported data type ", t.data_type());
+  }
+  return out;
+}
+
+void tensorToProto(const Tensor &t, const std::string &name, onnx::TensorProto &out) {
+  out.Clear();
+  out.set_name(name);
+  out.set_data_type(static_cast<int>(t.dtype()));
+  for (int64_t d : t.shape())
+    out.add_dims(d);
+  out.set_raw_data(std::string(static_cast<const char *>(t.raw()), t.bytes()));
+}
+
+Expected<Attribute> attributeFromProto(const onnx::AttributeProto &a,
+                                       const std::string &baseDir) {
+  using AP = onnx::AttributeProto;
+  AP::AttributeType type = a.type();
+  if (type == AP::UNDEFINED) {
+    // Old exporters left the type unset; infer it from the field present.
+    if (a.has_i()) type = AP::INT;
+    else if (a.has_f()) type = AP::FLOAT;
+    else if (a.has_s()) type = AP::STRING;
+    else if (a.has_t()) type = AP::TENSOR;
+    else if (a.ints_size()) type = AP::INTS;
+    else if (a.floats_size()) type = AP::FLOATS;
+    else if (a.strings_size()) type = AP::STRINGS;
+  }
+  switch (type) {
+  case AP::INT: return Attribute::ofInt(a.i());
+  case AP::FLOAT: return Attribute::ofFloat(a.f());
+  case AP::STRING: return Attribute::ofString(a.s());
+  case AP::INTS: return Attribute::ofInts({a.ints().begin(), a.ints().end()});
+  case AP::FLOATS: return Attribute::ofFloats({a.floats().begin(), a.floats().end()});
+  case AP::STRINGS: return Attribute::ofStrings({a.strings().begin(), a.strings().end()});
+  case AP::TENSOR: {
+    PIPEC_ASSIGN(Tensor t, tensorFromProto(a.t(), baseDir));
+    return Attribute::ofTensor(std::move(t));
+  }
+  case AP::GRAPH:
+  case AP::GRAPHS:
+    return errorf("attribute '", a.name(), "' is a subgraph; control flow is not supported");
+  default:
+    return errorf("attribute '", a.name(), "' has unsupported type ", static_cast<int>(type));
+  }
+}
+
+Expected<onnx::ModelProto> parseModelProto(const std::string &bytes, const std::string &what) {
+  onnx::ModelProto model;
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream in(&raw);
+  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  if (bytes.empty())
+    return errorf("'", what, "' is empty, not an ONNX model");
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    return errorf("'", what, "' is not an ONNX model (or it is truncated): protobuf parsing failed");
+  if (!model.has_graph() || model.ir_version() <= 0)
+    return errorf("'", what, "' is not an ONNX model: it has no ",
+                  model.has_graph() ? "ir_version" : "graph");
+  if (model.graph().output_size() == 0)
+    return errorf("'", what, "' is not a usable ONNX model: its graph has no outputs");
+  return model;
+}
+
+} // namespace pipec::frontend
