@@ -6,6 +6,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -20,18 +22,32 @@ void copyConvert(const Src &src, Dst *dst, int64_t n) {
     dst[i] = static_cast<Dst>(src.Get(static_cast<int>(i)));
 }
 
-Status readExternal(const onnx::TensorProto &t, const std::string &baseDir, Tensor &out) {
+// Parses a decimal external-data field without exceptions (std::stoull
+// throws on junk, and a corrupt model must give an error, not a crash).
+bool parseU64(const std::string &s, uint64_t &out) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size() && !s.empty();
+}
+
+Expected<Tensor> readExternal(const onnx::TensorProto &t, const std::string &baseDir,
+                              const TensorDesc &desc) {
   std::string location;
-  uint64_t offset = 0, length = out.bytes();
+  uint64_t offset = 0, length = desc.bytes();
   bool haveLength = false;
   for (const auto &kv : t.external_data()) {
     if (kv.key() == "location")
       location = kv.value();
-    else if (kv.key() == "offset")
-      offset = std::stoull(kv.value());
-    else if (kv.key() == "length") {
-      length = std::stoull(kv.value());
-      haveLength = true;
+    else if (kv.key() == "offset" || kv.key() == "length") {
+      uint64_t v = 0;
+      if (!parseU64(kv.value(), v))
+        return errorf("tensor '", t.name(), "': external data ", kv.key(), " '",
+                      kv.value(), "' is not a non-negative integer");
+      if (kv.key() == "offset") {
+        offset = v;
+      } else {
+        length = v;
+        haveLength = true;
+      }
     }
   }
   if (location.empty())
@@ -39,19 +55,49 @@ Status readExternal(const onnx::TensorProto &t, const std::string &baseDir, Tens
   if (location.find("..") != std::string::npos || location[0] == '/')
     return errorf("tensor '", t.name(), "': external data location '", location,
                   "' must be a relative path inside the model's directory");
-  if (haveLength && length != out.bytes())
+  if (haveLength && length != desc.bytes())
     return errorf("tensor '", t.name(), "': external data length ", length,
-                  " does not match its shape (", out.bytes(), " bytes)");
+                  " does not match its shape (", desc.bytes(), " bytes)");
   std::string path = joinPath(baseDir, location);
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return errorf("tensor '", t.name(), "': cannot open external data file '", path, "'");
+  in.seekg(0, std::ios::end);
+  uint64_t fileSize = static_cast<uint64_t>(std::max<std::streamoff>(in.tellg(), 0));
+  // Checked before allocating, so a bogus shape cannot allocate more than
+  // the file holds.
+  if (offset > fileSize || fileSize - offset < desc.bytes())
+    return errorf("tensor '", t.name(), "': external data file '", path,
+                  "' is too short (needs ", desc.bytes(), " bytes at offset ", offset,
+                  ", the file has ", fileSize, ")");
+  Tensor out(desc);
   in.seekg(static_cast<std::streamoff>(offset));
   in.read(static_cast<char *>(out.raw()), static_cast<std::streamsize>(out.bytes()));
   if (static_cast<uint64_t>(in.gcount()) != out.bytes())
     return errorf("tensor '", t.name(), "': external data file '", path,
                   "' is too short (needs ", out.bytes(), " bytes at offset ", offset, ")");
-  return Status::ok();
+  return out;
+}
+
+// Number of values a TensorProto stores in the typed field its data type
+// uses; -1 for types read only from raw_data.
+int64_t typedCount(const onnx::TensorProto &t, DType dt) {
+  switch (dt) {
+  case DType::F32: return t.float_data_size();
+  case DType::F64: return t.double_data_size();
+  case DType::I64: return t.int64_data_size();
+  case DType::U32:
+  case DType::U64: return t.uint64_data_size();
+  case DType::I32:
+  case DType::I16:
+  case DType::U16:
+  case DType::F16:
+  case DType::BF16:
+  case DType::I8:
+  case DType::U8:
+  case DType::Bool: return t.int32_data_size();
+  default: return -1;
+  }
 }
 
 } // namespace
@@ -69,59 +115,67 @@ Expected<Tensor> tensorFromProto(const onnx::TensorProto &t, const std::string &
     shape.push_back(d);
   }
   DType dt = static_cast<DType>(t.data_type());
-  Tensor out(dt, shape);
-  int64_t n = out.numel();
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    PIPEC_TRY(readExternal(t, baseDir, out));
-    return out;
+  // Check the size before allocating: a corrupt or hostile file must give
+  // an error, not an overflowed element count or a giant allocation. With
+  // the element count bounded by the data actually present (checked next),
+  // the allocation is never larger than the file.
+  const int64_t kMaxBytes = int64_t(1) << 62;
+  int64_t n = 1;
+  bool zero = false;
+  for (int64_t d : shape)
+    zero = zero || d == 0;
+  if (zero) {
+    n = 0;
+  } else {
+    for (int64_t d : shape) {
+      if (n > kMaxBytes / static_cast<int64_t>(dtypeSize(dt)) / d)
+        return errorf("tensor '", t.name(), "' of shape ", shapeStr(shape), " is too large");
+      n *= d;
+    }
   }
+  uint64_t nbytes = static_cast<uint64_t>(n) * dtypeSize(dt);
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    return readExternal(t, baseDir, TensorDesc{dt, shape});
   if (t.has_raw_data()) {
-    if (t.raw_data().size() != out.bytes())
+    if (t.raw_data().size() != nbytes)
       return errorf("tensor '", t.name(), "' has ", t.raw_data().size(),
-                    " bytes of raw data, its shape ", shapeStr(shape), " needs ", out.bytes());
+                    " bytes of raw data, its shape ", shapeStr(shape), " needs ", nbytes);
+    Tensor out(dt, shape);
     if (out.bytes())
       std::memcpy(out.raw(), t.raw_data().data(), out.bytes());
     return out;
   }
-  auto count = [&](int have) -> Status {
-    if (have != n)
-      return errorf("tensor '", t.name(), "' has ", have, " values, its shape ",
-                    shapeStr(shape), " needs ", n);
-    return Status::ok();
-  };
+  if (int64_t have = typedCount(t, dt); have != n)
+    return errorf("tensor '", t.name(), "' has ", have, " values, its shape ",
+                  shapeStr(shape), " needs ", n);
+  Tensor out(dt, shape);
   switch (dt) {
   case DType::F32:
-    PIPEC_TRY(count(t.float_data_size()));
     copyConvert(t.float_data(), out.data<float>(), n);
     break;
   case DType::F64:
-    PIPEC_TRY(count(t.double_data_size()));
     copyConvert(t.double_data(), out.data<double>(), n);
     break;
   case DType::I64:
-    PIPEC_TRY(count(t.int64_data_size()));
     copyConvert(t.int64_data(), out.data<int64_t>(), n);
     break;
   case DType::U32:
   case DType::U64:
-    PIPEC_TRY(count(t.uint64_data_size()));
     if (dt == DType::U32)
       copyConvert(t.uint64_data(), out.data<uint32_t>(), n);
     else
       copyConvert(t.uint64_data(), out.data<uint64_t>(), n);
     break;
-  case DType::I32: PIPEC_TRY(count(t.int32_data_size())); copyConvert(t.int32_data(), out.data<int32_t>(), n); break;
-  case DType::I16: PIPEC_TRY(count(t.int32_data_size())); copyConvert(t.int32_data(), out.data<int16_t>(), n); break;
+  case DType::I32: copyConvert(t.int32_data(), out.data<int32_t>(), n); break;
+  case DType::I16: copyConvert(t.int32_data(), out.data<int16_t>(), n); break;
   case DType::U16:
   case DType::F16:
   case DType::BF16:
-    PIPEC_TRY(count(t.int32_data_size()));
     copyConvert(t.int32_data(), out.data<uint16_t>(), n);
     break;
-  case DType::I8: PIPEC_TRY(count(t.int32_data_size())); copyConvert(t.int32_data(), out.data<int8_t>(), n); break;
+  case DType::I8: copyConvert(t.int32_data(), out.data<int8_t>(), n); break;
   case DType::U8:
   case DType::Bool:
-    PIPEC_TRY(count(t.int32_data_size()));
     copyConvert(t.int32_data(), out.data<uint8_t>(), n);
     break;
   default:
@@ -174,11 +228,16 @@ Expected<Attribute> attributeFromProto(const onnx::AttributeProto &a,
 
 Expected<onnx::ModelProto> parseModelProto(const std::string &bytes, const std::string &what) {
   onnx::ModelProto model;
+  if (bytes.empty())
+    return errorf("'", what, "' is empty, not an ONNX model");
+  // Protobuf messages are limited to 2 GiB; bigger models keep their
+  // weights in external data files.
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return errorf("'", what, "' is ", bytes.size(),
+                  " bytes, over protobuf's 2 GiB limit; store the weights as external data");
   google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
   google::protobuf::io::CodedInputStream in(&raw);
   in.SetTotalBytesLimit(std::numeric_limits<int>::max());
-  if (bytes.empty())
-    return errorf("'", what, "' is empty, not an ONNX model");
   if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
     return errorf("'", what, "' is not an ONNX model (or it is truncated): protobuf parsing failed");
   if (!model.has_graph() || model.ir_version() <= 0)

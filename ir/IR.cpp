@@ -236,6 +236,8 @@ void Graph::eraseNode(Node *n) {
     if (n->inputs_[i])
       Node::removeUser(n->inputs_[i], n);
   for (Value *o : n->outputs_) {
+    if (o->producer_ != n)
+      continue; // converted to a constant
     o->producer_ = nullptr;
     o->producerIndex_ = -1;
     if (o->users_.empty() && !o->isOutput_)
@@ -253,6 +255,13 @@ Value *Graph::makeConstantValue(const std::string &nameBase, Tensor data) {
   v->setType(data.desc());
   v->constant_ = std::move(data);
   return v;
+}
+
+void Graph::convertToConstant(Value *v, Tensor data) {
+  v->producer_ = nullptr;
+  v->producerIndex_ = -1;
+  v->setType(data.desc());
+  v->constant_ = std::move(data);
 }
 
 void Graph::removeDeadConstants() {

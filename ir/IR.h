@@ -186,6 +186,10 @@ public:
   /// Makes `v` a constant holding `data` (its producer must be gone or it
   /// must be an unused output); used by constant folding.
   Value *makeConstantValue(const std::string &nameBase, Tensor data);
+  /// Turns a node output into a constant holding `data`, keeping its name,
+  /// users and graph-output role; the producer no longer defines it (erase
+  /// the producer once all its used outputs are converted).
+  void convertToConstant(Value *v, Tensor data);
   /// Drops constants that have no users and are not graph outputs.
   void removeDeadConstants();
   /// Reorders nodes with a stable topological sort (after insertions that

@@ -1,1 +1,192 @@
-// runtime/Executor.cpp (in progress)
+//===- runtime/Executor.cpp - Runs one device's instruction stream --------===//
+#include "runtime/Executor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace pipec::runtime {
+
+namespace {
+
+Attribute attrFromPlan(const plan::Attribute &a) {
+  switch (a.kind()) {
+  case plan::Attribute::INT: return Attribute::ofInt(a.i());
+  case plan::Attribute::FLOAT: return Attribute::ofFloat(a.f());
+  case plan::Attribute::STRING: return Attribute::ofString(a.s());
+  case plan::Attribute::INTS: return Attribute::ofInts({a.ints().begin(), a.ints().end()});
+  case plan::Attribute::FLOATS: return Attribute::ofFloats({a.floats().begin(), a.floats().end()});
+  case plan::Attribute::STRINGS:
+    return Attribute::ofStrings({a.strings().begin(), a.strings().end()});
+  case plan::Attribute::TENSOR: {
+    Tensor t(static_cast<DType>(a.tensor_dtype()),
+             Shape(a.tensor_shape().begin(), a.tensor_shape().end()));
+    if (a.tensor_data().size() == t.bytes() && t.bytes())
+      std::memcpy(t.raw(), a.tensor_data().data(), t.bytes());
+    return Attribute::ofTensor(std::move(t));
+  }
+  default: return Attribute::ofInt(0);
+  }
+}
+
+TensorDesc descOf(const plan::TensorInfo &t) {
+  return TensorDesc{static_cast<DType>(t.dtype()), Shape(t.shape().begin(), t.shape().end())};
+}
+
+} // namespace
+
+Expected<std::unique_ptr<DeviceExecutor>> DeviceExecutor::create(const plan::LoadedPlan &lp,
+                                                                 int index) {
+  if (index < 0 || index >= lp.plan.devices_size())
+    return errorf("the plan has no device ", index);
+  std::unique_ptr<DeviceExecutor> ex(new DeviceExecutor(lp, index));
+  PIPEC_TRY(ex->prepare());
+  return ex;
+}
+
+Status DeviceExecutor::prepare() {
+  const plan::Plan &p = lp_.plan;
+  const plan::Device &dev = p.devices(index_);
+  const unsigned M = p.pipeline().num_micro_batches();
+  const size_t T = static_cast<size_t>(p.tensors_size());
+
+  uint64_t arenaBytes = std::max<uint64_t>(dev.arena_bytes(), 64);
+  void *mem = std::aligned_alloc(64, (arenaBytes + 63) / 64 * 64);
+  if (!mem)
+    return errorf("device ", index_, ": cannot allocate an arena of ", arenaBytes, " bytes");
+  arena_ = std::shared_ptr<void>(mem, [](void *q) { std::free(q); });
+  stats_.arenaBytes = arenaBytes;
+
+  offsetOf_.assign(T * M, -1);
+  for (const plan::Allocation &a : dev.allocations())
+    offsetOf_[static_cast<size_t>(a.tensor()) * M + a.micro_batch()] =
+        static_cast<int64_t>(a.offset());
+
+  // Weights are read in place from the loaded weight file; kernels do not
+  // assume more than element alignment of their operands.
+  weightAddr_.assign(T, nullptr);
+  for (int32_t w : dev.weights()) {
+    const plan::TensorInfo &t = p.tensors(w);
+    if (t.kind() != plan::TensorInfo::WEIGHT && t.kind() != plan::TensorInfo::CONSTANT)
+      return errorf("device ", index_, " lists tensor '", t.name(), "' as a weight");
+    const std::string &file = lp_.weightData[t.weight_file()];
+    weightAddr_[w] = const_cast<char *>(file.data()) + t.weight_offset();
+  }
+
+  kernels_.clear();
+  for (const plan::Node &n : dev.nodes()) {
+    cpu::OpDesc d;
+    d.name = n.name();
+    d.opType = n.op_type();
+    d.domain = n.domain();
+    d.opset = n.opset();
+    for (const plan::Attribute &a : n.attrs())
+      d.attrs[a.name()] = attrFromPlan(a);
+    for (int32_t t : n.inputs()) {
+      if (t < 0) {
+        d.inputs.emplace_back();
+        d.constInputs.emplace_back();
+        continue;
+      }
+      const plan::TensorInfo &ti = p.tensors(t);
+      d.inputs.push_back(descOf(ti));
+      if (ti.kind() == plan::TensorInfo::CONSTANT) {
+        if (!weightAddr_[t])
+          return errorf("device ", index_, ": node '", n.name(), "' reads constant '", ti.name(),
+                        "' that the device does not load");
+        d.constInputs.emplace_back(descOf(ti), weightAddr_[t], nullptr);
+      } else {
+        d.constInputs.emplace_back();
+      }
+    }
+    for (int32_t t : n.outputs())
+      d.outputs.push_back(descOf(p.tensors(t)));
+    PIPEC_ASSIGN(cpu::KernelPtr k, cpu::createKernel(d));
+    k->nodeId = n.node_id();
+    workspace_.resize(std::max(workspace_.size(), k->workspaceBytes() + 64));
+    kernels_.push_back(std::move(k));
+  }
+
+  // Which inputs to feed before, and outputs to collect after, each
+  // instruction; every tensor instance a node touches must be resident.
+  std::vector<char> isInput(T, 0), isOutput(T, 0);
+  for (int32_t t : p.inputs())
+    isInput[t] = 1;
+  for (int32_t t : p.outputs())
+    isOutput[t] = 1;
+  std::vector<char> fed(T * M, 0);
+  feedBefore_.assign(dev.program_size(), {});
+  collectAfter_.assign(dev.program_size(), {});
+  for (int i = 0; i < dev.program_size(); ++i) {
+    const plan::Instruction &ins = dev.program(i);
+    unsigned mb = ins.micro_batch();
+    for (int32_t ni : ins.nodes()) {
+      const plan::Node &n = dev.nodes(ni);
+      for (int32_t t : n.inputs()) {
+        if (t < 0)
+          continue;
+        if (!address(t, mb))
+          return errorf("device ", index_, ": node '", n.name(), "' reads '", p.tensors(t).name(),
+                        "' of micro-batch ", mb, ", which has no memory in the plan");
+        if (isInput[t] && !fed[t * M + mb]) {
+          fed[t * M + mb] = 1;
+          feedBefore_[i].push_back(t);
+        }
+      }
+      for (int32_t t : n.outputs()) {
+        if (!address(t, mb))
+          return errorf("device ", index_, ": node '", n.name(), "' writes '", p.tensors(t).name(),
+                        "' of micro-batch ", mb, ", which has no memory in the plan");
+        if (isOutput[t])
+          collectAfter_[i].push_back(t);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+void *DeviceExecutor::address(int32_t tensor, unsigned mb) {
+  if (weightAddr_[tensor])
+    return weightAddr_[tensor];
+  const unsigned M = lp_.plan.pipeline().num_micro_batches();
+  int64_t off = offsetOf_[static_cast<size_t>(tensor) * M + mb];
+  return off < 0 ? nullptr : static_cast<char *>(arena_.get()) + off;
+}
+
+Status DeviceExecutor::runStep(cpu::ExecContext ctx, const FeedFn &feed, const CollectFn &collect) {
+  const plan::Device &dev = lp_.plan.devices(index_);
+  std::vector<const void *> in;
+  std::vector<void *> out;
+  ctx.workspace = workspace_.data();
+  for (int i = 0; i < dev.program_size(); ++i) {
+    const plan::Instruction &ins = dev.program(i);
+    unsigned mb = ins.micro_batch();
+    ctx.microBatch = mb;
+    for (int32_t t : feedBefore_[i])
+      PIPEC_TRY(feed(t, mb, address(t, mb)));
+    if (ins.kind() != plan::Instruction::FORWARD)
+      return errorf("device ", index_, ": instruction kind ",
+                    plan::Instruction::Kind_Name(ins.kind()), " is not supported by this runtime");
+    auto t0 = std::chrono::steady_clock::now();
+    for (int32_t ni : ins.nodes()) {
+      const plan::Node &n = dev.nodes(ni);
+      in.clear();
+      out.clear();
+      for (int32_t t : n.inputs())
+        in.push_back(t < 0 ? nullptr : address(t, mb));
+      for (int32_t t : n.outputs())
+        out.push_back(address(t, mb));
+      Status s = kernels_[ni]->run(ctx, in.data(), out.data());
+      if (!s)
+        return s.withContext(cat("device ", index_, " micro-batch ", mb));
+      ++stats_.nodesRun;
+    }
+    stats_.busySeconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++stats_.instructions;
+    for (int32_t t : collectAfter_[i])
+      PIPEC_TRY(collect(t, mb, address(t, mb)));
+  }
+  return Status::ok();
+}
+
+} // namespace pipec::runtime

@@ -12,6 +12,8 @@
 
 #include "ir/IR.h"
 
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace pipec::ir {
@@ -49,6 +51,14 @@ using ShapeRule = Status (*)(const ShapeContext &, std::vector<TensorDesc> &outp
 /// and opset when the shapes are inconsistent, when an input needed as a
 /// value is not a constant, or when no rule exists.
 Status inferNodeTypes(const Node &n, int64_t opset, std::vector<TensorDesc> &outputs);
+
+/// Whether a shape rule exists for the op (every row of ir/Ops.def has one).
+bool hasShapeRule(std::string_view domain, std::string_view opType);
+
+/// The dimensions [begin, end) of its input that a Shape node lists: all of
+/// them, or the clamped start/end attributes from opset 15.
+std::pair<int64_t, int64_t> shapeOpRange(int64_t rank, const AttrMap &attrs,
+                                         int64_t opset);
 
 /// Broadcast two shapes by numpy rules; fails if incompatible.
 Expected<Shape> broadcastShapes(const Shape &a, const Shape &b);

@@ -1,0 +1,32 @@
+//===- codegen/MemoryPlanner.h - Static arena planning ---------*- C++ -*-===//
+//
+// Assigns every buffer an offset in one arena so that buffers whose
+// lifetimes overlap never overlap in memory. Greedy by size (largest first,
+// each at the lowest fitting offset), the heuristic TFLite and XLA use;
+// deterministic for a given request list.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace pipec::codegen {
+
+struct BufferRequest {
+  uint64_t bytes = 0;
+  int64_t start = 0; ///< first time step the buffer holds data
+  int64_t end = 0;   ///< last time step it is read (inclusive)
+};
+
+struct MemoryPlan {
+  std::vector<uint64_t> offsets; ///< one per request
+  uint64_t peak = 0;             ///< arena size
+  /// Largest sum of live buffer sizes at any time step: the lower bound no
+  /// placement can beat.
+  uint64_t liveBound = 0;
+};
+
+MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t alignment = 64);
+
+} // namespace pipec::codegen

@@ -1,0 +1,52 @@
+//===- codegen/PlanEmitter.h - IR + partition -> plan directory -*- C++ -*-===//
+//
+// Lowers a typed, partitioned graph to the plan format: the tensor table,
+// weights laid out in one weight file, per-device nodes, instruction streams
+// and arena allocations from liveness. Output is deterministic: the same
+// graph and options give byte-identical plan directories.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ir/IR.h"
+#include "partitioner/Partitioner.h"
+#include "runtime/plan/plan.pb.h"
+
+#include <string>
+
+namespace pipec::codegen {
+
+struct EmitOptions {
+  int microBatches = 1;
+  bool training = false;
+  /// Base name and checksum of the source model, recorded in the plan.
+  std::string sourceModel;
+  uint32_t sourceCrc32c = 0;
+  /// Compile options that shape the plan, recorded for the report (never
+  /// paths that differ between otherwise identical compiles).
+  std::string compileOptions;
+};
+
+/// The plan and the weight file's bytes.
+struct EmittedPlan {
+  plan::Plan plan;
+  std::string weights;
+  /// Planned arena peak per device and the live-size lower bound.
+  std::vector<uint64_t> arenaPeak, arenaLiveBound;
+};
+
+/// Name of the single weight file in a plan directory.
+inline constexpr const char *kWeightFile = "weights.bin";
+
+Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition &part,
+                               const EmitOptions &opts);
+
+/// Writes plan.pb and the weight file into `dir`, replacing an existing plan
+/// directory (and nothing else: a non-plan directory is refused).
+Status writePlanDirectory(const std::string &dir, const EmittedPlan &p);
+
+/// True for constants that count as trainable parameters: floating-point,
+/// more than one element, not a normalisation's running statistics.
+bool isParameter(const ir::Value &v);
+
+} // namespace pipec::codegen

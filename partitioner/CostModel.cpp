@@ -1,0 +1,77 @@
+//===- partitioner/CostModel.cpp - Per-node cost estimates ----------------===//
+#include "partitioner/CostModel.h"
+
+#include <string>
+
+namespace pipec::partitioner {
+
+namespace {
+double numel(const ir::Value *v) { return v ? static_cast<double>(v->type().numel()) : 0; }
+
+/// FLOPs per output element of cheap elementwise and normalisation ops.
+double elementwiseFlops(const std::string &op) {
+  if (op == "Softmax" || op == "LogSoftmax" || op == "LayerNormalization" ||
+      op == "BatchNormalization" || op == "InstanceNormalization" || op == "LRN")
+    return 5;
+  if (op == "Gelu" || op == "Erf" || op == "Tanh" || op == "Sigmoid" || op == "Exp" ||
+      op == "Log" || op == "Pow" || op == "Sqrt" || op == "Mish" || op == "Softplus")
+    return 4;
+  return 1;
+}
+
+bool isDataMovement(const std::string &op) {
+  static const char *kOps[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+                               "Concat",  "Split",   "Slice",   "Gather",    "GatherElements",
+                               "Expand",  "Tile",    "Pad",     "Identity",  "Shape",
+                               "Size",    "Constant", "ConstantOfShape", "Cast", "Range",
+                               "Dropout"};
+  for (const char *k : kOps)
+    if (op == k)
+      return true;
+  return false;
+}
+} // namespace
+
+NodeCost forwardCost(const ir::Node &n) {
+  NodeCost c;
+  for (const ir::Value *v : n.inputs())
+    if (v)
+      c.bytesRead += static_cast<double>(v->type().bytes());
+  for (const ir::Value *v : n.outputs())
+    c.bytesWritten += static_cast<double>(v->type().bytes());
+  const std::string &op = n.opType();
+  const ir::Value *out = n.output(0);
+  if (op == "MatMul" || op == "Gemm") {
+    // out = A(...,m,k) x B(k,n): 2*m*n*k per batch; k from A's last axis
+    // (first axis when Gemm transposes A).
+    const Shape &a = n.input(0)->shape();
+    int64_t k = a.empty() ? 1 : a.back();
+    if (op == "Gemm" && attrInt(n.attrs(), "transA", 0) && a.size() == 2)
+      k = a[0];
+    c.flops = 2.0 * numel(out) * static_cast<double>(k);
+  } else if (op == "Conv" || op == "ConvTranspose") {
+    // Weights are [C_out, C_in/group, k...] for Conv, whose outputs each sum
+    // C_in/group * prod(k) products, and [C_in, C_out/group, k...] for
+    // ConvTranspose, whose inputs each scatter over C_out/group * prod(k).
+    const Shape &w = n.input(1)->shape();
+    double window = 1;
+    for (size_t i = 1; i < w.size(); ++i)
+      window *= static_cast<double>(w[i]);
+    double base = op == "Conv" ? numel(out) : numel(n.input(0));
+    c.flops = 2.0 * base * window;
+  } else if (op == "Einsum") {
+    // Upper bound without parsing: product of output and the largest input.
+    double in = 0;
+    for (const ir::Value *v : n.inputs())
+      in = std::max(in, numel(v));
+    c.flops = 2.0 * in;
+  } else if (op.rfind("Reduce", 0) == 0 || op == "GlobalAveragePool" ||
+             op == "GlobalMaxPool" || op == "AveragePool" || op == "MaxPool") {
+    c.flops = numel(n.input(0));
+  } else if (!isDataMovement(op)) {
+    c.flops = elementwiseFlops(op) * numel(out);
+  }
+  return c;
+}
+
+} // namespace pipec::partitioner

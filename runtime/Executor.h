@@ -1,0 +1,62 @@
+//===- runtime/Executor.h - Runs one device's instruction stream -*- C++ -*-===//
+//
+// A DeviceExecutor owns one device's arena, its resident weights and a
+// prepared kernel per node, and runs the device's program. It reads only
+// the plan (runtime/plan), never compiler code.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/cpu/Kernel.h"
+#include "runtime/plan/PlanIO.h"
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace pipec::runtime {
+
+/// Measurements of one device over the runs so far.
+struct DeviceStats {
+  double busySeconds = 0;     ///< time inside kernels
+  uint64_t instructions = 0;  ///< instructions executed
+  uint64_t nodesRun = 0;
+  uint64_t arenaBytes = 0;    ///< the arena actually allocated
+};
+
+class DeviceExecutor {
+public:
+  /// Prepares kernels and memory for device `index` of a loaded plan. The
+  /// LoadedPlan must outlive the executor.
+  static Expected<std::unique_ptr<DeviceExecutor>> create(const plan::LoadedPlan &lp, int index);
+
+  /// Feeds, runs and collects: `feed(tensorId, microBatch, dst)` fills a graph
+  /// input instance before the first instruction that reads it;
+  /// `collect(tensorId, microBatch, src)` receives a graph output after the
+  /// instruction that produced it.
+  using FeedFn = std::function<Status(int32_t tensor, unsigned mb, void *dst)>;
+  using CollectFn = std::function<Status(int32_t tensor, unsigned mb, const void *src)>;
+  Status runStep(cpu::ExecContext ctx, const FeedFn &feed, const CollectFn &collect);
+
+  const DeviceStats &stats() const { return stats_; }
+  /// Address of a tensor instance (arena or weights); null if not resident.
+  void *address(int32_t tensor, unsigned mb);
+
+private:
+  DeviceExecutor(const plan::LoadedPlan &lp, int index) : lp_(lp), index_(index) {}
+  Status prepare();
+
+  const plan::LoadedPlan &lp_;
+  int index_;
+  std::shared_ptr<void> arena_;
+  std::vector<int64_t> offsetOf_;       ///< tensor * M + mb -> arena offset, -1 if none
+  std::vector<void *> weightAddr_;      ///< tensor -> resident weight data
+  std::vector<cpu::KernelPtr> kernels_; ///< per device node
+  std::vector<unsigned char> workspace_;
+  /// Per instruction: inputs to feed before it and outputs to collect after.
+  std::vector<std::vector<int32_t>> feedBefore_, collectAfter_;
+  DeviceStats stats_;
+};
+
+} // namespace pipec::runtime

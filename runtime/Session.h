@@ -1,0 +1,55 @@
+//===- runtime/Session.h - A loaded plan, ready to run ---------*- C++ -*-===//
+//
+// Opens a plan directory, prepares one executor per device and runs steps:
+// a step feeds every graph input for all M micro-batches and returns every
+// graph output. Inputs are given per step with M micro-batches stacked on
+// axis 0 (or, for M = 1 or a tensor without a batch axis, in the compiled
+// shape, fed to every micro-batch); outputs come back stacked the same way.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/Executor.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pipec::runtime {
+
+struct SessionOptions {
+  int threadsPerDevice = 1;
+  uint64_t seed = 0;
+};
+
+class Session {
+public:
+  static Expected<std::unique_ptr<Session>> open(const std::string &planDir,
+                                                 const SessionOptions &opts);
+  const plan::Plan &plan() const { return lp_.plan; }
+
+  /// Descriptions of the step's inputs and outputs (micro-batches stacked).
+  std::vector<TensorDesc> stepInputDescs() const;
+  std::vector<TensorDesc> stepOutputDescs() const;
+  /// Names of graph inputs and outputs, in plan order.
+  std::vector<std::string> inputNames() const;
+  std::vector<std::string> outputNames() const;
+
+  /// Runs one step of inference on every device.
+  Expected<std::vector<Tensor>> run(const std::vector<Tensor> &inputs);
+
+  const std::vector<std::unique_ptr<DeviceExecutor>> &devices() const { return devices_; }
+  uint64_t stepsRun() const { return steps_; }
+
+private:
+  Session() = default;
+  /// Step shape of tensor t: [M*b, ...] if it has a leading axis and M > 1.
+  TensorDesc stepDesc(int32_t t) const;
+
+  plan::LoadedPlan lp_;
+  SessionOptions opts_;
+  std::vector<std::unique_ptr<DeviceExecutor>> devices_;
+  uint64_t steps_ = 0;
+};
+
+} // namespace pipec::runtime

@@ -1,0 +1,82 @@
+//===- runtime/cpu/kernels/Cast.cpp - Cast between numeric types ----------===//
+//
+// Cast among f32, f64, i8..i64, u8..u64 and bool. Float to integer
+// truncates toward zero as numpy's astype (see ew::floatToInt for NaN and
+// out-of-range values); anything to bool is `x != 0` (NaN is true); bool
+// is 0 or 1. The `saturate` attribute (opset 19) only concerns float8 types,
+// which pipec does not compute with, and is ignored. float16, bfloat16 and
+// strings are not supported.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/ElementwiseCommon.h"
+
+#include <cstring>
+
+namespace pipec::cpu {
+
+namespace {
+using namespace ew;
+
+template <typename From, typename To, bool ToBool> class CastKernel final : public Kernel {
+public:
+  explicit CastKernel(int64_t n) : n_(n) {}
+  Status run(ExecContext &, const void *const *in, void *const *out) override {
+    const From *__restrict x = static_cast<const From *>(in[0]);
+    To *__restrict y = static_cast<To *>(out[0]);
+    parallelChunks(n_, kChunk, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        if constexpr (ToBool)
+          y[i] = x[i] != From(0) ? 1 : 0;
+        else
+          y[i] = convertValue<To>(x[i]);
+      }
+    });
+    return Status::ok();
+  }
+
+private:
+  int64_t n_;
+};
+
+class CopyKernel final : public Kernel {
+public:
+  explicit CopyKernel(size_t bytes) : bytes_(bytes) {}
+  Status run(ExecContext &, const void *const *in, void *const *out) override {
+    if (bytes_ && in[0] != out[0])
+      std::memcpy(out[0], in[0], bytes_);
+    return Status::ok();
+  }
+
+private:
+  size_t bytes_;
+};
+} // namespace
+
+Expected<KernelPtr> makeCastKernel(const OpDesc &d) {
+  PIPEC_TRY(checkArity(d, 1, 1, 1, 1));
+  const TensorDesc &x = d.inputs[0];
+  const Attribute *to = attrFind(d.attrs, "to");
+  if (!to || to->kind != Attribute::Kind::Int)
+    return errorf(d.where(), ": attribute 'to' (int) is missing");
+  if (!isKnownDType(static_cast<int32_t>(to->i)))
+    return errorf(d.where(), ": 'to' = ", to->i, " is not a known type");
+  const DType toType = static_cast<DType>(to->i);
+  PIPEC_TRY(checkOutput(d, 0, toType, x.shape));
+  for (DType t : {x.dtype, toType})
+    if (!inTypeSet(t, kAll))
+      return errorf(d.where(), ": cast from ", dtypeName(x.dtype), " to ", dtypeName(toType),
+                    ": type ", dtypeName(t), " is not supported by the CPU kernel");
+  const int64_t n = x.numel();
+  if (x.dtype == toType)
+    return KernelPtr(new CopyKernel(x.bytes()));
+  return dispatchKernel<kAll>(d, x.dtype, "input", [&]<typename From>(TypeTag<From>) {
+    if (toType == DType::Bool)
+      return Expected<KernelPtr>(KernelPtr(new CastKernel<From, Bool, true>(n)));
+    return dispatchKernel<kNumeric>(d, toType, "output",
+                                    [&]<typename To>(TypeTag<To>) -> Expected<KernelPtr> {
+                                      return KernelPtr(new CastKernel<From, To, false>(n));
+                                    });
+  });
+}
+
+} // namespace pipec::cpu

@@ -1,0 +1,101 @@
+//===- runtime/cpu/kernels/DnnlCommon.h - oneDNN plumbing for Linalg kernels -*- C++ -*-===//
+//
+// One CPU engine shared by every kernel, a stream per calling thread, and a
+// prepared primitive that binds raw pointers at run time. Primitives are
+// created in kernel factories (prepare once, run many) with a user-managed
+// scratchpad, so their scratch memory comes from the kernel's workspace (the
+// device arena) rather than from oneDNN's own allocator.
+//
+// oneDNN reports errors with exceptions; nothing here lets one escape: a
+// failure becomes a Status (at run time) or makes the factory fall back to a
+// loop (at prepare time).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/cpu/kernels/LinalgCommon.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace pipec::cpu {
+
+/// The CPU engine every Linalg oneDNN primitive is created on.
+inline dnnl::engine &linalgDnnlEngine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+/// A stream per thread: device threads execute primitives concurrently, and
+/// a oneDNN stream is not meant to be shared between threads. With the
+/// OpenMP runtime each primitive runs with the calling thread's
+/// omp_get_max_threads(), that is the device's thread budget.
+inline dnnl::stream &linalgDnnlStream() {
+  thread_local dnnl::stream stream(linalgDnnlEngine());
+  return stream;
+}
+
+template <typename T> constexpr bool linalgDnnlSupports() {
+  return std::is_same_v<T, float>;
+}
+
+inline dnnl::memory::dims linalgDnnlDims(const std::vector<int64_t> &v) {
+  return dnnl::memory::dims(v.begin(), v.end());
+}
+
+/// A row-major f32 memory descriptor of shape `s`.
+inline dnnl::memory::desc linalgDnnlPlain(const std::vector<int64_t> &s) {
+  std::vector<int64_t> strides = rowMajorStrides(s);
+  return dnnl::memory::desc(linalgDnnlDims(s), dnnl::memory::data_type::f32,
+                            linalgDnnlDims(strides));
+}
+
+/// Attributes of every primitive we create: user-managed scratchpad.
+inline dnnl::primitive_attr linalgDnnlAttr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+/// A primitive with its argument descriptors; run() wraps raw pointers in
+/// memory objects (cheap, no copies) and executes on the thread's stream.
+struct LinalgDnnlPrim {
+  dnnl::primitive prim;
+  /// (DNNL_ARG_*, descriptor) per argument, in the order run() takes them.
+  std::vector<std::pair<int, dnnl::memory::desc>> args;
+  dnnl::memory::desc scratchpad;
+  size_t scratchBytes = 0;
+
+  bool valid() const { return static_cast<bool>(prim); }
+
+  /// Takes the primitive and scratchpad of a primitive descriptor.
+  template <typename Prim, typename PD> void init(const PD &pd) {
+    prim = Prim(pd);
+    scratchpad = pd.scratchpad_desc();
+    scratchBytes = scratchpad.get_size();
+  }
+
+  /// `ptrs[i]` is the buffer of args[i]; `scratch` has scratchBytes bytes.
+  Status run(const void *const *ptrs, void *scratch) const {
+    try {
+      dnnl::engine &eng = linalgDnnlEngine();
+      std::unordered_map<int, dnnl::memory> m;
+      for (size_t i = 0; i < args.size(); ++i)
+        m.emplace(args[i].first,
+                  dnnl::memory(args[i].second, eng, const_cast<void *>(ptrs[i])));
+      if (scratchBytes)
+        m.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad, eng, scratch));
+      dnnl::stream &s = linalgDnnlStream();
+      prim.execute(s, m);
+      s.wait();
+    } catch (const dnnl::error &e) {
+      return errorf("oneDNN: ", e.what());
+    }
+    return Status::ok();
+  }
+};
+
+} // namespace pipec::cpu

@@ -1,0 +1,96 @@
+//===- runtime/cpu/kernels/Gemm.cpp - Gemm (Y = alpha A'B' + beta C) ------===//
+//
+// ONNX Gemm, opsets 7-13: A is [M,K] (or [K,M] with transA), B is [K,N] (or
+// [N,K] with transB), and the optional C (required before opset 11) is
+// unidirectionally broadcast to [M,N]. Y is first filled with the broadcast
+// C, then one sgemm/dgemm call accumulates alpha * A'B' + beta * Y. Integer
+// types (opset 9+) use a plain loop.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/LinalgCommon.h"
+
+namespace pipec::cpu {
+
+namespace {
+
+template <typename T> class GemmKernel final : public Kernel {
+public:
+  bool ta = false, tb = false;
+  int64_t M = 0, N = 0, K = 0;
+  T alpha = T(1), beta = T(0);
+  bool hasC = false;
+  int64_t cStrideM = 0, cStrideN = 0; ///< strides of C broadcast to [M,N]
+
+  Status run(ExecContext &, const void *const *in, void *const *out) override {
+    const T *A = static_cast<const T *>(in[0]);
+    const T *B = static_cast<const T *>(in[1]);
+    const T *C = hasC ? static_cast<const T *>(in[2]) : nullptr;
+    T *Y = static_cast<T *>(out[0]);
+    T b = T(0);
+    if (hasC && beta != T(0)) {
+      if (!C)
+        return errorf("Gemm: input C is missing at run time");
+      for (int64_t m = 0; m < M; ++m) {
+        T *row = Y + m * N;
+        const T *crow = C + m * cStrideM;
+        if (cStrideN == 0)
+          std::fill(row, row + N, crow[0]);
+        else
+          std::copy(crow, crow + N, row);
+      }
+      b = beta;
+    }
+    linalgGemm<T>(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, b, Y, N);
+    return Status::ok();
+  }
+};
+
+template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
+  auto k = std::make_unique<GemmKernel<T>>();
+  const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
+  if (a.size() != 2 || b.size() != 2)
+    return errorf(d.where(), ": A and B must be matrices, got ", shapeStr(a), " and ",
+                  shapeStr(b));
+  k->ta = attrInt(d.attrs, "transA", 0) != 0;
+  k->tb = attrInt(d.attrs, "transB", 0) != 0;
+  k->alpha = static_cast<T>(attrFloat(d.attrs, "alpha", 1.0f));
+  k->beta = static_cast<T>(attrFloat(d.attrs, "beta", 1.0f));
+  k->M = k->ta ? a[1] : a[0];
+  k->K = k->ta ? a[0] : a[1];
+  int64_t kb = k->tb ? b[1] : b[0];
+  k->N = k->tb ? b[0] : b[1];
+  if (kb != k->K)
+    return errorf(d.where(), ": inner dimensions differ: A' has ", k->K, ", B' has ", kb);
+  if (d.outputs[0].shape != Shape{k->M, k->N})
+    return errorf(d.where(), ": output shape ", shapeStr(d.outputs[0].shape), ", expected [",
+                  k->M, ",", k->N, "]");
+  k->hasC = d.hasInput(2);
+  if (k->hasC) {
+    const Shape &c = d.inputs[2].shape;
+    if (d.inputs[2].dtype != d.inputs[0].dtype)
+      return errorf(d.where(), ": C has type ", d.inputs[2].str(), ", A ", d.inputs[0].str());
+    Shape target = {k->M, k->N}, bc;
+    if (c.size() > 2 || !linalgBroadcastShapes(c, target, bc) || bc != target)
+      return errorf(d.where(), ": C of shape ", shapeStr(c), " does not broadcast to [", k->M,
+                    ",", k->N, "]");
+    std::vector<int64_t> st = linalgBroadcastStrides(c, target);
+    k->cStrideM = st[0];
+    k->cStrideN = st[1];
+  }
+  return KernelPtr(std::move(k));
+}
+
+} // namespace
+
+Expected<KernelPtr> makeGemmKernel(const OpDesc &d) {
+  if (d.inputs.size() < 2 || !d.hasInput(0) || !d.hasInput(1) || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(),
+                  " and ", d.outputs.size());
+  DType t = d.inputs[0].dtype;
+  if (d.inputs[1].dtype != t || d.outputs[0].dtype != t)
+    return errorf(d.where(), ": element types differ: ", d.inputs[0].str(), ", ",
+                  d.inputs[1].str(), " -> ", d.outputs[0].str());
+  return linalgDispatchNumeric(d, t, [&](auto tag) { return makeTyped<decltype(tag)>(d); });
+}
+
+} // namespace pipec::cpu

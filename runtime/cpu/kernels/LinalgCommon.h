@@ -1,0 +1,259 @@
+//===- runtime/cpu/kernels/LinalgCommon.h - Linalg kernel helpers -*- C++ -*-===//
+//
+// Helpers shared by the linear algebra, convolution, pooling and
+// normalization kernels (the "Linalg" family, table Linalg.def): a typed
+// GEMM front end over OpenBLAS (with a plain loop for integer types), output
+// and workspace plumbing, and the window geometry of Conv/ConvTranspose/Pool
+// (auto_pad, pads, ceil_mode) resolved once in the factories.
+//
+// Determinism: every loop written here parallelizes over independent outputs
+// only and reduces in a fixed order, so results do not depend on the OpenMP
+// thread count.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/cpu/Kernel.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace pipec::cpu {
+
+/// Accumulator type of the reductions we write: double for floating point
+/// (sums over a window or a row stay accurate), the type itself otherwise.
+template <typename T>
+using LinalgAcc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+
+/// Whether output slot `i` is requested by the node.
+inline bool linalgHasOutput(const OpDesc &d, size_t i) {
+  return i < d.outputs.size() && d.outputs[i].dtype != DType::Undefined;
+}
+
+/// Rounds a workspace pointer up to 64 bytes (evaluate() and the executor
+/// hand out workspaceBytes() + 64 bytes with no alignment promise).
+inline unsigned char *linalgAlign(void *p) {
+  auto v = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<unsigned char *>((v + 63) & ~uintptr_t(63));
+}
+inline size_t linalgRoundUp(size_t bytes) { return (bytes + 63) & ~size_t(63); }
+
+/// Runs `f(T{})` for a floating-point dtype; an error otherwise.
+template <typename F>
+Expected<KernelPtr> linalgDispatchFloat(const OpDesc &d, DType t, F &&f) {
+  switch (t) {
+  case DType::F32: return f(float{});
+  case DType::F64: return f(double{});
+  default:
+    return errorf(d.where(), ": element type ", dtypeName(t),
+                  " is not supported (f32, f64)");
+  }
+}
+
+/// Runs `f(T{})` for any numeric dtype pipec computes with.
+template <typename F>
+Expected<KernelPtr> linalgDispatchNumeric(const OpDesc &d, DType t, F &&f) {
+  switch (t) {
+  case DType::F32: return f(float{});
+  case DType::F64: return f(double{});
+  case DType::I32: return f(int32_t{});
+  case DType::I64: return f(int64_t{});
+  case DType::U32: return f(uint32_t{});
+  case DType::U64: return f(uint64_t{});
+  default:
+    return errorf(d.where(), ": element type ", dtypeName(t),
+                  " is not supported (f32, f64, i32, i64, u32, u64)");
+  }
+}
+
+/// Naive row-major C = alpha * op(A) * op(B) + beta * C, for integer types
+/// and tiny products where a BLAS call costs more than the work. Each
+/// output element sums over k in ascending order.
+template <typename T>
+void linalgGemmLoop(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
+                    const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C,
+                    int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      T acc = T(0);
+      for (int64_t k = 0; k < K; ++k)
+        acc += (ta ? A[k * lda + m] : A[m * lda + k]) * (tb ? B[n * ldb + k] : B[k * ldb + n]);
+      T &c = C[m * ldc + n];
+      c = beta == T(0) ? T(alpha * acc) : T(alpha * acc + beta * c);
+    }
+}
+
+/// Row-major GEMM: cblas_sgemm / cblas_dgemm for floating point (threaded by
+/// OpenBLAS unless called inside an OpenMP parallel region), the loop above
+/// otherwise.
+template <typename T>
+void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,
+                int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
+  if (M == 0 || N == 0)
+    return;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (K == 0) { // Some BLAS builds reject K = 0; the result is beta * C.
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n)
+          C[m * ldc + n] = beta == T(0) ? T(0) : T(beta * C[m * ldc + n]);
+      return;
+    }
+    auto TA = ta ? CblasTrans : CblasNoTrans;
+    auto TB = tb ? CblasTrans : CblasNoTrans;
+    // BLAS requires leading dimensions >= 1 even for empty or 1-wide operands.
+    lda = std::max<int64_t>(lda, 1);
+    ldb = std::max<int64_t>(ldb, 1);
+    ldc = std::max<int64_t>(ldc, 1);
+    if constexpr (std::is_same_v<T, float>)
+      cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+      cblas_dgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    linalgGemmLoop(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+/// A batch of GEMMs C[b] = op(A[b]) * op(B[b]) with per-batch element
+/// offsets. Large products run one after another with BLAS threading inside;
+/// many small ones run in parallel over the batch, one thread each. Either
+/// way every output element is computed by one single-threaded dot product
+/// order, so the result does not depend on the thread count (verified for
+/// OpenBLAS in LinalgKernelsTest).
+template <typename T> struct LinalgBatchedGemm {
+  bool ta = false, tb = false;
+  int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
+  std::vector<int64_t> aOff, bOff, cOff;
+
+  void run(const T *A, const T *B, T *C) const {
+    int64_t batch = static_cast<int64_t>(cOff.size());
+    double work = double(M) * double(N) * double(K);
+    bool tiny = work <= 512.0;
+    if (batch > 1 && work < double(1 << 18)) {
+#pragma omp parallel for schedule(static) if (batch * work > 32768.0)
+      for (int64_t b = 0; b < batch; ++b) {
+        if (tiny)
+          linalgGemmLoop<T>(ta, tb, M, N, K, T(1), A + aOff[b], lda, B + bOff[b], ldb,
+                            T(0), C + cOff[b], ldc);
+        else
+          linalgGemm<T>(ta, tb, M, N, K, T(1), A + aOff[b], lda, B + bOff[b], ldb, T(0),
+                        C + cOff[b], ldc);
+      }
+      return;
+    }
+    for (int64_t b = 0; b < batch; ++b)
+      linalgGemm<T>(ta, tb, M, N, K, T(1), A + aOff[b], lda, B + bOff[b], ldb, T(0),
+                    C + cOff[b], ldc);
+  }
+};
+
+/// Broadcasts batch shapes `a` and `b` (numpy rules, right-aligned) into
+/// `out`; false if they are incompatible.
+inline bool linalgBroadcastShapes(const Shape &a, const Shape &b, Shape &out) {
+  size_t r = std::max(a.size(), b.size());
+  out.assign(r, 1);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return false;
+    out[i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+/// Element strides of `s` when broadcast to `target` (right-aligned; 0 on
+/// broadcast dimensions). `s` must be broadcastable to `target`.
+inline std::vector<int64_t> linalgBroadcastStrides(const Shape &s, const Shape &target) {
+  std::vector<int64_t> st(target.size(), 0);
+  std::vector<int64_t> own = rowMajorStrides(s);
+  size_t off = target.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i)
+    st[off + i] = s[i] == 1 ? 0 : own[i];
+  return st;
+}
+
+/// Window geometry of one spatial dimension of Conv, ConvTranspose or a pool.
+struct LinalgWindowDim {
+  int64_t in = 0, out = 0, kernel = 1, stride = 1, dilation = 1;
+  int64_t padBegin = 0, padEnd = 0;
+  int64_t extent() const { return (kernel - 1) * dilation + 1; }
+};
+
+/// Reads kernel_shape (or `kernelFromWeights`), strides, dilations, pads and
+/// auto_pad for a Conv or pool node whose input spatial sizes are `in`, and
+/// computes pads and output sizes. `ceilMode` rounds output sizes up (pools).
+/// With ceil_mode, an output window that would start in the end padding is
+/// dropped if `expectedOut` (the output shape the graph declares) says so,
+/// as PyTorch and later ONNX references do.
+inline Status linalgResolveWindow(const OpDesc &d, const Shape &in,
+                                  const std::vector<int64_t> &kernelFromWeights,
+                                  bool ceilMode, const Shape *expectedOut,
+                                  std::vector<LinalgWindowDim> &dims) {
+  size_t n = in.size();
+  std::vector<int64_t> kernel = attrInts(d.attrs, "kernel_shape", kernelFromWeights);
+  std::vector<int64_t> strides = attrInts(d.attrs, "strides", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> dil = attrInts(d.attrs, "dilations", std::vector<int64_t>(n, 1));
+  std::vector<int64_t> pads = attrInts(d.attrs, "pads", std::vector<int64_t>(2 * n, 0));
+  std::string autoPad = attrString(d.attrs, "auto_pad", "NOTSET");
+  if (kernel.size() != n || strides.size() != n || dil.size() != n || pads.size() != 2 * n)
+    return errorf(d.where(), ": kernel_shape/strides/dilations/pads have ", kernel.size(), "/",
+                  strides.size(), "/", dil.size(), "/", pads.size(),
+                  " values for ", n, " spatial dimensions");
+  dims.assign(n, {});
+  for (size_t i = 0; i < n; ++i) {
+    LinalgWindowDim &w = dims[i];
+    w.in = in[i];
+    w.kernel = kernel[i];
+    w.stride = strides[i];
+    w.dilation = dil[i];
+    if (w.kernel < 1 || w.stride < 1 || w.dilation < 1)
+      return errorf(d.where(), ": dimension ", i, " has kernel ", w.kernel, ", stride ",
+                    w.stride, ", dilation ", w.dilation, " (all must be >= 1)");
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      w.out = (w.in + w.stride - 1) / w.stride;
+      int64_t total = std::max<int64_t>(0, (w.out - 1) * w.stride + w.extent() - w.in);
+      w.padBegin = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      w.padEnd = total - w.padBegin;
+      continue;
+    }
+    if (autoPad == "VALID") {
+      w.padBegin = w.padEnd = 0;
+    } else if (autoPad == "NOTSET" || autoPad.empty()) {
+      w.padBegin = pads[i];
+      w.padEnd = pads[i + n];
+      if (w.padBegin < 0 || w.padEnd < 0)
+        return errorf(d.where(), ": negative pads ", w.padBegin, ", ", w.padEnd);
+    } else {
+      return errorf(d.where(), ": unknown auto_pad '", autoPad, "'");
+    }
+    int64_t span = w.in + w.padBegin + w.padEnd - w.extent();
+    if (span < 0)
+      return errorf(d.where(), ": window of extent ", w.extent(), " exceeds padded input ",
+                    w.in + w.padBegin + w.padEnd, " in dimension ", i);
+    w.out = (ceilMode ? (span + w.stride - 1) / w.stride : span / w.stride) + 1;
+    if (ceilMode && expectedOut && i + 2 < expectedOut->size() &&
+        (*expectedOut)[i + 2] == w.out - 1 && (w.out - 1) * w.stride >= w.in + w.padBegin)
+      --w.out;
+  }
+  return Status::ok();
+}
+
+/// Checks that `desc` is (N, C, spatial per `dims`'s out).
+inline Status linalgCheckSpatialOut(const OpDesc &d, const TensorDesc &desc, int64_t N,
+                                    int64_t C, const std::vector<LinalgWindowDim> &dims) {
+  Shape want = {N, C};
+  for (const LinalgWindowDim &w : dims)
+    want.push_back(w.out);
+  if (desc.shape != want)
+    return errorf(d.where(), ": output shape ", shapeStr(desc.shape), " differs from the ",
+                  shapeStr(want), " the attributes give");
+  return Status::ok();
+}
+
+} // namespace pipec::cpu

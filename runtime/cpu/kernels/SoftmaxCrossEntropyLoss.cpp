@@ -1,0 +1,111 @@
+//===- runtime/cpu/kernels/SoftmaxCrossEntropyLoss.cpp - SCE loss ---------===//
+//
+// SoftmaxCrossEntropyLoss (opsets 12-13): scores [N, C, d1..dk], labels
+// [N, d1..dk] (i32/i64), optional weights [C]; reduction none/sum/mean,
+// ignore_index, and the optional second output log_prob = log_softmax(scores,
+// axis 1). The loss is NegativeLogLikelihoodLoss of log_prob.
+//
+// Work is cut into fixed blocks of up to 64 positions of one example: a
+// block keeps its max and sum of exponentials per position on the stack and
+// walks the class axis outermost, so both [N, C] and [N, C, D] layouts read
+// memory in order. Block sums are added in block order: the result does not
+// depend on the thread count. Labels are checked before any work.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/DataMovementCommon.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace pipec::cpu {
+
+namespace {
+class SceKernel final : public Kernel {
+public:
+  SceKernel(std::string where, dm::LossLayout l, bool logProb)
+      : where_(std::move(where)), l_(l), logProb_(logProb) {}
+
+  size_t workspaceBytes() const override { return l_.workspaceBytes(); }
+
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    PIPEC_TRY(dm::checkTargets(where_, l_, in[1]));
+    if (l_.scoreType == DType::F32)
+      compute<float>(in, out, static_cast<double *>(ctx.workspace));
+    else
+      compute<double>(in, out, static_cast<double *>(ctx.workspace));
+    return Status::ok();
+  }
+
+private:
+  template <typename T> void compute(const void *const *in, void *const *out, double *sums) {
+    constexpr int64_t kBlock = dm::LossLayout::kBlock;
+    const auto *x = static_cast<const T *>(in[0]);
+    const auto *w = l_.hasWeight ? static_cast<const T *>(in[2]) : nullptr;
+    auto *o = static_cast<T *>(out[0]);
+    T *lp = logProb_ ? static_cast<T *>(out[1]) : nullptr;
+    const int64_t C = l_.c, D = l_.d;
+    const int64_t bpe = l_.blocksPerExample(), blocks = l_.numBlocks();
+    const bool none = l_.reduction == dm::Reduction::None;
+#pragma omp parallel for schedule(static) if (l_.n * C * D >= 16384)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t n = b / bpe, d0 = (b % bpe) * kBlock;
+      const int64_t len = std::min(D, d0 + kBlock) - d0;
+      const T *xb = x + n * C * D + d0;
+      T mx[kBlock];
+      double lse[kBlock];
+      std::fill(mx, mx + len, -std::numeric_limits<T>::infinity());
+      std::fill(lse, lse + len, 0.0);
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < len; ++j)
+          mx[j] = std::max(mx[j], xb[c * D + j]);
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < len; ++j)
+          lse[j] += std::exp(xb[c * D + j] - mx[j]);
+      for (int64_t j = 0; j < len; ++j)
+        lse[j] = mx[j] + std::log(lse[j]);
+      if (lp) {
+        T *lb = lp + n * C * D + d0;
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t j = 0; j < len; ++j)
+            lb[c * D + j] = static_cast<T>(xb[c * D + j] - lse[j]);
+      }
+      double loss = 0.0, weight = 0.0;
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t p = n * D + d0 + j, t = dm::targetAt(l_, in[1], p);
+        T lv = 0, wv = 0;
+        if (!(l_.hasIgnore && t == l_.ignoreIndex)) {
+          wv = w ? w[t] : T(1);
+          lv = static_cast<T>(lse[j] - xb[t * D + j]) * wv;
+        }
+        if (none) {
+          o[p] = lv;
+        } else {
+          loss += lv;
+          weight += wv;
+        }
+      }
+      if (!none) {
+        sums[2 * b] = loss;
+        sums[2 * b + 1] = weight;
+      }
+    }
+    if (!none)
+      dm::finishLoss(l_, sums, o);
+  }
+
+  std::string where_;
+  dm::LossLayout l_;
+  bool logProb_;
+};
+} // namespace
+
+Expected<KernelPtr> makeSoftmaxCrossEntropyLossKernel(const OpDesc &d) {
+  PIPEC_ASSIGN(dm::LossLayout l, dm::lossLayout(d));
+  const bool logProb = d.outputs.size() > 1 && d.outputs[1].dtype != DType::Undefined;
+  if (logProb)
+    PIPEC_TRY(dm::checkOutput(d, 1, l.scoreType, d.inputs[0].shape));
+  return KernelPtr(new SceKernel(d.where(), l, logProb));
+}
+
+} // namespace pipec::cpu
