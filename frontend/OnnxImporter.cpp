@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <unordered_map>
 
 namespace pipec::frontend {
 
@@ -29,6 +30,52 @@ namespace detail {
 std::string domainName(const std::string &canonical) {
   return canonical.empty() ? "ai.onnx" : canonical;
 }
+
+namespace {
+
+bool isConstantNode(const onnx::NodeProto &n) {
+  return n.op_type() == "Constant" && ir::canonicalDomain(n.domain()).empty();
+}
+
+// Names the nodes of one cycle, "a -> b -> a", in data-flow order. Called
+// after a failed topoSort, which leaves the nodes it ordered first.
+std::string describeCycle(const ir::Graph &g) {
+  // A node is ordered if all its producers are ordered and come before it;
+  // every other node has an unordered producer, so walking producers from
+  // an unordered node must come back to a node already seen.
+  std::unordered_map<const ir::Node *, bool> ordered;
+  const ir::Node *start = nullptr;
+  for (const ir::Node *n : g.nodes()) {
+    bool ok = true;
+    for (const ir::Value *in : n->inputs())
+      if (in && in->producer())
+        ok = ok && ordered[in->producer()];
+    ordered[n] = ok;
+    if (!ok && !start)
+      start = n;
+  }
+  if (!start)
+    return "(no cycle found)";
+  std::vector<const ir::Node *> path;
+  std::unordered_map<const ir::Node *, size_t> seenAt;
+  const ir::Node *n = start;
+  while (!seenAt.count(n)) {
+    seenAt[n] = path.size();
+    path.push_back(n);
+    for (const ir::Value *in : n->inputs())
+      if (in && in->producer() && !ordered[in->producer()]) {
+        n = in->producer();
+        break;
+      }
+  }
+  // path[seenAt[n]..] walks against the data flow; print it along.
+  std::string r;
+  for (size_t i = path.size(); i-- > seenAt[n];)
+    r += "'" + path[i]->name() + "' -> ";
+  return r + "'" + path.back()->name() + "'";
+}
+
+} // namespace
 
 Importer::Importer(const onnx::ModelProto &model, const ImportOptions &opts,
                    std::string baseDir)
@@ -121,10 +168,6 @@ Status Importer::importInitializers() {
   return Status::ok();
 }
 
-static bool isConstantNode(const onnx::NodeProto &n) {
-  return n.op_type() == "Constant" && ir::canonicalDomain(n.domain()).empty();
-}
-
 Status Importer::checkDomain(const onnx::NodeProto &n, size_t index) {
   std::string d = ir::canonicalDomain(n.domain());
   if (g_->opset(d) == 0)
@@ -208,20 +251,8 @@ Status Importer::importNodes() {
                     "' is not defined by any node, graph input or initializer");
     p.node->setInput(p.slot, v);
   }
-  if (Status s = g_->topoSort(); !s) {
-    // topoSort leaves the nodes it could not order at the end; the first of
-    // them that reads a value produced at or after its own position is on
-    // (or behind) a cycle.
-    for (size_t i = 0; i < g_->numNodes(); ++i) {
-      ir::Node *node = g_->nodeAt(i);
-      for (ir::Value *in : node->inputs())
-        if (in && in->producer() && g_->indexOf(in->producer()) >= i)
-          return errorf("the graph has a cycle: ",
-                        describe(node->name(), node->opType(), node->domain()),
-                        " depends on its own output through '", in->name(), "'");
-    }
-    return s;
-  }
+  if (Status s = g_->topoSort(); !s)
+    return errorf("the graph has a cycle: ", describeCycle(*g_));
   return Status::ok();
 }
 

@@ -30,14 +30,15 @@ std::string elemTypeName(int32_t t) {
   return cat("<data type ", t, ">");
 }
 
+// "a sequence", "an optional"... for messages.
 const char *typeKind(const onnx::TypeProto &t) {
   switch (t.value_case()) {
-  case onnx::TypeProto::kTensorType: return "tensor";
-  case onnx::TypeProto::kSequenceType: return "sequence";
-  case onnx::TypeProto::kMapType: return "map";
-  case onnx::TypeProto::kOptionalType: return "optional";
-  case onnx::TypeProto::kSparseTensorType: return "sparse tensor";
-  default: return "value without a type";
+  case onnx::TypeProto::kTensorType: return "a tensor";
+  case onnx::TypeProto::kSequenceType: return "a sequence";
+  case onnx::TypeProto::kMapType: return "a map";
+  case onnx::TypeProto::kOptionalType: return "an optional";
+  case onnx::TypeProto::kSparseTensorType: return "a sparse tensor";
+  default: return "a value without a type";
   }
 }
 
@@ -119,7 +120,7 @@ Status Importer::importInput(const onnx::ValueInfoProto &vi) {
     return checkDeclared(vi, c->type(), "initializer");
   }
   if (!vi.has_type() || vi.type().value_case() != onnx::TypeProto::kTensorType)
-    return errorf("graph input '", name, "' is a ", typeKind(vi.type()),
+    return errorf("graph input '", name, "' is ", typeKind(vi.type()),
                   "; pipec imports tensor inputs only");
   int32_t et = vi.type().tensor_type().elem_type();
   if (!isSupportedElemType(et))
@@ -171,7 +172,7 @@ Status Importer::checkDeclared(const onnx::ValueInfoProto &vi, const TensorDesc 
   if (!vi.has_type())
     return Status::ok();
   if (vi.type().value_case() != onnx::TypeProto::kTensorType)
-    return errorf("graph input '", vi.name(), "' is a ", typeKind(vi.type()),
+    return errorf("graph input '", vi.name(), "' is ", typeKind(vi.type()),
                   ", which a tensor ", what, " cannot match");
   const auto &tt = vi.type().tensor_type();
   bool match = tt.elem_type() == 0 || tt.elem_type() == static_cast<int32_t>(actual.dtype);

@@ -46,8 +46,8 @@ Expected<Window> readWindow(const ShapeContext &ctx, const std::vector<int64_t> 
   w.autoPad = attrString(ctx.attrs(), "auto_pad", "NOTSET");
   if (w.autoPad != "NOTSET" && w.autoPad != "VALID" && w.autoPad != "SAME_UPPER" &&
       w.autoPad != "SAME_LOWER")
-    return ctx.error(cat("auto_pad '", w.autoPad,
-                         "' is not NOTSET, VALID, SAME_UPPER or SAME_LOWER"));
+    return ctx.error(
+        cat("auto_pad '", w.autoPad, "' is not NOTSET, VALID, SAME_UPPER or SAME_LOWER"));
   for (size_t i = 0; i < n; ++i) {
     if (w.kernel[i] <= 0 || w.strides[i] <= 0 || w.dilations[i] <= 0)
       return ctx.error(cat("kernel ", shapeStr(w.kernel), ", strides ", shapeStr(w.strides),
@@ -75,9 +75,9 @@ Expected<Shape> windowOutput(const ShapeContext &ctx, const Shape &in, const Win
         --out[i];
     }
     if (out[i] <= 0)
-      return ctx.error(cat("spatial axis ", i, ": the window (kernel ", w.kernel[i],
-                           ", dilation ", w.dilations[i], ", stride ", s, ", pads ", w.pads[i],
-                           "+", w.pads[i + n], ") does not fit input size ", in[i]));
+      return ctx.error(cat("spatial axis ", i, ": the window (kernel ", w.kernel[i], ", dilation ",
+                           w.dilations[i], ", stride ", s, ", pads ", w.pads[i], "+", w.pads[i + n],
+                           ") does not fit input size ", in[i]));
   }
   return out;
 }
@@ -96,8 +96,8 @@ Status convRule(const ShapeContext &ctx, Outputs &out) {
                          " differs from the spatial dimensions of W ", shapeStr(wt)));
   int64_t group = attrInt(ctx.attrs(), "group", 1);
   if (group <= 0 || x[1] != wt[1] * group || wt[0] % group != 0)
-    return ctx.error(cat("X has ", x[1], " channels and W ", shapeStr(wt), " expects ",
-                         wt[1], " per group times group ", group,
+    return ctx.error(cat("X has ", x[1], " channels and W ", shapeStr(wt), " expects ", wt[1],
+                         " per group times group ", group,
                          " (and a multiple of group output channels)"));
   if (ctx.hasInput(2) && ctx.inputType(2).shape != Shape{wt[0]})
     return ctx.error(cat("B must have shape [", wt[0], "], got ", ctx.inputType(2).str()));
@@ -133,8 +133,7 @@ Status convTransposeRule(const ShapeContext &ctx, Outputs &out) {
     // Either the spatial sizes or a full shape whose last n entries count.
     std::vector<int64_t> os = attrInts(ctx.attrs(), "output_shape");
     if (os.size() != n && os.size() != n + 2)
-      return ctx.error(cat("output_shape ", shapeStr(os), " must list ", n,
-                           " spatial sizes"));
+      return ctx.error(cat("output_shape ", shapeStr(os), " must list ", n, " spatial sizes"));
     y.insert(y.end(), os.end() - static_cast<std::ptrdiff_t>(n), os.end());
   } else {
     for (size_t i = 0; i < n; ++i) {
@@ -163,8 +162,8 @@ Status poolRule(const ShapeContext &ctx, Outputs &out) {
     return ctx.error("attribute 'kernel_shape' is required");
   std::vector<int64_t> kernel = attrInts(ctx.attrs(), "kernel_shape");
   if (kernel.size() != n)
-    return ctx.error(cat("kernel_shape ", shapeStr(kernel), " must have ", n,
-                         " values for input ", x.str()));
+    return ctx.error(
+        cat("kernel_shape ", shapeStr(kernel), " must have ", n, " values for input ", x.str()));
   PIPEC_ASSIGN(Window w, readWindow(ctx, kernel));
   bool ceilMode = attrInt(ctx.attrs(), "ceil_mode", 0) != 0;
   PIPEC_ASSIGN(Shape spatial,

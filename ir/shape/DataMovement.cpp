@@ -90,8 +90,8 @@ Status flattenRule(const ShapeContext &ctx, Outputs &out) {
   if (axis < 0 && ctx.opset() >= 11)
     axis += r;
   if (axis < 0 || axis > r)
-    return ctx.error(cat("axis ", attrInt(ctx.attrs(), "axis", 1), " is out of range for ",
-                         x.str(), " (expected ", ctx.opset() >= 11 ? -r : 0, " to ", r, ")"));
+    return ctx.error(cat("axis ", attrInt(ctx.attrs(), "axis", 1), " is out of range for ", x.str(),
+                         " (expected ", ctx.opset() >= 11 ? -r : 0, " to ", r, ")"));
   int64_t outer = numElements(Shape(x.shape.begin(), x.shape.begin() + axis));
   int64_t inner = numElements(Shape(x.shape.begin() + axis, x.shape.end()));
   out[0] = {x.dtype, {outer, inner}};
@@ -102,8 +102,8 @@ Status tileRule(const ShapeContext &ctx, Outputs &out) {
   const TensorDesc &x = ctx.inputType(0);
   PIPEC_ASSIGN(std::vector<int64_t> reps, constInts(ctx, 1));
   if (static_cast<int64_t>(reps.size()) != x.rank())
-    return ctx.error(cat("repeats has ", reps.size(), " values, input ", x.str(), " has rank ",
-                         x.rank()));
+    return ctx.error(
+        cat("repeats has ", reps.size(), " values, input ", x.str(), " has rank ", x.rank()));
   Shape y = x.shape;
   for (size_t i = 0; i < reps.size(); ++i) {
     if (reps[i] < 0)
@@ -119,8 +119,8 @@ Status expandRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_ASSIGN(std::vector<int64_t> shape, constInts(ctx, 1));
   auto y = broadcastShapes(x.shape, shape);
   if (!y)
-    return ctx.error(cat("cannot expand ", x.str(), " to ", shapeStr(shape), ": ",
-                         y.status().message()));
+    return ctx.error(
+        cat("cannot expand ", x.str(), " to ", shapeStr(shape), ": ", y.status().message()));
   out[0] = {x.dtype, y.take()};
   return Status::ok();
 }
@@ -128,8 +128,8 @@ Status expandRule(const ShapeContext &ctx, Outputs &out) {
 Status triluRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_TRY(expectMinRank(ctx, 0, 2));
   if (ctx.hasInput(1) && ctx.inputType(1).numel() != 1)
-    return ctx.error(cat(inputLabel(ctx, 1), " (k) must be a scalar, got ",
-                         ctx.inputType(1).str()));
+    return ctx.error(
+        cat(inputLabel(ctx, 1), " (k) must be a scalar, got ", ctx.inputType(1).str()));
   return sameAsInput(ctx, out);
 }
 
@@ -159,8 +159,7 @@ Status padRule(const ShapeContext &ctx, Outputs &out) {
       axes.push_back(d);
   if (pads.size() != 2 * axes.size())
     return ctx.error(cat("pads has ", pads.size(), " values, expected ", 2 * axes.size(),
-                         " (begin and end for each of ", axes.size(), " axes of ", x.str(),
-                         ")"));
+                         " (begin and end for each of ", axes.size(), " axes of ", x.str(), ")"));
   std::string mode = attrString(ctx.attrs(), "mode", "constant");
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
     return ctx.error(cat("mode '", mode, "' is not constant, reflect, edge or wrap"));
@@ -195,17 +194,16 @@ Status splitRule(const ShapeContext &ctx, Outputs &out) {
     sizes.assign(static_cast<size_t>(n), chunk);
     sizes.back() = dim - chunk * (n - 1);
     if (sizes.back() < 0)
-      return ctx.error(cat("axis ", axis, " of size ", dim, " cannot be split into ", n,
-                           " chunks of ", chunk));
+      return ctx.error(
+          cat("axis ", axis, " of size ", dim, " cannot be split into ", n, " chunks of ", chunk));
   } else {
     if (dim % n != 0)
-      return ctx.error(cat("axis ", axis, " of size ", dim, " does not split evenly into ", n,
-                           " outputs"));
+      return ctx.error(
+          cat("axis ", axis, " of size ", dim, " does not split evenly into ", n, " outputs"));
     sizes.assign(static_cast<size_t>(n), dim / n);
   }
   if (static_cast<int64_t>(sizes.size()) != n)
-    return ctx.error(cat("split lists ", sizes.size(), " sizes but the node has ", n,
-                         " outputs"));
+    return ctx.error(cat("split lists ", sizes.size(), " sizes but the node has ", n, " outputs"));
   int64_t total = 0;
   for (int64_t s : sizes) {
     if (s < 0)
@@ -213,8 +211,8 @@ Status splitRule(const ShapeContext &ctx, Outputs &out) {
     total += s;
   }
   if (total != dim)
-    return ctx.error(cat("split ", shapeStr(sizes), " sums to ", total, ", axis ", axis,
-                         " of ", x.str(), " has ", dim));
+    return ctx.error(cat("split ", shapeStr(sizes), " sums to ", total, ", axis ", axis, " of ",
+                         x.str(), " has ", dim));
   for (int64_t i = 0; i < n; ++i) {
     out[i] = x;
     out[i].shape[axis] = sizes[i];

@@ -50,8 +50,11 @@ Status einsumRule(const ShapeContext &ctx, Outputs &out) {
   if (eq.empty())
     return ctx.error("attribute 'equation' is required");
   std::vector<size_t> all;
-  for (size_t i = 0; i < ctx.numInputs(); ++i)
+  for (size_t i = 0; i < ctx.numInputs(); ++i) {
+    if (!ctx.hasInput(i))
+      return ctx.error(cat("input ", i, " is missing (Einsum has no optional inputs)"));
     all.push_back(i);
+  }
   PIPEC_TRY(expectSameDType(ctx, all));
 
   size_t arrow = eq.find("->");
@@ -90,8 +93,8 @@ Status einsumRule(const ShapeContext &ctx, Outputs &out) {
       if (size[c] < 0 || size[c] == 1)
         size[c] = dim;
       else if (dim != size[c] && dim != 1)
-        return ctx.error(cat("equation label '", t.letters[j], "' is ", size[c], " and ", dim,
-                             " (", inputLabel(ctx, k), " has shape ", shapeStr(s), ")"));
+        return ctx.error(cat("equation label '", t.letters[j], "' is ", size[c], " and ", dim, " (",
+                             inputLabel(ctx, k), " has shape ", shapeStr(s), ")"));
     }
     if (t.ellipsisAt >= 0) {
       Shape e(s.begin() + t.ellipsisAt, s.begin() + t.ellipsisAt + ellRank);

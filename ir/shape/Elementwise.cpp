@@ -68,11 +68,10 @@ Status clipRule(const ShapeContext &ctx, Outputs &out) {
     if (!ctx.hasInput(i))
       continue;
     if (ctx.opset() < 11)
-      return ctx.error(cat("Clip takes min and max as attributes before opset 11, got ",
-                           inputLabel(ctx, i)));
+      return ctx.error(
+          cat("Clip takes min and max as attributes before opset 11, got ", inputLabel(ctx, i)));
     if (ctx.inputType(i).numel() != 1)
-      return ctx.error(cat(inputLabel(ctx, i), " must be a scalar, got ",
-                           ctx.inputType(i).str()));
+      return ctx.error(cat(inputLabel(ctx, i), " must be a scalar, got ", ctx.inputType(i).str()));
     PIPEC_TRY(expectSameDType(ctx, {0, i}));
   }
   return sameAsInput(ctx, out);
@@ -83,8 +82,8 @@ Status dropoutRule(const ShapeContext &ctx, Outputs &out) {
   if (ctx.opset() < 12 && ctx.numInputs() > 1)
     return ctx.error("Dropout takes ratio as an attribute before opset 12");
   if (ctx.hasInput(1) && ctx.inputType(1).numel() != 1)
-    return ctx.error(cat(inputLabel(ctx, 1), " (ratio) must be a scalar, got ",
-                         ctx.inputType(1).str()));
+    return ctx.error(
+        cat(inputLabel(ctx, 1), " (ratio) must be a scalar, got ", ctx.inputType(1).str()));
   if (ctx.hasInput(2)) {
     PIPEC_TRY(expectDType(ctx, 2, DType::Bool));
     if (ctx.inputType(2).numel() != 1)
@@ -166,9 +165,8 @@ Status variadicRule(const ShapeContext &ctx, Outputs &out) {
   if (ctx.opset() < 8) {
     for (size_t i : all)
       if (ctx.inputType(i).shape != ctx.inputType(all[0]).shape)
-        return ctx.error(cat(inputLabel(ctx, i), " has shape ",
-                             shapeStr(ctx.inputType(i).shape), " but ",
-                             inputLabel(ctx, all[0]), " has ",
+        return ctx.error(cat(inputLabel(ctx, i), " has shape ", shapeStr(ctx.inputType(i).shape),
+                             " but ", inputLabel(ctx, all[0]), " has ",
                              shapeStr(ctx.inputType(all[0]).shape),
                              " (broadcasting starts at opset 8)"));
   }

@@ -14,8 +14,8 @@ Status matMulRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_TRY(expectSameDType(ctx, {0, 1}));
   Shape a = ctx.inputType(0).shape, b = ctx.inputType(1).shape;
   if (a.empty() || b.empty())
-    return ctx.error(cat("MatMul needs operands of rank 1 or more, got ",
-                         ctx.inputType(0).str(), " and ", ctx.inputType(1).str()));
+    return ctx.error(cat("MatMul needs operands of rank 1 or more, got ", ctx.inputType(0).str(),
+                         " and ", ctx.inputType(1).str()));
   bool aVector = a.size() == 1, bVector = b.size() == 1;
   if (aVector)
     a.insert(a.begin(), 1);
@@ -24,14 +24,13 @@ Status matMulRule(const ShapeContext &ctx, Outputs &out) {
   int64_t k = a[a.size() - 1], kb = b[b.size() - 2];
   if (k != kb)
     return ctx.error(cat("inner dimensions differ: ", inputLabel(ctx, 0), " ",
-                         ctx.inputType(0).str(), " has K = ", k, ", ", inputLabel(ctx, 1),
-                         " ", ctx.inputType(1).str(), " has K = ", kb));
+                         ctx.inputType(0).str(), " has K = ", k, ", ", inputLabel(ctx, 1), " ",
+                         ctx.inputType(1).str(), " has K = ", kb));
   Shape batchA(a.begin(), a.end() - 2), batchB(b.begin(), b.end() - 2);
   auto batch = broadcastShapes(batchA, batchB);
   if (!batch)
     return ctx.error(cat("batch dimensions of ", ctx.inputType(0).str(), " and ",
-                         ctx.inputType(1).str(), " do not broadcast: ",
-                         batch.status().message()));
+                         ctx.inputType(1).str(), " do not broadcast: ", batch.status().message()));
   Shape s = batch.take();
   if (!aVector)
     s.push_back(a[a.size() - 2]);
@@ -51,9 +50,9 @@ Status gemmRule(const ShapeContext &ctx, Outputs &out) {
   int64_t m = transA ? a[1] : a[0], ka = transA ? a[0] : a[1];
   int64_t kb = transB ? b[1] : b[0], n = transB ? b[0] : b[1];
   if (ka != kb)
-    return ctx.error(cat("inner dimensions differ: A ", shapeStr(a),
-                         transA ? " (transposed)" : "", " has K = ", ka, ", B ", shapeStr(b),
-                         transB ? " (transposed)" : "", " has K = ", kb));
+    return ctx.error(cat("inner dimensions differ: A ", shapeStr(a), transA ? " (transposed)" : "",
+                         " has K = ", ka, ", B ", shapeStr(b), transB ? " (transposed)" : "",
+                         " has K = ", kb));
   Shape y = {m, n};
   if (ctx.hasInput(2)) {
     const Shape &c = ctx.inputType(2).shape;

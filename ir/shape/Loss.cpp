@@ -24,8 +24,8 @@ Status lossRule(const ShapeContext &ctx, Outputs &out) {
   if (ctx.hasInput(2)) {
     PIPEC_TRY(expectSameDType(ctx, {0, 2}));
     if (ctx.inputType(2).shape != Shape{scores.shape[1]})
-      return ctx.error(cat("weight must have shape [", scores.shape[1], "], got ",
-                           ctx.inputType(2).str()));
+      return ctx.error(
+          cat("weight must have shape [", scores.shape[1], "], got ", ctx.inputType(2).str()));
   }
   std::string reduction = attrString(ctx.attrs(), "reduction", "mean");
   if (reduction == "none")

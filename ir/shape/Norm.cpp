@@ -20,8 +20,7 @@ Status batchNormRule(const ShapeContext &ctx, Outputs &out) {
   for (size_t i = 1; i < 5; ++i)
     if (ctx.inputType(i).shape != stat)
       return ctx.error(cat(inputLabel(ctx, i), " must have shape ", shapeStr(stat),
-                           " (the channels of X ", x.str(), "), got ",
-                           ctx.inputType(i).str()));
+                           " (the channels of X ", x.str(), "), got ", ctx.inputType(i).str()));
   if (ctx.opset() >= 15) {
     PIPEC_TRY(expectSameDType(ctx, {1, 2}));
     PIPEC_TRY(expectSameDType(ctx, {3, 4}));
@@ -45,8 +44,7 @@ Status instanceNormRule(const ShapeContext &ctx, Outputs &out) {
   for (size_t i = 1; i < 3; ++i)
     if (ctx.inputType(i).shape != Shape{x.shape[1]})
       return ctx.error(cat(inputLabel(ctx, i), " must have shape [", x.shape[1],
-                           "] (the channels of X ", x.str(), "), got ",
-                           ctx.inputType(i).str()));
+                           "] (the channels of X ", x.str(), "), got ", ctx.inputType(i).str()));
   out[0] = x;
   return Status::ok();
 }
@@ -57,8 +55,7 @@ Status layerNormRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_TRY(expectSameDType(ctx, {0, 1, 2}));
   for (size_t i = 1; i < 3; ++i)
     if (ctx.hasInput(i))
-      PIPEC_TRY(expectUnidirectional(ctx, ctx.inputType(i).shape, x.shape,
-                                     inputLabel(ctx, i)));
+      PIPEC_TRY(expectUnidirectional(ctx, ctx.inputType(i).shape, x.shape, inputLabel(ctx, i)));
   int64_t stash = attrInt(ctx.attrs(), "stash_type", static_cast<int64_t>(DType::F32));
   if (!isKnownDType(static_cast<int32_t>(stash)) || stash == 0)
     return ctx.error(cat("attribute 'stash_type' is ", stash, ", not an element type"));

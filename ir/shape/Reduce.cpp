@@ -18,8 +18,8 @@ namespace {
 Shape reducedShape(const Shape &in, const std::vector<int64_t> &axes, bool keepdims) {
   Shape out;
   for (size_t d = 0; d < in.size(); ++d) {
-    bool reduced = axes.empty() ||
-                   std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+    bool reduced =
+        axes.empty() || std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
     if (!reduced)
       out.push_back(in[d]);
     else if (keepdims)

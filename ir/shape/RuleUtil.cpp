@@ -20,8 +20,7 @@ Status expectRank(const ShapeContext &ctx, size_t i, int64_t rank) {
 Status expectMinRank(const ShapeContext &ctx, size_t i, int64_t rank) {
   const TensorDesc &t = ctx.inputType(i);
   if (t.rank() < rank)
-    return ctx.error(cat(inputLabel(ctx, i), " must have rank ", rank, " or more, got ",
-                         t.str()));
+    return ctx.error(cat(inputLabel(ctx, i), " must have rank ", rank, " or more, got ", t.str()));
   return Status::ok();
 }
 
@@ -36,8 +35,8 @@ Status expectSameDType(const ShapeContext &ctx, const std::vector<size_t> &idx) 
     }
     DType a = ctx.inputType(*first).dtype, b = ctx.inputType(i).dtype;
     if (a != b)
-      return ctx.error(cat(inputLabel(ctx, i), " has element type ", dtypeName(b),
-                           " but ", inputLabel(ctx, *first), " has ", dtypeName(a)));
+      return ctx.error(cat(inputLabel(ctx, i), " has element type ", dtypeName(b), " but ",
+                           inputLabel(ctx, *first), " has ", dtypeName(a)));
   }
   return Status::ok();
 }
@@ -45,16 +44,16 @@ Status expectSameDType(const ShapeContext &ctx, const std::vector<size_t> &idx) 
 Status expectDType(const ShapeContext &ctx, size_t i, DType t) {
   DType got = ctx.inputType(i).dtype;
   if (got != t)
-    return ctx.error(cat(inputLabel(ctx, i), " must have element type ", dtypeName(t),
-                         ", got ", dtypeName(got)));
+    return ctx.error(cat(inputLabel(ctx, i), " must have element type ", dtypeName(t), ", got ",
+                         dtypeName(got)));
   return Status::ok();
 }
 
 Status expectIndexDType(const ShapeContext &ctx, size_t i) {
   DType got = ctx.inputType(i).dtype;
   if (got != DType::I64 && got != DType::I32)
-    return ctx.error(cat(inputLabel(ctx, i), " must have element type i64 or i32, got ",
-                         dtypeName(got)));
+    return ctx.error(
+        cat(inputLabel(ctx, i), " must have element type i64 or i32, got ", dtypeName(got)));
   return Status::ok();
 }
 
@@ -69,8 +68,7 @@ Expected<const Tensor *> constValue(const ShapeContext &ctx, size_t i) {
 Expected<std::vector<int64_t>> constInts(const ShapeContext &ctx, size_t i) {
   PIPEC_ASSIGN(const Tensor *t, constValue(ctx, i));
   if (!isInteger(t->dtype()))
-    return ctx.error(cat(inputLabel(ctx, i), " must be an integer tensor, got ",
-                         t->desc().str()));
+    return ctx.error(cat(inputLabel(ctx, i), " must be an integer tensor, got ", t->desc().str()));
   return t->toInts();
 }
 
@@ -83,8 +81,8 @@ Expected<Shape> broadcastInputs(const ShapeContext &ctx, const std::vector<size_
     const Shape &s = ctx.inputType(i).shape;
     auto b = broadcastShapes(out, s);
     if (!b)
-      return ctx.error(cat("cannot broadcast ", inputLabel(ctx, i), " of shape ",
-                           shapeStr(s), " with ", names, " (shape ", shapeStr(out),
+      return ctx.error(cat("cannot broadcast ", inputLabel(ctx, i), " of shape ", shapeStr(s),
+                           " with ", names, " (shape ", shapeStr(out),
                            "): ", b.status().message()));
     out = b.take();
     names += names.empty() ? inputLabel(ctx, i) : cat(", ", inputLabel(ctx, i));
@@ -96,8 +94,8 @@ Status expectUnidirectional(const ShapeContext &ctx, const Shape &from, const Sh
                             const std::string &what) {
   auto b = broadcastShapes(to, from);
   if (!b || *b != to)
-    return ctx.error(cat(what, " of shape ", shapeStr(from), " does not broadcast to ",
-                         shapeStr(to)));
+    return ctx.error(
+        cat(what, " of shape ", shapeStr(from), " does not broadcast to ", shapeStr(to)));
   return Status::ok();
 }
 
@@ -109,9 +107,8 @@ Expected<int64_t> axisFor(const ShapeContext &ctx, int64_t axis, int64_t rank,
   return *a;
 }
 
-Expected<std::vector<int64_t>> axesFor(const ShapeContext &ctx,
-                                       const std::vector<int64_t> &axes, int64_t rank,
-                                       const std::string &what) {
+Expected<std::vector<int64_t>> axesFor(const ShapeContext &ctx, const std::vector<int64_t> &axes,
+                                       int64_t rank, const std::string &what) {
   std::vector<int64_t> out;
   for (int64_t a : axes) {
     PIPEC_ASSIGN(int64_t n, axisFor(ctx, a, rank, what));

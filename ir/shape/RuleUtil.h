@@ -42,15 +42,14 @@ Expected<const Tensor *> constValue(const ShapeContext &ctx, size_t i);
 Expected<Shape> broadcastInputs(const ShapeContext &ctx, const std::vector<size_t> &idx);
 /// Fails unless `from` broadcasts to `to` without changing `to` (ONNX's
 /// unidirectional broadcasting); `what` names `from` in the message.
-Status expectUnidirectional(const ShapeContext &ctx, const Shape &from,
-                            const Shape &to, const std::string &what);
+Status expectUnidirectional(const ShapeContext &ctx, const Shape &from, const Shape &to,
+                            const std::string &what);
 
 /// Normalises an axis attribute or value against `rank`; `what` names it.
 Expected<int64_t> axisFor(const ShapeContext &ctx, int64_t axis, int64_t rank,
                           const std::string &what = "axis");
 /// Normalises a list of axes and rejects duplicates.
-Expected<std::vector<int64_t>> axesFor(const ShapeContext &ctx,
-                                       const std::vector<int64_t> &axes,
+Expected<std::vector<int64_t>> axesFor(const ShapeContext &ctx, const std::vector<int64_t> &axes,
                                        int64_t rank, const std::string &what = "axes");
 
 /// Sets every output to input 0's type (unary elementwise ops).

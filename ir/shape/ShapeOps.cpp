@@ -31,8 +31,9 @@ Status constantRule(const ShapeContext &ctx, Outputs &out) {
   else if (name == "value_ints" && attr.kind == Attribute::Kind::Ints)
     out[0] = {DType::I64, {static_cast<int64_t>(attr.ints.size())}};
   else
-    return ctx.error(cat("attribute '", name, "' is not a value pipec supports (value, "
-                                              "value_float(s), value_int(s))"));
+    return ctx.error(cat("attribute '", name,
+                         "' is not a value pipec supports (value, "
+                         "value_float(s), value_int(s))"));
   return Status::ok();
 }
 
@@ -131,8 +132,8 @@ Status reshapeRule(const ShapeContext &ctx, Outputs &out) {
     known = total;
   }
   if (known != total)
-    return ctx.error(cat("cannot reshape ", x.str(), " (", total, " elements) to ",
-                         shapeStr(y), " (", known, " elements)"));
+    return ctx.error(cat("cannot reshape ", x.str(), " (", total, " elements) to ", shapeStr(y),
+                         " (", known, " elements)"));
   out[0] = {x.dtype, std::move(y)};
   return Status::ok();
 }
@@ -220,8 +221,8 @@ Status squeezeRule(const ShapeContext &ctx, Outputs &out) {
   for (int64_t d = 0; d < x.rank(); ++d) {
     bool listed = std::find(norm.begin(), norm.end(), d) != norm.end();
     if (listed && x.shape[d] != 1)
-      return ctx.error(cat("cannot squeeze axis ", d, " of ", x.str(), ": its size is ",
-                           x.shape[d], ", not 1"));
+      return ctx.error(
+          cat("cannot squeeze axis ", d, " of ", x.str(), ": its size is ", x.shape[d], ", not 1"));
     if (listed || (norm.empty() && x.shape[d] == 1))
       continue;
     y.push_back(x.shape[d]);

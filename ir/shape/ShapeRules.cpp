@@ -177,13 +177,11 @@ Status inferNodeTypes(const Node &n, int64_t opset, std::vector<TensorDesc> &out
     auto count = static_cast<int>(n.numInputs());
     if (count < info->minInputs || (info->maxInputs >= 0 && count > info->maxInputs))
       return ctx.error(cat("has ", count, " inputs, expected ", info->minInputs,
-                           info->maxInputs < 0 ? " or more"
-                                               : cat(" to ", info->maxInputs)));
+                           info->maxInputs < 0 ? " or more" : cat(" to ", info->maxInputs)));
     auto outs = static_cast<int>(n.numOutputs());
     if (outs < info->minOutputs || (info->maxOutputs >= 0 && outs > info->maxOutputs))
       return ctx.error(cat("has ", outs, " outputs, expected ", info->minOutputs,
-                           info->maxOutputs < 0 ? " or more"
-                                                : cat(" to ", info->maxOutputs)));
+                           info->maxOutputs < 0 ? " or more" : cat(" to ", info->maxOutputs)));
     for (int i = 0; i < info->minInputs && i < count; ++i)
       if (!n.input(i))
         return ctx.error(cat("required input ", i, " is missing"));
@@ -196,13 +194,12 @@ Status inferNodeTypes(const Node &n, int64_t opset, std::vector<TensorDesc> &out
   for (size_t i = 0; i < outputs.size(); ++i)
     for (int64_t d : outputs[i].shape)
       if (d < 0)
-        return ctx.error(cat("output ", i, " would have a negative dimension: ",
-                             shapeStr(outputs[i].shape)));
+        return ctx.error(
+            cat("output ", i, " would have a negative dimension: ", shapeStr(outputs[i].shape)));
   return Status::ok();
 }
 
-std::pair<int64_t, int64_t> shapeOpRange(int64_t rank, const AttrMap &attrs,
-                                         int64_t opset) {
+std::pair<int64_t, int64_t> shapeOpRange(int64_t rank, const AttrMap &attrs, int64_t opset) {
   if (opset < 15)
     return {0, rank};
   auto clampDim = [rank](int64_t d) {
@@ -228,8 +225,7 @@ Expected<Shape> broadcastShapes(const Shape &a, const Shape &b) {
       out[i] = db;
     else
       return errorf("shapes ", shapeStr(a), " and ", shapeStr(b),
-                    " are not broadcastable (output dimension ", i, ": ", da,
-                    " vs ", db, ")");
+                    " are not broadcastable (output dimension ", i, ": ", da, " vs ", db, ")");
   }
   return out;
 }

@@ -57,8 +57,7 @@ bool hasShapeRule(std::string_view domain, std::string_view opType);
 
 /// The dimensions [begin, end) of its input that a Shape node lists: all of
 /// them, or the clamped start/end attributes from opset 15.
-std::pair<int64_t, int64_t> shapeOpRange(int64_t rank, const AttrMap &attrs,
-                                         int64_t opset);
+std::pair<int64_t, int64_t> shapeOpRange(int64_t rank, const AttrMap &attrs, int64_t opset);
 
 /// Broadcast two shapes by numpy rules; fails if incompatible.
 Expected<Shape> broadcastShapes(const Shape &a, const Shape &b);

@@ -34,8 +34,9 @@ onnx::ModelProto loadModel(const std::string &name) {
   onnx::ModelProto m;
   Expected<std::string> text = readFile(path);
   EXPECT_TRUE(text.isOk()) << text.status().message();
-  if (text.isOk())
+  if (text.isOk()) {
     EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(*text, &m)) << path;
+  }
   return m;
 }
 
@@ -159,6 +160,13 @@ TEST(Frontend, OldFormInitializersListedAsInputsAreConstants) {
   EXPECT_FALSE(g.findValue("W")->isGraphInput());
   EXPECT_EQ(floats(g.findValue("B")->constant()), std::vector<float>({1.0f, 2.0f}));
 
+  // Freezing such an input overrides its initializer.
+  ImportOptions opts;
+  opts.freezeInputs["B"] = Tensor::fromFloats({5.0f, 6.0f}, {2});
+  GraphOrError frozen = importModel("old_form", opts);
+  ASSERT_TRUE(frozen.isOk()) << frozen.status().message();
+  EXPECT_EQ(floats((*frozen)->findValue("B")->constant()), std::vector<float>({5.0f, 6.0f}));
+
   // The declared input type must agree with the initializer.
   onnx::ModelProto m = loadModel("old_form");
   m.mutable_graph()->mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(7);
@@ -231,7 +239,8 @@ TEST(Frontend, OutOfOrderNodesAreSorted) {
   onnx::ModelProto m = loadModel("out_of_order");
   m.mutable_graph()->mutable_node(2)->set_input(0, "c"); // first reads third's output
   std::string err = importError(importProto(m));
-  EXPECT_NE(err.find("cycle"), std::string::npos) << err;
+  EXPECT_NE(err.find("the graph has a cycle: 'first' -> 'second' -> 'third' -> 'first'"),
+            std::string::npos) << err;
 }
 
 TEST(Frontend, ExternalData) {

@@ -1,1 +1,219 @@
-int main() { return 1; }
+//===- tools/pipec/main.cpp - The pipec compiler driver -------------------===//
+//
+// pipec MODEL.onnx -o MODEL.plan [-k K] [-m M] [-b N] [--dim name=N]...
+// Imports an ONNX model (or IR text, .pir), runs the pass pipeline,
+// partitions, emits a plan directory and prints the partition report.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/PlanEmitter.h"
+#include "codegen/Report.h"
+#include "frontend/OnnxImporter.h"
+#include "ir/Text.h"
+#include "ir/Verifier.h"
+#include "partitioner/Partitioner.h"
+#include "passes/PassManager.h"
+#include "pipec/Version.h"
+#include "support/FileIO.h"
+#include "support/Npy.h"
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+
+using namespace pipec;
+
+namespace {
+
+struct Options {
+  std::string model;
+  std::string output;
+  int stages = 1;
+  int microBatches = 1;
+  int64_t batch = 0;
+  std::vector<std::string> dims;
+  std::vector<std::string> freeze;
+  std::string emit = "plan";
+  std::string passes;
+  std::vector<std::string> printAfter;
+  bool verifyEach = false;
+  bool timePasses = false;
+  int stopAfter = -1;
+  std::string irConstants = "16";
+  bool train = false;
+  bool quiet = false;
+};
+
+Expected<std::pair<std::string, int64_t>> parseDim(const std::string &s) {
+  size_t eq = s.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+    return errorf("--dim expects name=value, got '", s, "'");
+  try {
+    size_t used = 0;
+    int64_t v = std::stoll(s.substr(eq + 1), &used);
+    if (used != s.size() - eq - 1 || v < 1)
+      throw std::invalid_argument("bad");
+    return std::make_pair(s.substr(0, eq), v);
+  } catch (const std::exception &) {
+    return errorf("--dim ", s, ": the value must be a positive integer");
+  }
+}
+
+Expected<std::unique_ptr<ir::Graph>> loadModel(const Options &o) {
+  bool isIr = o.model.size() > 4 && o.model.compare(o.model.size() - 4, 4, ".pir") == 0;
+  if (isIr) {
+    PIPEC_ASSIGN(std::string text, readFile(o.model));
+    PIPEC_ASSIGN(auto g, ir::parseGraph(text, o.model));
+    ir::VerifyOptions vo;
+    vo.requireTypes = false;
+    PIPEC_TRY(ir::verifyGraph(*g, vo).withContext(o.model));
+    return g;
+  }
+  frontend::ImportOptions io;
+  if (o.batch > 0)
+    io.batch = o.batch;
+  for (const std::string &d : o.dims) {
+    PIPEC_ASSIGN(auto kv, parseDim(d));
+    io.dims[kv.first] = kv.second;
+  }
+  for (const std::string &f : o.freeze) {
+    size_t eq = f.find('=');
+    if (eq == std::string::npos)
+      return errorf("--freeze-input expects NAME=FILE.npy, got '", f, "'");
+    PIPEC_ASSIGN(Tensor t, readNpy(f.substr(eq + 1)));
+    io.freezeInputs[f.substr(0, eq)] = t;
+  }
+  return frontend::importOnnxFile(o.model, io);
+}
+
+Status compile(const Options &o, const std::string &commandLine) {
+  if (o.train)
+    return errorf("--train is not available in this build: automatic differentiation is not "
+                  "implemented yet; compile for inference (without --train)");
+  if (o.microBatches < 1)
+    return errorf("-m/--micro-batches must be at least 1 (got ", o.microBatches, ")");
+  if (o.stages < 1)
+    return errorf("-k/--stages must be at least 1 (got ", o.stages, ")");
+  if (o.emit != "plan" && o.emit != "ir" && o.emit != "report")
+    return errorf("--emit must be plan, ir or report (got '", o.emit, "')");
+  if (o.emit == "plan" && o.output.empty())
+    return errorf("no output given: pass -o MODEL.plan (or --emit=ir / --emit=report)");
+  int64_t irConstants = -1;
+  if (o.irConstants != "all") {
+    try {
+      irConstants = std::stoll(o.irConstants);
+    } catch (const std::exception &) {
+      return errorf("--ir-constants must be a number or 'all'");
+    }
+  }
+
+  PIPEC_ASSIGN(auto g, loadModel(o));
+
+  passes::PassManagerOptions pmo;
+  pmo.verifyEach = o.verifyEach;
+  pmo.printAfter = o.printAfter;
+  pmo.timePasses = o.timePasses;
+  pmo.stopAfter = o.stopAfter;
+  pmo.out = &std::cerr;
+  passes::PassManager pm(pmo);
+  std::vector<std::string> pipeline = passes::defaultPipeline();
+  if (o.passes == "none") {
+    pipeline.clear();
+  } else if (!o.passes.empty()) {
+    pipeline.clear();
+    std::stringstream ss(o.passes);
+    std::string p;
+    while (std::getline(ss, p, ','))
+      if (!p.empty())
+        pipeline.push_back(p);
+  }
+  for (const std::string &p : pipeline)
+    PIPEC_TRY(pm.add(p));
+  PIPEC_TRY(pm.run(*g));
+
+  if (o.emit == "ir") {
+    ir::PrintOptions po;
+    po.maxConstantElements = irConstants;
+    ir::printGraph(*g, std::cout, po);
+    return Status::ok();
+  }
+  PIPEC_TRY(ir::verifyGraph(*g).withContext("the graph is not ready for code generation"));
+
+  partitioner::PartitionOptions popts;
+  popts.numStages = o.stages;
+  popts.microBatches = o.microBatches;
+  PIPEC_ASSIGN(partitioner::Partition part, partitioner::partitionGraph(*g, popts));
+
+  codegen::EmitOptions eo;
+  eo.microBatches = o.microBatches;
+  eo.training = o.train;
+  eo.sourceModel = std::filesystem::path(o.model).filename().string();
+  if (auto bytes = readFile(o.model))
+    eo.sourceCrc32c = crc32c(bytes->data(), bytes->size());
+  eo.compileOptions = commandLine;
+  PIPEC_ASSIGN(codegen::EmittedPlan ep, codegen::emitPlan(*g, part, eo));
+  nlohmann::json report = codegen::buildReport(*g, part, ep);
+  if (o.emit == "report") {
+    std::cout << report.dump(2) << "\n";
+    return Status::ok();
+  }
+  PIPEC_TRY(codegen::writePlanDirectory(o.output, ep));
+  PIPEC_TRY(codegen::writeReport(o.output, report));
+  if (!o.quiet)
+    std::cout << codegen::renderReportText(report) << "plan written to " << o.output << "\n";
+  return Status::ok();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o;
+  std::string passHelp = "passes to run (comma-separated, or 'none') instead of the default pipeline:";
+  for (const auto &p : passes::registeredPasses())
+    passHelp += "\n  " + p.flag + ": " + p.description;
+  CLI::App app{"pipec: compile an ONNX model into a pipeline-parallel execution plan"};
+  app.set_version_flag("--version",
+                       std::string("pipec ") + PIPEC_VERSION + " (plan format " +
+                           std::to_string(PIPEC_PLAN_FORMAT_VERSION) + ")");
+  app.add_option("model", o.model, "ONNX model (.onnx) or pipec IR text (.pir)")->required();
+  app.add_option("-o,--output", o.output, "plan directory to write");
+  app.add_option("-k,--stages", o.stages, "number of pipeline stages K (devices)");
+  app.add_option("-m,--micro-batches", o.microBatches, "micro-batches M per step");
+  app.add_option("-b,--batch", o.batch,
+                 "bind the leading symbolic dimension of every input (the micro-batch size)");
+  app.add_option("--dim", o.dims, "bind a symbolic dimension: name=value (repeatable)");
+  app.add_option("--freeze-input", o.freeze,
+                 "make a graph input a constant: NAME=FILE.npy (repeatable)");
+  app.add_option("--emit", o.emit, "what to produce: plan (default), ir (print the IR), report (JSON)");
+  app.add_option("--passes", o.passes, passHelp);
+  app.add_option("--print-ir-after", o.printAfter, "print the IR to stderr after this pass ('all')");
+  app.add_flag("--verify-each", o.verifyEach, "verify the IR after every pass");
+  app.add_flag("--time-passes", o.timePasses, "print the time each pass took");
+  app.add_option("--stop-after", o.stopAfter, "run only the first N passes");
+  app.add_option("--ir-constants", o.irConstants,
+                 "with --emit=ir: print constants up to this many elements, 'all' for every one");
+  app.add_flag("--train", o.train, "compile for training (not available in this build)");
+  app.add_flag("-q,--quiet", o.quiet, "do not print the partition report");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  std::string commandLine;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-o" || a == "--output") {
+      ++i; // the output path does not change the plan
+      continue;
+    }
+    if (a.rfind("--output=", 0) == 0 || a == o.model)
+      continue;
+    commandLine += (commandLine.empty() ? "" : " ") + a;
+  }
+  Status s = compile(o, commandLine);
+  if (!s) {
+    std::cerr << "pipec: error: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

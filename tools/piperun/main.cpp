@@ -1,1 +1,285 @@
-int main() { return 1; }
+//===- tools/piperun/main.cpp - Runs a plan --------------------------------===//
+//
+// piperun MODEL.plan [--input NAME=FILE.npy]... [--outputs DIR] [--steps N]
+// Loads a plan directory, feeds seeded random inputs (or .npy files), runs
+// the steps, prints a summary of each output and the measured throughput.
+//
+//===----------------------------------------------------------------------===//
+#include "pipec/Version.h"
+#include "runtime/Session.h"
+#include "support/FileIO.h"
+#include "support/Npy.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <random>
+#include <unistd.h>
+
+using namespace pipec;
+
+namespace {
+
+struct Options {
+  std::string plan;
+  std::vector<std::string> inputs;
+  std::string outputsDir;
+  int steps = 1;
+  int warmup = 0;
+  uint64_t seed = 0;
+  int threads = 1;
+  bool json = false;
+};
+
+/// Exclusive upper bound for random integer data of input `t`: the size of
+/// the axis it indexes (Gather indices, loss labels), else 2.
+int64_t integerBound(const plan::Plan &p, int32_t t) {
+  for (const plan::Device &d : p.devices())
+    for (const plan::Node &n : d.nodes()) {
+      if (n.inputs_size() < 2 || n.inputs(1) != t || n.inputs(0) < 0)
+        continue;
+      const auto &data = p.tensors(n.inputs(0)).shape();
+      if (n.op_type() == "Gather" && data.size() > 0) {
+        int64_t axis = 0;
+        for (const plan::Attribute &a : n.attrs())
+          if (a.name() == "axis")
+            axis = a.i();
+        if (axis < 0)
+          axis += data.size();
+        if (axis >= 0 && axis < data.size())
+          return data[static_cast<int>(axis)];
+      }
+      if ((n.op_type() == "SoftmaxCrossEntropyLoss" || n.op_type() == "NegativeLogLikelihoodLoss") &&
+          data.size() > 1)
+        return data[1];
+    }
+  return 2;
+}
+
+Tensor randomInput(const TensorDesc &d, int64_t bound, uint64_t seed) {
+  Tensor t(d);
+  std::mt19937_64 rng(seed);
+  int64_t n = t.numel();
+  switch (d.dtype) {
+  case DType::F32: {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (int64_t i = 0; i < n; ++i)
+      t.data<float>()[i] = dist(rng);
+    break;
+  }
+  case DType::F64: {
+    std::normal_distribution<double> dist(0.0, 1.0);
+    for (int64_t i = 0; i < n; ++i)
+      t.data<double>()[i] = dist(rng);
+    break;
+  }
+  case DType::I64:
+  case DType::I32: {
+    std::uniform_int_distribution<int64_t> dist(0, std::max<int64_t>(bound, 1) - 1);
+    for (int64_t i = 0; i < n; ++i) {
+      if (d.dtype == DType::I64)
+        t.data<int64_t>()[i] = dist(rng);
+      else
+        t.data<int32_t>()[i] = static_cast<int32_t>(dist(rng));
+    }
+    break;
+  }
+  case DType::Bool: {
+    std::bernoulli_distribution dist(0.5);
+    for (int64_t i = 0; i < n; ++i)
+      t.data<uint8_t>()[i] = dist(rng);
+    break;
+  }
+  default:
+    break; // zeros
+  }
+  return t;
+}
+
+std::string sanitize(const std::string &name) {
+  std::string s = name;
+  for (char &c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'))
+      c = '_';
+  return s.empty() ? "_" : s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+Status runPlan(const Options &o) {
+  if (o.steps < 1)
+    return errorf("--steps must be at least 1 (got ", o.steps, ")");
+  if (o.warmup < 0)
+    return errorf("--warmup must not be negative");
+  runtime::SessionOptions so;
+  so.threadsPerDevice = o.threads;
+  so.seed = o.seed;
+  PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
+  const plan::Plan &p = session->plan();
+  std::vector<std::string> names = session->inputNames();
+  std::vector<TensorDesc> descs = session->stepInputDescs();
+
+  std::map<std::string, Tensor> given;
+  for (const std::string &spec : o.inputs) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return errorf("--input expects NAME=FILE.npy, got '", spec, "'");
+    std::string name = spec.substr(0, eq);
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      std::string known;
+      for (const auto &n : names)
+        known += (known.empty() ? "" : ", ") + n;
+      return errorf("--input ", name, ": the model has no input of that name (inputs: ", known, ")");
+    }
+    PIPEC_ASSIGN(Tensor t, readNpy(spec.substr(eq + 1)));
+    given[name] = t;
+  }
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = given.find(names[i]);
+    if (it != given.end()) {
+      inputs.push_back(it->second);
+      continue;
+    }
+    int64_t bound = integerBound(p, p.inputs(static_cast<int>(i)));
+    inputs.push_back(randomInput(descs[i], bound, o.seed * 1000003 + i));
+  }
+
+  int64_t examplesPerStep = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) *
+                            p.pipeline().num_micro_batches();
+  std::vector<Tensor> outputs;
+  std::vector<double> stepSeconds;
+  int total = o.warmup + o.steps;
+  auto start = std::chrono::steady_clock::now();
+  bool progress = total > 1 && !o.json;
+  bool tty = isatty(STDERR_FILENO);
+  double lastPrint = -1;
+  for (int s = 0; s < total; ++s) {
+    auto t0 = std::chrono::steady_clock::now();
+    PIPEC_ASSIGN(outputs, session->run(inputs));
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= o.warmup)
+      stepSeconds.push_back(dt);
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // At most two progress lines a second, and always the last step.
+    if (progress && (elapsed - lastPrint >= 0.5 || s + 1 == total)) {
+      lastPrint = elapsed;
+      double eta = elapsed / (s + 1) * (total - s - 1);
+      std::fprintf(stderr, "%sstep %d/%d  %.1f samples/s  ETA %.1fs%s", tty ? "\r" : "", s + 1,
+                   total, examplesPerStep / dt, eta, tty ? "   " : "\n");
+    }
+  }
+  if (progress && tty)
+    std::fprintf(stderr, "\n");
+
+  if (!o.outputsDir.empty()) {
+    PIPEC_TRY(makeDirs(o.outputsDir));
+    std::vector<std::string> outNames = session->outputNames();
+    for (size_t i = 0; i < outputs.size(); ++i)
+      PIPEC_TRY(writeNpy(joinPath(o.outputsDir, sanitize(outNames[i]) + ".npy"), outputs[i]));
+  }
+
+  double med = median(stepSeconds);
+  nlohmann::json j;
+  j["plan"] = o.plan;
+  j["steps"] = o.steps;
+  j["median_step_seconds"] = med;
+  j["samples_per_second"] = examplesPerStep / med;
+  j["examples_per_step"] = examplesPerStep;
+  j["threads_per_device"] = o.threads;
+  nlohmann::json outs = nlohmann::json::array();
+  std::vector<std::string> outNames = session->outputNames();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor &t = outputs[i];
+    double mn = INFINITY, mx = -INFINITY, sum = 0;
+    for (int64_t k = 0; k < t.numel(); ++k) {
+      double v = t.getDouble(k);
+      mn = std::min(mn, v);
+      mx = std::max(mx, v);
+      sum += v;
+    }
+    nlohmann::json oj;
+    oj["name"] = outNames[i];
+    oj["type"] = t.desc().str();
+    oj["min"] = mn;
+    oj["max"] = mx;
+    oj["mean"] = t.numel() ? sum / t.numel() : 0.0;
+    nlohmann::json first = nlohmann::json::array();
+    for (int64_t k = 0; k < std::min<int64_t>(t.numel(), 4); ++k)
+      first.push_back(t.getDouble(k));
+    oj["first"] = first;
+    outs.push_back(oj);
+  }
+  j["outputs"] = outs;
+  std::vector<nlohmann::json> devs;
+  for (const auto &d : session->devices()) {
+    nlohmann::json dj;
+    dj["busy_seconds"] = d->stats().busySeconds;
+    dj["instructions"] = d->stats().instructions;
+    dj["arena_bytes"] = d->stats().arenaBytes;
+    devs.push_back(dj);
+  }
+  j["devices"] = devs;
+  if (o.json) {
+    std::cout << j.dump(2) << "\n";
+    return Status::ok();
+  }
+  std::printf("%-24s %-20s %12s %12s %12s  %s\n", "output", "type", "min", "max", "mean", "first values");
+  for (const auto &oj : outs) {
+    std::string first;
+    for (const auto &v : oj["first"]) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.6g", first.empty() ? "" : " ", v.get<double>());
+      first += buf;
+    }
+    std::printf("%-24s %-20s %12.6g %12.6g %12.6g  %s\n", oj["name"].get<std::string>().c_str(),
+                oj["type"].get<std::string>().c_str(), oj["min"].get<double>(), oj["max"].get<double>(),
+                oj["mean"].get<double>(), first.c_str());
+  }
+  std::printf("%d step(s), %lld examples/step, median step %.3f ms, %.1f samples/s (%d thread%s per device)\n",
+              o.steps, static_cast<long long>(examplesPerStep), med * 1e3, examplesPerStep / med,
+              o.threads, o.threads == 1 ? "" : "s");
+  if (!o.outputsDir.empty())
+    std::printf("outputs written to %s\n", o.outputsDir.c_str());
+  return Status::ok();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o;
+  CLI::App app{"piperun: run a plan compiled by pipec"};
+  app.set_version_flag("--version", std::string("piperun ") + PIPEC_VERSION + " (plan format " +
+                                        std::to_string(PIPEC_PLAN_FORMAT_VERSION) + ")");
+  app.add_option("plan", o.plan, "plan directory written by pipec -o")->required();
+  app.add_option("--input", o.inputs,
+                 "feed a graph input from a .npy file: NAME=FILE.npy (repeatable; others are "
+                 "seeded random data)");
+  app.add_option("--outputs", o.outputsDir, "write each graph output to DIR/NAME.npy");
+  app.add_option("--steps", o.steps, "steps to run and time (default 1)");
+  app.add_option("--warmup", o.warmup, "untimed steps before the timed ones (default 0)");
+  app.add_option("--seed", o.seed, "seed of the random inputs (default 0)");
+  app.add_option("--threads-per-device", o.threads, "kernel threads of each device (default 1)");
+  app.add_flag("--json", o.json, "print the summary as JSON");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  Status s = runPlan(o);
+  if (!s) {
+    std::cerr << "piperun: error: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -17,6 +17,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdlib>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -36,6 +37,14 @@ inline dnnl::engine &linalgDnnlEngine() {
 inline dnnl::stream &linalgDnnlStream() {
   thread_local dnnl::stream stream(linalgDnnlEngine());
   return stream;
+}
+
+/// False when the environment sets PIPEC_LINALG_NO_DNNL (to anything but
+/// "0"): factories then prepare their loop fallbacks, which tests compare
+/// with the oneDNN path. Read at prepare time only.
+inline bool linalgDnnlEnabled() {
+  const char *v = std::getenv("PIPEC_LINALG_NO_DNNL");
+  return !v || !*v || (v[0] == '0' && !v[1]);
 }
 
 template <typename T> constexpr bool linalgDnnlSupports() {

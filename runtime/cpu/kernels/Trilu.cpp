@@ -16,11 +16,11 @@ namespace pipec::cpu {
 namespace {
 class TriluKernel final : public Kernel {
 public:
-  TriluKernel(int64_t batches, int64_t rows, int64_t cols, size_t esize, bool upper)
-      : batches_(batches), rows_(rows), cols_(cols), esize_(esize), upper_(upper) {}
+  TriluKernel(int64_t batches, int64_t rows, int64_t cols, size_t esize, bool upper, bool hasK)
+      : batches_(batches), rows_(rows), cols_(cols), esize_(esize), upper_(upper), hasK_(hasK) {}
 
   Status run(ExecContext &, const void *const *in, void *const *out) override {
-    const int64_t k = in[1] ? *static_cast<const int64_t *>(in[1]) : 0;
+    const int64_t k = hasK_ && in[1] ? *static_cast<const int64_t *>(in[1]) : 0;
     const auto *src = static_cast<const char *>(in[0]);
     auto *dst = static_cast<char *>(out[0]);
     const int64_t total = batches_ * rows_;
@@ -47,7 +47,7 @@ public:
 private:
   int64_t batches_, rows_, cols_;
   size_t esize_;
-  bool upper_;
+  bool upper_, hasK_;
 };
 } // namespace
 
@@ -61,8 +61,8 @@ Expected<KernelPtr> makeTriluKernel(const OpDesc &d) {
     return errorf(d.where(), ": k must be an i64 scalar, got ", d.inputs[1].str());
   PIPEC_TRY(dm::checkOutput(d, 0, x.dtype, x.shape));
   const int64_t rows = x.shape[x.rank() - 2], cols = x.shape[x.rank() - 1];
-  return KernelPtr(new TriluKernel(rows * cols ? x.numel() / (rows * cols) : 0, rows, cols, esize,
-                                   attrInt(d.attrs, "upper", 1) != 0));
+  return KernelPtr(new TriluKernel(rows * cols != 0 ? x.numel() / (rows * cols) : 0, rows, cols, esize,
+                                   attrInt(d.attrs, "upper", 1) != 0, d.hasInput(1)));
 }
 
 } // namespace pipec::cpu

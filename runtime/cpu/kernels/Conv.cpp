@@ -1,0 +1,249 @@
+//===- runtime/cpu/kernels/Conv.cpp - Conv (1-D, 2-D, 3-D) ----------------===//
+//
+// ONNX Conv, opsets 1-11+: group, strides, dilations, explicit pads or
+// auto_pad (SAME_UPPER, SAME_LOWER, VALID), optional bias, any number of
+// spatial dimensions. f32 with 1-3 spatial dimensions runs a oneDNN
+// convolution_forward primitive created in the factory, on the plain
+// (NC[D]HW / [G]OI[D]HW) layouts the graph uses. Everything else (f64, rank
+// > 5, a case oneDNN declines) runs im2col + GEMM per image and group; the
+// im2col loop fills independent rows in parallel and the GEMM is BLAS's.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/DnnlCommon.h"
+
+namespace pipec::cpu {
+
+namespace {
+
+/// The shape of a convolution shared by both paths.
+struct ConvGeom {
+  int64_t N = 0, C = 0, M = 0, G = 1;
+  std::vector<LinalgWindowDim> dims;
+  int64_t inSpatial = 1, outSpatial = 1, kernelSize = 1;
+};
+
+/// Unrolls one image's channels [c0, c0 + C/G) into col, a
+/// [(C/G) * kernelSize, outSpatial] matrix (zero where the window is in
+/// the padding).
+template <typename T>
+void im2col(const ConvGeom &g, const T *x, int64_t cPerGroup, T *col) {
+  size_t nd = g.dims.size();
+  int64_t rows = cPerGroup * g.kernelSize;
+#pragma omp parallel for schedule(static) if (rows * g.outSpatial > 32768)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t c = r / g.kernelSize, kidx = r % g.kernelSize;
+    // Kernel offset per dimension.
+    int64_t koff[8], rem = kidx;
+    for (size_t k = nd; k-- > 0;) {
+      koff[k] = rem % g.dims[k].kernel * g.dims[k].dilation;
+      rem /= g.dims[k].kernel;
+    }
+    const T *xc = x + c * g.inSpatial;
+    T *dst = col + r * g.outSpatial;
+    if (nd == 2) { // The common case, without the odometer.
+      const LinalgWindowDim &h = g.dims[0], &w = g.dims[1];
+      for (int64_t oh = 0; oh < h.out; ++oh) {
+        int64_t ih = oh * h.stride - h.padBegin + koff[0];
+        T *drow = dst + oh * w.out;
+        if (ih < 0 || ih >= h.in) {
+          std::fill(drow, drow + w.out, T(0));
+          continue;
+        }
+        const T *xrow = xc + ih * w.in;
+        for (int64_t ow = 0; ow < w.out; ++ow) {
+          int64_t iw = ow * w.stride - w.padBegin + koff[1];
+          drow[ow] = iw >= 0 && iw < w.in ? xrow[iw] : T(0);
+        }
+      }
+      continue;
+    }
+    int64_t o[8] = {0};
+    for (int64_t p = 0; p < g.outSpatial; ++p) {
+      int64_t off = 0;
+      bool inside = true;
+      for (size_t k = 0; k < nd; ++k) {
+        int64_t i = o[k] * g.dims[k].stride - g.dims[k].padBegin + koff[k];
+        inside &= i >= 0 && i < g.dims[k].in;
+        off = off * g.dims[k].in + i;
+      }
+      dst[p] = inside ? xc[off] : T(0);
+      for (size_t k = nd; k-- > 0;) {
+        if (++o[k] < g.dims[k].out)
+          break;
+        o[k] = 0;
+      }
+    }
+  }
+}
+
+template <typename T> class ConvLoopKernel final : public Kernel {
+public:
+  ConvLoopKernel(ConvGeom g, bool hasBias) : g_(std::move(g)), hasBias_(hasBias) {
+    int64_t cg = g_.C / g_.G;
+    direct_ = true; // 1x1, stride 1, no padding: X is its own im2col matrix.
+    for (const LinalgWindowDim &w : g_.dims)
+      direct_ &= w.kernel == 1 && w.stride == 1 && w.padBegin == 0 && w.padEnd == 0;
+    colBytes_ = direct_ ? 0 : linalgRoundUp(cg * g_.kernelSize * g_.outSpatial * sizeof(T));
+  }
+  size_t workspaceBytes() const override { return colBytes_; }
+
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    const T *x = static_cast<const T *>(in[0]);
+    const T *w = static_cast<const T *>(in[1]);
+    const T *bias = hasBias_ ? static_cast<const T *>(in[2]) : nullptr;
+    if (hasBias_ && !bias)
+      return errorf("Conv: bias is missing at run time");
+    T *y = static_cast<T *>(out[0]);
+    T *col = reinterpret_cast<T *>(linalgAlign(ctx.workspace));
+    int64_t cg = g_.C / g_.G, mg = g_.M / g_.G, kdim = cg * g_.kernelSize;
+    for (int64_t n = 0; n < g_.N; ++n)
+      for (int64_t grp = 0; grp < g_.G; ++grp) {
+        const T *xg = x + (n * g_.C + grp * cg) * g_.inSpatial;
+        const T *b = xg;
+        if (!direct_) {
+          im2col(g_, xg, cg, col);
+          b = col;
+        }
+        T *yg = y + (n * g_.M + grp * mg) * g_.outSpatial;
+        linalgGemm<T>(false, false, mg, g_.outSpatial, kdim, T(1), w + grp * mg * kdim, kdim, b,
+                      g_.outSpatial, T(0), yg, g_.outSpatial);
+      }
+    if (bias) {
+      int64_t planes = g_.N * g_.M;
+#pragma omp parallel for schedule(static) if (planes * g_.outSpatial > 32768)
+      for (int64_t p = 0; p < planes; ++p) {
+        T bv = bias[p % g_.M];
+        T *yp = y + p * g_.outSpatial;
+        for (int64_t i = 0; i < g_.outSpatial; ++i)
+          yp[i] += bv;
+      }
+    }
+    return Status::ok();
+  }
+
+private:
+  ConvGeom g_;
+  bool hasBias_ = false;
+  bool direct_ = false;
+  size_t colBytes_ = 0;
+};
+
+class ConvDnnlKernel final : public Kernel {
+public:
+  ConvDnnlKernel(LinalgDnnlPrim p, bool hasBias) : p_(std::move(p)), hasBias_(hasBias) {}
+  size_t workspaceBytes() const override { return p_.scratchBytes; }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    // Argument order X, W, [B], Y (see makeDnnlConv).
+    const void *ptrs[4] = {in[0], in[1], out[0], nullptr};
+    if (hasBias_) {
+      if (!in[2])
+        return errorf("Conv: bias is missing at run time");
+      ptrs[2] = in[2];
+      ptrs[3] = out[0];
+    }
+    return p_.run(ptrs, linalgAlign(ctx.workspace));
+  }
+
+private:
+  LinalgDnnlPrim p_;
+  bool hasBias_;
+};
+
+/// The oneDNN path; an invalid primitive when oneDNN declines the case.
+LinalgDnnlPrim makeDnnlConv(const ConvGeom &g, const OpDesc &d, bool hasBias) {
+  LinalgDnnlPrim p;
+  if (g.dims.empty() || g.dims.size() > 3)
+    return p;
+  try {
+    using namespace dnnl;
+    std::vector<int64_t> xs = {g.N, g.C}, ys = {g.N, g.M}, ws;
+    if (g.G > 1)
+      ws = {g.G, g.M / g.G, g.C / g.G};
+    else
+      ws = {g.M, g.C};
+    std::vector<int64_t> strides, dil, pl, pr;
+    for (const LinalgWindowDim &w : g.dims) {
+      xs.push_back(w.in);
+      ys.push_back(w.out);
+      ws.push_back(w.kernel);
+      strides.push_back(w.stride);
+      dil.push_back(w.dilation - 1);
+      pl.push_back(w.padBegin);
+      pr.push_back(w.padEnd);
+    }
+    memory::desc xmd = linalgDnnlPlain(xs), ymd = linalgDnnlPlain(ys),
+                 wmd = linalgDnnlPlain(ws), bmd = linalgDnnlPlain({g.M});
+    convolution_forward::desc cd =
+        hasBias ? convolution_forward::desc(prop_kind::forward_inference,
+                                            algorithm::convolution_direct, xmd, wmd, bmd, ymd,
+                                            linalgDnnlDims(strides), linalgDnnlDims(dil),
+                                            linalgDnnlDims(pl), linalgDnnlDims(pr))
+                : convolution_forward::desc(prop_kind::forward_inference,
+                                            algorithm::convolution_direct, xmd, wmd, ymd,
+                                            linalgDnnlDims(strides), linalgDnnlDims(dil),
+                                            linalgDnnlDims(pl), linalgDnnlDims(pr));
+    convolution_forward::primitive_desc pd(cd, linalgDnnlAttr(), linalgDnnlEngine());
+    p.init<convolution_forward>(pd);
+    // run() passes X, W, B, Y; without a bias, slot 2 is Y.
+    p.args = {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_WEIGHTS, wmd}};
+    if (hasBias)
+      p.args.push_back({DNNL_ARG_BIAS, bmd});
+    p.args.push_back({DNNL_ARG_DST, ymd});
+  } catch (const dnnl::error &) {
+    return LinalgDnnlPrim();
+  }
+  return p;
+}
+
+template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, ConvGeom g, bool hasBias) {
+  if constexpr (linalgDnnlSupports<T>()) {
+    if (linalgDnnlEnabled()) {
+      LinalgDnnlPrim p = makeDnnlConv(g, d, hasBias);
+      if (p.valid())
+        return KernelPtr(new ConvDnnlKernel(std::move(p), hasBias));
+    }
+  }
+  return KernelPtr(new ConvLoopKernel<T>(std::move(g), hasBias));
+}
+
+} // namespace
+
+Expected<KernelPtr> makeConvKernel(const OpDesc &d) {
+  if (d.inputs.size() < 2 || !d.hasInput(0) || !d.hasInput(1) || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(),
+                  " and ", d.outputs.size());
+  const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
+  DType t = x.dtype;
+  bool hasBias = d.hasInput(2);
+  if (w.dtype != t || d.outputs[0].dtype != t || (hasBias && d.inputs[2].dtype != t))
+    return errorf(d.where(), ": element types differ: X ", x.str(), ", W ", w.str(), ", Y ",
+                  d.outputs[0].str());
+  if (x.rank() < 3 || w.rank() != x.rank() || x.rank() > 10)
+    return errorf(d.where(), ": X ", x.str(), " and W ", w.str(),
+                  " must have the same rank, 3 to 10");
+  ConvGeom g;
+  g.N = x.shape[0];
+  g.C = x.shape[1];
+  g.M = w.shape[0];
+  g.G = attrInt(d.attrs, "group", 1);
+  if (g.G < 1 || g.C % g.G != 0 || g.M % g.G != 0 || w.shape[1] * g.G != g.C)
+    return errorf(d.where(), ": group ", g.G, " does not fit X channels ", g.C, " and W ",
+                  w.str());
+  if (hasBias && d.inputs[2].shape != Shape{g.M})
+    return errorf(d.where(), ": bias ", d.inputs[2].str(), " is not [", g.M, "]");
+  Shape in(x.shape.begin() + 2, x.shape.end());
+  std::vector<int64_t> kw(w.shape.begin() + 2, w.shape.end());
+  if (attrInts(d.attrs, "kernel_shape", kw) != kw)
+    return errorf(d.where(), ": kernel_shape differs from W ", w.str());
+  PIPEC_TRY(linalgResolveWindow(d, in, kw, false, nullptr, g.dims));
+  PIPEC_TRY(linalgCheckSpatialOut(d, d.outputs[0], g.N, g.M, g.dims));
+  for (const LinalgWindowDim &dim : g.dims) {
+    g.inSpatial *= dim.in;
+    g.outSpatial *= dim.out;
+    g.kernelSize *= dim.kernel;
+  }
+  return linalgDispatchFloat(d, t,
+                             [&](auto tag) { return makeTyped<decltype(tag)>(d, g, hasBias); });
+}
+
+} // namespace pipec::cpu

@@ -1,0 +1,78 @@
+//===- runtime/cpu/kernels/LRN.cpp - LRN (local response normalization) ---===//
+//
+// ONNX LRN, opsets 1-13, across channels:
+//   square_sum[n, c, ...] = sum of X[n, i, ...]^2 for i in
+//       [max(0, c - floor((size - 1) / 2)), min(C - 1, c + ceil((size - 1) / 2))]
+//   Y = X / (bias + alpha / size * square_sum) ^ beta
+// The window is asymmetric for even sizes, which oneDNN's LRN is not, so a
+// loop does it: (n, c) planes in parallel, each summing its window of
+// channels in ascending order (thread-count independent).
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/LinalgCommon.h"
+
+#include <cmath>
+
+namespace pipec::cpu {
+
+namespace {
+
+template <typename T> class LRNKernel final : public Kernel {
+public:
+  int64_t N = 0, C = 0, spatial = 0, size = 1;
+  double alpha = 1e-4, beta = 0.75, bias = 1.0;
+
+  Status run(ExecContext &, const void *const *in, void *const *out) override {
+    const T *x = static_cast<const T *>(in[0]);
+    T *y = static_cast<T *>(out[0]);
+    int64_t before = (size - 1) / 2, after = size - 1 - before;
+    T scale = static_cast<T>(alpha / size), tb = static_cast<T>(bias),
+      nb = static_cast<T>(-beta);
+#pragma omp parallel for schedule(static) if (N * C * spatial > 8192)
+    for (int64_t p = 0; p < N * C; ++p) {
+      int64_t n = p / C, c = p % C;
+      int64_t lo = std::max<int64_t>(0, c - before), hi = std::min<int64_t>(C - 1, c + after);
+      T *yp = y + p * spatial;
+      const T *xp = x + p * spatial;
+      // Accumulate the window's squares in Y, then normalize in place.
+      std::fill(yp, yp + spatial, T(0));
+      for (int64_t i = lo; i <= hi; ++i) {
+        const T *xi = x + (n * C + i) * spatial;
+        for (int64_t s = 0; s < spatial; ++s)
+          yp[s] += xi[s] * xi[s];
+      }
+      for (int64_t s = 0; s < spatial; ++s)
+        yp[s] = xp[s] * std::pow(tb + scale * yp[s], nb);
+    }
+    return Status::ok();
+  }
+};
+
+} // namespace
+
+Expected<KernelPtr> makeLRNKernel(const OpDesc &d) {
+  if (d.inputs.size() != 1 || !d.hasInput(0) || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects 1 input and 1 output, got ", d.inputs.size(), " and ",
+                  d.outputs.size());
+  const TensorDesc &x = d.inputs[0];
+  if (x.rank() < 3 || d.outputs[0] != x)
+    return errorf(d.where(), ": X ", x.str(), " must have rank >= 3 and Y ",
+                  d.outputs[0].str(), " its type");
+  int64_t size = attrInt(d.attrs, "size", 0);
+  if (size < 1)
+    return errorf(d.where(), ": attribute 'size' is ", size, ", must be >= 1");
+  return linalgDispatchFloat(d, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto k = std::make_unique<LRNKernel<T>>();
+    k->N = x.shape[0];
+    k->C = x.shape[1];
+    k->spatial = k->N * k->C ? x.numel() / (k->N * k->C) : 0;
+    k->size = size;
+    k->alpha = attrFloat(d.attrs, "alpha", 1e-4f);
+    k->beta = attrFloat(d.attrs, "beta", 0.75f);
+    k->bias = attrFloat(d.attrs, "bias", 1.0f);
+    return KernelPtr(std::move(k));
+  });
+}
+
+} // namespace pipec::cpu

@@ -1,0 +1,21 @@
+# tests/lit/lit.cfg.py - lit configuration for pipec's text tests.
+# Tests are IR (.pir) or shell (.test) files with RUN lines checked by
+# FileCheck; paths come from lit.site.cfg.py, which CMake generates.
+import os
+import lit.formats
+
+config.name = "pipec"
+config.test_format = lit.formats.ShTest(True)
+config.suffixes = [".pir", ".test"]
+config.excludes = ["Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.pipec_binary_dir, "tests", "lit")
+
+bindir = os.path.join(config.pipec_binary_dir, "bin")
+config.environment["PATH"] = os.pathsep.join(
+    [bindir, config.llvm_tools_dir, config.environment.get("PATH", os.environ.get("PATH", ""))])
+config.substitutions.append(("%samples", os.path.join(config.pipec_binary_dir, "samples")))
+config.substitutions.append(("%testdata", "/usr/share/libonnx-testdata/data"))
+config.substitutions.append(("%python", "/usr/bin/python3"))
+config.substitutions.append(("%reference", os.path.join(config.test_source_root, "..", "tools", "onnx_reference.py")))
+config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))

@@ -1,0 +1,508 @@
+//===- tests/unit/ElementwiseKernelsTest.cpp - Elementwise/reduction kernels ===//
+//
+// Checks of the elementwise and reduction CPU kernels that ONNX's node tests
+// do not cover: broadcasting patterns against a naive reference, results
+// bitwise independent of the OpenMP thread count, Dropout's counter-based
+// masks, integer and cast corner cases, and errors (not crashes) on bad
+// descriptions.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/Kernel.h"
+#include "runtime/cpu/kernels/ElementwiseRandom.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+using namespace pipec;
+using namespace pipec::cpu;
+
+namespace {
+
+OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<TensorDesc> out,
+                int64_t opset = 17) {
+  OpDesc d;
+  d.name = "n";
+  d.opType = op;
+  d.opset = opset;
+  d.inputs = std::move(in);
+  d.outputs = std::move(out);
+  return d;
+}
+
+Tensor randomF32(Shape s, uint32_t seed, float lo = -2.f, float hi = 2.f) {
+  Tensor t(DType::F32, std::move(s));
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = u(g);
+  return t;
+}
+
+template <typename T> Tensor fromVec(DType dt, Shape s, const std::vector<T> &v) {
+  Tensor t(dt, std::move(s));
+  EXPECT_EQ(static_cast<int64_t>(v.size()), t.numel());
+  std::memcpy(t.raw(), v.data(), v.size() * sizeof(T));
+  return t;
+}
+
+/// Runs the node, failing the test on error.
+std::vector<Tensor> eval(const OpDesc &d, const std::vector<Tensor> &in, ExecContext ctx = {}) {
+  auto r = evaluate(d, in, ctx);
+  EXPECT_TRUE(r.isOk()) << r.status().message();
+  return r.isOk() ? r.take() : std::vector<Tensor>{};
+}
+
+/// The error message of a node that must fail to prepare or run.
+std::string evalError(const OpDesc &d, const std::vector<Tensor> &in, ExecContext ctx = {}) {
+  auto r = evaluate(d, in, ctx);
+  EXPECT_FALSE(r.isOk()) << d.opType << " unexpectedly succeeded";
+  return r.isOk() ? "" : r.status().message();
+}
+
+/// Output of `d` with 1 and with 2 OpenMP threads; expects identical bytes.
+void expectThreadInvariant(const OpDesc &d, const std::vector<Tensor> &in, ExecContext ctx = {}) {
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<Tensor> one = eval(d, in, ctx);
+  omp_set_num_threads(2);
+  std::vector<Tensor> two = eval(d, in, ctx);
+  omp_set_num_threads(saved);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_TRUE(one[i].identical(two[i])) << d.opType << " output " << i << " differs";
+}
+
+/// Naive numpy broadcasting index: the input element for output index `o`.
+int64_t bcastIndex(int64_t o, const Shape &out, const Shape &in) {
+  int64_t idx = 0, stride = 1;
+  for (int64_t d = static_cast<int64_t>(out.size()) - 1, e = static_cast<int64_t>(in.size()) - 1;
+       d >= 0; --d, --e) {
+    int64_t c = o % out[d];
+    o /= out[d];
+    if (e >= 0) {
+      if (in[e] != 1)
+        idx += c * stride;
+      stride *= in[e];
+    }
+  }
+  return idx;
+}
+
+// ---- Broadcasting.
+
+struct BcastCase {
+  Shape a, b, out;
+};
+
+TEST(ElementwiseBinary, BroadcastPatternsMatchNaiveReference) {
+  const BcastCase cases[] = {
+      {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}},   {{2, 3, 4}, {}, {2, 3, 4}},
+      {{}, {2, 3, 4}, {2, 3, 4}},          {{2, 3, 4}, {4}, {2, 3, 4}},
+      {{2, 3, 4}, {3, 1}, {2, 3, 4}},      {{4, 1, 5}, {1, 3, 1}, {4, 3, 5}},
+      {{1, 3, 1, 7}, {5, 1, 6, 1}, {5, 3, 6, 7}}, {{300, 1}, {1, 257}, {300, 257}},
+      {{2, 1, 1, 40000}, {2, 1, 1, 1}, {2, 1, 1, 40000}},
+  };
+  for (const BcastCase &c : cases) {
+    Tensor a = randomF32(c.a, 1), b = randomF32(c.b, 2);
+    for (const char *op : {"Add", "Sub", "Mul", "Div"}) {
+      OpDesc d = makeDesc(op, {a.desc(), b.desc()}, {{DType::F32, c.out}});
+      std::vector<Tensor> y = eval(d, {a, b});
+      ASSERT_EQ(y.size(), 1u);
+      for (int64_t i = 0; i < y[0].numel(); ++i) {
+        float x0 = a.data<float>()[bcastIndex(i, c.out, c.a)];
+        float x1 = b.data<float>()[bcastIndex(i, c.out, c.b)];
+        float want = op[0] == 'A' ? x0 + x1 : op[0] == 'S' ? x0 - x1 : op[0] == 'M' ? x0 * x1 : x0 / x1;
+        ASSERT_EQ(y[0].data<float>()[i], want) << op << " " << shapeStr(c.a) << " "
+                                               << shapeStr(c.b) << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(ElementwiseBinary, WhereBroadcastsThreeWays) {
+  Shape sc = {3, 1, 1}, sx = {1, 4, 1}, sy = {5}, so = {3, 4, 5};
+  Tensor c = fromVec<uint8_t>(DType::Bool, sc, {1, 0, 1});
+  Tensor x = randomF32(sx, 3), y = randomF32(sy, 4);
+  OpDesc d = makeDesc("Where", {c.desc(), x.desc(), y.desc()}, {{DType::F32, so}});
+  std::vector<Tensor> r = eval(d, {c, x, y});
+  ASSERT_EQ(r.size(), 1u);
+  for (int64_t i = 0; i < 60; ++i) {
+    bool cond = c.data<uint8_t>()[bcastIndex(i, so, sc)];
+    float want = cond ? x.data<float>()[bcastIndex(i, so, sx)] : y.data<float>()[bcastIndex(i, so, sy)];
+    ASSERT_EQ(r[0].data<float>()[i], want) << i;
+  }
+}
+
+TEST(ElementwiseBinary, VariadicFoldsBroadcastInputsInOrder) {
+  Tensor a = randomF32({2, 3}, 5), b = randomF32({3}, 6), c = randomF32({2, 1}, 7);
+  for (const char *op : {"Sum", "Mean", "Max", "Min"}) {
+    OpDesc d = makeDesc(op, {a.desc(), b.desc(), c.desc()}, {{DType::F32, {2, 3}}});
+    std::vector<Tensor> y = eval(d, {a, b, c});
+    ASSERT_EQ(y.size(), 1u);
+    for (int64_t i = 0; i < 6; ++i) {
+      float v0 = a.data<float>()[i], v1 = b.data<float>()[i % 3], v2 = c.data<float>()[i / 3];
+      float want = std::string(op) == "Sum"    ? (v0 + v1) + v2
+                   : std::string(op) == "Mean" ? ((v0 + v1) + v2) / 3.f
+                   : std::string(op) == "Max"  ? std::max({v0, v1, v2})
+                                               : std::min({v0, v1, v2});
+      EXPECT_EQ(y[0].data<float>()[i], want) << op << " " << i;
+    }
+  }
+}
+
+TEST(ElementwiseBinary, IntegerDivModPowSemantics) {
+  Tensor a = fromVec<int32_t>(DType::I32, {6}, {7, -7, 7, -7, INT32_MIN, 5});
+  Tensor b = fromVec<int32_t>(DType::I32, {6}, {2, 2, -2, -2, -1, 0});
+  auto run = [&](const char *op, int64_t fmod) {
+    OpDesc d = makeDesc(op, {a.desc(), b.desc()}, {{DType::I32, {6}}});
+    if (fmod >= 0)
+      d.attrs["fmod"] = Attribute::ofInt(fmod);
+    std::vector<Tensor> y = eval(d, {a, b});
+    return std::vector<int32_t>(y[0].data<int32_t>(), y[0].data<int32_t>() + 6);
+  };
+  // C truncation; x / 0 -> 0; INT_MIN / -1 wraps instead of trapping.
+  EXPECT_EQ(run("Div", -1), (std::vector<int32_t>{3, -3, -3, 3, INT32_MIN, 0}));
+  // Python mod takes the divisor's sign; fmod the dividend's.
+  EXPECT_EQ(run("Mod", 0), (std::vector<int32_t>{1, 1, -1, -1, 0, 0}));
+  EXPECT_EQ(run("Mod", 1), (std::vector<int32_t>{1, -1, 1, -1, 0, 0}));
+
+  Tensor base = fromVec<int64_t>(DType::I64, {4}, {3, -2, 2, 10});
+  Tensor ex = fromVec<int32_t>(DType::I32, {4}, {4, 3, -1, 0});
+  OpDesc d = makeDesc("Pow", {base.desc(), ex.desc()}, {{DType::I64, {4}}}, 15);
+  std::vector<Tensor> y = eval(d, {base, ex});
+  EXPECT_EQ(std::vector<int64_t>(y[0].data<int64_t>(), y[0].data<int64_t>() + 4),
+            (std::vector<int64_t>{81, -8, 0, 1}));
+}
+
+TEST(ElementwiseBinary, PReluSlopeBroadcastsToX) {
+  Tensor x = fromVec<float>(DType::F32, {2, 2}, {-1, 2, -3, 4});
+  Tensor s = fromVec<float>(DType::F32, {2}, {0.5f, 0.25f});
+  std::vector<Tensor> y = eval(makeDesc("PRelu", {x.desc(), s.desc()}, {x.desc()}), {x, s});
+  EXPECT_EQ(std::vector<float>(y[0].data<float>(), y[0].data<float>() + 4),
+            (std::vector<float>{-0.5f, 2, -1.5f, 4}));
+  // A slope larger than X does not broadcast one way.
+  Tensor big = randomF32({3, 2, 2}, 1);
+  evalError(makeDesc("PRelu", {x.desc(), big.desc()}, {big.desc()}), {x, big});
+}
+
+// ---- Unary, Cast, Clip.
+
+TEST(ElementwiseUnary, RoundHalfToEvenAndCastTruncation) {
+  Tensor x = fromVec<float>(DType::F32, {6}, {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 2.7f});
+  std::vector<Tensor> r = eval(makeDesc("Round", {x.desc()}, {x.desc()}), {x});
+  EXPECT_EQ(std::vector<float>(r[0].data<float>(), r[0].data<float>() + 6),
+            (std::vector<float>{0, 2, 2, -0.f, -2, 3}));
+
+  Tensor f = fromVec<float>(DType::F32, {5}, {-1.7f, 1.7f, 300.f, NAN, -1.f});
+  auto cast = [&](DType to) {
+    OpDesc d = makeDesc("Cast", {f.desc()}, {{to, {5}}});
+    d.attrs["to"] = Attribute::ofInt(static_cast<int64_t>(to));
+    return eval(d, {f})[0];
+  };
+  Tensor i32 = cast(DType::I32);
+  EXPECT_EQ(std::vector<int32_t>(i32.data<int32_t>(), i32.data<int32_t>() + 5),
+            (std::vector<int32_t>{-1, 1, 300, 0, -1}));
+  Tensor u8 = cast(DType::U8); // numpy: 300 -> 44, -1 -> 255
+  EXPECT_EQ(std::vector<uint8_t>(u8.data<uint8_t>(), u8.data<uint8_t>() + 5),
+            (std::vector<uint8_t>{255, 1, 44, 0, 255}));
+  Tensor bl = cast(DType::Bool); // NaN is true
+  EXPECT_EQ(std::vector<uint8_t>(bl.data<uint8_t>(), bl.data<uint8_t>() + 5),
+            (std::vector<uint8_t>{1, 1, 1, 1, 1}));
+}
+
+TEST(ElementwiseUnary, ClipReadsRuntimeAndConstantBounds) {
+  Tensor x = fromVec<float>(DType::F32, {4}, {-5, 0, 5, NAN});
+  Tensor lo = Tensor::scalarF32(-1), hi = Tensor::scalarF32(2);
+  OpDesc d = makeDesc("Clip", {x.desc(), lo.desc(), hi.desc()}, {x.desc()}, 13);
+  std::vector<Tensor> y = eval(d, {x, lo, hi}); // both at run time
+  EXPECT_EQ(y[0].data<float>()[0], -1);
+  EXPECT_EQ(y[0].data<float>()[2], 2);
+  EXPECT_TRUE(std::isnan(y[0].data<float>()[3]));
+  d.constInputs = {Tensor(), Tensor(), Tensor::scalarF32(1)}; // max constant
+  y = eval(d, {x, lo, Tensor()});
+  EXPECT_EQ(y[0].data<float>()[2], 1);
+  // min > max: everything becomes max.
+  Tensor lo9 = Tensor::scalarF32(9);
+  y = eval(makeDesc("Clip", {x.desc(), lo9.desc(), hi.desc()}, {x.desc()}, 13), {x, lo9, hi});
+  EXPECT_EQ(y[0].data<float>()[0], 2);
+}
+
+// ---- Reductions.
+
+/// Naive double reference of ReduceSum / ReduceMax over `axes`.
+std::vector<double> naiveReduce(const Tensor &x, const std::vector<int64_t> &axes, bool max) {
+  const Shape &s = x.shape();
+  Shape out = s;
+  for (int64_t a : axes)
+    out[a] = 1;
+  std::vector<double> r(static_cast<size_t>(numElements(out)),
+                        max ? -INFINITY : 0.0);
+  std::vector<int64_t> st = rowMajorStrides(out);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    int64_t rem = i, o = 0;
+    for (int64_t d = static_cast<int64_t>(s.size()) - 1; d >= 0; --d) {
+      int64_t c = rem % s[d];
+      rem /= s[d];
+      if (out[d] != 1)
+        o += c * st[d];
+    }
+    double v = x.data<float>()[i];
+    r[o] = max ? std::max(r[o], v) : r[o] + v;
+  }
+  return r;
+}
+
+TEST(Reduce, GeometriesMatchNaiveReference) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> axes;
+  };
+  const Case cases[] = {
+      {{7, 9}, {1}},          {{7, 9}, {0}},          {{4, 5, 6}, {0, 2}},
+      {{4, 5, 6}, {1}},       {{3, 4, 5, 6}, {1, 3}}, {{3, 4, 5, 6}, {0, 2}},
+      {{2, 1, 3}, {1}},       {{300000}, {0}},        {{2, 70000}, {1}},
+      {{5}, {}},              {{2, 3, 200}, {0, 1, 2}},
+  };
+  for (const Case &c : cases) {
+    Tensor x = randomF32(c.shape, 11);
+    std::vector<int64_t> axes = c.axes;
+    if (axes.empty())
+      for (int64_t i = 0; i < static_cast<int64_t>(c.shape.size()); ++i)
+        axes.push_back(i);
+    Shape out = c.shape;
+    for (int64_t a : axes)
+      out[a] = 1;
+    for (const char *op : {"ReduceSum", "ReduceMax"}) {
+      OpDesc d = makeDesc(op, {x.desc()}, {{DType::F32, out}}, 11);
+      if (!c.axes.empty())
+        d.attrs["axes"] = Attribute::ofInts(c.axes);
+      std::vector<Tensor> y = eval(d, {x});
+      ASSERT_EQ(y.size(), 1u);
+      std::vector<double> want = naiveReduce(x, axes, op[6] == 'M');
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(y[0].data<float>()[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+            << op << " " << shapeStr(c.shape) << " at " << i;
+    }
+  }
+}
+
+TEST(Reduce, AxesInputMustBeConstant) {
+  Tensor x = randomF32({2, 3}, 1);
+  Tensor axes = Tensor::fromInts({1});
+  OpDesc d = makeDesc("ReduceSum", {x.desc(), axes.desc()}, {{DType::F32, {2, 1}}}, 13);
+  std::string msg = evalError(d, {x, axes});
+  EXPECT_NE(msg.find("constant"), std::string::npos) << msg;
+  d.constInputs = {Tensor(), axes};
+  std::vector<Tensor> y = eval(d, {x, axes});
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_FLOAT_EQ(y[0].data<float>()[0],
+                  x.data<float>()[0] + x.data<float>()[1] + x.data<float>()[2]);
+}
+
+TEST(Reduce, ArgMaxSelectLastIndex) {
+  Tensor x = fromVec<float>(DType::F32, {2, 3}, {1, 5, 5, 7, 2, 7});
+  OpDesc d = makeDesc("ArgMax", {x.desc()}, {{DType::I64, {2}}}, 12);
+  d.attrs["axis"] = Attribute::ofInt(1);
+  d.attrs["keepdims"] = Attribute::ofInt(0);
+  std::vector<Tensor> y = eval(d, {x});
+  EXPECT_EQ(y[0].data<int64_t>()[0], 1);
+  EXPECT_EQ(y[0].data<int64_t>()[1], 0);
+  d.attrs["select_last_index"] = Attribute::ofInt(1);
+  y = eval(d, {x});
+  EXPECT_EQ(y[0].data<int64_t>()[0], 2);
+  EXPECT_EQ(y[0].data<int64_t>()[1], 2);
+}
+
+// ---- Thread-count invariance.
+
+TEST(ThreadInvariance, ReductionsSoftmaxAndElementwise) {
+  Tensor big = randomF32({1 << 20}, 21);
+  Tensor mat = randomF32({512, 1024}, 22);
+  Tensor t4 = randomF32({16, 64, 8, 64}, 23);
+  auto reduce = [](const char *op, const Tensor &x, std::vector<int64_t> axes, Shape out) {
+    OpDesc d = makeDesc(op, {x.desc()}, {{DType::F32, std::move(out)}}, 11);
+    d.attrs["axes"] = Attribute::ofInts(std::move(axes));
+    return d;
+  };
+  expectThreadInvariant(reduce("ReduceSum", big, {0}, {1}), {big});
+  expectThreadInvariant(reduce("ReduceSum", mat, {0}, {1, 1024}), {mat});
+  expectThreadInvariant(reduce("ReduceMean", mat, {1}, {512, 1}), {mat});
+  expectThreadInvariant(reduce("ReduceLogSumExp", t4, {1, 3}, {16, 1, 8, 1}), {t4});
+  expectThreadInvariant(reduce("ReduceL2", t4, {0, 2}, {1, 64, 1, 64}), {t4});
+  for (const char *op : {"Softmax", "LogSoftmax"}) {
+    OpDesc d = makeDesc(op, {t4.desc()}, {t4.desc()}, 13);
+    d.attrs["axis"] = Attribute::ofInt(1);
+    expectThreadInvariant(d, {t4});
+    d.attrs["axis"] = Attribute::ofInt(-1);
+    expectThreadInvariant(d, {t4});
+  }
+  expectThreadInvariant(makeDesc("Exp", {mat.desc()}, {mat.desc()}), {mat});
+  Tensor row = randomF32({1024}, 24);
+  expectThreadInvariant(makeDesc("Sum", {mat.desc(), row.desc(), mat.desc()}, {mat.desc()}),
+                        {mat, row, mat});
+  OpDesc arg = makeDesc("ArgMin", {mat.desc()}, {{DType::I64, {1, 1024}}}, 13);
+  expectThreadInvariant(arg, {mat});
+}
+
+// ---- Dropout.
+
+OpDesc dropoutDesc(const Shape &s, bool mask = true) {
+  std::vector<TensorDesc> outs = {{DType::F32, s}};
+  if (mask)
+    outs.push_back({DType::Bool, s});
+  OpDesc d = makeDesc("Dropout", {{DType::F32, s}, {DType::F32, {}}}, outs, 13);
+  d.constInputs = {Tensor(), Tensor::scalarF32(0.3f)};
+  return d;
+}
+
+TEST(Dropout, PhiloxMatchesRandom123KnownAnswers) {
+  auto r = ew::philox4x32_10({0, 0, 0, 0}, {0, 0});
+  EXPECT_EQ(r, (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  r = ew::philox4x32_10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+                        {0xa4093822u, 0x299f31d0u});
+  EXPECT_EQ(r, (std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(Dropout, InferenceIsIdentityWithTrueMask) {
+  Tensor x = randomF32({100}, 31);
+  std::vector<Tensor> y = eval(dropoutDesc({100}), {x, Tensor::scalarF32(0.3f)});
+  EXPECT_TRUE(y[0].identical(x));
+  for (int64_t i = 0; i < 100; ++i)
+    EXPECT_EQ(y[1].data<uint8_t>()[i], 1);
+}
+
+TEST(Dropout, MaskIsKeyedDeterministicAndNearRatio) {
+  const int64_t n = 200003;
+  Tensor x = randomF32({n}, 32, 0.5f, 1.5f);
+  OpDesc d = dropoutDesc({n});
+  ExecContext ctx;
+  ctx.training = true;
+  ctx.seed = 42;
+  ctx.step = 7;
+  ctx.microBatch = 1;
+  auto run = [&](ExecContext c, uint64_t node = 0) {
+    auto k = createKernel(d);
+    EXPECT_TRUE(k.isOk());
+    (*k)->nodeId = node;
+    Tensor y(DType::F32, {n}), m(DType::Bool, {n});
+    Tensor ratio = Tensor::scalarF32(0.3f);
+    const void *in[] = {x.raw(), ratio.raw()};
+    void *out[] = {y.raw(), m.raw()};
+    Status s = (*k)->run(c, in, out);
+    EXPECT_TRUE(s.isOk()) << s.message();
+    return std::make_pair(y, m);
+  };
+  auto [y1, m1] = run(ctx);
+  auto [y2, m2] = run(ctx);
+  EXPECT_TRUE(y1.identical(y2));
+  EXPECT_TRUE(m1.identical(m2));
+
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bool keep = m1.data<uint8_t>()[i];
+    dropped += !keep;
+    float want = keep ? x.data<float>()[i] * static_cast<float>(1.0 / 0.7) : 0.f;
+    ASSERT_EQ(y1.data<float>()[i], want) << i;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / n, 0.3, 0.005);
+
+  auto differs = [&](const Tensor &a, const Tensor &b) {
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n; ++i)
+      diff += a.data<uint8_t>()[i] != b.data<uint8_t>()[i];
+    return diff > n / 10; // independent masks differ in ~42% of elements
+  };
+  ExecContext other = ctx;
+  other.microBatch = 2;
+  EXPECT_TRUE(differs(m1, run(other).second));
+  other = ctx;
+  other.step = 8;
+  EXPECT_TRUE(differs(m1, run(other).second));
+  other = ctx;
+  other.seed = 43;
+  EXPECT_TRUE(differs(m1, run(other).second));
+  EXPECT_TRUE(differs(m1, run(ctx, 5).second));
+
+  // Thread count does not change the mask.
+  expectThreadInvariant(d, {x, Tensor::scalarF32(0.3f)}, ctx);
+}
+
+TEST(Dropout, TrainingModeInputOverridesContext) {
+  Tensor x = randomF32({1000}, 33);
+  OpDesc d = dropoutDesc({1000});
+  d.inputs.push_back({DType::Bool, {}});
+  Tensor no = fromVec<uint8_t>(DType::Bool, {}, {0});
+  d.constInputs.push_back(no);
+  ExecContext ctx;
+  ctx.training = true;
+  std::vector<Tensor> y = eval(d, {x, Tensor::scalarF32(0.3f), no}, ctx);
+  EXPECT_TRUE(y[0].identical(x)); // constant false wins over ctx.training
+  Tensor yes = fromVec<uint8_t>(DType::Bool, {}, {1});
+  d.constInputs[2] = Tensor(); // now read at run time
+  y = eval(d, {x, Tensor::scalarF32(0.3f), yes}, ExecContext{});
+  EXPECT_FALSE(y[0].identical(x));
+}
+
+// ---- Bad descriptions are errors, not crashes.
+
+TEST(BadDesc, FactoriesReturnErrors) {
+  TensorDesc f23{DType::F32, {2, 3}}, i23{DType::I32, {2, 3}}, f3{DType::F32, {3}};
+  // Input types differ.
+  evalError(makeDesc("Add", {f23, i23}, {f23}), {Tensor(f23), Tensor(i23)});
+  // Output shape is not the broadcast shape.
+  evalError(makeDesc("Mul", {f23, f3}, {f3}), {Tensor(f23), Tensor(f3)});
+  // Shapes do not broadcast.
+  TensorDesc f4{DType::F32, {4}};
+  evalError(makeDesc("Sub", {f23, f4}, {f23}), {Tensor(f23), Tensor(f4)});
+  // Missing input / output.
+  evalError(makeDesc("Add", {f23}, {f23}), {Tensor(f23)});
+  evalError(makeDesc("Relu", {f23}, {}), {Tensor(f23)});
+  // Float-only op on integers; bool-only op on floats.
+  evalError(makeDesc("Exp", {i23}, {i23}), {Tensor(i23)});
+  evalError(makeDesc("And", {f23, f23}, {{DType::Bool, {2, 3}}}), {Tensor(f23), Tensor(f23)});
+  // Comparison output must be bool.
+  evalError(makeDesc("Less", {f23, f23}, {f23}), {Tensor(f23), Tensor(f23)});
+  // Unsupported element type.
+  TensorDesc h23{DType::F16, {2, 3}};
+  evalError(makeDesc("Abs", {h23}, {h23}), {Tensor(h23)});
+  OpDesc cast = makeDesc("Cast", {f23}, {h23});
+  cast.attrs["to"] = Attribute::ofInt(static_cast<int64_t>(DType::F16));
+  evalError(cast, {Tensor(f23)});
+  OpDesc castNoTo = makeDesc("Cast", {f23}, {i23});
+  evalError(castNoTo, {Tensor(f23)});
+  // Axis out of range.
+  OpDesc sm = makeDesc("Softmax", {f23}, {f23}, 13);
+  sm.attrs["axis"] = Attribute::ofInt(2);
+  evalError(sm, {Tensor(f23)});
+  OpDesc rs = makeDesc("ReduceSum", {f23}, {{DType::F32, {2, 1}}}, 11);
+  rs.attrs["axes"] = Attribute::ofInts({1, -1}); // the same axis twice
+  evalError(rs, {Tensor(f23)});
+  rs.attrs["axes"] = Attribute::ofInts({1});
+  rs.outputs = {{DType::F32, {2}}}; // keepdims=1 keeps the axis
+  evalError(rs, {Tensor(f23)});
+  // ArgMax over an empty axis has no answer.
+  TensorDesc e{DType::F32, {2, 0}};
+  OpDesc am = makeDesc("ArgMax", {e}, {{DType::I64, {2, 1}}});
+  am.attrs["axis"] = Attribute::ofInt(1);
+  evalError(am, {Tensor(e)});
+  // Clip bound of another type.
+  TensorDesc i0{DType::I32, {}};
+  evalError(makeDesc("Clip", {f23, i0}, {f23}, 13), {Tensor(f23), Tensor(i0)});
+  // Dropout ratio outside [0, 1], given at run time.
+  OpDesc dr = dropoutDesc({2, 3}, false);
+  dr.constInputs.clear();
+  ExecContext ctx;
+  ctx.training = true;
+  std::string msg = evalError(dr, {Tensor(f23), Tensor::scalarF32(1.5f)}, ctx);
+  EXPECT_NE(msg.find("ratio"), std::string::npos) << msg;
+  // Gelu with an unknown approximation.
+  OpDesc g = makeDesc("Gelu", {f23}, {f23}, 20);
+  g.attrs["approximate"] = Attribute::ofString("fast");
+  evalError(g, {Tensor(f23)});
+}
+
+} // namespace
