@@ -23,6 +23,8 @@ namespace pipec::frontend {
 struct ImportOptions {
   /// Binds the leading dimension of every graph input whose first
   /// dimension is symbolic (dim_param or unset) — the batch axis (-b/--batch).
+  /// A dim_param it binds is bound wherever else it appears, since one name
+  /// means one size.
   std::optional<int64_t> batch;
   /// Binds symbolic dimensions by name (--dim name=value); wins over batch.
   std::map<std::string, int64_t> dims;

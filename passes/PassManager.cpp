@@ -74,7 +74,8 @@ Status PassManager::run(ir::Graph &g) {
     if (opts_.verifyEach) {
       // Types are required once shapes have been inferred.
       ir::VerifyOptions vo;
-      vo.requireTypes = std::all_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node *n) {
+      std::vector<ir::Node *> nodes = g.nodes();
+      vo.requireTypes = std::all_of(nodes.begin(), nodes.end(), [](const ir::Node *n) {
         return std::all_of(n->outputs().begin(), n->outputs().end(),
                            [](const ir::Value *v) { return v->typeKnown(); });
       });

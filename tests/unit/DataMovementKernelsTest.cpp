@@ -26,7 +26,7 @@ namespace {
 OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<TensorDesc> out,
                 int64_t opset = 17) {
   OpDesc d;
-  d.name = "n";
+  d.name = std::string("n"); // not a literal: GCC 12 -Wrestrict false positive
   d.opType = op;
   d.opset = opset;
   d.inputs = std::move(in);

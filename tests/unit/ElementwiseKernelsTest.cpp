@@ -214,6 +214,28 @@ TEST(ElementwiseUnary, RoundHalfToEvenAndCastTruncation) {
             (std::vector<uint8_t>{1, 1, 1, 1, 1}));
 }
 
+// ONNX 1.12's node tests predate Gelu (opset 20) and Mish (opset 18).
+TEST(ElementwiseUnary, GeluAndMishMatchDoubleReference) {
+  Tensor x = fromVec<float>(DType::F32, {3}, {-1.f, 1.f, 3.f});
+  auto run = [&](const char *op, const char *approx) {
+    OpDesc d = makeDesc(op, {x.desc()}, {x.desc()}, 20);
+    if (approx)
+      d.attrs["approximate"] = Attribute::ofString(approx);
+    return eval(d, {x})[0];
+  };
+  Tensor gelu = run("Gelu", nullptr), geluTanh = run("Gelu", "tanh"), mish = run("Mish", nullptr);
+  for (int i = 0; i < 3; ++i) {
+    double v = x.data<float>()[i];
+    double erfRef = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    double tanhRef = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    double mishRef = v * std::tanh(std::log1p(std::exp(v)));
+    EXPECT_NEAR(gelu.data<float>()[i], erfRef, 1e-6) << v;
+    EXPECT_NEAR(geluTanh.data<float>()[i], tanhRef, 1e-6) << v;
+    EXPECT_NEAR(mish.data<float>()[i], mishRef, 1e-6) << v;
+  }
+  EXPECT_NE(gelu.data<float>()[0], geluTanh.data<float>()[0]);
+}
+
 TEST(ElementwiseUnary, ClipReadsRuntimeAndConstantBounds) {
   Tensor x = fromVec<float>(DType::F32, {4}, {-5, 0, 5, NAN});
   Tensor lo = Tensor::scalarF32(-1), hi = Tensor::scalarF32(2);

@@ -5,8 +5,9 @@
 // spatial dimensions. f32 with 1-3 spatial dimensions runs a oneDNN
 // convolution_forward primitive created in the factory, on the plain
 // (NC[D]HW / [G]OI[D]HW) layouts the graph uses. Everything else (f64, rank
-// > 5, a case oneDNN declines) runs im2col + GEMM per image and group; the
-// im2col loop fills independent rows in parallel and the GEMM is BLAS's.
+// > 5, a case oneDNN declines) runs im2col + a GEMM batched over groups per
+// image; im2col fills independent rows in parallel and LinalgBatchedGemm
+// tiles the GEMM independently of the thread count.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
@@ -22,13 +23,13 @@ struct ConvGeom {
   int64_t inSpatial = 1, outSpatial = 1, kernelSize = 1;
 };
 
-/// Unrolls one image's channels [c0, c0 + C/G) into col, a
-/// [(C/G) * kernelSize, outSpatial] matrix (zero where the window is in
-/// the padding).
+/// Unrolls `channels` channels of one image into col, a
+/// [channels * kernelSize, outSpatial] matrix (zero where the window is in
+/// the padding); group g's rows start at g * (C/G) * kernelSize.
 template <typename T>
-void im2col(const ConvGeom &g, const T *x, int64_t cPerGroup, T *col) {
+void im2col(const ConvGeom &g, const T *x, int64_t channels, T *col) {
   size_t nd = g.dims.size();
-  int64_t rows = cPerGroup * g.kernelSize;
+  int64_t rows = channels * g.kernelSize;
 #pragma omp parallel for schedule(static) if (rows * g.outSpatial > 32768)
   for (int64_t r = 0; r < rows; ++r) {
     int64_t c = r / g.kernelSize, kidx = r % g.kernelSize;
@@ -79,11 +80,22 @@ void im2col(const ConvGeom &g, const T *x, int64_t cPerGroup, T *col) {
 template <typename T> class ConvLoopKernel final : public Kernel {
 public:
   ConvLoopKernel(ConvGeom g, bool hasBias) : g_(std::move(g)), hasBias_(hasBias) {
-    int64_t cg = g_.C / g_.G;
+    int64_t cg = g_.C / g_.G, mg = g_.M / g_.G, kdim = cg * g_.kernelSize;
     direct_ = true; // 1x1, stride 1, no padding: X is its own im2col matrix.
     for (const LinalgWindowDim &w : g_.dims)
       direct_ &= w.kernel == 1 && w.stride == 1 && w.padBegin == 0 && w.padEnd == 0;
-    colBytes_ = direct_ ? 0 : linalgRoundUp(cg * g_.kernelSize * g_.outSpatial * sizeof(T));
+    colBytes_ = direct_ ? 0 : linalgRoundUp(g_.C * g_.kernelSize * g_.outSpatial * sizeof(T));
+    // Y_g [mg, out] = W_g [mg, kdim] * col_g [kdim, out], batched over groups.
+    gemm_.M = mg;
+    gemm_.N = g_.outSpatial;
+    gemm_.K = kdim;
+    gemm_.lda = kdim;
+    gemm_.ldb = gemm_.ldc = g_.outSpatial;
+    for (int64_t grp = 0; grp < g_.G; ++grp) {
+      gemm_.aOff.push_back(grp * mg * kdim);
+      gemm_.bOff.push_back(grp * kdim * g_.outSpatial);
+      gemm_.cOff.push_back(grp * mg * g_.outSpatial);
+    }
   }
   size_t workspaceBytes() const override { return colBytes_; }
 
@@ -95,19 +107,12 @@ public:
       return errorf("Conv: bias is missing at run time");
     T *y = static_cast<T *>(out[0]);
     T *col = reinterpret_cast<T *>(linalgAlign(ctx.workspace));
-    int64_t cg = g_.C / g_.G, mg = g_.M / g_.G, kdim = cg * g_.kernelSize;
-    for (int64_t n = 0; n < g_.N; ++n)
-      for (int64_t grp = 0; grp < g_.G; ++grp) {
-        const T *xg = x + (n * g_.C + grp * cg) * g_.inSpatial;
-        const T *b = xg;
-        if (!direct_) {
-          im2col(g_, xg, cg, col);
-          b = col;
-        }
-        T *yg = y + (n * g_.M + grp * mg) * g_.outSpatial;
-        linalgGemm<T>(false, false, mg, g_.outSpatial, kdim, T(1), w + grp * mg * kdim, kdim, b,
-                      g_.outSpatial, T(0), yg, g_.outSpatial);
-      }
+    for (int64_t n = 0; n < g_.N; ++n) {
+      const T *xn = x + n * g_.C * g_.inSpatial;
+      if (!direct_)
+        im2col(g_, xn, g_.C, col);
+      gemm_.run(w, direct_ ? xn : col, y + n * g_.M * g_.outSpatial);
+    }
     if (bias) {
       int64_t planes = g_.N * g_.M;
 #pragma omp parallel for schedule(static) if (planes * g_.outSpatial > 32768)
@@ -126,6 +131,7 @@ private:
   bool hasBias_ = false;
   bool direct_ = false;
   size_t colBytes_ = 0;
+  LinalgBatchedGemm<T> gemm_;
 };
 
 class ConvDnnlKernel final : public Kernel {

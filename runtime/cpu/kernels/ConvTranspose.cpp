@@ -11,9 +11,9 @@
 //
 // f32 with 1-3 spatial dimensions runs oneDNN deconvolution_forward with
 // ONNX's weight layout described by strides (no reorder in our code). The
-// fallback computes col = W_g^T X_g with one GEMM per image and group and
-// scatters col into the output (col2im), in parallel over output channels
-// only, so each output element accumulates in a fixed order.
+// fallback computes col = W_g^T X_g per image (a GEMM batched over groups)
+// and scatters col into the output (col2im), in parallel over output
+// channels only, so each output element accumulates in a fixed order.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
@@ -31,7 +31,20 @@ struct DeconvGeom {
 template <typename T> class ConvTransposeLoopKernel final : public Kernel {
 public:
   ConvTransposeLoopKernel(DeconvGeom g, bool hasBias) : g_(std::move(g)), hasBias_(hasBias) {
-    colBytes_ = linalgRoundUp((g_.M / g_.G) * g_.kernelSize * g_.inSpatial * sizeof(T));
+    int64_t cg = g_.C / g_.G, mg = g_.M / g_.G, rows = mg * g_.kernelSize;
+    colBytes_ = linalgRoundUp(g_.M * g_.kernelSize * g_.inSpatial * sizeof(T));
+    // col_g [mg * k, in] = W_g^T [mg * k, cg] * X_g [cg, in], batched over groups.
+    gemm_.ta = true;
+    gemm_.M = rows;
+    gemm_.N = g_.inSpatial;
+    gemm_.K = cg;
+    gemm_.lda = rows;
+    gemm_.ldb = gemm_.ldc = g_.inSpatial;
+    for (int64_t grp = 0; grp < g_.G; ++grp) {
+      gemm_.aOff.push_back(grp * cg * rows);
+      gemm_.bOff.push_back(grp * cg * g_.inSpatial);
+      gemm_.cOff.push_back(grp * rows * g_.inSpatial);
+    }
   }
   size_t workspaceBytes() const override { return colBytes_; }
 
@@ -43,47 +56,42 @@ public:
       return errorf("ConvTranspose: bias is missing at run time");
     T *y = static_cast<T *>(out[0]);
     T *col = reinterpret_cast<T *>(linalgAlign(ctx.workspace));
-    int64_t cg = g_.C / g_.G, mg = g_.M / g_.G, rows = mg * g_.kernelSize;
     size_t nd = g_.dims.size();
-    for (int64_t n = 0; n < g_.N; ++n)
-      for (int64_t grp = 0; grp < g_.G; ++grp) {
-        // col [mg * k, inSpatial] = W_g^T [mg * k, cg] * X_g [cg, inSpatial].
-        const T *xg = x + (n * g_.C + grp * cg) * g_.inSpatial;
-        const T *wg = w + grp * cg * rows;
-        linalgGemm<T>(true, false, rows, g_.inSpatial, cg, T(1), wg, rows, xg, g_.inSpatial,
-                      T(0), col, g_.inSpatial);
-        T *yg = y + (n * g_.M + grp * mg) * g_.outSpatial;
-#pragma omp parallel for schedule(static) if (rows * g_.inSpatial > 32768)
-        for (int64_t m = 0; m < mg; ++m) {
-          T *ym = yg + m * g_.outSpatial;
-          std::fill(ym, ym + g_.outSpatial, bias ? bias[grp * mg + m] : T(0));
-          for (int64_t kidx = 0; kidx < g_.kernelSize; ++kidx) {
-            int64_t koff[8], rem = kidx;
-            for (size_t k = nd; k-- > 0;) {
-              koff[k] = rem % g_.dims[k].kernel * g_.dims[k].dilation - g_.dims[k].padBegin;
-              rem /= g_.dims[k].kernel;
+    for (int64_t n = 0; n < g_.N; ++n) {
+      gemm_.run(w, x + n * g_.C * g_.inSpatial, col);
+      T *yn = y + n * g_.M * g_.outSpatial;
+      // col2im: each output channel gathers its own rows of col.
+#pragma omp parallel for schedule(static) if (g_.M * g_.kernelSize * g_.inSpatial > 32768)
+      for (int64_t m = 0; m < g_.M; ++m) {
+        T *ym = yn + m * g_.outSpatial;
+        std::fill(ym, ym + g_.outSpatial, bias ? bias[m] : T(0));
+        for (int64_t kidx = 0; kidx < g_.kernelSize; ++kidx) {
+          int64_t koff[8], rem = kidx;
+          for (size_t k = nd; k-- > 0;) {
+            koff[k] = rem % g_.dims[k].kernel * g_.dims[k].dilation - g_.dims[k].padBegin;
+            rem /= g_.dims[k].kernel;
+          }
+          const T *c = col + (m * g_.kernelSize + kidx) * g_.inSpatial;
+          int64_t i[8] = {0};
+          for (int64_t p = 0; p < g_.inSpatial; ++p) {
+            int64_t off = 0;
+            bool inside = true;
+            for (size_t k = 0; k < nd; ++k) {
+              int64_t o = i[k] * g_.dims[k].stride + koff[k];
+              inside &= o >= 0 && o < g_.dims[k].out;
+              off = off * g_.dims[k].out + o;
             }
-            const T *c = col + (m * g_.kernelSize + kidx) * g_.inSpatial;
-            int64_t i[8] = {0};
-            for (int64_t p = 0; p < g_.inSpatial; ++p) {
-              int64_t off = 0;
-              bool inside = true;
-              for (size_t k = 0; k < nd; ++k) {
-                int64_t o = i[k] * g_.dims[k].stride + koff[k];
-                inside &= o >= 0 && o < g_.dims[k].out;
-                off = off * g_.dims[k].out + o;
-              }
-              if (inside)
-                ym[off] += c[p];
-              for (size_t k = nd; k-- > 0;) {
-                if (++i[k] < g_.dims[k].in)
-                  break;
-                i[k] = 0;
-              }
+            if (inside)
+              ym[off] += c[p];
+            for (size_t k = nd; k-- > 0;) {
+              if (++i[k] < g_.dims[k].in)
+                break;
+              i[k] = 0;
             }
           }
         }
       }
+    }
     return Status::ok();
   }
 
@@ -91,6 +99,7 @@ private:
   DeconvGeom g_;
   bool hasBias_;
   size_t colBytes_ = 0;
+  LinalgBatchedGemm<T> gemm_;
 };
 
 class ConvTransposeDnnlKernel final : public Kernel {

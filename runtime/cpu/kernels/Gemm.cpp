@@ -20,13 +20,13 @@ public:
   T alpha = T(1), beta = T(0);
   bool hasC = false;
   int64_t cStrideM = 0, cStrideN = 0; ///< strides of C broadcast to [M,N]
+  LinalgBatchedGemm<T> gemm, gemmWithC; ///< beta 0, and beta for Y = C
 
   Status run(ExecContext &, const void *const *in, void *const *out) override {
     const T *A = static_cast<const T *>(in[0]);
     const T *B = static_cast<const T *>(in[1]);
     const T *C = hasC ? static_cast<const T *>(in[2]) : nullptr;
     T *Y = static_cast<T *>(out[0]);
-    T b = T(0);
     if (hasC && beta != T(0)) {
       if (!C)
         return errorf("Gemm: input C is missing at run time");
@@ -38,9 +38,10 @@ public:
         else
           std::copy(crow, crow + N, row);
       }
-      b = beta;
+      gemmWithC.run(A, B, Y);
+    } else {
+      gemm.run(A, B, Y);
     }
-    linalgGemm<T>(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, b, Y, N);
     return Status::ok();
   }
 };
@@ -77,6 +78,19 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
     k->cStrideM = st[0];
     k->cStrideN = st[1];
   }
+  LinalgBatchedGemm<T> &g = k->gemm;
+  g.ta = k->ta;
+  g.tb = k->tb;
+  g.M = k->M;
+  g.N = k->N;
+  g.K = k->K;
+  g.lda = k->ta ? k->M : k->K;
+  g.ldb = k->tb ? k->K : k->N;
+  g.ldc = k->N;
+  g.alpha = k->alpha;
+  g.aOff = g.bOff = g.cOff = {0};
+  k->gemmWithC = g;
+  k->gemmWithC.beta = k->beta;
   return KernelPtr(std::move(k));
 }
 

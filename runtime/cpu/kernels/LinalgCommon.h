@@ -89,9 +89,9 @@ void linalgGemmLoop(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
     }
 }
 
-/// Row-major GEMM: cblas_sgemm / cblas_dgemm for floating point (threaded by
-/// OpenBLAS unless called inside an OpenMP parallel region), the loop above
-/// otherwise.
+/// One row-major GEMM call: cblas_sgemm / cblas_dgemm for floating point,
+/// the loop above otherwise. Kernels use LinalgBatchedGemm, which makes
+/// sure BLAS runs this call on the calling thread only.
 template <typename T>
 void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,
                 int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
@@ -119,37 +119,73 @@ void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
   }
 }
 
-/// A batch of GEMMs C[b] = op(A[b]) * op(B[b]) with per-batch element
-/// offsets. Large products run one after another with BLAS threading inside;
-/// many small ones run in parallel over the batch, one thread each. Either
-/// way every output element is computed by one single-threaded dot product
-/// order, so the result does not depend on the thread count (verified for
-/// OpenBLAS in LinalgKernelsTest).
+/// A batch of GEMMs C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] with
+/// per-batch element offsets, run deterministically in parallel.
+///
+/// OpenBLAS's own threading changes results with the thread count (its
+/// threaded driver blocks K differently; LinalgKernelsTest measures this),
+/// so every BLAS call made here is single-threaded, and the parallelism is
+/// ours: each GEMM is cut into tiles of C whose sizes depend on the shape
+/// only (>= 8 MFLOP, rows in chunks >= 128, columns in chunks >= 256, at
+/// most 16 tiles), and the tiles of all batches are spread over the
+/// threads. Each output element is then computed by the same BLAS call
+/// whatever the thread count. Tiles this coarse cost little against one
+/// big call (measured: within noise for 1024^3).
 template <typename T> struct LinalgBatchedGemm {
   bool ta = false, tb = false;
   int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
+  T alpha = T(1), beta = T(0);
   std::vector<int64_t> aOff, bOff, cOff;
 
   void run(const T *A, const T *B, T *C) const {
     int64_t batch = static_cast<int64_t>(cOff.size());
-    double work = double(M) * double(N) * double(K);
-    bool tiny = work <= 512.0;
-    if (batch > 1 && work < double(1 << 18)) {
-#pragma omp parallel for schedule(static) if (batch * work > 32768.0)
-      for (int64_t b = 0; b < batch; ++b) {
-        if (tiny)
-          linalgGemmLoop<T>(ta, tb, M, N, K, T(1), A + aOff[b], lda, B + bOff[b], ldb,
-                            T(0), C + cOff[b], ldc);
-        else
-          linalgGemm<T>(ta, tb, M, N, K, T(1), A + aOff[b], lda, B + bOff[b], ldb, T(0),
-                        C + cOff[b], ldc);
-      }
+    if (batch == 0 || M == 0 || N == 0)
+      return;
+    double work = 2.0 * double(M) * double(N) * double(K);
+    int64_t target = static_cast<int64_t>(std::clamp(work / 8e6, 1.0, 16.0));
+    int64_t tm = std::clamp<int64_t>(M / 128, 1, target);
+    int64_t tn = std::clamp<int64_t>(N / 256, 1, (target + tm - 1) / tm);
+    int64_t mc = roundUp16((M + tm - 1) / tm), nc = roundUp16((N + tn - 1) / tn);
+    tm = (M + mc - 1) / mc;
+    tn = (N + nc - 1) / nc;
+    int64_t perGemm = tm * tn, total = batch * perGemm;
+    bool tiny = work <= 2048.0;
+    auto tile = [&](int64_t t) {
+      int64_t b = t / perGemm, r = t % perGemm;
+      int64_t m0 = r / tn * mc, n0 = r % tn * nc;
+      int64_t m1 = std::min(M, m0 + mc), n1 = std::min(N, n0 + nc);
+      const T *a = A + aOff[b] + (ta ? m0 : m0 * lda);
+      const T *bm = B + bOff[b] + (tb ? n0 * ldb : n0);
+      T *c = C + cOff[b] + m0 * ldc + n0;
+      if (tiny)
+        linalgGemmLoop<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc);
+      else
+        linalgGemm<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc);
+    };
+    int threads = omp_get_max_threads();
+    if (total == 1 || threads == 1 || double(batch) * work < 65536.0) {
+      // One thread: keep BLAS from threading the call itself.
+      if (threads != 1)
+        omp_set_num_threads(1);
+      for (int64_t t = 0; t < total; ++t)
+        tile(t);
+      if (threads != 1)
+        omp_set_num_threads(threads);
       return;
     }
-    for (int64_t b = 0; b < batch; ++b)
-      linalgGemm<T>(ta, tb, M, N, K, T(1), A + aOff[b], lda, B + bOff[b], ldb, T(0),
-                    C + cOff[b], ldc);
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, total)))
+    {
+      // Per-task setting: BLAS calls inside run on this thread only, even
+      // when the team has one thread and the region is inactive.
+      omp_set_num_threads(1);
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < total; ++t)
+        tile(t);
+    }
   }
+
+private:
+  static int64_t roundUp16(int64_t v) { return (v + 15) / 16 * 16; }
 };
 
 /// Broadcasts batch shapes `a` and `b` (numpy rules, right-aligned) into

@@ -1,0 +1,321 @@
+//===- tests/conformance/ConformanceRunner.cpp - ONNX backend tests -------===//
+//
+// pipec-conformance [--data DIR] [--filter SUBSTR] [--verbose]
+// Runs ONNX's own backend test data (Debian package libonnx-testdata:
+// node/, pytorch-converted/, pytorch-operator/, simple/) through the whole
+// compiler and runtime: import (inputs that decide shapes frozen to their
+// test values, symbolic dimensions bound to the test inputs' sizes), the
+// default pass pipeline, partition, plan emission into a temporary
+// directory, piperun's Session, and a comparison with the expected outputs
+// at ONNX's tolerances (rtol 1e-3, atol 1e-7). Prints a line per failure and
+// per skip with its reason, then 'N passed, N failed, N skipped'.
+//
+// A test is skipped only when it uses an op outside the supported set, a
+// data type pipec does not compute with, or random data that cannot be
+// reproduced (dropout masks drawn from numpy's generator).
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/PlanEmitter.h"
+#include "frontend/OnnxImporter.h"
+#include "frontend/OnnxProto.h"
+#include "ir/Verifier.h"
+#include "partitioner/Partitioner.h"
+#include "passes/PassManager.h"
+#include "runtime/Session.h"
+#include "runtime/cpu/Kernel.h"
+#include "support/FileIO.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+using namespace pipec;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  enum Kind { Pass, Fail, Skip } kind;
+  std::string reason;
+};
+
+Expected<Tensor> loadPb(const std::string &path) {
+  PIPEC_ASSIGN(std::string bytes, readFile(path));
+  onnx::TensorProto t;
+  if (!t.ParseFromString(bytes))
+    return errorf("cannot parse '", path, "' as a TensorProto");
+  return frontend::tensorFromProto(t, dirName(path));
+}
+
+std::vector<std::string> numbered(const std::string &dir, const std::string &prefix) {
+  std::vector<std::string> files;
+  for (size_t i = 0;; ++i) {
+    std::string p = joinPath(dir, prefix + std::to_string(i) + ".pb");
+    if (!fileExists(p))
+      break;
+    files.push_back(p);
+  }
+  return files;
+}
+
+bool computable(int32_t dt) {
+  DType t = static_cast<DType>(dt);
+  return isFloat(t) || isInteger(t) || t == DType::Bool;
+}
+
+/// Why the test cannot run, or empty.
+std::string skipReason(const onnx::ModelProto &m) {
+  const auto &g = m.graph();
+  for (const auto &n : g.node()) {
+    std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
+    if (!ir::lookupOp(domain, n.op_type()) || !cpu::hasKernel(domain, n.op_type()))
+      return "op " + (domain.empty() ? "" : domain + ":") + n.op_type() + " is not supported";
+    for (const auto &a : n.attribute()) {
+      if (a.type() == onnx::AttributeProto::TENSOR && !computable(a.t().data_type()))
+        return "node " + n.op_type() + " has a tensor attribute of an unsupported data type";
+      if (n.op_type() == "Cast" && a.name() == "to" && !computable(static_cast<int32_t>(a.i())))
+        return "casts to a data type pipec does not compute with (" + std::to_string(a.i()) + ")";
+    }
+    // Training-mode dropout draws its mask from numpy's generator.
+    if (n.op_type() == "Dropout" && n.input_size() >= 3 && !n.input(2).empty())
+      return "training-mode Dropout: the expected mask comes from numpy's random generator";
+  }
+  auto typeOk = [](const onnx::ValueInfoProto &v) {
+    return v.type().has_tensor_type() && computable(v.type().tensor_type().elem_type());
+  };
+  for (const auto &v : g.input())
+    if (!typeOk(v))
+      return "input '" + v.name() + "' has a data type pipec does not compute with";
+  for (const auto &v : g.output())
+    if (!typeOk(v))
+      return "output '" + v.name() + "' has a data type pipec does not compute with";
+  for (const auto &t : g.initializer())
+    if (!computable(t.data_type()))
+      return "initializer '" + t.name() + "' has a data type pipec does not compute with";
+  return "";
+}
+
+Status compare(const Tensor &got, const Tensor &want, const std::string &name) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape())
+    return errorf("output '", name, "': got ", got.desc().str(), ", expected ", want.desc().str());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    double g = got.getDouble(i), w = want.getDouble(i);
+    if (std::isnan(w) && std::isnan(g))
+      continue;
+    if (std::isinf(w) && g == w)
+      continue;
+    if (!(std::fabs(g - w) <= 1e-7 + 1e-3 * std::fabs(w)))
+      return errorf("output '", name, "' element ", i, ": got ", g, ", expected ", w);
+  }
+  return Status::ok();
+}
+
+Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
+  auto bytes = readFile(joinPath(dir, "model.onnx"));
+  if (!bytes)
+    return {Outcome::Fail, bytes.status().message()};
+  auto model = frontend::parseModelProto(*bytes, dir);
+  if (!model)
+    return {Outcome::Fail, model.status().message()};
+  std::string skip = skipReason(*model);
+  if (!skip.empty())
+    return {Outcome::Skip, skip};
+  const auto &g = model->graph();
+
+  std::set<std::string> initializers;
+  for (const auto &t : g.initializer())
+    initializers.insert(t.name());
+  std::vector<std::string> inputNames;
+  for (const auto &v : g.input())
+    if (!initializers.count(v.name()))
+      inputNames.push_back(v.name());
+
+  // Values whose contents decide a shape: the shape-value operands and,
+  // transitively, what they are computed from (Shape and Size need only
+  // their input's type, so the walk stops there). Graph inputs among them
+  // are frozen to their test values.
+  std::set<std::string> shapeInputs;
+  std::vector<std::string> work;
+  for (const auto &n : g.node()) {
+    const ir::OpInfo *info = ir::lookupOp(n.domain(), n.op_type());
+    for (int i = 0; i < n.input_size() && i < 32; ++i)
+      if ((info->shapeValueInputs >> i) & 1u)
+        work.push_back(n.input(i));
+  }
+  while (!work.empty()) {
+    std::string v = work.back();
+    work.pop_back();
+    if (v.empty() || !shapeInputs.insert(v).second)
+      continue;
+    for (const auto &n : g.node()) {
+      if (std::find(n.output().begin(), n.output().end(), v) == n.output().end())
+        continue;
+      if (n.op_type() == "Shape" || n.op_type() == "Size")
+        continue;
+      for (const auto &in : n.input())
+        work.push_back(in);
+    }
+  }
+
+  std::vector<std::string> sets;
+  for (const auto &e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
+      sets.push_back(e.path().string());
+  std::sort(sets.begin(), sets.end());
+  if (sets.empty())
+    return {Outcome::Fail, "no test_data_set_* directory"};
+
+  for (const std::string &set : sets) {
+    std::vector<Tensor> inputs, expected;
+    for (const auto &p : numbered(set, "input_")) {
+      auto t = loadPb(p);
+      if (!t)
+        return {Outcome::Fail, t.status().message()};
+      inputs.push_back(t.take());
+    }
+    for (const auto &p : numbered(set, "output_")) {
+      auto t = loadPb(p);
+      if (!t)
+        return {Outcome::Fail, t.status().message()};
+      expected.push_back(t.take());
+    }
+    if (inputs.size() != inputNames.size())
+      return {Outcome::Fail, cat("test data has ", inputs.size(), " inputs, the model ",
+                                 inputNames.size())};
+    frontend::ImportOptions io;
+    std::vector<Tensor> feed;
+    for (size_t i = 0; i < inputNames.size(); ++i) {
+      if (shapeInputs.count(inputNames[i]))
+        io.freezeInputs[inputNames[i]] = inputs[i];
+      else
+        feed.push_back(inputs[i]);
+      // Bind symbolic dimensions to the test input's sizes.
+      for (const auto &v : g.input())
+        if (v.name() == inputNames[i] && v.type().has_tensor_type()) {
+          const auto &shape = v.type().tensor_type().shape();
+          for (int d = 0; d < shape.dim_size() && d < static_cast<int>(inputs[i].shape().size()); ++d)
+            if (shape.dim(d).has_dim_param())
+              io.dims[shape.dim(d).dim_param()] = inputs[i].shape()[d];
+        }
+    }
+    auto graph = frontend::importOnnxBytes(*bytes, dir, io);
+    if (!graph)
+      return {Outcome::Fail, graph.status().message()};
+    passes::PassManager pm;
+    for (const std::string &p : passes::defaultPipeline())
+      if (Status s = pm.add(p); !s)
+        return {Outcome::Fail, s.message()};
+    if (Status s = pm.run(**graph); !s)
+      return {Outcome::Fail, s.message()};
+    if (Status s = ir::verifyGraph(**graph); !s)
+      return {Outcome::Fail, s.message()};
+    auto part = partitioner::partitionGraph(**graph, {});
+    Outcome::Kind noNodes = Outcome::Pass;
+    if (!part) {
+      // Everything folded away: nothing left to run is still a valid
+      // compile, but there is no plan; compare the folded constants.
+      if ((*graph)->numNodes() != 0)
+        return {Outcome::Fail, part.status().message()};
+      noNodes = Outcome::Skip;
+    }
+    if (noNodes == Outcome::Skip) {
+      const auto &outs = (*graph)->outputs();
+      for (size_t i = 0; i < expected.size() && i < outs.size(); ++i) {
+        if (!outs[i]->isConstant())
+          return {Outcome::Fail, "an output is neither computed nor constant"};
+        if (Status s = compare(outs[i]->constant(), expected[i], outs[i]->name()); !s)
+          return {Outcome::Fail, s.message()};
+      }
+      continue;
+    }
+    auto emitted = codegen::emitPlan(**graph, *part, {});
+    if (!emitted)
+      return {Outcome::Fail, emitted.status().message()};
+    std::string planDir = joinPath(tmpRoot, fs::path(dir).filename().string() + ".plan");
+    if (Status s = codegen::writePlanDirectory(planDir, *emitted); !s)
+      return {Outcome::Fail, s.message()};
+    auto session = runtime::Session::open(planDir, {});
+    if (!session)
+      return {Outcome::Fail, session.status().message()};
+    auto outs = (*session)->run(feed);
+    (void)removeTree(planDir);
+    if (!outs)
+      return {Outcome::Fail, outs.status().message()};
+    if (outs->size() != expected.size())
+      return {Outcome::Fail, cat("got ", outs->size(), " outputs, expected ", expected.size())};
+    std::vector<std::string> names = (*session)->outputNames();
+    for (size_t i = 0; i < expected.size(); ++i)
+      if (Status s = compare((*outs)[i], expected[i], names[i]); !s)
+        return {Outcome::Fail, s.message()};
+  }
+  return {Outcome::Pass, ""};
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string data = "/usr/share/libonnx-testdata/data";
+  std::string filter;
+  bool verbose = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--data" && i + 1 < argc)
+      data = argv[++i];
+    else if (a == "--filter" && i + 1 < argc)
+      filter = argv[++i];
+    else if (a == "--verbose")
+      verbose = true;
+    else {
+      std::fprintf(stderr, "usage: pipec-conformance [--data DIR] [--filter SUBSTR] [--verbose]\n");
+      return 2;
+    }
+  }
+  if (!isDirectory(data)) {
+    std::fprintf(stderr, "pipec-conformance: error: '%s' is not a directory (apt-get install libonnx-testdata)\n",
+                 data.c_str());
+    return 2;
+  }
+  std::string tmpRoot = (fs::temp_directory_path() / ("pipec-conformance-" + std::to_string(::getpid()))).string();
+  if (Status s = makeDirs(tmpRoot); !s) {
+    std::fprintf(stderr, "pipec-conformance: error: %s\n", s.message().c_str());
+    return 2;
+  }
+  int passed = 0, failed = 0, skipped = 0;
+  for (const char *suite : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
+    std::string root = joinPath(data, suite);
+    if (!isDirectory(root))
+      continue;
+    std::vector<std::string> dirs;
+    for (const auto &e : fs::directory_iterator(root))
+      if (e.is_directory())
+        dirs.push_back(e.path().string());
+    std::sort(dirs.begin(), dirs.end());
+    for (const std::string &d : dirs) {
+      std::string name = std::string(suite) + "/" + fs::path(d).filename().string();
+      if (!filter.empty() && name.find(filter) == std::string::npos)
+        continue;
+      Outcome o = runTest(d, tmpRoot);
+      switch (o.kind) {
+      case Outcome::Pass:
+        ++passed;
+        if (verbose)
+          std::printf("PASS %s\n", name.c_str());
+        break;
+      case Outcome::Fail:
+        ++failed;
+        std::printf("FAIL %s: %s\n", name.c_str(), o.reason.c_str());
+        break;
+      case Outcome::Skip:
+        ++skipped;
+        std::printf("SKIP %s: %s\n", name.c_str(), o.reason.c_str());
+        break;
+      }
+    }
+  }
+  (void)removeTree(tmpRoot);
+  std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  return failed ? 1 : 0;
+}
