@@ -197,8 +197,9 @@ Expected<Tensor> Importer::constantNodeValue(const onnx::NodeProto &n) {
   if (k == "value_float")
     return Tensor::scalarF32(a.f());
   if (k == "value_floats") {
-    std::vector<float> v(a.floats().begin(), a.floats().end());
-    return Tensor::fromFloats(v, {static_cast<int64_t>(v.size())});
+    Tensor t(DType::F32, {a.floats_size()});
+    std::copy(a.floats().begin(), a.floats().end(), t.data<float>());
+    return t;
   }
   if (k == "value_int")
     return Tensor::fromInts({a.i()}).reshaped({});

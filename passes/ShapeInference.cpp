@@ -128,7 +128,7 @@ private:
 
   bool keep(const ir::Node *n, KeptReason r) {
     for (const ir::Value *v : n->outputs())
-      kept_[v] = {cat("node '", n->name(), "' (", n->opType(), ") was not folded: ", r.text),
+      kept_[v] = {cat("node '", n->name(), "' (", n->opType(), "), which was not folded: ", r.text),
                   r.blame};
     return false;
   }

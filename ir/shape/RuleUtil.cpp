@@ -58,6 +58,8 @@ Status expectIndexDType(const ShapeContext &ctx, size_t i) {
 }
 
 Expected<const Tensor *> constValue(const ShapeContext &ctx, size_t i) {
+  if (!ctx.hasInput(i))
+    return ctx.error(cat("input ", i, " is missing; the output shape depends on its value"));
   const Tensor *t = ctx.inputValue(i);
   if (!t)
     return ctx.error(cat("the output shape depends on the value of ", inputLabel(ctx, i),

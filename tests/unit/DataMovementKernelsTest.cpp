@@ -229,6 +229,45 @@ TEST(DataMovementKernels, SliceNegativeStepsAndClamping) {
             (std::vector<int32_t>{9, 7, 5, 4, 2, 0}));
 }
 
+TEST(DataMovementKernels, LargeSliceAndPadMatchNaive) {
+  // Big enough (> 256 KiB) for the parallel paths.
+  const Shape xs{64, 50, 40};
+  Tensor x = randomBytes(DType::F32, xs, 51);
+  const float *px = x.data<float>();
+  auto at = [&](int64_t a, int64_t b, int64_t c) { return px[(a * 50 + b) * 40 + c]; };
+
+  // x[1::2, :, 38:0:-3]
+  Tensor starts = ints({1, 38}), ends = ints({INT64_MAX, 0}), axes = ints({0, -1}),
+         steps = ints({2, -3});
+  OpDesc s = makeDesc("Slice", {x.desc(), starts.desc(), ends.desc(), axes.desc(), steps.desc()},
+                      {{DType::F32, {32, 50, 13}}}, 13);
+  for (size_t i = 1; i < 5; ++i)
+    setConst(s, i, std::vector<Tensor>{x, starts, ends, axes, steps}[i]);
+  Tensor y = expectThreadInvariant(s, {x, starts, ends, axes, steps})[0];
+  for (int64_t a = 0; a < 32; ++a)
+    for (int64_t b = 0; b < 50; ++b)
+      for (int64_t c = 0; c < 13; ++c)
+        ASSERT_EQ(std::memcmp(&y.data<float>()[(a * 50 + b) * 13 + c], &px[((1 + 2 * a) * 50 + b) * 40 + 38 - 3 * c], 4), 0);
+
+  // Reflect padding, numpy semantics (pads may exceed dim - 1).
+  Tensor pads = ints({1, 2, 45, 3, 4, 5});
+  OpDesc p = makeDesc("Pad", {x.desc(), pads.desc()}, {{DType::F32, {68, 56, 90}}}, 13);
+  p.attrs["mode"] = Attribute::ofString("reflect");
+  setConst(p, 1, pads);
+  Tensor z = expectThreadInvariant(p, {x, pads})[0];
+  auto reflect = [](int64_t i, int64_t n) {
+    const int64_t m = ((i % (2 * (n - 1))) + 2 * (n - 1)) % (2 * (n - 1));
+    return m < n ? m : 2 * (n - 1) - m;
+  };
+  for (int64_t a = 0; a < 68; ++a)
+    for (int64_t b = 0; b < 56; ++b)
+      for (int64_t c = 0; c < 90; ++c) {
+        const float want = at(reflect(a - 1, 64), reflect(b - 2, 50), reflect(c - 45, 40));
+        ASSERT_EQ(std::memcmp(&z.data<float>()[(a * 56 + b) * 90 + c], &want, 4), 0)
+            << a << "," << b << "," << c;
+      }
+}
+
 TEST(DataMovementKernels, SliceOpset1Attributes) {
   Tensor x = fromVec<int32_t>(DType::I32, {2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   OpDesc d = makeDesc("Slice", {x.desc()}, {{DType::I32, {2, 2}}}, 1);

@@ -490,6 +490,18 @@ TEST(ShapeInference, ValueFromGraphInputIsAnError) {
   EXPECT_TRUE(has(e, "'shape' is a graph input")) << e;
 }
 
+TEST(ShapeInference, ErrorExplainsWhyAValueIsUnknown) {
+  std::string e = err("input %x: f32[4,6]\ninput %r: i64[1]\nconst %axes: i64[1] = [0]\n"
+                      "node \"shape\" Shape(%x) {end = 1} -> %s: ?\n"
+                      "node \"concat\" Concat(%s, %r) {axis = 0} -> %target: ?\n"
+                      "node \"reshape\" Reshape(%x, %target) -> %y: ?");
+  EXPECT_TRUE(has(e, "depends on the value of input 1 'target'")) << e;
+  EXPECT_TRUE(has(e,
+                  "'target' is computed by node 'concat' (Concat), which was not folded: its input "
+                  "'r' is not a compile-time constant; 'r' is a graph input"))
+      << e;
+}
+
 TEST(ShapeInference, MissingOpsetIsAnError) {
   auto g = ir::parseGraph("graph \"t\" {\n input %x: f32[2]\n node \"n\" Relu(%x) -> %y: ?\n}\n");
   ASSERT_TRUE(g);

@@ -60,20 +60,12 @@ public:
       double m, v;
       if (training) {
         double s = 0;
-        for (int64_t n = 0; n < N; ++n) {
-          const T *xp = x + (n * C + c) * inner;
-          for (int64_t i = 0; i < inner; ++i)
-            s += xp[i];
-        }
+        for (int64_t n = 0; n < N; ++n)
+          s += linalgSum(x + (n * C + c) * inner, inner);
         m = count ? s / count : 0.0;
         double q = 0;
-        for (int64_t n = 0; n < N; ++n) {
-          const T *xp = x + (n * C + c) * inner;
-          for (int64_t i = 0; i < inner; ++i) {
-            double dlt = xp[i] - m;
-            q += dlt * dlt;
-          }
-        }
+        for (int64_t n = 0; n < N; ++n)
+          q += linalgSumSqDev(x + (n * C + c) * inner, inner, m);
         v = count ? q / count : 0.0;
         if (runMean) {
           runMean[c] = static_cast<T>(mean[c] * momentum + m * (1.0 - momentum));
@@ -120,8 +112,7 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
   k->inner = k->N * cs ? x.numel() / (k->N * cs) : 0;
   for (int i = 2; i < 5; ++i)
     if (d.inputs[i].numel() != cs)
-      return errorf(d.where(), ": input ", i, " ", d.inputs[i].str(), " has not ", cs,
-                    " elements");
+      return errorf(d.where(), ": input ", i, " ", d.inputs[i].str(), " has not ", cs, " elements");
   k->epsilon = attrFloat(d.attrs, "epsilon", 1e-5f);
   k->momentum = attrFloat(d.attrs, "momentum", 0.9f);
   if (attrHas(d.attrs, "training_mode"))
@@ -147,15 +138,15 @@ Expected<KernelPtr> makeBatchNormalizationKernel(const OpDesc &d) {
   const TensorDesc &x = d.inputs[0];
   for (size_t i = 0; i < d.inputs.size(); ++i)
     if (d.inputs[i].dtype != x.dtype)
-      return errorf(d.where(), ": input ", i, " ", d.inputs[i].str(),
-                    " differs in type from X ", x.str());
+      return errorf(d.where(), ": input ", i, " ", d.inputs[i].str(), " differs in type from X ",
+                    x.str());
   for (size_t i = 0; i < d.outputs.size(); ++i)
     if (linalgHasOutput(d, i) && d.outputs[i].dtype != x.dtype)
-      return errorf(d.where(), ": output ", i, " ", d.outputs[i].str(),
-                    " differs in type from X ", x.str());
+      return errorf(d.where(), ": output ", i, " ", d.outputs[i].str(), " differs in type from X ",
+                    x.str());
   if (x.rank() < 2 || d.outputs[0].shape != x.shape)
-    return errorf(d.where(), ": X ", x.str(), " must have rank >= 2 and Y ",
-                  d.outputs[0].str(), " its shape");
+    return errorf(d.where(), ": X ", x.str(), " must have rank >= 2 and Y ", d.outputs[0].str(),
+                  " its shape");
   return linalgDispatchFloat(d, x.dtype, [&](auto tag) { return makeTyped<decltype(tag)>(d); });
 }
 

@@ -26,8 +26,7 @@ struct ConvGeom {
 /// Unrolls `channels` channels of one image into col, a
 /// [channels * kernelSize, outSpatial] matrix (zero where the window is in
 /// the padding); group g's rows start at g * (C/G) * kernelSize.
-template <typename T>
-void im2col(const ConvGeom &g, const T *x, int64_t channels, T *col) {
+template <typename T> void im2col(const ConvGeom &g, const T *x, int64_t channels, T *col) {
   size_t nd = g.dims.size();
   int64_t rows = channels * g.kernelSize;
 #pragma omp parallel for schedule(static) if (rows * g.outSpatial > 32768)
@@ -177,17 +176,16 @@ LinalgDnnlPrim makeDnnlConv(const ConvGeom &g, const OpDesc &d, bool hasBias) {
       pl.push_back(w.padBegin);
       pr.push_back(w.padEnd);
     }
-    memory::desc xmd = linalgDnnlPlain(xs), ymd = linalgDnnlPlain(ys),
-                 wmd = linalgDnnlPlain(ws), bmd = linalgDnnlPlain({g.M});
+    memory::desc xmd = linalgDnnlPlain(xs), ymd = linalgDnnlPlain(ys), wmd = linalgDnnlPlain(ws),
+                 bmd = linalgDnnlPlain({g.M});
     convolution_forward::desc cd =
-        hasBias ? convolution_forward::desc(prop_kind::forward_inference,
-                                            algorithm::convolution_direct, xmd, wmd, bmd, ymd,
-                                            linalgDnnlDims(strides), linalgDnnlDims(dil),
-                                            linalgDnnlDims(pl), linalgDnnlDims(pr))
-                : convolution_forward::desc(prop_kind::forward_inference,
-                                            algorithm::convolution_direct, xmd, wmd, ymd,
-                                            linalgDnnlDims(strides), linalgDnnlDims(dil),
-                                            linalgDnnlDims(pl), linalgDnnlDims(pr));
+        hasBias
+            ? convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct,
+                                        xmd, wmd, bmd, ymd, linalgDnnlDims(strides),
+                                        linalgDnnlDims(dil), linalgDnnlDims(pl), linalgDnnlDims(pr))
+            : convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct,
+                                        xmd, wmd, ymd, linalgDnnlDims(strides), linalgDnnlDims(dil),
+                                        linalgDnnlDims(pl), linalgDnnlDims(pr));
     convolution_forward::primitive_desc pd(cd, linalgDnnlAttr(), linalgDnnlEngine());
     p.init<convolution_forward>(pd);
     // run() passes X, W, B, Y; without a bias, slot 2 is Y.
@@ -216,8 +214,8 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, ConvGeom g,
 
 Expected<KernelPtr> makeConvKernel(const OpDesc &d) {
   if (d.inputs.size() < 2 || !d.hasInput(0) || !d.hasInput(1) || d.outputs.size() != 1)
-    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(),
-                  " and ", d.outputs.size());
+    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(), " and ",
+                  d.outputs.size());
   const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
   DType t = x.dtype;
   bool hasBias = d.hasInput(2);
@@ -233,8 +231,7 @@ Expected<KernelPtr> makeConvKernel(const OpDesc &d) {
   g.M = w.shape[0];
   g.G = attrInt(d.attrs, "group", 1);
   if (g.G < 1 || g.C % g.G != 0 || g.M % g.G != 0 || w.shape[1] * g.G != g.C)
-    return errorf(d.where(), ": group ", g.G, " does not fit X channels ", g.C, " and W ",
-                  w.str());
+    return errorf(d.where(), ": group ", g.G, " does not fit X channels ", g.C, " and W ", w.str());
   if (hasBias && d.inputs[2].shape != Shape{g.M})
     return errorf(d.where(), ": bias ", d.inputs[2].str(), " is not [", g.M, "]");
   Shape in(x.shape.begin() + 2, x.shape.end());

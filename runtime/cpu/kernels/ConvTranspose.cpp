@@ -188,8 +188,7 @@ Status resolveDeconv(const OpDesc &d, DeconvGeom &g, const Shape &in,
   std::vector<int64_t> strides = attrInts(d.attrs, "strides", std::vector<int64_t>(n, 1));
   std::vector<int64_t> dil = attrInts(d.attrs, "dilations", std::vector<int64_t>(n, 1));
   std::vector<int64_t> pads = attrInts(d.attrs, "pads", std::vector<int64_t>(2 * n, 0));
-  std::vector<int64_t> outPad =
-      attrInts(d.attrs, "output_padding", std::vector<int64_t>(n, 0));
+  std::vector<int64_t> outPad = attrInts(d.attrs, "output_padding", std::vector<int64_t>(n, 0));
   std::vector<int64_t> outShape = attrInts(d.attrs, "output_shape");
   std::string autoPad = attrString(d.attrs, "auto_pad", "NOTSET");
   if (outShape.size() > n) // Some exporters give N and C too.
@@ -210,8 +209,8 @@ Status resolveDeconv(const OpDesc &d, DeconvGeom &g, const Shape &in,
     w.stride = strides[i];
     w.dilation = dil[i];
     if (w.kernel < 1 || w.stride < 1 || w.dilation < 1 || outPad[i] < 0)
-      return errorf(d.where(), ": dimension ", i, " has kernel ", w.kernel, ", stride ",
-                    w.stride, ", dilation ", w.dilation, ", output_padding ", outPad[i]);
+      return errorf(d.where(), ": dimension ", i, " has kernel ", w.kernel, ", stride ", w.stride,
+                    ", dilation ", w.dilation, ", output_padding ", outPad[i]);
     int64_t full = w.stride * (w.in - 1) + outPad[i] + w.extent();
     if (!outShape.empty() || same) {
       w.out = outShape.empty() ? w.in * w.stride : outShape[i];
@@ -239,8 +238,7 @@ Status resolveDeconv(const OpDesc &d, DeconvGeom &g, const Shape &in,
   return Status::ok();
 }
 
-template <typename T>
-Expected<KernelPtr> makeTyped(const OpDesc &d, DeconvGeom g, bool hasBias) {
+template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, DeconvGeom g, bool hasBias) {
   if constexpr (linalgDnnlSupports<T>()) {
     if (linalgDnnlEnabled()) {
       LinalgDnnlPrim p = makeDnnlDeconv(g, hasBias);
@@ -255,8 +253,8 @@ Expected<KernelPtr> makeTyped(const OpDesc &d, DeconvGeom g, bool hasBias) {
 
 Expected<KernelPtr> makeConvTransposeKernel(const OpDesc &d) {
   if (d.inputs.size() < 2 || !d.hasInput(0) || !d.hasInput(1) || d.outputs.size() != 1)
-    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(),
-                  " and ", d.outputs.size());
+    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(), " and ",
+                  d.outputs.size());
   const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
   DType t = x.dtype;
   bool hasBias = d.hasInput(2);
@@ -271,8 +269,7 @@ Expected<KernelPtr> makeConvTransposeKernel(const OpDesc &d) {
   g.C = x.shape[1];
   g.G = attrInt(d.attrs, "group", 1);
   if (g.G < 1 || w.shape[0] != g.C || g.C % g.G != 0)
-    return errorf(d.where(), ": group ", g.G, " does not fit X channels ", g.C, " and W ",
-                  w.str());
+    return errorf(d.where(), ": group ", g.G, " does not fit X channels ", g.C, " and W ", w.str());
   g.M = w.shape[1] * g.G;
   if (hasBias && d.inputs[2].shape != Shape{g.M})
     return errorf(d.where(), ": bias ", d.inputs[2].str(), " is not [", g.M, "]");

@@ -47,9 +47,7 @@ inline bool linalgDnnlEnabled() {
   return !v || !*v || (v[0] == '0' && !v[1]);
 }
 
-template <typename T> constexpr bool linalgDnnlSupports() {
-  return std::is_same_v<T, float>;
-}
+template <typename T> constexpr bool linalgDnnlSupports() { return std::is_same_v<T, float>; }
 
 inline dnnl::memory::dims linalgDnnlDims(const std::vector<int64_t> &v) {
   return dnnl::memory::dims(v.begin(), v.end());
@@ -93,8 +91,7 @@ struct LinalgDnnlPrim {
       dnnl::engine &eng = linalgDnnlEngine();
       std::unordered_map<int, dnnl::memory> m;
       for (size_t i = 0; i < args.size(); ++i)
-        m.emplace(args[i].first,
-                  dnnl::memory(args[i].second, eng, const_cast<void *>(ptrs[i])));
+        m.emplace(args[i].first, dnnl::memory(args[i].second, eng, const_cast<void *>(ptrs[i])));
       if (scratchBytes)
         m.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad, eng, scratch));
       dnnl::stream &s = linalgDnnlStream();

@@ -55,7 +55,7 @@ template <typename T> struct EinsumContract {
 template <typename T> void runGather(const EinsumGather &g, const T *src, T *dst) {
   int64_t total = numElements(g.outSizes), red = numElements(g.redSizes);
   size_t ro = g.outSizes.size(), rr = g.redSizes.size();
-#pragma omp parallel for schedule(static) if (total * std::max<int64_t>(red, 1) > 32768)
+#pragma omp parallel for schedule(static) if (total * std::max <int64_t>(red, 1) > 32768)
   for (int64_t o = 0; o < total; ++o) {
     int64_t off = 0, rem = o;
     for (size_t k = ro; k-- > 0;) {
@@ -180,8 +180,8 @@ public:
         return errorf(d_.where(), ": input ", i, " is missing or has another element type");
       std::vector<int> raw;
       PIPEC_TRY(parseTerm(d_, terms[i], raw));
-      int letters = static_cast<int>(std::count_if(raw.begin(), raw.end(),
-                                                   [](int l) { return l >= 0; }));
+      int letters =
+          static_cast<int>(std::count_if(raw.begin(), raw.end(), [](int l) { return l >= 0; }));
       bool ell = letters != static_cast<int>(raw.size());
       int rank = static_cast<int>(d_.inputs[i].rank());
       if (ell ? rank < letters : rank != letters)
@@ -193,8 +193,8 @@ public:
     for (int i = 0; i < n; ++i) {
       std::vector<int> raw;
       PIPEC_TRY(parseTerm(d_, terms[i], raw));
-      int letters = static_cast<int>(std::count_if(raw.begin(), raw.end(),
-                                                   [](int l) { return l >= 0; }));
+      int letters =
+          static_cast<int>(std::count_if(raw.begin(), raw.end(), [](int l) { return l >= 0; }));
       int e = static_cast<int>(d_.inputs[i].rank()) - letters;
       for (int l : raw) {
         if (l >= 0) {
@@ -242,8 +242,7 @@ public:
             outLabels.push_back(kLetters + j);
           continue;
         }
-        if (count[l] == 0 ||
-            std::count(outLabels.begin(), outLabels.end(), l) != 0)
+        if (count[l] == 0 || std::count(outLabels.begin(), outLabels.end(), l) != 0)
           return errorf(d_.where(), ": output label ", char(l < 26 ? 'A' + l : 'a' + l - 26),
                         " is not in the inputs or repeats");
         outLabels.push_back(l);
@@ -268,8 +267,8 @@ public:
         int p = v.find(l);
         if (p >= 0) {
           if (v.sizes[p] != s)
-            return errorf(d_.where(), ": repeated label of input ", i, " has sizes ",
-                          v.sizes[p], " and ", s);
+            return errorf(d_.where(), ": repeated label of input ", i, " has sizes ", v.sizes[p],
+                          " and ", s);
           v.strides[p] += st[k];
           continue;
         }
@@ -384,8 +383,7 @@ private:
     int64_t B = prod(batch), M = prod(m), N = prod(nl), K = prod(contr);
 
     EinsumContract<T> c;
-    std::vector<int> aOrder = concat({&batch, &m, &contr}),
-                     aOrderT = concat({&batch, &contr, &m});
+    std::vector<int> aOrder = concat({&batch, &m, &contr}), aOrderT = concat({&batch, &contr, &m});
     if (contiguousAs(x, aOrder)) {
       c.a = x.src;
     } else if (contiguousAs(x, aOrderT)) {
@@ -448,9 +446,8 @@ Expected<KernelPtr> makeEinsumKernel(const OpDesc &d) {
                   " and ", d.outputs.size());
   if (!attrHas(d.attrs, "equation"))
     return errorf(d.where(), ": attribute 'equation' is missing");
-  return linalgDispatchNumeric(d, d.outputs[0].dtype, [&](auto tag) {
-    return EinsumBuilder<decltype(tag)>(d).build();
-  });
+  return linalgDispatchNumeric(d, d.outputs[0].dtype,
+                               [&](auto tag) { return EinsumBuilder<decltype(tag)>(d).build(); });
 }
 
 } // namespace pipec::cpu

@@ -19,7 +19,7 @@ public:
   int64_t M = 0, N = 0, K = 0;
   T alpha = T(1), beta = T(0);
   bool hasC = false;
-  int64_t cStrideM = 0, cStrideN = 0; ///< strides of C broadcast to [M,N]
+  int64_t cStrideM = 0, cStrideN = 0;   ///< strides of C broadcast to [M,N]
   LinalgBatchedGemm<T> gemm, gemmWithC; ///< beta 0, and beta for Y = C
 
   Status run(ExecContext &, const void *const *in, void *const *out) override {
@@ -50,8 +50,7 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
   auto k = std::make_unique<GemmKernel<T>>();
   const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
   if (a.size() != 2 || b.size() != 2)
-    return errorf(d.where(), ": A and B must be matrices, got ", shapeStr(a), " and ",
-                  shapeStr(b));
+    return errorf(d.where(), ": A and B must be matrices, got ", shapeStr(a), " and ", shapeStr(b));
   k->ta = attrInt(d.attrs, "transA", 0) != 0;
   k->tb = attrInt(d.attrs, "transB", 0) != 0;
   k->alpha = static_cast<T>(attrFloat(d.attrs, "alpha", 1.0f));
@@ -63,8 +62,8 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
   if (kb != k->K)
     return errorf(d.where(), ": inner dimensions differ: A' has ", k->K, ", B' has ", kb);
   if (d.outputs[0].shape != Shape{k->M, k->N})
-    return errorf(d.where(), ": output shape ", shapeStr(d.outputs[0].shape), ", expected [",
-                  k->M, ",", k->N, "]");
+    return errorf(d.where(), ": output shape ", shapeStr(d.outputs[0].shape), ", expected [", k->M,
+                  ",", k->N, "]");
   k->hasC = d.hasInput(2);
   if (k->hasC) {
     const Shape &c = d.inputs[2].shape;
@@ -72,8 +71,8 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
       return errorf(d.where(), ": C has type ", d.inputs[2].str(), ", A ", d.inputs[0].str());
     Shape target = {k->M, k->N}, bc;
     if (c.size() > 2 || !linalgBroadcastShapes(c, target, bc) || bc != target)
-      return errorf(d.where(), ": C of shape ", shapeStr(c), " does not broadcast to [", k->M,
-                    ",", k->N, "]");
+      return errorf(d.where(), ": C of shape ", shapeStr(c), " does not broadcast to [", k->M, ",",
+                    k->N, "]");
     std::vector<int64_t> st = linalgBroadcastStrides(c, target);
     k->cStrideM = st[0];
     k->cStrideN = st[1];
@@ -98,12 +97,12 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
 
 Expected<KernelPtr> makeGemmKernel(const OpDesc &d) {
   if (d.inputs.size() < 2 || !d.hasInput(0) || !d.hasInput(1) || d.outputs.size() != 1)
-    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(),
-                  " and ", d.outputs.size());
+    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(), " and ",
+                  d.outputs.size());
   DType t = d.inputs[0].dtype;
   if (d.inputs[1].dtype != t || d.outputs[0].dtype != t)
-    return errorf(d.where(), ": element types differ: ", d.inputs[0].str(), ", ",
-                  d.inputs[1].str(), " -> ", d.outputs[0].str());
+    return errorf(d.where(), ": element types differ: ", d.inputs[0].str(), ", ", d.inputs[1].str(),
+                  " -> ", d.outputs[0].str());
   return linalgDispatchNumeric(d, t, [&](auto tag) { return makeTyped<decltype(tag)>(d); });
 }
 

@@ -3,7 +3,7 @@
 // ONNX InstanceNormalization, opsets 6+: for every (n, c) plane of X
 // (N, C, D1, ...), Y = scale[c] * (X - mean) / sqrt(var + epsilon) + B[c]
 // with the plane's mean and biased variance. Planes are independent and run
-// in parallel; each plane sums in a fixed order (in double).
+// in parallel; each plane sums in a fixed order (in double, linalgSum).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
@@ -30,15 +30,8 @@ public:
     for (int64_t p = 0; p < planes_; ++p) {
       const T *xp = x + p * spatial_;
       T *yp = y + p * spatial_;
-      double s = 0, q = 0;
-      for (int64_t i = 0; i < spatial_; ++i)
-        s += xp[i];
-      double m = spatial_ ? s / spatial_ : 0.0;
-      for (int64_t i = 0; i < spatial_; ++i) {
-        double dlt = xp[i] - m;
-        q += dlt * dlt;
-      }
-      double v = spatial_ ? q / spatial_ : 0.0;
+      double m = spatial_ ? linalgSum(xp, spatial_) / spatial_ : 0.0;
+      double v = spatial_ ? linalgSumSqDev(xp, spatial_, m) / spatial_ : 0.0;
       int64_t c = p % C_;
       double a = scale[c] / std::sqrt(v + eps_);
       T ta = static_cast<T>(a), tb = static_cast<T>(bias[c] - m * a);

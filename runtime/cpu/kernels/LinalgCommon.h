@@ -28,8 +28,44 @@ namespace pipec::cpu {
 
 /// Accumulator type of the reductions we write: double for floating point
 /// (sums over a window or a row stay accurate), the type itself otherwise.
-template <typename T>
-using LinalgAcc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+template <typename T> using LinalgAcc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+
+/// Sum of x[0..n) in double, in 16 interleaved lanes (lane j takes the
+/// elements i = j mod 16) combined in a fixed order: the order depends on n
+/// only, and the compiler can vectorize the lanes, which one serial chain of
+/// dependent additions would not allow.
+template <typename T> double linalgSum(const T *x, int64_t n) {
+  double acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j)
+      acc[j] += static_cast<double>(x[i + j]);
+  for (int j = 0; i < n; ++i, ++j)
+    acc[j] += static_cast<double>(x[i]);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j)
+      acc[j] += acc[j + w];
+  return acc[0];
+}
+
+/// Sum of (x[i] - mean)^2 over x[0..n), with linalgSum's fixed lane order.
+template <typename T> double linalgSumSqDev(const T *x, int64_t n, double mean) {
+  double acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) {
+      double d = static_cast<double>(x[i + j]) - mean;
+      acc[j] += d * d;
+    }
+  for (int j = 0; i < n; ++i, ++j) {
+    double d = static_cast<double>(x[i]) - mean;
+    acc[j] += d * d;
+  }
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j)
+      acc[j] += acc[j + w];
+  return acc[0];
+}
 
 /// Whether output slot `i` is requested by the node.
 inline bool linalgHasOutput(const OpDesc &d, size_t i) {
@@ -45,27 +81,32 @@ inline unsigned char *linalgAlign(void *p) {
 inline size_t linalgRoundUp(size_t bytes) { return (bytes + 63) & ~size_t(63); }
 
 /// Runs `f(T{})` for a floating-point dtype; an error otherwise.
-template <typename F>
-Expected<KernelPtr> linalgDispatchFloat(const OpDesc &d, DType t, F &&f) {
+template <typename F> Expected<KernelPtr> linalgDispatchFloat(const OpDesc &d, DType t, F &&f) {
   switch (t) {
-  case DType::F32: return f(float{});
-  case DType::F64: return f(double{});
+  case DType::F32:
+    return f(float{});
+  case DType::F64:
+    return f(double{});
   default:
-    return errorf(d.where(), ": element type ", dtypeName(t),
-                  " is not supported (f32, f64)");
+    return errorf(d.where(), ": element type ", dtypeName(t), " is not supported (f32, f64)");
   }
 }
 
 /// Runs `f(T{})` for any numeric dtype pipec computes with.
-template <typename F>
-Expected<KernelPtr> linalgDispatchNumeric(const OpDesc &d, DType t, F &&f) {
+template <typename F> Expected<KernelPtr> linalgDispatchNumeric(const OpDesc &d, DType t, F &&f) {
   switch (t) {
-  case DType::F32: return f(float{});
-  case DType::F64: return f(double{});
-  case DType::I32: return f(int32_t{});
-  case DType::I64: return f(int64_t{});
-  case DType::U32: return f(uint32_t{});
-  case DType::U64: return f(uint64_t{});
+  case DType::F32:
+    return f(float{});
+  case DType::F64:
+    return f(double{});
+  case DType::I32:
+    return f(int32_t{});
+  case DType::I64:
+    return f(int64_t{});
+  case DType::U32:
+    return f(uint32_t{});
+  case DType::U64:
+    return f(uint64_t{});
   default:
     return errorf(d.where(), ": element type ", dtypeName(t),
                   " is not supported (f32, f64, i32, i64, u32, u64)");
@@ -76,9 +117,8 @@ Expected<KernelPtr> linalgDispatchNumeric(const OpDesc &d, DType t, F &&f) {
 /// and tiny products where a BLAS call costs more than the work. Each
 /// output element sums over k in ascending order.
 template <typename T>
-void linalgGemmLoop(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
-                    const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C,
-                    int64_t ldc) {
+void linalgGemmLoop(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,
+                    int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       T acc = T(0);
@@ -93,8 +133,8 @@ void linalgGemmLoop(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
 /// the loop above otherwise. Kernels use LinalgBatchedGemm, which makes
 /// sure BLAS runs this call on the calling thread only.
 template <typename T>
-void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,
-                int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
+void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda,
+                const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
   if (M == 0 || N == 0)
     return;
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -126,11 +166,11 @@ void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
 /// threaded driver blocks K differently; LinalgKernelsTest measures this),
 /// so every BLAS call made here is single-threaded, and the parallelism is
 /// ours: each GEMM is cut into tiles of C whose sizes depend on the shape
-/// only (>= 8 MFLOP, rows in chunks >= 128, columns in chunks >= 256, at
-/// most 16 tiles), and the tiles of all batches are spread over the
-/// threads. Each output element is then computed by the same BLAS call
-/// whatever the thread count. Tiles this coarse cost little against one
-/// big call (measured: within noise for 1024^3).
+/// only (>= 32 MFLOP, rows and columns in chunks >= 256, at most 8 tiles),
+/// and the tiles of all batches are spread over the threads. Each output
+/// element is then computed by the same BLAS call whatever the thread
+/// count. Measured on one thread, 256x512 tiles of a 1024^3 product run at
+/// 94% of a single call, 128x256 tiles of 128x1024x1024 at 96%.
 template <typename T> struct LinalgBatchedGemm {
   bool ta = false, tb = false;
   int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
@@ -142,8 +182,8 @@ template <typename T> struct LinalgBatchedGemm {
     if (batch == 0 || M == 0 || N == 0)
       return;
     double work = 2.0 * double(M) * double(N) * double(K);
-    int64_t target = static_cast<int64_t>(std::clamp(work / 8e6, 1.0, 16.0));
-    int64_t tm = std::clamp<int64_t>(M / 128, 1, target);
+    int64_t target = static_cast<int64_t>(std::clamp(work / 32e6, 1.0, 8.0));
+    int64_t tm = std::clamp<int64_t>(M / 256, 1, target);
     int64_t tn = std::clamp<int64_t>(N / 256, 1, (target + tm - 1) / tm);
     int64_t mc = roundUp16((M + tm - 1) / tm), nc = roundUp16((N + tn - 1) / tn);
     tm = (M + mc - 1) / mc;
@@ -173,7 +213,7 @@ template <typename T> struct LinalgBatchedGemm {
         omp_set_num_threads(threads);
       return;
     }
-#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, total)))
+#pragma omp parallel num_threads(static_cast <int>(std::min <int64_t>(threads, total)))
     {
       // Per-task setting: BLAS calls inside run on this thread only, even
       // when the team has one thread and the region is inactive.
@@ -228,9 +268,8 @@ struct LinalgWindowDim {
 /// dropped if `expectedOut` (the output shape the graph declares) says so,
 /// as PyTorch and later ONNX references do.
 inline Status linalgResolveWindow(const OpDesc &d, const Shape &in,
-                                  const std::vector<int64_t> &kernelFromWeights,
-                                  bool ceilMode, const Shape *expectedOut,
-                                  std::vector<LinalgWindowDim> &dims) {
+                                  const std::vector<int64_t> &kernelFromWeights, bool ceilMode,
+                                  const Shape *expectedOut, std::vector<LinalgWindowDim> &dims) {
   size_t n = in.size();
   std::vector<int64_t> kernel = attrInts(d.attrs, "kernel_shape", kernelFromWeights);
   std::vector<int64_t> strides = attrInts(d.attrs, "strides", std::vector<int64_t>(n, 1));
@@ -239,8 +278,8 @@ inline Status linalgResolveWindow(const OpDesc &d, const Shape &in,
   std::string autoPad = attrString(d.attrs, "auto_pad", "NOTSET");
   if (kernel.size() != n || strides.size() != n || dil.size() != n || pads.size() != 2 * n)
     return errorf(d.where(), ": kernel_shape/strides/dilations/pads have ", kernel.size(), "/",
-                  strides.size(), "/", dil.size(), "/", pads.size(),
-                  " values for ", n, " spatial dimensions");
+                  strides.size(), "/", dil.size(), "/", pads.size(), " values for ", n,
+                  " spatial dimensions");
   dims.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
     LinalgWindowDim &w = dims[i];
@@ -249,8 +288,8 @@ inline Status linalgResolveWindow(const OpDesc &d, const Shape &in,
     w.stride = strides[i];
     w.dilation = dil[i];
     if (w.kernel < 1 || w.stride < 1 || w.dilation < 1)
-      return errorf(d.where(), ": dimension ", i, " has kernel ", w.kernel, ", stride ",
-                    w.stride, ", dilation ", w.dilation, " (all must be >= 1)");
+      return errorf(d.where(), ": dimension ", i, " has kernel ", w.kernel, ", stride ", w.stride,
+                    ", dilation ", w.dilation, " (all must be >= 1)");
     if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
       w.out = (w.in + w.stride - 1) / w.stride;
       int64_t total = std::max<int64_t>(0, (w.out - 1) * w.stride + w.extent() - w.in);
@@ -281,8 +320,8 @@ inline Status linalgResolveWindow(const OpDesc &d, const Shape &in,
 }
 
 /// Checks that `desc` is (N, C, spatial per `dims`'s out).
-inline Status linalgCheckSpatialOut(const OpDesc &d, const TensorDesc &desc, int64_t N,
-                                    int64_t C, const std::vector<LinalgWindowDim> &dims) {
+inline Status linalgCheckSpatialOut(const OpDesc &d, const TensorDesc &desc, int64_t N, int64_t C,
+                                    const std::vector<LinalgWindowDim> &dims) {
   Shape want = {N, C};
   for (const LinalgWindowDim &w : dims)
     want.push_back(w.out);

@@ -20,8 +20,7 @@ template <typename T> class MatMulKernel final : public Kernel {
 public:
   explicit MatMulKernel(LinalgBatchedGemm<T> g) : g_(std::move(g)) {}
   Status run(ExecContext &, const void *const *in, void *const *out) override {
-    g_.run(static_cast<const T *>(in[0]), static_cast<const T *>(in[1]),
-           static_cast<T *>(out[0]));
+    g_.run(static_cast<const T *>(in[0]), static_cast<const T *>(in[1]), static_cast<T *>(out[0]));
     return Status::ok();
   }
 
@@ -102,8 +101,8 @@ Expected<KernelPtr> makeMatMulKernel(const OpDesc &d) {
                   d.outputs.size());
   DType t = d.inputs[0].dtype;
   if (d.inputs[1].dtype != t || d.outputs[0].dtype != t)
-    return errorf(d.where(), ": element types differ: ", d.inputs[0].str(), ", ",
-                  d.inputs[1].str(), " -> ", d.outputs[0].str());
+    return errorf(d.where(), ": element types differ: ", d.inputs[0].str(), ", ", d.inputs[1].str(),
+                  " -> ", d.outputs[0].str());
   return linalgDispatchNumeric(d, t, [&](auto tag) { return makeTyped<decltype(tag)>(d); });
 }
 

@@ -72,6 +72,8 @@ PoolTaps computeTaps(const PoolGeom &g) {
 template <typename T> class PoolLoopKernel final : public Kernel {
 public:
   PoolLoopKernel(PoolGeom g, bool indices) : g_(std::move(g)), indices_(indices) {
+    if (g_.dims.size() == 1) // 1-D runs as 2-D with a unit height
+      g_.dims.insert(g_.dims.begin(), LinalgWindowDim{1, 1, 1, 1, 1, 0, 0});
     taps_ = computeTaps(g_);
     inStrides_ = rowMajorStrides(Shape(inShape()));
   }
@@ -80,6 +82,10 @@ public:
     const T *x = static_cast<const T *>(in[0]);
     T *y = static_cast<T *>(out[0]);
     int64_t *ind = indices_ ? static_cast<int64_t *>(out[1]) : nullptr;
+    if (g_.dims.size() == 2) {
+      run2d(x, y, ind);
+      return Status::ok();
+    }
     size_t nd = g_.dims.size();
 #pragma omp parallel for schedule(static) if (g_.planes * g_.outSpatial > 4096)
     for (int64_t plane = 0; plane < g_.planes; ++plane) {
@@ -148,6 +154,63 @@ public:
   }
 
 private:
+  /// The 2-D case without the odometer: window bounds come from the taps.
+  void run2d(const T *x, T *y, int64_t *ind) const {
+    const LinalgWindowDim &H = g_.dims[0], &W = g_.dims[1];
+    T lowest = std::numeric_limits<T>::lowest();
+    if constexpr (std::numeric_limits<T>::has_infinity)
+      lowest = -std::numeric_limits<T>::infinity();
+#pragma omp parallel for schedule(static) if (g_.planes * g_.outSpatial > 4096)
+    for (int64_t plane = 0; plane < g_.planes; ++plane) {
+      const T *xp = x + plane * g_.inSpatial;
+      T *yp = y + plane * g_.outSpatial;
+      for (int64_t oh = 0; oh < H.out; ++oh) {
+        int64_t hs = taps_.start[0][oh], h0 = taps_.k0[0][oh], h1 = taps_.k1[0][oh];
+        for (int64_t ow = 0; ow < W.out; ++ow) {
+          int64_t ws = taps_.start[1][ow], w0 = taps_.k0[1][ow], w1 = taps_.k1[1][ow];
+          T &dst = yp[oh * W.out + ow];
+          if (g_.kind == PoolKind::Max && !ind) {
+            T best = lowest;
+            for (int64_t kh = h0; kh < h1; ++kh) {
+              const T *row = xp + (hs + kh * H.dilation) * W.in + ws;
+              for (int64_t kw = w0; kw < w1; ++kw) {
+                T v = row[kw * W.dilation];
+                best = v > best ? v : best;
+              }
+            }
+            dst = best;
+          } else if (g_.kind == PoolKind::Max) {
+            T best = lowest;
+            int64_t bestIdx = -1;
+            for (int64_t kh = h0; kh < h1; ++kh) {
+              int64_t rowOff = (hs + kh * H.dilation) * W.in;
+              for (int64_t kw = w0; kw < w1; ++kw) {
+                int64_t off = rowOff + ws + kw * W.dilation;
+                if (xp[off] > best || bestIdx < 0) {
+                  best = xp[off];
+                  bestIdx = off;
+                }
+              }
+            }
+            dst = best;
+            ind[plane * g_.outSpatial + oh * W.out + ow] = plane * g_.inSpatial + indexOf(bestIdx);
+          } else {
+            LinalgAcc<T> sum = 0;
+            for (int64_t kh = h0; kh < h1; ++kh) {
+              const T *row = xp + (hs + kh * H.dilation) * W.in + ws;
+              for (int64_t kw = w0; kw < w1; ++kw)
+                sum += row[kw * W.dilation];
+            }
+            int64_t div = g_.kind == PoolKind::AvgIncludePad
+                              ? taps_.padded[0][oh] * taps_.padded[1][ow]
+                              : (h1 - h0) * (w1 - w0);
+            dst = div ? static_cast<T>(sum / div) : T(0);
+          }
+        }
+      }
+    }
+  }
+
   std::vector<int64_t> inShape() const {
     std::vector<int64_t> s;
     for (const LinalgWindowDim &w : g_.dims)
@@ -268,9 +331,9 @@ Expected<KernelPtr> makeWindowPool(const OpDesc &d, bool isMax) {
     g.inSpatial *= w.in;
     g.outSpatial *= w.out;
   }
-  g.kind = isMax ? PoolKind::Max
+  g.kind = isMax                                      ? PoolKind::Max
            : attrInt(d.attrs, "count_include_pad", 0) ? PoolKind::AvgIncludePad
-                                                       : PoolKind::AvgExcludePad;
+                                                      : PoolKind::AvgExcludePad;
   g.columnMajorIndices = attrInt(d.attrs, "storage_order", 0) != 0;
   int64_t N = x.shape[0], C = x.shape[1];
   auto make = [&](auto tag) { return makeWindowTyped<decltype(tag)>(d, g, indices, N, C); };
@@ -297,10 +360,7 @@ public:
           best = xp[i] > best ? xp[i] : best;
         y[p] = best;
       } else {
-        LinalgAcc<T> s = 0;
-        for (int64_t i = 0; i < spatial_; ++i)
-          s += xp[i];
-        y[p] = spatial_ ? static_cast<T>(s / spatial_) : T(0);
+        y[p] = spatial_ ? static_cast<T>(linalgSum(xp, spatial_) / spatial_) : T(0);
       }
     }
     return Status::ok();

@@ -11,6 +11,7 @@
 #include "runtime/cpu/kernels/DataMovementCommon.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace pipec::cpu {
 
@@ -64,7 +65,9 @@ Expected<KernelPtr> makeSliceKernel(const OpDesc &d) {
     if (seen[axis])
       return errorf(d.where(), ": axis ", axis, " is sliced twice");
     seen[axis] = true;
-    const int64_t dim = x.shape[axis], step = steps[i];
+    // -INT64_MAX for INT64_MIN keeps the negation below defined; either
+    // takes one element.
+    const int64_t dim = x.shape[axis], step = std::max(steps[i], -INT64_MAX);
     if (step == 0)
       return errorf(d.where(), ": step of axis ", axis, " is 0");
     int64_t start = starts[i], end = ends[i];
@@ -76,11 +79,11 @@ Expected<KernelPtr> makeSliceKernel(const OpDesc &d) {
     if (step > 0) {
       start = std::clamp<int64_t>(start, 0, dim);
       end = std::clamp<int64_t>(end, 0, dim);
-      len = end > start ? (end - start + step - 1) / step : 0;
+      len = end > start ? (end - start - 1) / step + 1 : 0;
     } else if (dim > 0) {
       start = std::clamp<int64_t>(start, 0, dim - 1);
       end = std::clamp<int64_t>(end, -1, dim - 1);
-      len = start > end ? (start - end + (-step) - 1) / (-step) : 0;
+      len = start > end ? (start - end - 1) / (-step) + 1 : 0;
     }
     outShape[axis] = len;
     strides[axis] = inStrides[axis] * step;

@@ -73,21 +73,13 @@ private:
         inBase += i * batchIn_[k];
         outBase += i * batchOut_[k];
       }
-      // Two passes through a tile buffer in L1: input columns (contiguous
-      // in the input) are read whole, then output rows (contiguous in the
-      // output) are written whole. Going straight from one to the other
-      // would touch 32 lines a power-of-two stride apart, which share a
-      // cache set and evict each other.
-      Elem<S> buf[kTile][kTile];
-      for (int64_t c = c0; c < c1; ++c) {
-        const Elem<S> *i = in + inBase + c * colStrideIn_;
-        for (int64_t r = r0; r < r1; ++r)
-          buf[c - c0][r - r0] = i[r];
-      }
+      // Output rows of the tile are contiguous in the output; its columns
+      // are contiguous in the input. A 32x32 tile of either fits in L1.
       for (int64_t r = r0; r < r1; ++r) {
         Elem<S> *o = out + outBase + r * rowStrideOut_;
+        const Elem<S> *i = in + inBase + r;
         for (int64_t c = c0; c < c1; ++c)
-          o[c] = buf[c - c0][r - r0];
+          o[c] = i[c * colStrideIn_];
       }
     }
   }
