@@ -101,6 +101,22 @@ Status Importer::importInputs() {
           !tt.shape().dim(0).dim_param().empty())
         batchNames_.insert(tt.shape().dim(0).dim_param());
     }
+  // A binding that matches no dimension is a mistake (a typo, or the wrong
+  // model), never something to ignore.
+  std::set<std::string> params;
+  for (const auto &vi : graph_.input())
+    if (vi.type().value_case() == onnx::TypeProto::kTensorType && vi.type().tensor_type().has_shape())
+      for (const auto &d : vi.type().tensor_type().shape().dim())
+        if (!d.dim_param().empty())
+          params.insert(d.dim_param());
+  for (const auto &[name, v] : opts_.dims)
+    if (!params.count(name)) {
+      std::string known;
+      for (const std::string &p : params)
+        known += (known.empty() ? "" : ", ") + p;
+      return errorf("--dim ", name, "=", v, ": the model has no symbolic dimension '", name,
+                    "' (its symbolic dimensions: ", known.empty() ? "none" : known, ")");
+    }
   for (const auto &vi : graph_.input())
     PIPEC_TRY(importInput(vi));
   return Status::ok();

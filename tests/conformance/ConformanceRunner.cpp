@@ -15,7 +15,7 @@
 // reproduced (dropout masks drawn from numpy's generator).
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/PlanEmitter.h"
+#include "codegen/Driver.h"
 #include "frontend/OnnxImporter.h"
 #include "frontend/OnnxProto.h"
 #include "ir/Verifier.h"
@@ -204,24 +204,10 @@ Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
     auto graph = frontend::importOnnxBytes(*bytes, dir, io);
     if (!graph)
       return {Outcome::Fail, graph.status().message()};
-    passes::PassManager pm;
-    for (const std::string &p : passes::defaultPipeline())
-      if (Status s = pm.add(p); !s)
-        return {Outcome::Fail, s.message()};
-    if (Status s = pm.run(**graph); !s)
+    if (Status s = codegen::runPasses(**graph, {}); !s)
       return {Outcome::Fail, s.message()};
-    if (Status s = ir::verifyGraph(**graph); !s)
-      return {Outcome::Fail, s.message()};
-    auto part = partitioner::partitionGraph(**graph, {});
-    Outcome::Kind noNodes = Outcome::Pass;
-    if (!part) {
-      // Everything folded away: nothing left to run is still a valid
-      // compile, but there is no plan; compare the folded constants.
-      if ((*graph)->numNodes() != 0)
-        return {Outcome::Fail, part.status().message()};
-      noNodes = Outcome::Skip;
-    }
-    if (noNodes == Outcome::Skip) {
+    if ((*graph)->numNodes() == 0) {
+      // Everything folded away: the outputs are constants to compare.
       const auto &outs = (*graph)->outputs();
       for (size_t i = 0; i < expected.size() && i < outs.size(); ++i) {
         if (!outs[i]->isConstant())
@@ -231,9 +217,12 @@ Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
       }
       continue;
     }
-    auto emitted = codegen::emitPlan(**graph, *part, {});
-    if (!emitted)
-      return {Outcome::Fail, emitted.status().message()};
+    codegen::CompileOptions co;
+    co.noPasses = true;
+    auto compiled = codegen::compileGraph(**graph, co);
+    if (!compiled)
+      return {Outcome::Fail, compiled.status().message()};
+    const codegen::EmittedPlan *emitted = &compiled->plan;
     std::string planDir = joinPath(tmpRoot, fs::path(dir).filename().string() + ".plan");
     if (Status s = codegen::writePlanDirectory(planDir, *emitted); !s)
       return {Outcome::Fail, s.message()};

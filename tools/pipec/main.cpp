@@ -5,12 +5,11 @@
 // partitions, emits a plan directory and prints the partition report.
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/PlanEmitter.h"
+#include "codegen/Driver.h"
 #include "codegen/Report.h"
 #include "frontend/OnnxImporter.h"
 #include "ir/Text.h"
 #include "ir/Verifier.h"
-#include "partitioner/Partitioner.h"
 #include "passes/PassManager.h"
 #include "pipec/Version.h"
 #include "support/FileIO.h"
@@ -109,58 +108,44 @@ Status compile(const Options &o, const std::string &commandLine) {
 
   PIPEC_ASSIGN(auto g, loadModel(o));
 
-  passes::PassManagerOptions pmo;
-  pmo.verifyEach = o.verifyEach;
-  pmo.printAfter = o.printAfter;
-  pmo.timePasses = o.timePasses;
-  pmo.stopAfter = o.stopAfter;
-  pmo.out = &std::cerr;
-  passes::PassManager pm(pmo);
-  std::vector<std::string> pipeline = passes::defaultPipeline();
+  codegen::CompileOptions co;
+  co.passManager.verifyEach = o.verifyEach;
+  co.passManager.printAfter = o.printAfter;
+  co.passManager.timePasses = o.timePasses;
+  co.passManager.stopAfter = o.stopAfter;
+  co.passManager.out = &std::cerr;
   if (o.passes == "none") {
-    pipeline.clear();
-  } else if (!o.passes.empty()) {
-    pipeline.clear();
+    co.noPasses = true;
+  } else {
     std::stringstream ss(o.passes);
     std::string p;
     while (std::getline(ss, p, ','))
       if (!p.empty())
-        pipeline.push_back(p);
+        co.passes.push_back(p);
   }
-  for (const std::string &p : pipeline)
-    PIPEC_TRY(pm.add(p));
-  PIPEC_TRY(pm.run(*g));
-
   if (o.emit == "ir") {
+    PIPEC_TRY(codegen::runPasses(*g, co));
     ir::PrintOptions po;
     po.maxConstantElements = irConstants;
     ir::printGraph(*g, std::cout, po);
     return Status::ok();
   }
-  PIPEC_TRY(ir::verifyGraph(*g).withContext("the graph is not ready for code generation"));
-
-  partitioner::PartitionOptions popts;
-  popts.numStages = o.stages;
-  popts.microBatches = o.microBatches;
-  PIPEC_ASSIGN(partitioner::Partition part, partitioner::partitionGraph(*g, popts));
-
-  codegen::EmitOptions eo;
-  eo.microBatches = o.microBatches;
-  eo.training = o.train;
-  eo.sourceModel = std::filesystem::path(o.model).filename().string();
+  co.partition.numStages = o.stages;
+  co.emit.microBatches = o.microBatches;
+  co.emit.training = o.train;
+  co.emit.sourceModel = std::filesystem::path(o.model).filename().string();
   if (auto bytes = readFile(o.model))
-    eo.sourceCrc32c = crc32c(bytes->data(), bytes->size());
-  eo.compileOptions = commandLine;
-  PIPEC_ASSIGN(codegen::EmittedPlan ep, codegen::emitPlan(*g, part, eo));
-  nlohmann::json report = codegen::buildReport(*g, part, ep);
+    co.emit.sourceCrc32c = crc32c(bytes->data(), bytes->size());
+  co.emit.compileOptions = commandLine;
+  PIPEC_ASSIGN(codegen::Compiled c, codegen::compileGraph(*g, co));
   if (o.emit == "report") {
-    std::cout << report.dump(2) << "\n";
+    std::cout << c.report.dump(2) << "\n";
     return Status::ok();
   }
-  PIPEC_TRY(codegen::writePlanDirectory(o.output, ep));
-  PIPEC_TRY(codegen::writeReport(o.output, report));
+  PIPEC_TRY(codegen::writePlanDirectory(o.output, c.plan));
+  PIPEC_TRY(codegen::writeReport(o.output, c.report));
   if (!o.quiet)
-    std::cout << codegen::renderReportText(report) << "plan written to " << o.output << "\n";
+    std::cout << codegen::renderReportText(c.report) << "plan written to " << o.output << "\n";
   return Status::ok();
 }
 

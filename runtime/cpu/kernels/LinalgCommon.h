@@ -213,7 +213,8 @@ template <typename T> struct LinalgBatchedGemm {
         omp_set_num_threads(threads);
       return;
     }
-#pragma omp parallel num_threads(static_cast <int>(std::min <int64_t>(threads, total)))
+    int team = static_cast<int>(std::min<int64_t>(threads, total));
+#pragma omp parallel num_threads(team)
     {
       // Per-task setting: BLAS calls inside run on this thread only, even
       // when the team has one thread and the region is inactive.

@@ -1,0 +1,42 @@
+//===- codegen/Driver.h - The compile pipeline as one call -----*- C++ -*-===//
+//
+// Runs what `pipec` runs after import: the pass pipeline, verification,
+// partitioning, plan emission and the report. Shared by the pipec tool, the
+// conformance runner and the benchmarks, so they all compile the same way.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "codegen/PlanEmitter.h"
+#include "ir/IR.h"
+#include "partitioner/Partitioner.h"
+#include "passes/PassManager.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace pipec::codegen {
+
+struct CompileOptions {
+  /// Pass flags to run; empty means passes::defaultPipeline().
+  std::vector<std::string> passes;
+  bool noPasses = false;
+  passes::PassManagerOptions passManager;
+  partitioner::PartitionOptions partition;
+  EmitOptions emit;
+};
+
+struct Compiled {
+  partitioner::Partition partition;
+  EmittedPlan plan;
+  nlohmann::json report;
+};
+
+/// Runs the passes on `g` (changing it), then partitions and emits.
+Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts);
+/// Only the pass pipeline of compileGraph (for --emit=ir).
+Status runPasses(ir::Graph &g, const CompileOptions &opts);
+
+} // namespace pipec::codegen
