@@ -10,6 +10,7 @@
 #include "ir/shape/ShapeRules.h"
 #include "passes/NodeEval.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace pipec::passes {
@@ -56,11 +57,12 @@ public:
     kept_.clear();
     bool changed = false, folded = false;
     for (ir::Node *n : g.nodes()) {
+      // pipec's own domains need no import; ONNX's rules depend on it.
       int64_t opset = g.opset(n->domain());
-      if (opset == 0)
+      if (opset == 0 && n->domain().empty())
         return errorf("node '", n->name(), "' (", n->opType(),
-                      "): the graph imports no opset for domain '",
-                      n->domain().empty() ? "ai.onnx" : n->domain(), "'");
+                      "): the graph imports no opset for domain 'ai.onnx'");
+      opset = std::max<int64_t>(opset, 1);
       std::vector<TensorDesc> types;
       Status s = ir::inferNodeTypes(*n, opset, types);
       if (!s)

@@ -6,8 +6,8 @@
 // into constants once the batch is bound, so that later rules can read the
 // values they need.
 //
-// Requires: a topological node order, typed graph inputs, an opset for each
-// domain used. Guarantees: every value typed; Constant, Shape and Size nodes
+// Requires: a topological node order, typed graph inputs, an ai.onnx opset
+// import. Guarantees: every value typed; Constant, Shape and Size nodes
 // replaced by constants; nodes whose inputs are all constants folded with
 // the CPU kernels when their outputs are small (at most kMaxFoldElements
 // elements, any size for integer outputs of the shape-subgraph ops) and a

@@ -140,10 +140,13 @@ Status logicalRule(const ShapeContext &ctx, Outputs &out) {
 Status preluRule(const ShapeContext &ctx, Outputs &out) {
   // The slope broadcasts to X (unidirectionally) from opset 7.
   PIPEC_TRY(expectSameDType(ctx, {0, 1}));
-  const TensorDesc &x = ctx.inputType(0);
-  PIPEC_TRY(expectUnidirectional(ctx, ctx.inputType(1).shape, x.shape, inputLabel(ctx, 1)));
+  const TensorDesc &x = ctx.inputType(0), &slope = ctx.inputType(1);
   out[0] = x;
-  return Status::ok();
+  // Before opset 7 the slope has one value, or one per channel (axis 1).
+  if (ctx.opset() < 7 &&
+      (slope.numel() == 1 || (x.rank() >= 2 && slope.shape == Shape{x.shape[1]})))
+    return Status::ok();
+  return expectUnidirectional(ctx, slope.shape, x.shape, inputLabel(ctx, 1));
 }
 
 Status whereRule(const ShapeContext &ctx, Outputs &out) {

@@ -552,7 +552,9 @@ TEST(ShapeInference, FoldsSmallConstantArithmetic) {
 namespace {
 
 namespace fs = std::filesystem;
-const char *kOnnxNodeTests = "/usr/share/libonnx-testdata/data/node";
+const char *kOnnxTestData = "/usr/share/libonnx-testdata/data";
+/// The single-node test suites of ONNX's test data.
+const char *kOnnxSuites[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
 
 Expected<onnx::TensorProto> loadTensorProto(const std::string &path) {
   PIPEC_ASSIGN(std::string bytes, readFile(path));
@@ -687,17 +689,20 @@ NodeTestResult checkNodeTest(const std::string &dir) {
 } // namespace
 
 TEST(ShapeRules, OnnxNodeTests) {
-  if (!isDirectory(kOnnxNodeTests))
+  if (!isDirectory(kOnnxTestData))
     GTEST_SKIP() << "ONNX test data not installed (libonnx-testdata)";
   std::vector<std::string> dirs;
-  for (const auto &e : fs::directory_iterator(kOnnxNodeTests))
-    if (e.is_directory())
-      dirs.push_back(e.path().string());
+  for (const char *suite : kOnnxSuites)
+    if (isDirectory(joinPath(kOnnxTestData, suite)))
+      for (const auto &e : fs::directory_iterator(joinPath(kOnnxTestData, suite)))
+        if (e.is_directory())
+          dirs.push_back(e.path().string());
   std::sort(dirs.begin(), dirs.end());
   int passed = 0, failed = 0, unloadable = 0;
   for (const std::string &dir : dirs) {
     NodeTestResult r = checkNodeTest(dir);
-    std::string name = fs::path(dir).filename().string();
+    std::string name =
+        fs::path(dir).parent_path().filename().string() + "/" + fs::path(dir).filename().string();
     if (r.skipped) {
       if (!r.status) {
         ++unloadable;
