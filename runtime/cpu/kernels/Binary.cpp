@@ -264,7 +264,15 @@ Expected<KernelPtr> makeBinaryKernel(const OpDesc &d) {
     return makeBinary<kFloats | kSignedInts, false, kNumeric>(d, Pow{});
   }
   if (op == "PRelu") {
-    // Slope broadcasts one way, to the shape of X.
+    // Slope broadcasts one way, to the shape of X. Before opset 7 a 1-D
+    // slope of C values is per channel (axis 1): view it as [C, 1, ...].
+    if (d.opset < 7 && d.inputs[1].rank() == 1 && d.inputs[0].rank() > 2 &&
+        d.inputs[1].shape[0] == d.inputs[0].shape[1] && d.inputs[1].shape[0] > 1) {
+      OpDesc legacy = d;
+      legacy.inputs[1].shape.resize(static_cast<size_t>(d.inputs[0].rank() - 1), 1);
+      legacy.opset = 7;
+      return makeBinaryKernel(legacy);
+    }
     const TensorDesc &x = d.inputs[0], &slope = d.inputs[1];
     PIPEC_ASSIGN(Shape shape, broadcastShapes(d, {x.shape, slope.shape}));
     if (shape != x.shape)
