@@ -83,7 +83,7 @@ private:
 } // namespace
 
 bool isParameter(const ir::Value &v) {
-  if (!v.isConstant() || !isFloat(v.dtype()) || v.type().numel() <= 1)
+  if (!v.isConstant() || !v.isTrainable())
     return false;
   for (const ir::Node *u : v.users()) {
     if (u->is("BatchNormalization") && (u->input(3) == &v || u->input(4) == &v))

@@ -45,8 +45,9 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
 /// directory (and nothing else: a non-plan directory is refused).
 Status writePlanDirectory(const std::string &dir, const EmittedPlan &p);
 
-/// True for constants that count as trainable parameters: floating-point,
-/// more than one element, not a normalisation's running statistics.
+/// True for constants that count as trainable parameters: the model's
+/// floating-point initializers, except a normalisation's running statistics
+/// and values used as shapes.
 bool isParameter(const ir::Value &v);
 
 } // namespace pipec::codegen

@@ -163,7 +163,9 @@ Status Importer::importInitializers() {
     if (opts_.freezeInputs.count(t.name()) && inputNames.count(t.name()))
       continue;
     PIPEC_ASSIGN(Tensor data, tensorFromProto(t, baseDir_));
-    PIPEC_TRY(g_->addConstant(t.name(), std::move(data)).status());
+    bool trainable = isFloat(data.dtype());
+    PIPEC_ASSIGN(ir::Value * v, g_->addConstant(t.name(), std::move(data)));
+    v->setTrainable(trainable);
   }
   return Status::ok();
 }

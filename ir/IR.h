@@ -64,6 +64,10 @@ public:
   int producerIndex() const { return producerIndex_; }
   bool isGraphInput() const { return isInput_; }
   bool isConstant() const { return !constant_.empty(); }
+  /// A model parameter: a floating-point initializer of the source model,
+  /// which training may update. Passes never fold it into other constants.
+  bool isTrainable() const { return trainable_; }
+  void setTrainable(bool t) { trainable_ = t; }
   const Tensor &constant() const { return constant_; }
   /// Nodes that read this value, once per input slot.
   const std::vector<Node *> &users() const { return users_; }
@@ -79,6 +83,7 @@ private:
   int producerIndex_ = -1;
   bool isInput_ = false;
   bool isOutput_ = false;
+  bool trainable_ = false;
   Tensor constant_;
   std::vector<Node *> users_;
 };

@@ -183,14 +183,14 @@ public:
     PIPEC_TRY(expectPunct("{"));
     while (!isPunct("}")) {
       if (tok_.kind != Tok::Ident)
-        return err("expected 'opset', 'input', 'const', 'node', 'output' or '}'");
+        return err("expected 'opset', 'input', 'const', 'param', 'node', 'output' or '}'");
       std::string kw = tok_.text;
       if (kw == "opset") {
         PIPEC_TRY(parseOpset());
       } else if (kw == "input") {
         PIPEC_TRY(parseInput());
-      } else if (kw == "const") {
-        PIPEC_TRY(parseConst());
+      } else if (kw == "const" || kw == "param") {
+        PIPEC_TRY(parseConst(kw == "param"));
       } else if (kw == "node") {
         PIPEC_TRY(parseNode());
       } else if (kw == "output") {
@@ -401,7 +401,7 @@ private:
     return Status::ok();
   }
 
-  Status parseConst() {
+  Status parseConst(bool trainable) {
     bump();
     PIPEC_ASSIGN(std::string n, valueName());
     PIPEC_TRY(expectPunct(":"));
@@ -412,6 +412,7 @@ private:
     auto v = g_->addConstant(n, std::move(t));
     if (!v)
       return err(v.status().message());
+    (*v)->setTrainable(trainable);
     return Status::ok();
   }
 

@@ -169,7 +169,7 @@ void printGraph(const Graph &g, std::ostream &os, const PrintOptions &opts) {
     os << '\n';
   }
   for (const Value *v : g.constants()) {
-    os << "  const ";
+    os << (v->isTrainable() ? "  param " : "  const ");
     printValueName(os, v);
     os << " : " << v->type().str() << " = ";
     if (opts.maxConstantElements >= 0 &&

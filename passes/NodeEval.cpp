@@ -21,7 +21,7 @@ cpu::OpDesc opDescForNode(const ir::Node &n, int64_t opset) {
 
 bool canEvaluate(const ir::Node &n) {
   for (const ir::Value *v : n.inputs())
-    if (v && !v->isConstant())
+    if (v && (!v->isConstant() || v->isTrainable()))
       return false;
   for (const ir::Value *v : n.outputs())
     if (!v->typeKnown())

@@ -15,7 +15,8 @@ namespace pipec::passes {
 
 /// The kernel description of a node whose inputs and outputs are typed.
 cpu::OpDesc opDescForNode(const ir::Node &n, int64_t opset);
-/// True if every present input is a constant and the CPU has a kernel.
+/// True if every present input is a constant, none is a trainable
+/// parameter (training must see it), and the CPU has a kernel.
 bool canEvaluate(const ir::Node &n);
 /// Evaluates a node whose present inputs are all constants.
 Expected<std::vector<Tensor>> evaluateNode(const ir::Node &n, int64_t opset);

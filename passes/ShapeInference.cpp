@@ -103,9 +103,12 @@ private:
       replaceWithConstants(g, n, {t});
       return true;
     }
-    for (const ir::Value *v : n->inputs())
+    for (const ir::Value *v : n->inputs()) {
       if (v && !v->isConstant())
         return keep(n, {cat("its input '", v->name(), "' is not a compile-time constant"), v});
+      if (v && v->isTrainable())
+        return keep(n, {cat("its input '", v->name(), "' is a trainable parameter")});
+    }
     if (n->inputs().empty())
       return keep(n, {"it has no inputs"});
     if (n->is("Dropout"))

@@ -9,7 +9,7 @@
 // CHECK-NEXT:   opset "com.example" 1
 // CHECK-NEXT:   input %x : f32[2,3]
 // CHECK-NEXT:   input %"odd name:1" : i64[2]
-// CHECK-NEXT:   const %w : f32[3,2] = [1.0, -2.5, 3.0000001e+10, inf, -inf, 0.100000001]
+// CHECK-NEXT:   param %w : f32[3,2] = [1.0, -2.5, 3.0000001e+10, inf, -inf, 0.100000001]
 // CHECK-NEXT:   const %shape : i64[2] = [3, -1]
 // CHECK-NEXT:   const %flags : bool[3] = [1, 0, 1]
 // CHECK-NEXT:   node "mm" MatMul(%x, %w) -> %y : f32[2,2]
@@ -25,7 +25,7 @@ graph "roundtrip" {
   opset "com.example" 1
   input %x : f32[2,3]
   input %"odd name:1" : i64[2]
-  const %w : f32[3,2] = [1, -2.5, 3e10, inf, -inf, 0.1]
+  param %w : f32[3,2] = [1, -2.5, 3e10, inf, -inf, 0.1]
   const %shape : i64[2] = [3, -1]
   const %flags : bool[3] = [1, 0, 1]
   node "mm" MatMul(%x, %w) -> %y : f32[2,2]
