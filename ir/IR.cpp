@@ -42,6 +42,7 @@ std::string_view phaseName(Phase p) {
   switch (p) {
   case Phase::Forward: return "fwd";
   case Phase::Backward: return "bwd";
+  case Phase::WeightGrad: return "wgrad";
   case Phase::Optimizer: return "opt";
   }
   return "fwd";

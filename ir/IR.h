@@ -39,7 +39,9 @@ const std::vector<OpInfo> &allOps();
 /// Canonical domain spelling: "" for ai.onnx.
 std::string canonicalDomain(std::string_view domain);
 
-enum class Phase { Forward, Backward, Optimizer };
+/// Forward; Backward (input gradients, B); WeightGrad (weight gradients, W,
+/// which a schedule may run later); Optimizer.
+enum class Phase { Forward, Backward, WeightGrad, Optimizer };
 std::string_view phaseName(Phase p);
 
 class Node;

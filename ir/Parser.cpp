@@ -487,10 +487,11 @@ private:
     bump();
     Phase phase = Phase::Forward;
     std::string forwardOf;
-    if (isIdent("fwd") || isIdent("bwd") || isIdent("opt")) {
-      phase = tok_.text == "fwd" ? Phase::Forward
-              : tok_.text == "bwd" ? Phase::Backward
-                                   : Phase::Optimizer;
+    if (isIdent("fwd") || isIdent("bwd") || isIdent("wgrad") || isIdent("opt")) {
+      phase = tok_.text == "fwd"     ? Phase::Forward
+              : tok_.text == "bwd"   ? Phase::Backward
+              : tok_.text == "wgrad" ? Phase::WeightGrad
+                                     : Phase::Optimizer;
       bump();
       if (isPunct("(")) {
         bump();
