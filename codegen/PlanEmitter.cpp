@@ -14,15 +14,6 @@ namespace pipec::codegen {
 
 namespace {
 
-uint64_t fnv1a64(const std::string &s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 void setAttr(const std::string &name, const Attribute &a, plan::Attribute &out) {
   out.set_name(name);
   switch (a.kind) {

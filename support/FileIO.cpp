@@ -95,6 +95,15 @@ std::array<uint32_t, 256> makeCrcTable() {
 }
 } // namespace
 
+uint64_t fnv1a64(const std::string &s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 uint32_t crc32c(const void *data, size_t n, uint32_t seed) {
   static const std::array<uint32_t, 256> table = makeCrcTable();
   const auto *p = static_cast<const uint8_t *>(data);

@@ -25,5 +25,7 @@ std::string joinPath(const std::string &a, const std::string &b);
 
 /// CRC-32C (Castagnoli) of a byte range; `seed` chains calls.
 uint32_t crc32c(const void *data, size_t n, uint32_t seed = 0);
+/// 64-bit FNV-1a hash of a string: stable ids derived from names.
+uint64_t fnv1a64(const std::string &s);
 
 } // namespace pipec

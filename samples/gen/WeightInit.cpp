@@ -1,20 +1,13 @@
 //===- samples/gen/WeightInit.cpp - Deterministic weight init -------------===//
 #include "samples/gen/WeightInit.h"
 
+#include "support/FileIO.h"
+
 #include <random>
 
 namespace pipec::samples {
 
 namespace {
-
-uint64_t fnv1a64(const std::string &s) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 // Spreads nearby seeds (and names differing in one character) over the
 // whole state space before they reach the Mersenne Twister.

@@ -24,6 +24,7 @@
 #include "runtime/Session.h"
 #include "runtime/cpu/Kernel.h"
 #include "support/FileIO.h"
+#include "tests/conformance/OnnxTestData.h"
 
 #include <algorithm>
 #include <cmath>
@@ -41,25 +42,6 @@ struct Outcome {
   enum Kind { Pass, Fail, Skip } kind;
   std::string reason;
 };
-
-Expected<Tensor> loadPb(const std::string &path) {
-  PIPEC_ASSIGN(std::string bytes, readFile(path));
-  onnx::TensorProto t;
-  if (!t.ParseFromString(bytes))
-    return errorf("cannot parse '", path, "' as a TensorProto");
-  return frontend::tensorFromProto(t, dirName(path));
-}
-
-std::vector<std::string> numbered(const std::string &dir, const std::string &prefix) {
-  std::vector<std::string> files;
-  for (size_t i = 0;; ++i) {
-    std::string p = joinPath(dir, prefix + std::to_string(i) + ".pb");
-    if (!fileExists(p))
-      break;
-    files.push_back(p);
-  }
-  return files;
-}
 
 bool computable(int32_t dt) {
   DType t = static_cast<DType>(dt);
@@ -96,21 +78,6 @@ std::string skipReason(const onnx::ModelProto &m) {
     if (!computable(t.data_type()))
       return "initializer '" + t.name() + "' has a data type pipec does not compute with";
   return "";
-}
-
-Status compare(const Tensor &got, const Tensor &want, const std::string &name) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape())
-    return errorf("output '", name, "': got ", got.desc().str(), ", expected ", want.desc().str());
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    double g = got.getDouble(i), w = want.getDouble(i);
-    if (std::isnan(w) && std::isnan(g))
-      continue;
-    if (std::isinf(w) && g == w)
-      continue;
-    if (!(std::fabs(g - w) <= 1e-7 + 1e-3 * std::fabs(w)))
-      return errorf("output '", name, "' element ", i, ": got ", g, ", expected ", w);
-  }
-  return Status::ok();
 }
 
 Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
@@ -170,14 +137,14 @@ Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
 
   for (const std::string &set : sets) {
     std::vector<Tensor> inputs, expected;
-    for (const auto &p : numbered(set, "input_")) {
-      auto t = loadPb(p);
+    for (const auto &p : testdata::numberedFiles(set, "input_")) {
+      auto t = testdata::loadTensorPb(p);
       if (!t)
         return {Outcome::Fail, t.status().message()};
       inputs.push_back(t.take());
     }
-    for (const auto &p : numbered(set, "output_")) {
-      auto t = loadPb(p);
+    for (const auto &p : testdata::numberedFiles(set, "output_")) {
+      auto t = testdata::loadTensorPb(p);
       if (!t)
         return {Outcome::Fail, t.status().message()};
       expected.push_back(t.take());
@@ -212,7 +179,7 @@ Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
       for (size_t i = 0; i < expected.size() && i < outs.size(); ++i) {
         if (!outs[i]->isConstant())
           return {Outcome::Fail, "an output is neither computed nor constant"};
-        if (Status s = compare(outs[i]->constant(), expected[i], outs[i]->name()); !s)
+        if (Status s = testdata::compareOutput(outs[i]->constant(), expected[i], outs[i]->name()); !s)
           return {Outcome::Fail, s.message()};
       }
       continue;
@@ -237,7 +204,7 @@ Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
       return {Outcome::Fail, cat("got ", outs->size(), " outputs, expected ", expected.size())};
     std::vector<std::string> names = (*session)->outputNames();
     for (size_t i = 0; i < expected.size(); ++i)
-      if (Status s = compare((*outs)[i], expected[i], names[i]); !s)
+      if (Status s = testdata::compareOutput((*outs)[i], expected[i], names[i]); !s)
         return {Outcome::Fail, s.message()};
   }
   return {Outcome::Pass, ""};

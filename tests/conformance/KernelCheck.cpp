@@ -12,6 +12,7 @@
 #include "ir/IR.h"
 #include "runtime/cpu/Kernel.h"
 #include "support/FileIO.h"
+#include "tests/conformance/OnnxTestData.h"
 
 #include <cmath>
 #include <cstdio>
@@ -22,41 +23,6 @@ using namespace pipec;
 namespace fs = std::filesystem;
 
 namespace {
-
-Expected<Tensor> loadPb(const std::string &path) {
-  PIPEC_ASSIGN(std::string bytes, readFile(path));
-  onnx::TensorProto t;
-  if (!t.ParseFromString(bytes))
-    return errorf("cannot parse '", path, "'");
-  return frontend::tensorFromProto(t, dirName(path));
-}
-
-std::vector<std::string> sortedFiles(const std::string &dir, const std::string &prefix) {
-  std::vector<std::string> files;
-  for (size_t i = 0;; ++i) {
-    std::string p = joinPath(dir, prefix + std::to_string(i) + ".pb");
-    if (!fileExists(p))
-      break;
-    files.push_back(p);
-  }
-  return files;
-}
-
-Status compare(const Tensor &got, const Tensor &want, size_t index) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape())
-    return errorf("output ", index, ": got ", got.desc().str(), ", expected ",
-                  want.desc().str());
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    double g = got.getDouble(i), w = want.getDouble(i);
-    if (std::isnan(w) && std::isnan(g))
-      continue;
-    if (std::isinf(w) && g == w)
-      continue;
-    if (!(std::fabs(g - w) <= 1e-7 + 1e-3 * std::fabs(w)))
-      return errorf("output ", index, " element ", i, ": got ", g, ", expected ", w);
-  }
-  return Status::ok();
-}
 
 Status checkDir(const std::string &dir) {
   PIPEC_ASSIGN(std::string bytes, readFile(joinPath(dir, "model.onnx")));
@@ -79,12 +45,12 @@ Status checkDir(const std::string &dir) {
   const ir::OpInfo *info = ir::lookupOp(d.domain, d.opType);
   for (fs::path set : {fs::path(dir) / "test_data_set_0"}) {
     std::vector<Tensor> inputs, expected;
-    for (const auto &p : sortedFiles(set.string(), "input_")) {
-      PIPEC_ASSIGN(Tensor t, loadPb(p));
+    for (const auto &p : testdata::numberedFiles(set.string(), "input_")) {
+      PIPEC_ASSIGN(Tensor t, testdata::loadTensorPb(p));
       inputs.push_back(t);
     }
-    for (const auto &p : sortedFiles(set.string(), "output_")) {
-      PIPEC_ASSIGN(Tensor t, loadPb(p));
+    for (const auto &p : testdata::numberedFiles(set.string(), "output_")) {
+      PIPEC_ASSIGN(Tensor t, testdata::loadTensorPb(p));
       expected.push_back(t);
     }
     // Graph inputs bind to node inputs by name; omitted inputs are "".
@@ -108,7 +74,7 @@ Status checkDir(const std::string &dir) {
       d.outputs.push_back(e.desc());
     PIPEC_ASSIGN(std::vector<Tensor> outs, cpu::evaluate(d, nodeInputs));
     for (size_t i = 0; i < expected.size(); ++i)
-      PIPEC_TRY(compare(outs[i], expected[i], i));
+      PIPEC_TRY(testdata::compareOutput(outs[i], expected[i], std::to_string(i)));
   }
   return Status::ok();
 }
