@@ -219,6 +219,18 @@ std::string Graph::uniqueNodeName(const std::string &base) {
   return n;
 }
 
+Status Graph::renameValue(Value *v, const std::string &name) {
+  if (v->name_ == name)
+    return Status::ok();
+  auto it = valueByName_.find(name);
+  if (it != valueByName_.end())
+    return errorf("value name '", name, "' is already used");
+  valueByName_.erase(v->name_);
+  v->name_ = name;
+  valueByName_[name] = v;
+  return Status::ok();
+}
+
 void Graph::replaceAllUsesWith(Value *from, Value *to) {
   if (from == to)
     return;

@@ -185,6 +185,8 @@ public:
   std::string uniqueValueName(const std::string &base);
   /// A node name not used yet, derived from `base`.
   std::string uniqueNodeName(const std::string &base);
+  /// Gives `v` a new name; fails if the name is taken by another value.
+  Status renameValue(Value *v, const std::string &name);
 
   /// Points every user of `from` (and graph outputs) at `to`.
   void replaceAllUsesWith(Value *from, Value *to);

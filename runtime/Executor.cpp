@@ -175,9 +175,14 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const FeedFn &feed, const C
         in.push_back(t < 0 ? nullptr : address(t, mb));
       for (int32_t t : n.outputs())
         out.push_back(address(t, mb));
+      auto n0 = nodeSeconds_.empty() ? std::chrono::steady_clock::time_point()
+                                     : std::chrono::steady_clock::now();
       Status s = kernels_[ni]->run(ctx, in.data(), out.data());
       if (!s)
         return s.withContext(cat("device ", index_, " micro-batch ", mb));
+      if (!nodeSeconds_.empty())
+        nodeSeconds_[ni] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - n0).count();
       ++stats_.nodesRun;
     }
     stats_.busySeconds +=

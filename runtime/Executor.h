@@ -40,6 +40,11 @@ public:
   Status runStep(cpu::ExecContext ctx, const FeedFn &feed, const CollectFn &collect);
 
   const DeviceStats &stats() const { return stats_; }
+  /// Times every node run from now on (a clock read per node).
+  void enableNodeProfile() { nodeSeconds_.assign(kernels_.size(), 0.0); }
+  /// Seconds spent in each node (index into the device's nodes) so far;
+  /// empty unless profiling was enabled.
+  const std::vector<double> &nodeSeconds() const { return nodeSeconds_; }
   /// Address of a tensor instance (arena or weights); null if not resident.
   void *address(int32_t tensor, unsigned mb);
 
@@ -57,6 +62,7 @@ private:
   /// Per instruction: inputs to feed before it and outputs to collect after.
   std::vector<std::vector<int32_t>> feedBefore_, collectAfter_;
   DeviceStats stats_;
+  std::vector<double> nodeSeconds_;
 };
 
 } // namespace pipec::runtime

@@ -1,6 +1,7 @@
 //===- support/Tensor.cpp - Host tensors ----------------------------------===//
 #include "support/Tensor.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -40,6 +41,13 @@ Tensor::Tensor(TensorDesc desc) : desc_(std::move(desc)) {
   if (alloc == 0)
     alloc = kTensorAlignment;
   void *p = std::aligned_alloc(kTensorAlignment, alloc);
+  if (!p) {
+    // Callers validate sizes from untrusted input before allocating; this
+    // is the machine running out of memory, which nothing can recover from.
+    std::fprintf(stderr, "pipec: out of memory allocating %zu bytes for a %s tensor\n", alloc,
+                 desc_.str().c_str());
+    std::abort();
+  }
   std::memset(p, 0, alloc);
   storage_ = std::shared_ptr<void>(p, [](void *q) { std::free(q); });
   data_ = p;

@@ -123,4 +123,12 @@ Status unsqueezeRule(const ShapeContext &, Outputs &);
 Status nllLossRule(const ShapeContext &, Outputs &);
 Status softmaxCrossEntropyRule(const ShapeContext &, Outputs &);
 
+// Grad.cpp (domain pipec)
+Status elementwiseGradRule(const ShapeContext &, Outputs &);
+Status axisGradRule(const ShapeContext &, Outputs &);
+Status lossGradRule(const ShapeContext &, Outputs &);
+Status layerNormGradRule(const ShapeContext &, Outputs &);
+Status layerNormScaleGradRule(const ShapeContext &, Outputs &);
+Status gatherGradRule(const ShapeContext &, Outputs &);
+
 } // namespace pipec::ir::shape

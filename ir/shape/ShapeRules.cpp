@@ -144,17 +144,35 @@ const RuleEntry kRules[] = {
     {"SoftmaxCrossEntropyLoss", softmaxCrossEntropyRule},
 };
 
+// Gradient ops of the domain "pipec" (ir/shape/Grad.cpp), in the order of
+// their section of ir/Ops.def.
+const RuleEntry kGradRules[] = {
+    {"ReluGrad", elementwiseGradRule},
+    {"SoftmaxGrad", axisGradRule},
+    {"LogSoftmaxGrad", axisGradRule},
+    {"SoftmaxCrossEntropyLossGrad", lossGradRule},
+    {"NegativeLogLikelihoodLossGrad", lossGradRule},
+    {"LayerNormalizationGrad", layerNormGradRule},
+    {"LayerNormalizationScaleGrad", layerNormScaleGradRule},
+    {"GatherGrad", gatherGradRule},
+    {"GeluGrad", elementwiseGradRule},
+};
+
 ShapeRule findRule(std::string_view domain, std::string_view opType) {
-  static const auto index = [] {
-    std::map<std::string, ShapeRule, std::less<>> m;
-    for (const RuleEntry &e : kRules)
+  using Index = std::map<std::string, ShapeRule, std::less<>>;
+  auto build = [](const auto &table) {
+    Index m;
+    for (const RuleEntry &e : table)
       m.emplace(e.opType, e.rule);
     return m;
-  }();
-  if (!canonicalDomain(domain).empty())
+  };
+  static const Index onnx = build(kRules), grad = build(kGradRules);
+  const std::string d = canonicalDomain(domain);
+  const Index *index = d.empty() ? &onnx : d == "pipec" ? &grad : nullptr;
+  if (!index)
     return nullptr;
-  auto it = index.find(opType);
-  return it == index.end() ? nullptr : it->second;
+  auto it = index->find(opType);
+  return it == index->end() ? nullptr : it->second;
 }
 
 } // namespace

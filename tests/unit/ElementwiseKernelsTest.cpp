@@ -525,3 +525,24 @@ TEST(BadDesc, FactoriesReturnErrors) {
 }
 
 } // namespace
+
+TEST(ElementwiseUnary, FloatErfIsWithinFourTenMillionthsOfDoubleErf) {
+  // The float Erf kernel uses a rational approximation (vectorizable); its
+  // error against erf in double must stay below 4e-7 over [-10, 10].
+  const int64_t n = 4000001;
+  Tensor x(DType::F32, {n});
+  for (int64_t i = 0; i < n; ++i)
+    x.data<float>()[i] = static_cast<float>(-10.0 + 20.0 * static_cast<double>(i) / (n - 1));
+  for (const char *op : {"Erf", "Gelu"}) {
+    std::vector<Tensor> y = eval(makeDesc(op, {x.desc()}, {x.desc()}, 20), {x});
+    ASSERT_EQ(y.size(), 1u);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double v = x.data<float>()[i];
+      double ref = std::string(op) == "Erf" ? std::erf(v) : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      double tol = std::string(op) == "Erf" ? 4e-7 : 4e-7 * std::fabs(v) + 1e-6;
+      worst = std::max(worst, std::fabs(y[0].data<float>()[i] - ref) / tol);
+    }
+    EXPECT_LE(worst, 1.0) << op << ": error reaches " << worst << " times the tolerance";
+  }
+}

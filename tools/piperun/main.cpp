@@ -35,6 +35,7 @@ struct Options {
   uint64_t seed = 0;
   int threads = 1;
   bool json = false;
+  std::string profileOps;
 };
 
 /// Exclusive upper bound for random integer data of input `t`: the size of
@@ -116,6 +117,45 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/// Writes the measured time of every node (mean per step) as JSON, the
+/// input a cost model can balance stages by, and prints the ops that took
+/// the most time.
+Status writeOpProfile(const std::string &path, const runtime::Session &session, int steps,
+                      bool quiet) {
+  const plan::Plan &p = session.plan();
+  nlohmann::json nodes = nlohmann::json::array();
+  std::map<std::string, double> byOp;
+  double total = 0;
+  for (int d = 0; d < p.devices_size(); ++d) {
+    const std::vector<double> &sec = session.devices()[d]->nodeSeconds();
+    for (int i = 0; i < p.devices(d).nodes_size() && i < static_cast<int>(sec.size()); ++i) {
+      const plan::Node &n = p.devices(d).nodes(i);
+      double perStep = sec[i] / steps;
+      nodes.push_back({{"device", d}, {"node", n.name()}, {"op", n.op_type()}, {"seconds", perStep}});
+      byOp[n.op_type()] += perStep;
+      total += perStep;
+    }
+  }
+  nlohmann::json j;
+  j["plan"] = p.model_name();
+  j["steps"] = steps;
+  j["micro_batches"] = p.pipeline().num_micro_batches();
+  j["nodes"] = nodes;
+  PIPEC_TRY(writeFileAtomic(path, j.dump(2) + "\n"));
+  if (quiet)
+    return Status::ok();
+  std::vector<std::pair<double, std::string>> ops;
+  for (const auto &[op, s] : byOp)
+    ops.emplace_back(s, op);
+  std::sort(ops.rbegin(), ops.rend());
+  std::printf("%-28s %12s %8s\n", "op", "ms/step", "share");
+  for (size_t i = 0; i < ops.size() && i < 12; ++i)
+    std::printf("%-28s %12.3f %7.1f%%\n", ops[i].second.c_str(), ops[i].first * 1e3,
+                total > 0 ? 100 * ops[i].first / total : 0.0);
+  std::printf("per-node times written to %s\n", path.c_str());
+  return Status::ok();
+}
+
 Status runPlan(const Options &o) {
   if (o.steps < 1)
     return errorf("--steps must be at least 1 (got ", o.steps, ")");
@@ -126,6 +166,9 @@ Status runPlan(const Options &o) {
   so.seed = o.seed;
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
   const plan::Plan &p = session->plan();
+  if (!o.profileOps.empty())
+    for (const auto &d : session->devices())
+      d->enableNodeProfile();
   std::vector<std::string> names = session->inputNames();
   std::vector<TensorDesc> descs = session->stepInputDescs();
 
@@ -230,6 +273,8 @@ Status runPlan(const Options &o) {
     devs.push_back(dj);
   }
   j["devices"] = devs;
+  if (!o.profileOps.empty())
+    PIPEC_TRY(writeOpProfile(o.profileOps, *session, total, o.json));
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return Status::ok();
@@ -271,6 +316,8 @@ int main(int argc, char **argv) {
   app.add_option("--seed", o.seed, "seed of the random inputs (default 0)");
   app.add_option("--threads-per-device", o.threads, "kernel threads of each device (default 1)");
   app.add_flag("--json", o.json, "print the summary as JSON");
+  app.add_option("--profile-ops", o.profileOps,
+                 "time every node and write the per-node times (JSON) to this file");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {

@@ -1,0 +1,128 @@
+//===- ir/shape/Grad.cpp - Shape rules of the gradient ops (domain pipec) -===//
+//
+// The ops that autodiff (passes/Autodiff.h) emits where ONNX has no op for a
+// backward computation: pipec:ReluGrad, pipec:SoftmaxGrad, the loss
+// gradients and the rest of the "Gradient ops" section of ir/Ops.def. Most
+// return a tensor shaped like one of their inputs (the forward input they
+// differentiate); the rules check that the incoming gradient matches the
+// forward value it is the gradient of.
+//
+//===----------------------------------------------------------------------===//
+#include "ir/shape/RuleUtil.h"
+
+namespace pipec::ir::shape {
+
+namespace {
+
+/// Fails unless inputs a and b have the same type (dtype and shape).
+Status expectSameType(const ShapeContext &ctx, size_t a, size_t b) {
+  if (ctx.inputType(a) != ctx.inputType(b))
+    return ctx.error(cat(inputLabel(ctx, a), " is ", ctx.inputType(a).str(), " but ",
+                         inputLabel(ctx, b), " is ", ctx.inputType(b).str(),
+                         "; they must have the same type"));
+  return Status::ok();
+}
+
+Status expectFloat(const ShapeContext &ctx, size_t i) {
+  if (!isFloat(ctx.inputType(i).dtype))
+    return ctx.error(cat(inputLabel(ctx, i), " must be a float tensor, it is ",
+                         ctx.inputType(i).str()));
+  return Status::ok();
+}
+
+} // namespace
+
+Status elementwiseGradRule(const ShapeContext &ctx, Outputs &out) {
+  PIPEC_TRY(expectFloat(ctx, 0));
+  PIPEC_TRY(expectSameType(ctx, 0, 1));
+  out[0] = ctx.inputType(0);
+  return Status::ok();
+}
+
+Status axisGradRule(const ShapeContext &ctx, Outputs &out) {
+  PIPEC_TRY(elementwiseGradRule(ctx, out));
+  PIPEC_ASSIGN(int64_t axis, axisFor(ctx, attrInt(ctx.attrs(), "axis", -1),
+                                     ctx.inputType(0).rank()));
+  (void)axis;
+  return Status::ok();
+}
+
+Status lossGradRule(const ShapeContext &ctx, Outputs &out) {
+  // dLoss, scores [N, C, d...], target [N, d...], optional weight [C].
+  PIPEC_TRY(expectFloat(ctx, 0));
+  PIPEC_TRY(expectMinRank(ctx, 1, 2));
+  PIPEC_TRY(expectIndexDType(ctx, 2));
+  PIPEC_TRY(expectSameDType(ctx, {0, 1, 3}));
+  const TensorDesc &scores = ctx.inputType(1), &target = ctx.inputType(2);
+  Shape expected = scores.shape;
+  expected.erase(expected.begin() + 1);
+  if (target.shape != expected)
+    return ctx.error(cat("target ", target.str(), " must have shape ", shapeStr(expected),
+                         " for scores ", scores.str()));
+  std::string reduction = attrString(ctx.attrs(), "reduction", "mean");
+  Shape dLoss = reduction == "none" ? target.shape : Shape{};
+  if (reduction != "none" && reduction != "sum" && reduction != "mean")
+    return ctx.error(cat("reduction '", reduction, "' is not none, sum or mean"));
+  if (ctx.inputType(0).shape != dLoss)
+    return ctx.error(cat("the loss gradient is ", ctx.inputType(0).str(), ", expected shape ",
+                         shapeStr(dLoss), " for reduction '", reduction, "'"));
+  if (ctx.hasInput(3) && ctx.inputType(3).shape != Shape{scores.shape[1]})
+    return ctx.error(cat("weight must have shape [", scores.shape[1], "], got ",
+                         ctx.inputType(3).str()));
+  out[0] = scores;
+  return Status::ok();
+}
+
+Status layerNormGradRule(const ShapeContext &ctx, Outputs &out) {
+  // dY, X, scale -> dX.
+  PIPEC_TRY(expectFloat(ctx, 0));
+  PIPEC_TRY(expectSameType(ctx, 0, 1));
+  PIPEC_TRY(expectSameDType(ctx, {0, 2}));
+  const TensorDesc &x = ctx.inputType(1);
+  PIPEC_ASSIGN(int64_t axis, axisFor(ctx, attrInt(ctx.attrs(), "axis", -1), x.rank()));
+  Shape norm(x.shape.begin() + axis, x.shape.end());
+  if (numElements(ctx.inputType(2).shape) != numElements(norm))
+    return ctx.error(cat("scale ", ctx.inputType(2).str(), " does not match the normalized shape ",
+                         shapeStr(norm)));
+  out[0] = x;
+  return Status::ok();
+}
+
+Status layerNormScaleGradRule(const ShapeContext &ctx, Outputs &out) {
+  // dY, X -> dScale shaped as the scale (attribute `shape`, default the
+  // normalized dimensions X[axis:]).
+  PIPEC_TRY(expectFloat(ctx, 0));
+  PIPEC_TRY(expectSameType(ctx, 0, 1));
+  const TensorDesc &x = ctx.inputType(1);
+  PIPEC_ASSIGN(int64_t axis, axisFor(ctx, attrInt(ctx.attrs(), "axis", -1), x.rank()));
+  Shape norm(x.shape.begin() + axis, x.shape.end());
+  Shape s = attrInts(ctx.attrs(), "shape", norm);
+  if (numElements(s) != numElements(norm))
+    return ctx.error(cat("shape ", shapeStr(s), " does not hold the normalized shape ",
+                         shapeStr(norm)));
+  out[0] = {x.dtype, s};
+  return Status::ok();
+}
+
+Status gatherGradRule(const ShapeContext &ctx, Outputs &out) {
+  // dY, indices -> dData of attribute `shape`, scattered along `axis`.
+  PIPEC_TRY(expectFloat(ctx, 0));
+  PIPEC_TRY(expectIndexDType(ctx, 1));
+  const Attribute *shape = attrFind(ctx.attrs(), "shape");
+  if (!shape || shape->kind != Attribute::Kind::Ints)
+    return ctx.error("attribute 'shape' (the data shape) is required");
+  Shape data = shape->ints;
+  PIPEC_ASSIGN(int64_t axis, axisFor(ctx, attrInt(ctx.attrs(), "axis", 0),
+                                     static_cast<int64_t>(data.size())));
+  Shape y(data.begin(), data.begin() + axis);
+  const Shape &idx = ctx.inputType(1).shape;
+  y.insert(y.end(), idx.begin(), idx.end());
+  y.insert(y.end(), data.begin() + axis + 1, data.end());
+  if (ctx.inputType(0).shape != y)
+    return ctx.error(cat("the output gradient is ", ctx.inputType(0).str(), ", expected shape ",
+                         shapeStr(y)));
+  out[0] = {ctx.inputType(0).dtype, data};
+  return Status::ok();
+}
+
+} // namespace pipec::ir::shape

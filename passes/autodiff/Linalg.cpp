@@ -1,0 +1,108 @@
+//===- passes/autodiff/Linalg.cpp - Gemm and MatMul gradient rules --------===//
+//
+// Gemm: Y = alpha * A' B' + beta * C with A' = transA ? A^T : A (same for
+// B). The input gradients are Gemms again, with the transposes folded into
+// the flags so that no Transpose node is needed:
+//   dA  = alpha * dY B'^T      (transA: alpha * B' dY^T)
+//   dB  = alpha * A'^T dY      (transB: alpha * dY^T A')
+//   dC  = beta * dY summed to C's broadcast shape.
+// MatMul (numpy semantics, batched and broadcast): 1-D operands are viewed
+// as matrices ([K] -> [1,K] on the left, [K,1] on the right), then
+//   dA = dY B^T, dB = A^T dY
+// summed over broadcast batch dimensions and reshaped back.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/autodiff/GradRules.h"
+
+namespace pipec::passes::autodiff {
+
+namespace {
+
+AttrMap gemmAttrs(bool ta, bool tb, double alpha) {
+  AttrMap a;
+  if (ta)
+    a["transA"] = Attribute::ofInt(1);
+  if (tb)
+    a["transB"] = Attribute::ofInt(1);
+  if (alpha != 1.0)
+    a["alpha"] = Attribute::ofFloat(static_cast<float>(alpha));
+  return a;
+}
+
+/// Swaps the last two dimensions.
+Expected<ir::Value *> transposeLast2(GradContext &c, ir::Value *x) {
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < static_cast<int64_t>(x->shape().size()); ++i)
+    perm.push_back(i);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return c.transpose(x, perm);
+}
+
+} // namespace
+
+Status gemmGrad(GradContext &c) {
+  const bool ta = attrInt(c.attrs(), "transA", 0) != 0;
+  const bool tb = attrInt(c.attrs(), "transB", 0) != 0;
+  const double alpha = attrFloat(c.attrs(), "alpha", 1.0f);
+  const double beta = attrFloat(c.attrs(), "beta", 1.0f);
+  ir::Value *dy = c.outGrad(0), *a = c.input(0), *b = c.input(1);
+  // Before opset 11 Gemm needs C: a scalar zero with beta 0 stands in.
+  auto gemm = [&](ir::Value *x, ir::Value *y, bool tx, bool ty) -> Expected<ir::Value *> {
+    AttrMap attrs = gemmAttrs(tx, ty, alpha);
+    if (c.opset() < 11) {
+      attrs["beta"] = Attribute::ofFloat(0.0f);
+      return c.emit("Gemm", {x, y, c.scalar(0.0, dy->dtype())}, std::move(attrs));
+    }
+    return c.emit("Gemm", {x, y}, std::move(attrs));
+  };
+  if (c.needsGrad(0)) {
+    PIPEC_ASSIGN(ir::Value * g, ta ? gemm(b, dy, tb, true) : gemm(dy, b, false, !tb));
+    c.setGrad(0, g);
+  }
+  if (c.needsGrad(1)) {
+    PIPEC_ASSIGN(ir::Value * g, tb ? gemm(dy, a, true, ta) : gemm(a, dy, !ta, false));
+    c.setGrad(1, g);
+  }
+  if (c.needsGrad(2)) {
+    PIPEC_ASSIGN(ir::Value * r, c.sumToShape(dy, c.input(2)->shape()));
+    PIPEC_ASSIGN(ir::Value * g, c.scale(r, beta));
+    c.setGrad(2, g);
+  }
+  return Status::ok();
+}
+
+Status matMulGrad(GradContext &c) {
+  ir::Value *a = c.input(0), *b = c.input(1), *dy = c.outGrad(0);
+  Shape as = a->shape(), bs = b->shape(), ys = dy->shape();
+  // View 1-D operands as matrices and dY with the dropped dimensions back.
+  if (as.size() == 1) {
+    as = {1, as[0]};
+    ys.insert(ys.end() - (bs.size() == 1 ? 0 : 1), 1);
+  }
+  if (bs.size() == 1) {
+    bs = {bs[0], 1};
+    ys.push_back(1);
+  }
+  PIPEC_ASSIGN(ir::Value * a2, c.reshape(a, as));
+  PIPEC_ASSIGN(ir::Value * b2, c.reshape(b, bs));
+  PIPEC_ASSIGN(ir::Value * dy2, c.reshape(dy, ys));
+  if (c.needsGrad(0)) {
+    PIPEC_ASSIGN(ir::Value * bt, transposeLast2(c, b2));
+    PIPEC_ASSIGN(ir::Value * g, c.emit("MatMul", {dy2, bt}));
+    // Sum over broadcast batch dimensions, then drop the 1-D view.
+    Shape target = as;
+    PIPEC_ASSIGN(g, c.sumToShape(g, target));
+    PIPEC_ASSIGN(g, c.reshape(g, a->shape()));
+    c.setGrad(0, g);
+  }
+  if (c.needsGrad(1)) {
+    PIPEC_ASSIGN(ir::Value * at, transposeLast2(c, a2));
+    PIPEC_ASSIGN(ir::Value * g, c.emit("MatMul", {at, dy2}));
+    PIPEC_ASSIGN(g, c.sumToShape(g, bs));
+    PIPEC_ASSIGN(g, c.reshape(g, b->shape()));
+    c.setGrad(1, g);
+  }
+  return Status::ok();
+}
+
+} // namespace pipec::passes::autodiff

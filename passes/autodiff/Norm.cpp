@@ -1,0 +1,75 @@
+//===- passes/autodiff/Norm.cpp - Softmax, LogSoftmax, LayerNormalization -===//
+//
+// Softmax and LogSoftmax differentiate from their output Y with
+// pipec:SoftmaxGrad / pipec:LogSoftmaxGrad (axis normalised; coerce2d = 1
+// reproduces the 2-D coercion of opsets before 13). LayerNormalization
+// recomputes its row statistics from X: pipec:LayerNormalizationGrad gives
+// dX (B), pipec:LayerNormalizationScaleGrad gives dScale (W), and dBias is
+// dY summed over the leading axes. The optional Mean and InvStdDev outputs
+// are not differentiated.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/autodiff/GradRules.h"
+
+namespace pipec::passes::autodiff {
+
+namespace {
+
+Status softmaxLike(GradContext &c, const char *gradOp) {
+  if (!c.needsGrad(0))
+    return Status::ok();
+  const bool coerce = c.opset() < 13;
+  int64_t axis = attrInt(c.attrs(), "axis", coerce ? 1 : -1);
+  const auto rank = static_cast<int64_t>(c.output(0)->shape().size());
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return c.error(cat("axis ", axis, " is out of range for rank ", rank));
+  AttrMap a = {{"axis", Attribute::ofInt(axis)}};
+  if (coerce)
+    a["coerce2d"] = Attribute::ofInt(1);
+  PIPEC_ASSIGN(ir::Value * g, c.emitPipec(gradOp, {c.outGrad(0), c.output(0)}, a));
+  c.setGrad(0, g);
+  return Status::ok();
+}
+
+} // namespace
+
+Status softmaxGrad(GradContext &c) { return softmaxLike(c, "SoftmaxGrad"); }
+Status logSoftmaxGrad(GradContext &c) { return softmaxLike(c, "LogSoftmaxGrad"); }
+
+Status layerNormGrad(GradContext &c) {
+  if (c.outGrad(1) || c.outGrad(2))
+    return c.error("the Mean and InvStdDev outputs cannot be differentiated");
+  ir::Value *dy = c.outGrad(0), *x = c.input(0);
+  const auto rank = static_cast<int64_t>(x->shape().size());
+  int64_t axis = attrInt(c.attrs(), "axis", -1);
+  if (axis < 0)
+    axis += rank;
+  AttrMap a = {{"axis", Attribute::ofInt(axis)},
+               {"epsilon", Attribute::ofFloat(attrFloat(c.attrs(), "epsilon", 1e-5f))}};
+  if (c.needsGrad(0)) {
+    PIPEC_ASSIGN(ir::Value * g, c.emitPipec("LayerNormalizationGrad", {dy, x, c.input(1)}, a));
+    c.setGrad(0, g);
+  }
+  if (c.needsGrad(1)) {
+    AttrMap sa = a;
+    sa["shape"] = Attribute::ofInts(c.input(1)->shape());
+    PIPEC_ASSIGN(ir::Value * g, c.emitPipec("LayerNormalizationScaleGrad", {dy, x}, sa));
+    c.setGrad(1, g);
+  }
+  if (c.needsGrad(2)) {
+    std::vector<int64_t> lead;
+    for (int64_t i = 0; i < axis; ++i)
+      lead.push_back(i);
+    ir::Value *g = dy;
+    if (!lead.empty()) {
+      PIPEC_ASSIGN(g, c.reduceSum(dy, lead, false));
+    }
+    PIPEC_ASSIGN(g, c.reshape(g, c.input(2)->shape()));
+    c.setGrad(2, g);
+  }
+  return Status::ok();
+}
+
+} // namespace pipec::passes::autodiff

@@ -1,0 +1,123 @@
+//===- runtime/cpu/kernels/GradLoss.cpp - Loss gradients ------------------===//
+//
+// pipec:SoftmaxCrossEntropyLossGrad(dLoss, scores, target [, weight]) and
+// pipec:NegativeLogLikelihoodLossGrad(dLoss, input, target [, weight]),
+// attributes reduction and ignore_index as the forward ops. Both give the
+// gradient with respect to their second input, shaped [N, C, d...]:
+//   SCE: dx[n,c,d] = g(n,d) * w_t * (softmax(x)[n,c,d] - [c == t])
+//   NLL: dx[n,c,d] = -g(n,d) * w_t * [c == t]
+// where t is the target at (n, d), w_t its class weight (1 without weights;
+// 0 for the ignore index) and g is dLoss[n,d] (none), dLoss (sum) or
+// dLoss / sum of w_t (mean). The total weight is summed serially in position
+// order, and positions are independent: no result depends on the thread
+// count. One file for the pair because they share the layout and scaling.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/DataMovementCommon.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace pipec::cpu {
+
+namespace {
+class LossGradKernel final : public Kernel {
+public:
+  LossGradKernel(std::string where, dm::LossLayout l, bool softmax)
+      : where_(std::move(where)), l_(l), softmax_(softmax) {}
+
+  Status run(ExecContext &, const void *const *in, void *const *out) override {
+    PIPEC_TRY(dm::checkTargets(where_, l_, in[2]));
+    if (l_.scoreType == DType::F32)
+      compute<float>(in, out);
+    else
+      compute<double>(in, out);
+    return Status::ok();
+  }
+
+private:
+  template <typename T> void compute(const void *const *in, void *const *out) {
+    const auto *dl = static_cast<const T *>(in[0]);
+    const auto *x = static_cast<const T *>(in[1]);
+    const void *target = in[2];
+    const auto *w = l_.hasWeight ? static_cast<const T *>(in[3]) : nullptr;
+    auto *dx = static_cast<T *>(out[0]);
+    const int64_t N = l_.n, C = l_.c, D = l_.d;
+    auto weightAt = [&](int64_t p) -> T {
+      const int64_t t = dm::targetAt(l_, target, p);
+      if (l_.hasIgnore && t == l_.ignoreIndex)
+        return T(0);
+      return w ? w[t] : T(1);
+    };
+    T scale = T(1);
+    if (l_.reduction != dm::Reduction::None) {
+      scale = dl[0];
+      if (l_.reduction == dm::Reduction::Mean) {
+        double total = 0.0;
+        for (int64_t p = 0; p < N * D; ++p)
+          total += static_cast<double>(weightAt(p));
+        scale = static_cast<T>(static_cast<double>(scale) / total);
+      }
+    }
+    const bool none = l_.reduction == dm::Reduction::None;
+#pragma omp parallel for schedule(static) if (N * C * D >= 16384)
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t p = n * D + d;
+        const T *xp = x + n * C * D + d;
+        T *gp = dx + n * C * D + d;
+        const T wt = weightAt(p);
+        const T g = (none ? dl[p] : scale) * wt;
+        const int64_t t = dm::targetAt(l_, target, p);
+        if (!softmax_) {
+          for (int64_t c = 0; c < C; ++c)
+            gp[c * D] = T(0);
+          if (wt != T(0))
+            gp[t * D] = -g;
+          continue;
+        }
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t c = 0; c < C; ++c)
+          mx = std::max(mx, xp[c * D]);
+        T sum = 0;
+        for (int64_t c = 0; c < C; ++c)
+          sum += std::exp(xp[c * D] - mx);
+        const T r = T(1) / sum;
+        for (int64_t c = 0; c < C; ++c)
+          gp[c * D] = g * std::exp(xp[c * D] - mx) * r;
+        if (wt != T(0))
+          gp[t * D] -= g;
+      }
+    }
+  }
+
+  std::string where_;
+  dm::LossLayout l_;
+  bool softmax_;
+};
+
+Expected<KernelPtr> makeLossGrad(const OpDesc &d, bool softmax) {
+  if (d.inputs.size() < 3 || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects 3 or 4 inputs and 1 output");
+  // View the node as the forward loss (scores, target, weight -> loss) to
+  // share the forward's checks and layout.
+  OpDesc fwd = d;
+  fwd.inputs.assign(d.inputs.begin() + 1, d.inputs.end());
+  fwd.constInputs.clear();
+  fwd.outputs = {d.inputs[0]};
+  PIPEC_ASSIGN(dm::LossLayout l, dm::lossLayout(fwd));
+  PIPEC_TRY(dm::checkOutput(d, 0, l.scoreType, d.inputs[1].shape));
+  return KernelPtr(new LossGradKernel(d.where(), l, softmax));
+}
+} // namespace
+
+Expected<KernelPtr> makeSoftmaxCrossEntropyLossGradKernel(const OpDesc &d) {
+  return makeLossGrad(d, true);
+}
+
+Expected<KernelPtr> makeNegativeLogLikelihoodLossGradKernel(const OpDesc &d) {
+  return makeLossGrad(d, false);
+}
+
+} // namespace pipec::cpu

@@ -1,0 +1,73 @@
+//===- runtime/train/Clip.cpp - Gradient clipping by global norm ----------===//
+#include "runtime/train/Clip.h"
+
+#include "runtime/train/Optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pipec::train {
+
+double gradSquaredSum(const float *g, int64_t n) {
+  if (n <= 0)
+    return 0.0;
+  int64_t chunks = (n + kTrainChunk - 1) / kTrainChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t lo = c * kTrainChunk, hi = std::min(n, lo + kTrainChunk);
+    // Left to right: the compiler may not reassociate (no -ffast-math), so
+    // this sum is the same for every build and thread count.
+    double s = 0.0;
+    for (int64_t i = lo; i < hi; ++i) {
+      double x = g[i];
+      s += x * x;
+    }
+    partial[static_cast<size_t>(c)] = s;
+  }
+  double total = 0.0;
+  for (double s : partial)
+    total += s;
+  return total;
+}
+
+void scaleGrad(float *g, int64_t n, float scale) {
+  int64_t chunks = (n + kTrainChunk - 1) / kTrainChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t lo = c * kTrainChunk, hi = std::min(n, lo + kTrainChunk);
+    for (int64_t i = lo; i < hi; ++i)
+      g[i] = g[i] * scale;
+  }
+}
+
+double clipCoefficient(double totalNorm, double maxNorm) {
+  // torch.clamp(clip_coef, max=1.0) keeps a NaN, and so does this.
+  double coef = maxNorm / (totalNorm + 1e-6);
+  return coef < 1.0 || std::isnan(coef) ? coef : 1.0;
+}
+
+Expected<double> clipGradNorm(const std::vector<GradRef> &grads, double maxNorm,
+                              bool errorIfNonfinite) {
+  if (!(maxNorm > 0) || !std::isfinite(maxNorm))
+    return errorf("gradient clipping: max norm ", maxNorm, " must be a positive number");
+  double sum = 0.0;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].n < 0 || (grads[i].n > 0 && !grads[i].data))
+      return errorf("gradient clipping: gradient ", i, " is null or has a negative size");
+    sum += gradSquaredSum(grads[i].data, grads[i].n);
+  }
+  double norm = std::sqrt(sum);
+  if (!std::isfinite(norm) && errorIfNonfinite)
+    return errorf("gradient clipping: the total gradient norm is ", norm,
+                  " (a gradient holds inf or NaN)");
+  double coef = clipCoefficient(norm, maxNorm);
+  if (coef < 1.0 || std::isnan(coef)) {
+    float scale = static_cast<float>(coef);
+    for (const GradRef &g : grads)
+      scaleGrad(g.data, g.n, scale);
+  }
+  return norm;
+}
+
+} // namespace pipec::train
