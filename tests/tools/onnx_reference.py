@@ -123,6 +123,29 @@ def run_node(node, v, a):
             sizes = [i[0].shape[ax] // len(node.output)] * len(node.output)
         return np.split(i[0], np.cumsum(sizes)[:-1], axis=ax)
     if op == "SoftmaxCrossEntropyLoss": return [sce(i[0], i[1], a)]
+    if op == "Identity": return [i[0]]
+    if op == "Pow": return [np.power(i[0], i[1])]
+    if op == "Equal": return [np.equal(i[0], i[1])]
+    if op == "Not": return [np.logical_not(i[0])]
+    if op == "And": return [np.logical_and(i[0], i[1])]
+    if op == "Where": return [np.where(i[0], i[1], i[2])]
+    if op == "Expand": return [i[0] * np.ones([int(d) for d in i[1]], dtype=i[0].dtype)]
+    if op == "Range": return [np.arange(i[0], i[1], i[2])]
+    if op == "ConstantOfShape":
+        value = numpy_helper.to_array(a["value"]) if "value" in a else np.zeros(1, np.float32)
+        out = np.full([int(d) for d in i[0]], value.reshape(-1)[0], dtype=value.dtype)
+        return [out.astype(np.float64) if out.dtype.kind == "f" else out]
+    if op == "ReduceMean":
+        axes = tuple(a["axes"]) if "axes" in a else (tuple(int(x) for x in i[1]) if len(i) > 1 else None)
+        return [i[0].mean(axis=axes, keepdims=bool(a.get("keepdims", 1)))]
+    if op == "Slice":
+        starts, ends = list(i[1]), list(i[2])
+        axes = list(i[3]) if len(i) > 3 and i[3] is not None else list(range(len(starts)))
+        steps = list(i[4]) if len(i) > 4 and i[4] is not None else [1] * len(starts)
+        index = [slice(None)] * i[0].ndim
+        for st, en, ax, sp in zip(starts, ends, axes, steps):
+            index[int(ax)] = slice(int(st), int(min(en, 2**62)), int(sp))
+        return [i[0][tuple(index)]]
     raise SystemExit(f"onnx_reference: op {op} (node {node.name}) is not covered")
 
 
