@@ -3,6 +3,10 @@
 
 #include "codegen/Report.h"
 #include "ir/Verifier.h"
+#include "passes/Autodiff.h"
+#include "passes/Loss.h"
+#include "runtime/train/Optimizer.h"
+#include "runtime/train/Schedule.h"
 
 namespace pipec::codegen {
 
@@ -16,12 +20,50 @@ Status runPasses(ir::Graph &g, const CompileOptions &opts) {
 
 Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   PIPEC_TRY(runPasses(g, opts));
+  EmitOptions emit = opts.emit;
+  if (emit.training) {
+    const TrainOptions &t = opts.train;
+    // Validate the optimizer and schedule now, not at the first step.
+    PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(t.optimizer));
+    if (t.lr < 0)
+      return errorf("--lr must be positive (got ", t.lr, ")");
+    if (t.lr > 0)
+      oc.lr = t.lr;
+    PIPEC_ASSIGN(train::Optimizer optimizer, train::Optimizer::create(oc));
+    if (!t.schedule.empty())
+      PIPEC_TRY(train::parseSchedule(t.schedule, optimizer.baseLr()).status());
+    if (t.clipGradNorm < 0)
+      return errorf("--clip-grad-norm must be positive (got ", t.clipGradNorm, ")");
+    ir::Value *loss = nullptr;
+    if (!t.lossKind.empty()) {
+      if (!t.lossOutput.empty())
+        return errorf("give either --loss (attach a loss) or --loss-output (use the model's), not both");
+      passes::LossOptions lo;
+      lo.kind = t.lossKind;
+      lo.logits = t.logits;
+      lo.target = t.labels;
+      PIPEC_ASSIGN(loss, passes::attachLoss(g, lo));
+    } else {
+      PIPEC_ASSIGN(loss, passes::findLoss(g, t.lossOutput));
+    }
+    if (!loss->isGraphOutput())
+      g.addOutput(loss); // the runtime reports the loss of every step
+    passes::AutodiffOptions ao;
+    ao.loss = loss->name();
+    PIPEC_ASSIGN(std::vector<passes::GradientPair> grads, passes::differentiate(g, ao));
+    emit.train.loss = loss;
+    for (const passes::GradientPair &gp : grads)
+      emit.train.paramGrads.emplace_back(gp.param, gp.grad);
+    emit.train.optimizer = optimizer.config().str();
+    emit.train.schedule = t.schedule;
+    emit.train.clipGradNorm = t.clipGradNorm;
+  }
   PIPEC_TRY(ir::verifyGraph(g).withContext("the graph is not ready for code generation"));
   Compiled c;
   partitioner::PartitionOptions po = opts.partition;
   po.microBatches = opts.emit.microBatches;
   PIPEC_ASSIGN(c.partition, partitioner::partitionGraph(g, po));
-  PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, opts.emit));
+  PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
   c.report = buildReport(g, c.partition, c.plan);
   return c;
 }

@@ -19,6 +19,18 @@
 
 namespace pipec::codegen {
 
+/// Training: how to find or attach the loss, and the optimizer.
+struct TrainOptions {
+  std::string lossOutput;   ///< --loss-output: a scalar graph output
+  std::string lossKind;     ///< --loss cross-entropy|mse (attach one)
+  std::string logits;       ///< --logits
+  std::string labels = "labels"; ///< --labels: the new target input's name
+  std::string optimizer = "adam";
+  double lr = 0;            ///< > 0: overrides the optimizer spec's rate
+  std::string schedule;
+  double clipGradNorm = 0;
+};
+
 struct CompileOptions {
   /// Pass flags to run; empty means passes::defaultPipeline().
   std::vector<std::string> passes;
@@ -26,6 +38,8 @@ struct CompileOptions {
   passes::PassManagerOptions passManager;
   partitioner::PartitionOptions partition;
   EmitOptions emit;
+  /// Set with emit.training: differentiate and train.
+  TrainOptions train;
 };
 
 struct Compiled {

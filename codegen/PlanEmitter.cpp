@@ -91,9 +91,8 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
                                const EmitOptions &opts) {
   if (opts.microBatches < 1)
     return errorf("the number of micro-batches must be at least 1 (got ", opts.microBatches, ")");
-  if (opts.training)
-    return errorf("training plans (--train) are not available in this build: autodiff is "
-                  "not implemented yet");
+  if (opts.training && (!opts.train.loss || opts.train.paramGrads.empty()))
+    return errorf("a training plan needs a loss and at least one parameter with a gradient");
   EmittedPlan out;
   plan::Plan &p = out.plan;
   p.set_format_version(plan::formatVersion());
@@ -182,14 +181,26 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       }
     dev->set_weight_bytes(weightBytes);
 
-    // One FORWARD instruction per micro-batch, all of the stage's nodes.
+    // Per micro-batch, in ascending order: FORWARD runs the forward nodes,
+    // BACKWARD (training) the input- and weight-gradient nodes; OPTIMIZER
+    // ends a training step.
     for (unsigned mb = 0; mb < M; ++mb) {
-      plan::Instruction *ins = dev->add_program();
-      ins->set_kind(plan::Instruction::FORWARD);
-      ins->set_micro_batch(mb);
-      for (int i = 0; i < dev->nodes_size(); ++i)
-        ins->add_nodes(i);
+      plan::Instruction *fwd = dev->add_program();
+      fwd->set_kind(plan::Instruction::FORWARD);
+      fwd->set_micro_batch(mb);
+      plan::Instruction *bwd = nullptr;
+      if (opts.training) {
+        bwd = dev->add_program();
+        bwd->set_kind(plan::Instruction::BACKWARD);
+        bwd->set_micro_batch(mb);
+      }
+      for (size_t i = stage.begin; i < stage.end; ++i) {
+        bool forward = nodes[i]->phase() == ir::Phase::Forward;
+        (forward || !bwd ? fwd : bwd)->add_nodes(static_cast<int32_t>(i - stage.begin));
+      }
     }
+    if (opts.training)
+      dev->add_program()->set_kind(plan::Instruction::OPTIMIZER);
 
     // Liveness over the instruction stream: time advances one step per node
     // run. Inputs are fed just before the instruction that first reads them;
@@ -199,9 +210,13 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     };
     std::vector<Interval> live(static_cast<size_t>(p.tensors_size()) * M);
     auto at = [&](int32_t t, unsigned mb) -> Interval & { return live[static_cast<size_t>(t) * M + mb]; };
+    // Graph outputs and gradients are read by the runtime after the
+    // instruction that wrote them.
     std::vector<char> isOutput(p.tensors_size(), 0);
     for (int32_t o : p.outputs())
       isOutput[o] = 1;
+    for (const auto &[param, grad] : opts.train.paramGrads)
+      isOutput[table.id(grad)] = 1;
     int64_t time = 0;
     for (const plan::Instruction &ins : dev->program()) {
       int64_t first = time, last = time + ins.nodes_size() - 1;
@@ -250,6 +265,20 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     dev->set_arena_bytes(mp.peak);
     out.arenaPeak.push_back(mp.peak);
     out.arenaLiveBound.push_back(mp.liveBound);
+  }
+  if (opts.training) {
+    plan::Training *t = p.mutable_training();
+    t->set_loss(table.id(opts.train.loss));
+    for (const auto &[param, grad] : opts.train.paramGrads) {
+      plan::Parameter *pp = t->add_params();
+      pp->set_weight(table.id(param));
+      pp->set_grad(table.id(grad));
+      if (p.tensors(pp->weight()).kind() != plan::TensorInfo::WEIGHT)
+        p.mutable_tensors(pp->weight())->set_kind(plan::TensorInfo::WEIGHT);
+    }
+    t->set_optimizer(opts.train.optimizer);
+    t->set_lr_schedule(opts.train.schedule);
+    t->set_clip_grad_norm(opts.train.clipGradNorm);
   }
   PIPEC_TRY(plan::validatePlan(p).withContext("internal error: emitted an invalid plan"));
   return out;

@@ -16,9 +16,20 @@
 
 namespace pipec::codegen {
 
+/// What a training plan adds: the loss, each parameter's gradient and the
+/// optimizer to apply once per step.
+struct TrainingSpec {
+  const ir::Value *loss = nullptr;
+  std::vector<std::pair<const ir::Value *, const ir::Value *>> paramGrads;
+  std::string optimizer;  ///< runtime/train spec ("adam:lr=0.001,...")
+  std::string schedule;   ///< learning-rate schedule spec, "" for constant
+  double clipGradNorm = 0;
+};
+
 struct EmitOptions {
   int microBatches = 1;
   bool training = false;
+  TrainingSpec train;
   /// Base name and checksum of the source model, recorded in the plan.
   std::string sourceModel;
   uint32_t sourceCrc32c = 0;

@@ -113,6 +113,8 @@ Status DeviceExecutor::prepare() {
     isInput[t] = 1;
   for (int32_t t : p.outputs())
     isOutput[t] = 1;
+  for (const plan::Parameter &pp : p.training().params())
+    isOutput[pp.grad()] = 1;
   std::vector<char> fed(T * M, 0);
   feedBefore_.assign(dev.program_size(), {});
   collectAfter_.assign(dev.program_size(), {});
@@ -152,7 +154,8 @@ void *DeviceExecutor::address(int32_t tensor, unsigned mb) {
   return off < 0 ? nullptr : static_cast<char *>(arena_.get()) + off;
 }
 
-Status DeviceExecutor::runStep(cpu::ExecContext ctx, const FeedFn &feed, const CollectFn &collect) {
+Status DeviceExecutor::runStep(cpu::ExecContext ctx, const FeedFn &feed, const CollectFn &collect,
+                               const OptimizeFn &optimize) {
   const plan::Device &dev = lp_.plan.devices(index_);
   std::vector<const void *> in;
   std::vector<void *> out;
@@ -163,7 +166,14 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const FeedFn &feed, const C
     ctx.microBatch = mb;
     for (int32_t t : feedBefore_[i])
       PIPEC_TRY(feed(t, mb, address(t, mb)));
-    if (ins.kind() != plan::Instruction::FORWARD)
+    if (ins.kind() == plan::Instruction::OPTIMIZER) {
+      if (!optimize)
+        return errorf("device ", index_, ": the plan has an optimizer step but the run is not training");
+      PIPEC_TRY(optimize());
+      ++stats_.instructions;
+      continue;
+    }
+    if (ins.kind() != plan::Instruction::FORWARD && ins.kind() != plan::Instruction::BACKWARD)
       return errorf("device ", index_, ": instruction kind ",
                     plan::Instruction::Kind_Name(ins.kind()), " is not supported by this runtime");
     auto t0 = std::chrono::steady_clock::now();

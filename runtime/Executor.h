@@ -33,11 +33,14 @@ public:
 
   /// Feeds, runs and collects: `feed(tensorId, microBatch, dst)` fills a graph
   /// input instance before the first instruction that reads it;
-  /// `collect(tensorId, microBatch, src)` receives a graph output after the
-  /// instruction that produced it.
+  /// `collect(tensorId, microBatch, src)` receives a graph output, or a
+  /// parameter gradient, after the instruction that produced it; `optimize()`
+  /// runs at the OPTIMIZER instruction of a training plan.
   using FeedFn = std::function<Status(int32_t tensor, unsigned mb, void *dst)>;
   using CollectFn = std::function<Status(int32_t tensor, unsigned mb, const void *src)>;
-  Status runStep(cpu::ExecContext ctx, const FeedFn &feed, const CollectFn &collect);
+  using OptimizeFn = std::function<Status()>;
+  Status runStep(cpu::ExecContext ctx, const FeedFn &feed, const CollectFn &collect,
+                 const OptimizeFn &optimize = nullptr);
 
   const DeviceStats &stats() const { return stats_; }
   /// Times every node run from now on (a clock read per node).

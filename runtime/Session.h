@@ -10,6 +10,10 @@
 #pragma once
 
 #include "runtime/Executor.h"
+#include "runtime/train/Optimizer.h"
+#include "runtime/train/Schedule.h"
+
+#include <optional>
 
 #include <memory>
 #include <string>
@@ -38,6 +42,21 @@ public:
   /// Runs one step of inference on every device.
   Expected<std::vector<Tensor>> run(const std::vector<Tensor> &inputs);
 
+  /// What one training step measured.
+  struct TrainStep {
+    std::vector<Tensor> outputs;
+    double loss = 0;     ///< mean of the micro-batches' losses
+    float lr = 0;        ///< learning rate applied
+    double gradNorm = 0; ///< global gradient norm before clipping
+  };
+  /// Runs one training step: forward and backward of every micro-batch,
+  /// gradients summed in ascending micro-batch order and divided by M, then
+  /// clipping and the optimizer. Training plans only.
+  Expected<TrainStep> train(const std::vector<Tensor> &inputs);
+  bool isTraining() const { return lp_.plan.pipeline().training(); }
+  /// Current value of a weight or constant (training updates weights).
+  Expected<Tensor> weight(const std::string &name) const;
+
   const std::vector<std::unique_ptr<DeviceExecutor>> &devices() const { return devices_; }
   uint64_t stepsRun() const { return steps_; }
 
@@ -45,11 +64,28 @@ private:
   Session() = default;
   /// Step shape of tensor t: [M*b, ...] if it has a leading axis and M > 1.
   TensorDesc stepDesc(int32_t t) const;
+  Status prepareTraining();
+  /// Runs every device's program; `training` accumulates gradients and
+  /// applies the optimizer.
+  Expected<std::vector<Tensor>> runProgram(const std::vector<Tensor> &inputs, bool training,
+                                           TrainStep *train);
+
+  struct ParamState {
+    int32_t weight = -1, grad = -1;
+    float *data = nullptr; ///< the resident weight, updated in place
+    int64_t n = 0;
+    std::vector<float> accum;
+    std::vector<std::vector<float>> state;
+  };
 
   plan::LoadedPlan lp_;
   SessionOptions opts_;
   std::vector<std::unique_ptr<DeviceExecutor>> devices_;
   uint64_t steps_ = 0;
+  std::optional<train::Optimizer> optimizer_;
+  train::Schedule schedule_;
+  std::vector<ParamState> params_;
+  std::vector<int> paramOfGrad_; ///< tensor -> index into params_, -1
 };
 
 } // namespace pipec::runtime

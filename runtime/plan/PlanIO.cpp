@@ -68,6 +68,23 @@ Status validatePlan(const Plan &p) {
         return errorf("tensor '", t.name(), "' lies outside its weight file");
     }
   }
+  if (pl.training()) {
+    const Training &tr = p.training();
+    PIPEC_TRY(checkTensorRef(p, tr.loss(), "the training loss", false));
+    if (tr.params_size() == 0)
+      return errorf("the training plan has no parameters");
+    for (const Parameter &pp : tr.params()) {
+      PIPEC_TRY(checkTensorRef(p, pp.weight(), "a trained parameter", false));
+      PIPEC_TRY(checkTensorRef(p, pp.grad(), "a parameter gradient", false));
+      const TensorInfo &w = p.tensors(pp.weight()), &g = p.tensors(pp.grad());
+      if (w.kind() != TensorInfo::WEIGHT || g.kind() != TensorInfo::ACTIVATION ||
+          w.dtype() != 1 || g.dtype() != 1 || w.bytes() != g.bytes())
+        return errorf("parameter '", w.name(), "' and its gradient '", g.name(),
+                      "' must be f32 tensors of one size, a weight and an activation");
+    }
+    if (tr.optimizer().empty())
+      return errorf("the training plan names no optimizer");
+  }
   for (int32_t t : p.inputs())
     PIPEC_TRY(checkTensorRef(p, t, "a graph input", false));
   for (int32_t t : p.outputs())

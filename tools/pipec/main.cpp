@@ -40,6 +40,7 @@ struct Options {
   int stopAfter = -1;
   std::string irConstants = "16";
   bool train = false;
+  codegen::TrainOptions trainOpts;
   bool quiet = false;
 };
 
@@ -86,9 +87,15 @@ Expected<std::unique_ptr<ir::Graph>> loadModel(const Options &o) {
 }
 
 Status compile(const Options &o, const std::string &commandLine) {
-  if (o.train)
-    return errorf("--train is not available in this build: automatic differentiation is not "
-                  "implemented yet; compile for inference (without --train)");
+  bool trainFlags = !o.trainOpts.lossOutput.empty() || !o.trainOpts.lossKind.empty() ||
+                    !o.trainOpts.schedule.empty() || o.trainOpts.lr != 0 ||
+                    o.trainOpts.clipGradNorm != 0 || o.trainOpts.optimizer != "adam";
+  if (trainFlags && !o.train)
+    return errorf("--loss, --loss-output, --optimizer, --lr, --lr-schedule and --clip-grad-norm "
+                  "need --train");
+  if (o.train && o.stages > 1)
+    return errorf("pipelined training (-k ", o.stages, " with --train) is not available in this "
+                  "build; train on one stage (-k 1)");
   if (o.microBatches < 1)
     return errorf("-m/--micro-batches must be at least 1 (got ", o.microBatches, ")");
   if (o.stages < 1)
@@ -133,6 +140,7 @@ Status compile(const Options &o, const std::string &commandLine) {
   co.partition.numStages = o.stages;
   co.emit.microBatches = o.microBatches;
   co.emit.training = o.train;
+  co.train = o.trainOpts;
   co.emit.sourceModel = std::filesystem::path(o.model).filename().string();
   if (auto bytes = readFile(o.model))
     co.emit.sourceCrc32c = crc32c(bytes->data(), bytes->size());
@@ -177,7 +185,22 @@ int main(int argc, char **argv) {
   app.add_option("--stop-after", o.stopAfter, "run only the first N passes");
   app.add_option("--ir-constants", o.irConstants,
                  "with --emit=ir: print constants up to this many elements, 'all' for every one");
-  app.add_flag("--train", o.train, "compile for training (not available in this build)");
+  app.add_flag("--train", o.train, "compile for training: loss, backward pass and optimizer");
+  app.add_option("--loss-output", o.trainOpts.lossOutput,
+                 "with --train: the scalar graph output to minimise (when the model has several)");
+  app.add_option("--loss", o.trainOpts.lossKind,
+                 "with --train: attach a loss: cross-entropy (int64 labels) or mse");
+  app.add_option("--logits", o.trainOpts.logits, "with --loss: the graph output the loss reads");
+  app.add_option("--labels", o.trainOpts.labels,
+                 "with --loss: name of the new labels/target input (default labels)");
+  app.add_option("--optimizer", o.trainOpts.optimizer,
+                 "with --train: sgd, adam (default), adamw or rmsprop, with options as in "
+                 "'sgd:lr=0.1,momentum=0.9,nesterov=true' (docs/training.md); torch.optim defaults");
+  app.add_option("--lr", o.trainOpts.lr, "with --train: learning rate (overrides the optimizer's)");
+  app.add_option("--lr-schedule", o.trainOpts.schedule,
+                 "with --train: e.g. 'cosine:T=1000,min=1e-5,warmup=100' (docs/training.md)");
+  app.add_option("--clip-grad-norm", o.trainOpts.clipGradNorm,
+                 "with --train: clip gradients to this global L2 norm");
   app.add_flag("-q,--quiet", o.quiet, "do not print the partition report");
   try {
     app.parse(argc, argv);

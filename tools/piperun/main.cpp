@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <cstring>
 #include <random>
 #include <unistd.h>
 
@@ -36,6 +37,9 @@ struct Options {
   int threads = 1;
   bool json = false;
   std::string profileOps;
+  std::string dataDir;
+  bool synthetic = false;
+  std::string metrics;
 };
 
 /// Exclusive upper bound for random integer data of input `t`: the size of
@@ -156,6 +160,122 @@ Status writeOpProfile(const std::string &path, const runtime::Session &session, 
   return Status::ok();
 }
 
+/// A source of training mini-batches: examples from .npy files (one per
+/// graph input, first axis counts examples), taken in order and wrapping
+/// around; or a fixed pool of seeded synthetic batches, repeated, which a
+/// model can learn.
+class DataFeed {
+public:
+  static Expected<DataFeed> open(const runtime::Session &s, const Options &o) {
+    DataFeed f;
+    f.names_ = s.inputNames();
+    f.descs_ = s.stepInputDescs();
+    const plan::Plan &p = s.plan();
+    if (o.dataDir.empty()) {
+      for (int b = 0; b < kSyntheticBatches; ++b) {
+        std::vector<Tensor> batch;
+        for (size_t i = 0; i < f.descs_.size(); ++i)
+          batch.push_back(randomInput(f.descs_[i], integerBound(p, p.inputs(static_cast<int>(i))),
+                                      o.seed * 1000003 + 7919 * b + i));
+        f.pool_.push_back(std::move(batch));
+      }
+      return f;
+    }
+    for (size_t i = 0; i < f.names_.size(); ++i) {
+      std::string path = joinPath(o.dataDir, sanitize(f.names_[i]) + ".npy");
+      PIPEC_ASSIGN(Tensor t, readNpy(path));
+      const TensorDesc &d = f.descs_[i];
+      if (t.dtype() != d.dtype || t.shape().size() != d.shape.size() || t.shape().empty() ||
+          !std::equal(t.shape().begin() + 1, t.shape().end(), d.shape.begin() + 1) || t.shape()[0] < 1)
+        return errorf("'", path, "' is ", t.desc().str(), "; input '", f.names_[i], "' needs ",
+                      dtypeName(d.dtype), "[N", shapeStr(Shape(d.shape.begin() + 1, d.shape.end())).substr(1),
+                      " with N examples (N >= 1)");
+      f.files_.push_back(t);
+    }
+    return f;
+  }
+
+  /// The inputs of step `step` (0-based).
+  std::vector<Tensor> batch(int64_t step) {
+    if (files_.empty())
+      return pool_[static_cast<size_t>(step) % pool_.size()];
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < files_.size(); ++i) {
+      const Tensor &src = files_[i];
+      Tensor t(descs_[i]);
+      int64_t rows = descs_[i].shape[0], n = src.shape()[0];
+      size_t rowBytes = src.bytes() / static_cast<size_t>(n);
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t from = (step * rows + r) % n;
+        std::memcpy(static_cast<char *>(t.raw()) + r * rowBytes,
+                    static_cast<const char *>(src.raw()) + from * rowBytes, rowBytes);
+      }
+      out.push_back(t);
+    }
+    return out;
+  }
+
+private:
+  static constexpr int kSyntheticBatches = 4;
+  std::vector<std::string> names_;
+  std::vector<TensorDesc> descs_;
+  std::vector<std::vector<Tensor>> pool_;
+  std::vector<Tensor> files_;
+};
+
+Status trainPlan(const Options &o, runtime::Session &session) {
+  if (!o.inputs.empty())
+    return errorf("--input feeds inference; a training run reads --data DIR or --synthetic");
+  if (!o.dataDir.empty() && o.synthetic)
+    return errorf("give --data DIR or --synthetic, not both");
+  PIPEC_ASSIGN(DataFeed feed, DataFeed::open(session, o));
+  const plan::Plan &p = session.plan();
+  int64_t examples = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) * p.pipeline().num_micro_batches();
+  std::string metrics;
+  std::vector<double> stepSeconds;
+  double firstLoss = 0, lastLoss = 0;
+  auto start = std::chrono::steady_clock::now();
+  double lastPrint = -1;
+  bool tty = isatty(STDERR_FILENO);
+  for (int s = 0; s < o.steps; ++s) {
+    std::vector<Tensor> inputs = feed.batch(s);
+    auto t0 = std::chrono::steady_clock::now();
+    PIPEC_ASSIGN(runtime::Session::TrainStep r, session.train(inputs));
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stepSeconds.push_back(dt);
+    if (!std::isfinite(r.loss))
+      return errorf("step ", s + 1, ": the loss is ", r.loss, " (diverged; lower --lr or clip gradients)");
+    if (s == 0)
+      firstLoss = r.loss;
+    lastLoss = r.loss;
+    nlohmann::json m = {{"step", s + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.gradNorm},
+                        {"samples_per_second", examples / dt}, {"step_seconds", dt}};
+    metrics += m.dump() + "\n";
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!o.json && (elapsed - lastPrint >= 0.5 || s + 1 == o.steps || s == 0)) {
+      lastPrint = elapsed;
+      double eta = elapsed / (s + 1) * (o.steps - s - 1);
+      std::fprintf(stderr, "%sstep %d/%d  loss %.6f  lr %.3g  %.1f samples/s  ETA %.1fs%s", tty ? "\r" : "",
+                   s + 1, o.steps, r.loss, r.lr, examples / dt, eta, tty ? "   " : "\n");
+    }
+    if (!o.metrics.empty() && (s + 1 == o.steps || (s + 1) % 10 == 0))
+      PIPEC_TRY(writeFileAtomic(o.metrics, metrics));
+  }
+  if (!o.json && tty)
+    std::fprintf(stderr, "\n");
+  double med = median(stepSeconds);
+  if (o.json) {
+    std::cout << nlohmann::json{{"steps", o.steps}, {"first_loss", firstLoss}, {"last_loss", lastLoss},
+                                {"median_step_seconds", med}, {"samples_per_second", examples / med}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::printf("trained %d step(s): loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n", o.steps,
+                firstLoss, lastLoss, med * 1e3, examples / med);
+  }
+  return Status::ok();
+}
+
 Status runPlan(const Options &o) {
   if (o.steps < 1)
     return errorf("--steps must be at least 1 (got ", o.steps, ")");
@@ -165,6 +285,10 @@ Status runPlan(const Options &o) {
   so.threadsPerDevice = o.threads;
   so.seed = o.seed;
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
+  if (session->isTraining())
+    return trainPlan(o, *session);
+  if (!o.dataDir.empty() || o.synthetic || !o.metrics.empty())
+    return errorf("--data, --synthetic and --metrics are for training plans (pipec --train)");
   const plan::Plan &p = session->plan();
   if (!o.profileOps.empty())
     for (const auto &d : session->devices())
@@ -316,6 +440,11 @@ int main(int argc, char **argv) {
   app.add_option("--seed", o.seed, "seed of the random inputs (default 0)");
   app.add_option("--threads-per-device", o.threads, "kernel threads of each device (default 1)");
   app.add_flag("--json", o.json, "print the summary as JSON");
+  app.add_option("--data", o.dataDir,
+                 "training: a directory of NAME.npy files, one per graph input (first axis: examples)");
+  app.add_flag("--synthetic", o.synthetic, "training: seeded synthetic batches (the default without --data)");
+  app.add_option("--metrics", o.metrics,
+                 "training: write one JSON object per step (step, loss, lr, grad_norm, samples/s)");
   app.add_option("--profile-ops", o.profileOps,
                  "time every node and write the per-node times (JSON) to this file");
   try {
