@@ -2,6 +2,7 @@
 #include "codegen/Report.h"
 
 #include "partitioner/CostModel.h"
+#include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
 
 #include <cstdio>
@@ -53,9 +54,10 @@ json buildReport(const ir::Graph &g, const partitioner::Partition &part, const E
   for (size_t s = 0; s < part.stages.size(); ++s) {
     const partitioner::Stage &st = part.stages[s];
     const plan::Device &dev = p.devices(static_cast<int>(s));
-    double flops = 0, params = 0, paramBytes = 0;
+    double flops = 0, bwdFlops = 0, params = 0, paramBytes = 0;
     for (size_t i = st.begin; i < st.end; ++i)
-      flops += partitioner::forwardCost(*nodes[i]).flops;
+      (nodes[i]->phase() == ir::Phase::Forward ? flops : bwdFlops) +=
+          partitioner::forwardCost(*nodes[i]).flops;
     for (int32_t w : dev.weights())
       if (p.tensors(w).kind() == plan::TensorInfo::WEIGHT) {
         double n = 1;
@@ -73,9 +75,20 @@ json buildReport(const ir::Graph &g, const partitioner::Partition &part, const E
     js["parameter_bytes"] = paramBytes;
     js["weight_bytes"] = dev.weight_bytes();
     js["forward_flops_per_micro_batch"] = flops;
+    js["backward_flops_per_micro_batch"] = bwdFlops;
+    // Training keeps a gradient accumulator and the optimizer's state
+    // buffers per parameter, outside the arena.
+    double trainState = 0;
+    if (p.pipeline().training()) {
+      auto oc = train::parseOptimizer(p.training().optimizer());
+      auto opt = oc ? train::Optimizer::create(*oc) : Expected<train::Optimizer>(oc.status());
+      size_t states = opt ? opt->stateTensors() : 0;
+      trainState = paramBytes * static_cast<double>(1 + states);
+    }
+    js["training_state_bytes"] = trainState;
     js["arena_bytes"] = dev.arena_bytes();
     js["arena_live_lower_bound_bytes"] = ep.arenaLiveBound[s];
-    js["peak_memory_bytes"] = dev.arena_bytes() + dev.weight_bytes();
+    js["peak_memory_bytes"] = static_cast<double>(dev.arena_bytes() + dev.weight_bytes()) + trainState;
     js["bytes_sent_per_micro_batch"] = 0;
     stages.push_back(js);
     totalFlops += flops;
@@ -99,19 +112,21 @@ std::string renderReportText(const json &r) {
      << r["schedule"].get<std::string>() << (r["training"].get<bool>() ? ", training" : ", inference")
      << "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "%-5s %-22s %-22s %6s %12s %14s %12s %12s %12s\n", "stage",
-                "first node", "last node", "nodes", "params", "fwd FLOP/mb", "weights", "arena",
-                "sent/mb");
+  std::snprintf(line, sizeof line, "%-5s %-22s %-22s %6s %10s %14s %14s %11s %11s %11s %9s\n",
+                "stage", "first node", "last node", "nodes", "params", "fwd FLOP/mb", "bwd FLOP/mb",
+                "weights", "arena", "peak", "sent/mb");
   os << line;
   auto clip = [](std::string s) { return s.size() > 22 ? s.substr(0, 10) + ".." + s.substr(s.size() - 10) : s; };
   for (const json &s : r["stage_list"]) {
-    std::snprintf(line, sizeof line, "%-5zu %-22s %-22s %6zu %12s %14s %12s %12s %12s\n",
+    std::snprintf(line, sizeof line, "%-5zu %-22s %-22s %6zu %10s %14s %14s %11s %11s %11s %9s\n",
                   s["index"].get<size_t>(), clip(s["first_node"].get<std::string>()).c_str(),
                   clip(s["last_node"].get<std::string>()).c_str(), s["num_nodes"].get<size_t>(),
                   formatCount(s["parameters"].get<double>(), "").c_str(),
                   formatCount(s["forward_flops_per_micro_batch"].get<double>(), "FLOP").c_str(),
+                  formatCount(s["backward_flops_per_micro_batch"].get<double>(), "FLOP").c_str(),
                   formatBytes(s["weight_bytes"].get<double>()).c_str(),
                   formatBytes(s["arena_bytes"].get<double>()).c_str(),
+                  formatBytes(s["peak_memory_bytes"].get<double>()).c_str(),
                   formatBytes(s["bytes_sent_per_micro_batch"].get<double>()).c_str());
     os << line;
   }
