@@ -215,18 +215,10 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, ConvGeom g,
 } // namespace
 
 Expected<KernelPtr> makeConvKernel(const OpDesc &d) {
-  if (d.inputs.size() < 2 || !d.hasInput(0) || !d.hasInput(1) || d.outputs.size() != 1)
-    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(), " and ",
-                  d.outputs.size());
+  PIPEC_TRY(linalgCheckConvOperands(d));
   const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
   DType t = x.dtype;
   bool hasBias = d.hasInput(2);
-  if (w.dtype != t || d.outputs[0].dtype != t || (hasBias && d.inputs[2].dtype != t))
-    return errorf(d.where(), ": element types differ: X ", x.str(), ", W ", w.str(), ", Y ",
-                  d.outputs[0].str());
-  if (x.rank() < 3 || w.rank() != x.rank() || x.rank() > 10)
-    return errorf(d.where(), ": X ", x.str(), " and W ", w.str(),
-                  " must have the same rank, 3 to 10");
   ConvGeom g;
   g.N = x.shape[0];
   g.C = x.shape[1];

@@ -332,4 +332,21 @@ inline Status linalgCheckSpatialOut(const OpDesc &d, const TensorDesc &desc, int
   return Status::ok();
 }
 
+/// What Conv and ConvTranspose check alike: X, W and an optional bias of
+/// one element type, one output of that type, X and W of one rank, 3 to 10.
+inline Status linalgCheckConvOperands(const OpDesc &d) {
+  if (d.inputs.size() < 2 || !d.hasInput(0) || !d.hasInput(1) || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(), " and ",
+                  d.outputs.size());
+  const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
+  DType t = x.dtype;
+  if (w.dtype != t || d.outputs[0].dtype != t || (d.hasInput(2) && d.inputs[2].dtype != t))
+    return errorf(d.where(), ": element types differ: X ", x.str(), ", W ", w.str(), ", Y ",
+                  d.outputs[0].str());
+  if (x.rank() < 3 || w.rank() != x.rank() || x.rank() > 10)
+    return errorf(d.where(), ": X ", x.str(), " and W ", w.str(),
+                  " must have the same rank, 3 to 10");
+  return Status::ok();
+}
+
 } // namespace pipec::cpu
