@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include "runtime/train/Checkpoint.h"
 #include "runtime/train/Clip.h"
 
 #include <cmath>
@@ -110,6 +111,51 @@ Expected<Session::TrainStep> Session::train(const std::vector<Tensor> &inputs) {
   TrainStep step;
   PIPEC_ASSIGN(step.outputs, runProgram(inputs, true, &step));
   return step;
+}
+
+Status Session::saveCheckpoint(const std::string &dir) const {
+  if (!isTraining())
+    return errorf("checkpoints hold training state; this is an inference plan");
+  const plan::Plan &p = lp_.plan;
+  train::Checkpoint c;
+  c.step = static_cast<int64_t>(steps_);
+  c.meta["plan.source_crc32c"] = std::to_string(p.source_crc32c());
+  c.meta["optimizer"] = p.training().optimizer();
+  c.meta["schedule"] = p.training().lr_schedule();
+  c.meta["rng.seed"] = std::to_string(opts_.seed);
+  for (const ParamState &ps : params_) {
+    const std::string &name = p.tensors(ps.weight).name();
+    PIPEC_TRY(c.addFloats("param/" + name, ps.data, ps.n));
+    for (size_t k = 0; k < ps.state.size(); ++k)
+      PIPEC_TRY(c.addFloats("state/" + name + "/" + optimizer_->stateNames()[k], ps.state[k].data(), ps.n));
+  }
+  return train::writeCheckpoint(dir, c);
+}
+
+Status Session::loadCheckpoint(const std::string &dir) {
+  if (!isTraining())
+    return errorf("checkpoints hold training state; this is an inference plan");
+  const plan::Plan &p = lp_.plan;
+  PIPEC_ASSIGN(train::Checkpoint c, train::readCheckpoint(dir));
+  auto meta = [&](const std::string &k) {
+    auto it = c.meta.find(k);
+    return it == c.meta.end() ? std::string("(none)") : it->second;
+  };
+  if (meta("optimizer") != p.training().optimizer() || meta("schedule") != p.training().lr_schedule())
+    return errorf("checkpoint '", dir, "' was written with optimizer '", meta("optimizer"), "' and schedule '",
+                  meta("schedule"), "'; this plan uses '", p.training().optimizer(), "' and '",
+                  p.training().lr_schedule(), "'");
+  if (meta("rng.seed") != std::to_string(opts_.seed))
+    return errorf("checkpoint '", dir, "' was written with --seed ", meta("rng.seed"), "; resume with the same seed");
+  for (ParamState &ps : params_) {
+    const std::string &name = p.tensors(ps.weight).name();
+    PIPEC_TRY(c.restoreFloats("param/" + name, ps.data, ps.n).withContext("checkpoint '" + dir + "'"));
+    for (size_t k = 0; k < ps.state.size(); ++k)
+      PIPEC_TRY(c.restoreFloats("state/" + name + "/" + optimizer_->stateNames()[k], ps.state[k].data(), ps.n)
+                    .withContext("checkpoint '" + dir + "'"));
+  }
+  steps_ = static_cast<uint64_t>(c.step);
+  return Status::ok();
 }
 
 Expected<Tensor> Session::weight(const std::string &name) const {

@@ -54,6 +54,12 @@ public:
   /// clipping and the optimizer. Training plans only.
   Expected<TrainStep> train(const std::vector<Tensor> &inputs);
   bool isTraining() const { return lp_.plan.pipeline().training(); }
+  /// Writes the training state after the steps run so far (parameters,
+  /// optimizer buffers, step count) to a checkpoint directory, atomically.
+  Status saveCheckpoint(const std::string &dir) const;
+  /// Restores a checkpoint written by saveCheckpoint for this plan; the next
+  /// train() call runs the step after it, as an uninterrupted run would.
+  Status loadCheckpoint(const std::string &dir);
   /// Current value of a weight or constant (training updates weights).
   Expected<Tensor> weight(const std::string &name) const;
 

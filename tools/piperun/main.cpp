@@ -40,6 +40,9 @@ struct Options {
   std::string dataDir;
   bool synthetic = false;
   std::string metrics;
+  std::string checkpoint;
+  int checkpointEvery = 0;
+  std::string resume;
 };
 
 /// Exclusive upper bound for random integer data of input `t`: the size of
@@ -228,7 +231,19 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     return errorf("--input feeds inference; a training run reads --data DIR or --synthetic");
   if (!o.dataDir.empty() && o.synthetic)
     return errorf("give --data DIR or --synthetic, not both");
+  if (o.checkpointEvery < 0 || (o.checkpointEvery > 0 && o.checkpoint.empty()))
+    return errorf("--checkpoint-every needs --checkpoint DIR and a positive step count");
   PIPEC_ASSIGN(DataFeed feed, DataFeed::open(session, o));
+  int first = 0;
+  if (!o.resume.empty()) {
+    PIPEC_TRY(session.loadCheckpoint(o.resume));
+    first = static_cast<int>(session.stepsRun());
+    if (first >= o.steps)
+      return errorf("checkpoint '", o.resume, "' is at step ", first, "; --steps ", o.steps,
+                    " (the total to reach) leaves nothing to run");
+    if (!o.json)
+      std::fprintf(stderr, "resumed from '%s' after step %d\n", o.resume.c_str(), first);
+  }
   const plan::Plan &p = session.plan();
   int64_t examples = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) * p.pipeline().num_micro_batches();
   std::string metrics;
@@ -237,7 +252,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   auto start = std::chrono::steady_clock::now();
   double lastPrint = -1;
   bool tty = isatty(STDERR_FILENO);
-  for (int s = 0; s < o.steps; ++s) {
+  for (int s = first; s < o.steps; ++s) {
     std::vector<Tensor> inputs = feed.batch(s);
     auto t0 = std::chrono::steady_clock::now();
     PIPEC_ASSIGN(runtime::Session::TrainStep r, session.train(inputs));
@@ -245,7 +260,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     stepSeconds.push_back(dt);
     if (!std::isfinite(r.loss))
       return errorf("step ", s + 1, ": the loss is ", r.loss, " (diverged; lower --lr or clip gradients)");
-    if (s == 0)
+    if (s == first)
       firstLoss = r.loss;
     lastLoss = r.loss;
     nlohmann::json m = {{"step", s + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.gradNorm},
@@ -254,12 +269,15 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!o.json && (elapsed - lastPrint >= 0.5 || s + 1 == o.steps || s == 0)) {
       lastPrint = elapsed;
-      double eta = elapsed / (s + 1) * (o.steps - s - 1);
+      double eta = elapsed / (s + 1 - first) * (o.steps - s - 1);
       std::fprintf(stderr, "%sstep %d/%d  loss %.6f  lr %.3g  %.1f samples/s  ETA %.1fs%s", tty ? "\r" : "",
                    s + 1, o.steps, r.loss, r.lr, examples / dt, eta, tty ? "   " : "\n");
     }
     if (!o.metrics.empty() && (s + 1 == o.steps || (s + 1) % 10 == 0))
       PIPEC_TRY(writeFileAtomic(o.metrics, metrics));
+    if (!o.checkpoint.empty() &&
+        (s + 1 == o.steps || (o.checkpointEvery > 0 && (s + 1) % o.checkpointEvery == 0)))
+      PIPEC_TRY(session.saveCheckpoint(o.checkpoint));
   }
   if (!o.json && tty)
     std::fprintf(stderr, "\n");
@@ -270,8 +288,10 @@ Status trainPlan(const Options &o, runtime::Session &session) {
                      .dump(2)
               << "\n";
   } else {
-    std::printf("trained %d step(s): loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n", o.steps,
-                firstLoss, lastLoss, med * 1e3, examples / med);
+    std::printf("trained %d step(s): loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n",
+                o.steps - first, firstLoss, lastLoss, med * 1e3, examples / med);
+    if (!o.checkpoint.empty())
+      std::printf("checkpoint after step %d in %s\n", o.steps, o.checkpoint.c_str());
   }
   return Status::ok();
 }
@@ -445,6 +465,12 @@ int main(int argc, char **argv) {
   app.add_flag("--synthetic", o.synthetic, "training: seeded synthetic batches (the default without --data)");
   app.add_option("--metrics", o.metrics,
                  "training: write one JSON object per step (step, loss, lr, grad_norm, samples/s)");
+  app.add_option("--checkpoint", o.checkpoint,
+                 "training: write the training state to DIR (atomically) at the end and every "
+                 "--checkpoint-every steps");
+  app.add_option("--checkpoint-every", o.checkpointEvery, "training: checkpoint every N steps");
+  app.add_option("--resume", o.resume,
+                 "training: continue from a checkpoint; --steps is then the total to reach");
   app.add_option("--profile-ops", o.profileOps,
                  "time every node and write the per-node times (JSON) to this file");
   try {
