@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
 #include "codegen/Report.h"
+#include "frontend/OnnxExport.h"
 #include "frontend/OnnxImporter.h"
 #include "ir/Text.h"
 #include "ir/Verifier.h"
@@ -18,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
+#include <set>
 #include <iostream>
 
 using namespace pipec;
@@ -59,9 +61,12 @@ Expected<std::pair<std::string, int64_t>> parseDim(const std::string &s) {
   }
 }
 
+bool isIrText(const std::string &path) {
+  return path.size() > 4 && path.compare(path.size() - 4, 4, ".pir") == 0;
+}
+
 Expected<std::unique_ptr<ir::Graph>> loadModel(const Options &o) {
-  bool isIr = o.model.size() > 4 && o.model.compare(o.model.size() - 4, 4, ".pir") == 0;
-  if (isIr) {
+  if (isIrText(o.model)) {
     PIPEC_ASSIGN(std::string text, readFile(o.model));
     PIPEC_ASSIGN(auto g, ir::parseGraph(text, o.model));
     ir::VerifyOptions vo;
@@ -152,6 +157,17 @@ Status compile(const Options &o, const std::string &commandLine) {
   }
   PIPEC_TRY(codegen::writePlanDirectory(o.output, c.plan));
   PIPEC_TRY(codegen::writeReport(o.output, c.report));
+  if (!isIrText(o.model)) {
+    // Keep the model's graph (not its weights) for piperun --save.
+    std::set<std::string> stored;
+    for (const plan::TensorInfo &t : c.plan.plan.tensors())
+      if (!t.onnx_name().empty() &&
+          (t.kind() == plan::TensorInfo::WEIGHT || t.kind() == plan::TensorInfo::CONSTANT))
+        stored.insert(t.onnx_name());
+    PIPEC_ASSIGN(std::string bytes, readFile(o.model));
+    PIPEC_ASSIGN(std::string stripped, frontend::stripInitializers(bytes, o.model, stored));
+    PIPEC_TRY(writeFileAtomic(joinPath(o.output, frontend::kSourceModelFile), stripped));
+  }
   if (!o.quiet)
     std::cout << codegen::renderReportText(c.report) << "plan written to " << o.output << "\n";
   return Status::ok();

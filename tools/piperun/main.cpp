@@ -10,6 +10,10 @@
 #include "support/FileIO.h"
 #include "support/Npy.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <onnx/onnx_pb.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +24,7 @@
 #include <iostream>
 #include <map>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <unistd.h>
 
@@ -43,6 +48,7 @@ struct Options {
   std::string checkpoint;
   int checkpointEvery = 0;
   std::string resume;
+  std::string save;
 };
 
 /// Exclusive upper bound for random integer data of input `t`: the size of
@@ -226,6 +232,34 @@ private:
   std::vector<Tensor> files_;
 };
 
+/// Writes the plan's source model (source.onnx in the plan directory, kept
+/// by pipec without weight data) with the session's current weights.
+Status saveModel(const runtime::Session &session, const std::string &planDir, const std::string &out) {
+  std::string src = joinPath(planDir, "source.onnx");
+  PIPEC_ASSIGN(std::string bytes, readFile(src));
+  onnx::ModelProto model;
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream in(&raw);
+  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  if (!model.ParseFromCodedStream(&in))
+    return errorf("'", src, "' is corrupt: it does not parse as an ONNX model");
+  for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
+    bool stripped = !t.has_raw_data() && t.float_data_size() == 0 && t.int64_data_size() == 0 &&
+                    t.int32_data_size() == 0 && t.double_data_size() == 0 && t.uint64_data_size() == 0;
+    if (!stripped)
+      continue;
+    PIPEC_ASSIGN(Tensor w, session.weight(t.name()));
+    if (static_cast<int32_t>(w.dtype()) != t.data_type())
+      return errorf("initializer '", t.name(), "' of '", src, "' has data type ", t.data_type(),
+                    ", the plan holds ", dtypeName(w.dtype()));
+    t.set_raw_data(std::string(static_cast<const char *>(w.raw()), w.bytes()));
+  }
+  std::string outBytes;
+  if (!model.SerializeToString(&outBytes))
+    return errorf("cannot serialize the trained model");
+  return writeFileAtomic(out, outBytes);
+}
+
 Status trainPlan(const Options &o, runtime::Session &session) {
   if (!o.inputs.empty())
     return errorf("--input feeds inference; a training run reads --data DIR or --synthetic");
@@ -293,6 +327,11 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     if (!o.checkpoint.empty())
       std::printf("checkpoint after step %d in %s\n", o.steps, o.checkpoint.c_str());
   }
+  if (!o.save.empty()) {
+    PIPEC_TRY(saveModel(session, o.plan, o.save));
+    if (!o.json)
+      std::printf("trained model written to %s\n", o.save.c_str());
+  }
   return Status::ok();
 }
 
@@ -307,8 +346,10 @@ Status runPlan(const Options &o) {
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
   if (session->isTraining())
     return trainPlan(o, *session);
-  if (!o.dataDir.empty() || o.synthetic || !o.metrics.empty())
-    return errorf("--data, --synthetic and --metrics are for training plans (pipec --train)");
+  if (!o.dataDir.empty() || o.synthetic || !o.metrics.empty() || !o.checkpoint.empty() ||
+      !o.resume.empty())
+    return errorf("--data, --synthetic, --metrics, --checkpoint and --resume are for training plans "
+                  "(pipec --train)");
   const plan::Plan &p = session->plan();
   if (!o.profileOps.empty())
     for (const auto &d : session->devices())
@@ -369,6 +410,8 @@ Status runPlan(const Options &o) {
   if (progress && tty)
     std::fprintf(stderr, "\n");
 
+  if (!o.save.empty())
+    PIPEC_TRY(saveModel(*session, o.plan, o.save));
   if (!o.outputsDir.empty()) {
     PIPEC_TRY(makeDirs(o.outputsDir));
     std::vector<std::string> outNames = session->outputNames();
@@ -465,6 +508,8 @@ int main(int argc, char **argv) {
   app.add_flag("--synthetic", o.synthetic, "training: seeded synthetic batches (the default without --data)");
   app.add_option("--metrics", o.metrics,
                  "training: write one JSON object per step (step, loss, lr, grad_norm, samples/s)");
+  app.add_option("--save", o.save,
+                 "write the source ONNX model with the current (trained) weights to this file");
   app.add_option("--checkpoint", o.checkpoint,
                  "training: write the training state to DIR (atomically) at the end and every "
                  "--checkpoint-every steps");
