@@ -157,7 +157,11 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       pn->set_op_type(n->opType());
       pn->set_domain(n->domain());
       pn->set_opset(g.opset(n->domain()));
-      pn->set_node_id(fnv1a64(n->name()));
+      // Random streams are keyed by node id. A backward Dropout replays its
+      // forward node's mask, so it takes the forward node's id.
+      bool replaysForward = n->is("Dropout") && n->phase() != ir::Phase::Forward &&
+                            !n->forwardOf().empty();
+      pn->set_node_id(fnv1a64(replaysForward ? n->forwardOf() : n->name()));
       for (const auto &[name, a] : n->attrs())
         setAttr(name, a, *pn->add_attrs());
       for (const ir::Value *v : n->inputs()) {

@@ -125,4 +125,50 @@ Status gatherGradRule(const ShapeContext &ctx, Outputs &out) {
   return Status::ok();
 }
 
+Status shapeAttrGradRule(const ShapeContext &ctx, Outputs &out) {
+  // dY, [a forward operand] -> a tensor of attribute `shape` (the forward
+  // input it differentiates) in dY's dtype: ConvGradInput, ConvGradWeight,
+  // AveragePoolGrad.
+  PIPEC_TRY(expectFloat(ctx, 0));
+  if (ctx.hasInput(1))
+    PIPEC_TRY(expectSameDType(ctx, {0, 1}));
+  const Attribute *shape = attrFind(ctx.attrs(), "shape");
+  if (!shape || shape->kind != Attribute::Kind::Ints)
+    return ctx.error("attribute 'shape' (the result's shape) is required");
+  if (shape->ints.size() != ctx.inputType(0).shape.size())
+    return ctx.error(cat("shape ", shapeStr(shape->ints), " and the output gradient ",
+                         ctx.inputType(0).str(), " differ in rank"));
+  out[0] = {ctx.inputType(0).dtype, shape->ints};
+  return Status::ok();
+}
+
+Status maxPoolGradRule(const ShapeContext &ctx, Outputs &out) {
+  // dY, X -> dX shaped as X.
+  PIPEC_TRY(expectFloat(ctx, 0));
+  PIPEC_TRY(expectSameDType(ctx, {0, 1}));
+  if (ctx.inputType(0).rank() != ctx.inputType(1).rank())
+    return ctx.error(cat("the output gradient ", ctx.inputType(0).str(), " and X ",
+                         ctx.inputType(1).str(), " differ in rank"));
+  out[0] = ctx.inputType(1);
+  return Status::ok();
+}
+
+Status batchNormGradRule(const ShapeContext &ctx, Outputs &out) {
+  // dY, X, scale, mean, var -> dX, dScale, dBias.
+  PIPEC_TRY(expectFloat(ctx, 0));
+  PIPEC_TRY(expectSameType(ctx, 0, 1));
+  PIPEC_TRY(expectSameDType(ctx, {0, 2, 3, 4}));
+  const TensorDesc &x = ctx.inputType(1), &scale = ctx.inputType(2);
+  if (x.rank() < 2 || scale.shape != Shape{x.shape[1]})
+    return ctx.error(cat("scale ", scale.str(), " must be [C] for X ", x.str()));
+  for (size_t i = 3; i < 5; ++i)
+    if (ctx.inputType(i).shape != scale.shape)
+      return ctx.error(cat(inputLabel(ctx, i), " is ", ctx.inputType(i).str(),
+                           ", expected the shape of scale ", scale.str()));
+  out[0] = x;
+  out[1] = scale;
+  out[2] = scale;
+  return Status::ok();
+}
+
 } // namespace pipec::ir::shape

@@ -130,5 +130,8 @@ Status lossGradRule(const ShapeContext &, Outputs &);
 Status layerNormGradRule(const ShapeContext &, Outputs &);
 Status layerNormScaleGradRule(const ShapeContext &, Outputs &);
 Status gatherGradRule(const ShapeContext &, Outputs &);
+Status shapeAttrGradRule(const ShapeContext &, Outputs &);
+Status maxPoolGradRule(const ShapeContext &, Outputs &);
+Status batchNormGradRule(const ShapeContext &, Outputs &);
 
 } // namespace pipec::ir::shape

@@ -173,6 +173,23 @@ Status identityGrad(GradContext &c) {
   return Status::ok();
 }
 
+Status dropoutGrad(GradContext &c) {
+  // The forward mask is a pure function of (seed, step, micro-batch, node
+  // id, element). A Dropout of dY with the forward node's inputs, to which
+  // codegen gives the forward node's random stream (see
+  // codegen/PlanEmitter.cpp), drops exactly the same elements and scales the
+  // kept ones by the same 1 / (1 - ratio): that is dX. In inference mode
+  // both are the identity.
+  if (!c.needsGrad(0))
+    return Status::ok();
+  std::vector<ir::Value *> inputs = {c.outGrad(0)};
+  for (size_t i = 1; i < c.node().numInputs(); ++i)
+    inputs.push_back(c.input(i));
+  PIPEC_ASSIGN(ir::Value * g, c.emit("Dropout", inputs, c.attrs()));
+  c.setGrad(0, g);
+  return Status::ok();
+}
+
 Status erfGrad(GradContext &c) {
   // dx = dy * 2/sqrt(pi) * exp(-x^2).
   return unaryTimes(c, [&]() -> Expected<ir::Value *> {

@@ -24,6 +24,7 @@ const GradEntry kGradRules[] = {
     // Elementwise unary.
     {"Exp", expGrad},
     {"Identity", identityGrad},
+    {"Dropout", dropoutGrad},
     {"Log", logGrad},
     {"Neg", negGrad},
     {"Relu", reluGrad},

@@ -124,6 +124,7 @@ Status tanhGrad(GradContext &);
 Status sigmoidGrad(GradContext &);
 Status reluGrad(GradContext &);
 Status identityGrad(GradContext &);
+Status dropoutGrad(GradContext &);
 Status erfGrad(GradContext &);
 Status geluGrad(GradContext &);
 Status whereGrad(GradContext &);
@@ -144,6 +145,13 @@ Status nllLossGrad(GradContext &);
 Status softmaxGrad(GradContext &);
 Status logSoftmaxGrad(GradContext &);
 Status layerNormGrad(GradContext &);
+
+// Cnn.cpp
+Status globalAveragePoolGrad(GradContext &);
+Status convGrad(GradContext &);
+Status batchNormGrad(GradContext &);
+Status maxPoolGrad(GradContext &);
+Status averagePoolGrad(GradContext &);
 
 // DataMovement.cpp
 Status transposeGrad(GradContext &);

@@ -1,0 +1,118 @@
+//===- passes/autodiff/Cnn.cpp - Conv, pooling and BatchNormalization -----===//
+//
+// Gradients of the convolutional-network ops:
+//   GlobalAveragePool: dX = Expand(dY, X.shape) / spatial size.
+//   Conv: dX = pipec:ConvGradInput(dY, W), dW = pipec:ConvGradWeight(dY, X)
+//     (both carry the forward's window attributes and `shape`, the shape of
+//     the result), dB = ReduceSum of dY over N and the spatial axes.
+//   BatchNormalization: pipec:BatchNormalizationGrad(dY, X, scale, mean,
+//     var) -> dX, dScale, dBias. It carries the forward's attributes and so
+//     decides between batch statistics (training) and the given ones exactly
+//     as the forward kernel does. mean and var are not differentiated.
+//   MaxPool: pipec:MaxPoolGrad(dY, X) routes dY to the argmax recomputed
+//     from X (first maximum in window order, as the forward).
+//   AveragePool: pipec:AveragePoolGrad(dY) spreads dY over the window with
+//     the forward's divisor; `shape` is X's shape.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/autodiff/GradRules.h"
+
+namespace pipec::passes::autodiff {
+
+namespace {
+
+/// The forward's attributes plus `shape`.
+AttrMap withShape(const AttrMap &a, const Shape &s) {
+  AttrMap r = a;
+  r["shape"] = Attribute::ofInts(s);
+  return r;
+}
+
+/// The spatial axes [2, rank) of a value.
+std::vector<int64_t> spatialAxes(const ir::Value *v) {
+  std::vector<int64_t> axes;
+  for (int64_t i = 2; i < static_cast<int64_t>(v->shape().size()); ++i)
+    axes.push_back(i);
+  return axes;
+}
+
+} // namespace
+
+Status globalAveragePoolGrad(GradContext &c) {
+  if (!c.needsGrad(0))
+    return Status::ok();
+  const Shape &xs = c.input(0)->shape();
+  int64_t spatial = 1;
+  for (size_t i = 2; i < xs.size(); ++i)
+    spatial *= xs[i];
+  if (spatial <= 0)
+    return c.error("X has no spatial elements");
+  PIPEC_ASSIGN(ir::Value * e, c.expandTo(c.outGrad(0), xs));
+  PIPEC_ASSIGN(ir::Value * g, c.scale(e, 1.0 / static_cast<double>(spatial)));
+  c.setGrad(0, g);
+  return Status::ok();
+}
+
+Status convGrad(GradContext &c) {
+  ir::Value *dy = c.outGrad(0), *x = c.input(0), *w = c.input(1);
+  if (x->shape().size() < 3 || x->shape().size() > 4)
+    return c.error(cat("only 1-D and 2-D convolutions are differentiated, X is ",
+                       x->type().str()));
+  if (c.needsGrad(0)) {
+    PIPEC_ASSIGN(ir::Value * g,
+                 c.emitPipec("ConvGradInput", {dy, w}, withShape(c.attrs(), x->shape())));
+    c.setGrad(0, g);
+  }
+  if (c.needsGrad(1)) {
+    PIPEC_ASSIGN(ir::Value * g,
+                 c.emitPipec("ConvGradWeight", {dy, x}, withShape(c.attrs(), w->shape())));
+    c.setGrad(1, g);
+  }
+  if (c.needsGrad(2)) {
+    std::vector<int64_t> axes = spatialAxes(dy);
+    axes.insert(axes.begin(), 0);
+    PIPEC_ASSIGN(ir::Value * g, c.reduceSum(dy, axes, false));
+    PIPEC_ASSIGN(g, c.reshape(g, c.input(2)->shape()));
+    c.setGrad(2, g);
+  }
+  return Status::ok();
+}
+
+Status batchNormGrad(GradContext &c) {
+  for (size_t i = 1; i < c.node().numOutputs(); ++i)
+    if (c.outGrad(i))
+      return c.error("the statistics outputs cannot be differentiated");
+  if (c.opset() < 9 && attrInt(c.attrs(), "spatial", 1) == 0)
+    return c.error("spatial = 0 is not differentiated");
+  if (!c.needsGrad(0) && !c.needsGrad(1) && !c.needsGrad(2))
+    return Status::ok();
+  PIPEC_ASSIGN(std::vector<ir::Value *> g,
+               c.emitN("BatchNormalizationGrad",
+                       {c.outGrad(0), c.input(0), c.input(1), c.input(3), c.input(4)}, 3,
+                       c.attrs(), "pipec"));
+  for (size_t i = 0; i < 3; ++i)
+    if (c.needsGrad(i)) {
+      PIPEC_ASSIGN(ir::Value * r, c.reshape(g[i], c.input(i)->shape()));
+      c.setGrad(i, r);
+    }
+  return Status::ok();
+}
+
+Status maxPoolGrad(GradContext &c) {
+  if (!c.needsGrad(0))
+    return Status::ok();
+  PIPEC_ASSIGN(ir::Value * g, c.emitPipec("MaxPoolGrad", {c.outGrad(0), c.input(0)}, c.attrs()));
+  c.setGrad(0, g);
+  return Status::ok();
+}
+
+Status averagePoolGrad(GradContext &c) {
+  if (!c.needsGrad(0))
+    return Status::ok();
+  PIPEC_ASSIGN(ir::Value * g, c.emitPipec("AveragePoolGrad", {c.outGrad(0)},
+                                          withShape(c.attrs(), c.input(0)->shape())));
+  c.setGrad(0, g);
+  return Status::ok();
+}
+
+} // namespace pipec::passes::autodiff
