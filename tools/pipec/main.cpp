@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
                            std::to_string(PIPEC_PLAN_FORMAT_VERSION) + ")");
   app.add_option("model", o.model, "ONNX model (.onnx) or pipec IR text (.pir)")->required();
   app.add_option("-o,--output", o.output, "plan directory to write");
-  app.add_option("-k,--stages", o.stages, "number of pipeline stages K (devices)");
+  app.add_option("-k,--stages", o.stages, "number of pipeline stages K (devices; this build compiles K = 1)");
   app.add_option("-m,--micro-batches", o.microBatches, "micro-batches M per step");
   app.add_option("-b,--batch", o.batch,
                  "bind the leading symbolic dimension of every input (the micro-batch size)");
