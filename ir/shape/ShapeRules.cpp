@@ -156,6 +156,11 @@ const RuleEntry kGradRules[] = {
     {"LayerNormalizationScaleGrad", layerNormScaleGradRule},
     {"GatherGrad", gatherGradRule},
     {"GeluGrad", elementwiseGradRule},
+    {"ConvGradInput", shapeAttrGradRule},
+    {"ConvGradWeight", shapeAttrGradRule},
+    {"BatchNormalizationGrad", batchNormGradRule},
+    {"MaxPoolGrad", maxPoolGradRule},
+    {"AveragePoolGrad", shapeAttrGradRule},
 };
 
 ShapeRule findRule(std::string_view domain, std::string_view opType) {

@@ -43,7 +43,13 @@ const GradEntry kGradRules[] = {
     // Linear algebra.
     {"Gemm", gemmGrad},
     {"MatMul", matMulGrad},
+    // Convolution and pooling.
+    {"AveragePool", averagePoolGrad},
+    {"Conv", convGrad},
+    {"GlobalAveragePool", globalAveragePoolGrad},
+    {"MaxPool", maxPoolGrad},
     // Normalization and activation over an axis.
+    {"BatchNormalization", batchNormGrad},
     {"LayerNormalization", layerNormGrad},
     {"LogSoftmax", logSoftmaxGrad},
     {"Softmax", softmaxGrad},

@@ -5,7 +5,9 @@
 // ReduceSum(Y * R) with a fixed random R, runs infer-shapes and
 // differentiate(), evaluates the whole graph with the CPU kernels, and
 // compares every parameter's gradient with central finite differences of
-// the loss. Per-case maximum errors are printed. Also: an MLP end to end,
+// the loss. Evaluation runs with ExecContext::training = true, so
+// BatchNormalization without training_mode uses batch statistics, as in
+// training. Per-case maximum errors are printed. Also: an MLP end to end,
 // names and phases of the emitted nodes, and the error for an op without a
 // gradient rule.
 //
@@ -444,6 +446,136 @@ TEST(GradCheck, DataMovement) {
     ir::Value *y = b.op("Expand", {b.param("X", {3, 1}), b.ints("sh", {2, 3, 4}, {3})});
     gradCheck("Expand", b, y);
   }
+}
+
+//===--- (c) CNN ops ------------------------------------------------------===//
+
+TEST(GradCheck, GlobalAveragePool) {
+  for (const Shape &xs : {Shape{2, 3, 3, 4}, Shape{2, 2, 5}}) {
+    Builder b(300);
+    ir::Value *y = b.op("GlobalAveragePool", {b.param("X", xs)});
+    gradCheck(cat("GlobalAveragePool ", shapeStr(xs)), b, y);
+  }
+}
+
+TEST(GradCheck, Conv) {
+  struct Case {
+    const char *label;
+    Shape x, w;
+    AttrMap a;
+    bool bias;
+  };
+  const Case cases[] = {
+      {"Conv 3x3", {2, 2, 5, 5}, {3, 2, 3, 3}, {}, true},
+      {"Conv 3x3 stride 2 pads 1", {2, 2, 5, 6}, {3, 2, 3, 3},
+       attrs({{"strides", Is({2, 2})}, {"pads", Is({1, 1, 1, 1})}}), true},
+      {"Conv dilations 2 asymmetric pads", {1, 2, 6, 5}, {2, 2, 2, 3},
+       attrs({{"dilations", Is({2, 1})}, {"pads", Is({1, 0, 2, 1})}}), false},
+      {"Conv group 2", {2, 4, 4, 4}, {4, 2, 3, 3},
+       attrs({{"group", I(2)}, {"pads", Is({1, 1, 1, 1})}}), true},
+      {"Conv depthwise stride 2", {1, 3, 5, 5}, {3, 1, 3, 3},
+       attrs({{"group", I(3)}, {"strides", Is({2, 2})}}), false},
+      {"Conv 1x1", {2, 3, 3, 3}, {2, 3, 1, 1}, {}, true},
+      {"Conv SAME_UPPER stride 2", {1, 2, 5, 4}, {2, 2, 3, 3},
+       attrs({{"auto_pad", S("SAME_UPPER")}, {"strides", Is({2, 2})}}), false},
+      {"Conv 1-D stride 2 pads 1", {2, 2, 7}, {3, 2, 3},
+       attrs({{"strides", Is({2})}, {"pads", Is({1, 1})}}), true},
+  };
+  for (const Case &cs : cases) {
+    Builder b(301);
+    std::vector<ir::Value *> in = {b.param("X", cs.x), b.param("W", cs.w)};
+    if (cs.bias)
+      in.push_back(b.param("B", {cs.w[0]}));
+    ir::Value *y = b.op("Conv", in, cs.a);
+    gradCheck(cs.label, b, y);
+  }
+}
+
+TEST(GradCheck, BatchNormalization) {
+  // Batch statistics (the harness evaluates with ExecContext::training;
+  // without training_mode the kernels follow it), then training_mode 1 and
+  // 0 (the given statistics) at opset 15.
+  struct Case {
+    const char *label;
+    int64_t opset;
+    int mode; ///< training_mode, -1 for none
+    Shape x;
+  };
+  const Case cases[] = {{"BatchNormalization training (context)", 9, -1, {3, 2, 3, 2}},
+                        {"BatchNormalization training_mode=1", 15, 1, {4, 3, 2}},
+                        {"BatchNormalization training_mode=0", 15, 0, {2, 3, 2, 2}},
+                        {"BatchNormalization [N, C]", 9, -1, {5, 3}}};
+  for (const Case &cs : cases) {
+    Builder b(302, cs.opset);
+    const int64_t C = cs.x[1];
+    ir::Value *x = b.param("X", cs.x);
+    ir::Value *scale = b.param("scale", {C});
+    ir::Value *bias = b.param("B", {C});
+    std::vector<double> mv, vv;
+    for (int64_t i = 0; i < C; ++i) {
+      mv.push_back(0.1 * static_cast<double>(i) - 0.1);
+      vv.push_back(0.5 + 0.25 * static_cast<double>(i));
+    }
+    AttrMap a = attrs({{"epsilon", F(1e-3f)}});
+    if (cs.mode >= 0)
+      a["training_mode"] = I(cs.mode);
+    ir::Value *y = b.op("BatchNormalization",
+                        {x, scale, bias, b.f64s("mean", mv, {C}), b.f64s("var", vv, {C})}, a);
+    gradCheck(cs.label, b, y);
+  }
+}
+
+TEST(GradCheck, Pool) {
+  struct Case {
+    const char *label;
+    const char *op;
+    Shape x;
+    AttrMap a;
+  };
+  const Case cases[] = {
+      {"MaxPool 2x2 stride 2", "MaxPool", {2, 2, 4, 4},
+       attrs({{"kernel_shape", Is({2, 2})}, {"strides", Is({2, 2})}})},
+      {"MaxPool 3x3 stride 2 pads 1 (overlap)", "MaxPool", {2, 2, 5, 5},
+       attrs({{"kernel_shape", Is({3, 3})}, {"strides", Is({2, 2})}, {"pads", Is({1, 1, 1, 1})}})},
+      {"MaxPool dilations 2 ceil_mode", "MaxPool", {1, 2, 6, 5},
+       attrs({{"kernel_shape", Is({2, 2})}, {"dilations", Is({2, 1})}, {"strides", Is({2, 2})},
+              {"ceil_mode", I(1)}})},
+      {"MaxPool 1-D", "MaxPool", {2, 3, 7}, attrs({{"kernel_shape", Is({3})}, {"strides", Is({2})}})},
+      {"AveragePool 3x3 pads 1 exclude pad", "AveragePool", {2, 2, 5, 4},
+       attrs({{"kernel_shape", Is({3, 3})}, {"strides", Is({2, 1})}, {"pads", Is({1, 1, 1, 1})}})},
+      {"AveragePool 3x3 pads 1 include pad", "AveragePool", {2, 2, 5, 4},
+       attrs({{"kernel_shape", Is({3, 3})}, {"strides", Is({2, 1})}, {"pads", Is({1, 1, 1, 1})},
+              {"count_include_pad", I(1)}})},
+      {"AveragePool ceil_mode", "AveragePool", {1, 2, 5, 5},
+       attrs({{"kernel_shape", Is({2, 2})}, {"strides", Is({2, 2})}, {"ceil_mode", I(1)}})},
+  };
+  for (const Case &cs : cases) {
+    Builder b(303);
+    ir::Value *y = b.op(cs.op, {b.param("X", cs.x)}, cs.a);
+    gradCheck(cs.label, b, y);
+  }
+}
+
+/// A small residual CNN: Conv -> BatchNormalization -> Relu -> MaxPool ->
+/// Conv (+ skip) -> GlobalAveragePool -> Flatten -> Gemm -> SCE.
+TEST(GradCheck, CnnEndToEnd) {
+  Builder b(304);
+  ir::Value *x = b.data("x", {2, 2, 6, 6});
+  auto pads1 = attrs({{"pads", Is({1, 1, 1, 1})}});
+  ir::Value *h = b.op("Conv", {x, b.param("W1", {3, 2, 3, 3}), b.param("b1", {3})}, pads1);
+  h = b.op("BatchNormalization", {h, b.param("s1", {3}, true), b.param("c1", {3}),
+                                  b.f64s("m1", {0, 0, 0}, {3}), b.f64s("v1", {1, 1, 1}, {3})});
+  h = b.op("Relu", {h});
+  h = b.op("MaxPool", {h}, attrs({{"kernel_shape", Is({2, 2})}, {"strides", Is({2, 2})}}));
+  ir::Value *h2 = b.op("Conv", {h, b.param("W2", {3, 3, 3, 3})}, pads1);
+  h = b.op("Add", {h, h2});
+  h = b.op("GlobalAveragePool", {h});
+  h = b.op("Flatten", {h});
+  ir::Value *logits = b.op("Gemm", {h, b.param("W3", {3, 4}), b.param("b3", {4})});
+  ir::Value *loss = b.op("SoftmaxCrossEntropyLoss", {logits, b.ints("labels", {1, 3}, {2})});
+  b.g.addOutput(loss);
+  CheckResult r = gradCheck("CNN (Conv BN Relu MaxPool GAP Gemm SCE)", b, loss);
+  EXPECT_GT(r.checked, 100);
 }
 
 //===--- Driver behaviour -------------------------------------------------===//
