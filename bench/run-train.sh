@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/run-train.sh - time one training step (forward, backward, Adam) of the
-# sample MLP and GPT-like models at batch 32 and 128 on one and two threads.
+# sample MLP, GPT-like and CNN models at batch 32 and 128 on one and two threads.
 # Cases run interleaved, three rounds; each run times 20 steps with piperun
 # and reports its median step; the table shows the median over rounds.
 # Usage: bash bench/run-train.sh [BUILD_DIR]
@@ -8,13 +8,13 @@ set -euo pipefail
 BUILD=${1:-build}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-for m in mlp gpt; do
+for m in mlp gpt cnn; do
   for b in 32 128; do
     "$BUILD/bin/pipec" "$BUILD/samples/$m-train.onnx" -b $b --train --optimizer adam -o "$OUT/$m-$b.plan" -q
   done
 done
 for round in 1 2 3; do
-  for m in mlp gpt; do
+  for m in mlp gpt cnn; do
     for b in 32 128; do
       for t in 1 2; do
         "$BUILD/bin/piperun" "$OUT/$m-$b.plan" --steps 20 --threads-per-device $t --json \
