@@ -147,8 +147,8 @@ Status compile(const Options &o, const std::string &commandLine) {
   co.emit.training = o.train;
   co.train = o.trainOpts;
   co.emit.sourceModel = std::filesystem::path(o.model).filename().string();
-  if (auto bytes = readFile(o.model))
-    co.emit.sourceCrc32c = crc32c(bytes->data(), bytes->size());
+  PIPEC_ASSIGN(std::string modelBytes, readFile(o.model));
+  co.emit.sourceCrc32c = crc32c(modelBytes.data(), modelBytes.size());
   co.emit.compileOptions = commandLine;
   PIPEC_ASSIGN(codegen::Compiled c, codegen::compileGraph(*g, co));
   if (o.emit == "report") {
@@ -164,8 +164,7 @@ Status compile(const Options &o, const std::string &commandLine) {
       if (!t.onnx_name().empty() &&
           (t.kind() == plan::TensorInfo::WEIGHT || t.kind() == plan::TensorInfo::CONSTANT))
         stored.insert(t.onnx_name());
-    PIPEC_ASSIGN(std::string bytes, readFile(o.model));
-    PIPEC_ASSIGN(std::string stripped, frontend::stripInitializers(bytes, o.model, stored));
+    PIPEC_ASSIGN(std::string stripped, frontend::stripInitializers(modelBytes, o.model, stored));
     PIPEC_TRY(writeFileAtomic(joinPath(o.output, frontend::kSourceModelFile), stripped));
   }
   if (!o.quiet)
