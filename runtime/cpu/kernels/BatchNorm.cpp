@@ -55,19 +55,11 @@ public:
     T *runVar = hasRunning ? static_cast<T *>(out[2]) : nullptr;
     T *savedMean = hasSaved ? static_cast<T *>(out[3]) : nullptr;
     T *savedVar = hasSaved ? static_cast<T *>(out[4]) : nullptr;
-    int64_t count = N * inner;
 #pragma omp parallel for schedule(static) if (N * C * inner > 16384)
     for (int64_t c = 0; c < C; ++c) {
       double m, v;
       if (training) {
-        double s = 0;
-        for (int64_t n = 0; n < N; ++n)
-          s += linalgSum(x + (n * C + c) * inner, inner);
-        m = count ? s / count : 0.0;
-        double q = 0;
-        for (int64_t n = 0; n < N; ++n)
-          q += linalgSumSqDev(x + (n * C + c) * inner, inner, m);
-        v = count ? q / count : 0.0;
+        linalgChannelStats(x, N, C, inner, c, m, v);
         if (runMean) {
           runMean[c] = static_cast<T>(mean[c] * momentum + m * (1.0 - momentum));
           runVar[c] = static_cast<T>(var[c] * momentum + v * (1.0 - momentum));

@@ -44,14 +44,7 @@ public:
     for (int64_t c = 0; c < C; ++c) {
       double m, v;
       if (training) {
-        double s = 0;
-        for (int64_t n = 0; n < N; ++n)
-          s += linalgSum(x + (n * C + c) * inner, inner);
-        m = count ? s / count : 0.0;
-        double q = 0;
-        for (int64_t n = 0; n < N; ++n)
-          q += linalgSumSqDev(x + (n * C + c) * inner, inner, m);
-        v = count ? q / count : 0.0;
+        linalgChannelStats(x, N, C, inner, c, m, v);
       } else {
         m = mean[c];
         v = var[c];

@@ -332,6 +332,23 @@ inline Status linalgCheckSpatialOut(const OpDesc &d, const TensorDesc &desc, int
   return Status::ok();
 }
 
+/// Batch statistics of channel c of an [N, C, inner] tensor: the mean and
+/// the biased variance, in double, in a fixed order. BatchNormalization's
+/// forward and its gradient both call this, so they see the same numbers.
+template <typename T>
+void linalgChannelStats(const T *x, int64_t N, int64_t C, int64_t inner, int64_t c, double &mean,
+                        double &var) {
+  const int64_t count = N * inner;
+  double s = 0;
+  for (int64_t n = 0; n < N; ++n)
+    s += linalgSum(x + (n * C + c) * inner, inner);
+  mean = count ? s / count : 0.0;
+  double q = 0;
+  for (int64_t n = 0; n < N; ++n)
+    q += linalgSumSqDev(x + (n * C + c) * inner, inner, mean);
+  var = count ? q / count : 0.0;
+}
+
 /// What Conv and ConvTranspose check alike: X, W and an optional bias of
 /// one element type, one output of that type, X and W of one rank, 3 to 10.
 inline Status linalgCheckConvOperands(const OpDesc &d) {
