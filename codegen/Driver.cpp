@@ -62,9 +62,33 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   Compiled c;
   partitioner::PartitionOptions po = opts.partition;
   po.microBatches = opts.emit.microBatches;
+  po.training = emit.training;
+  if (emit.training) {
+    // The memory model counts the optimizer's state tensors per parameter.
+    PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(emit.train.optimizer));
+    PIPEC_ASSIGN(train::Optimizer optimizer, train::Optimizer::create(oc));
+    po.optimizerStates = static_cast<int>(optimizer.stateTensors());
+  }
   PIPEC_ASSIGN(c.partition, partitioner::partitionGraph(g, po));
+  if (po.recompute != "none")
+    return errorf("--recompute ", po.recompute,
+                  ": the recompute pass is not available; only --recompute none can be emitted");
   PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
-  c.report = buildReport(g, c.partition, c.plan);
+  // The cost model's predictions go into the plan, so that piperun can put
+  // its measurements next to them.
+  const partitioner::PartitionEstimate &est = c.partition.estimate;
+  if (est.stages.size() == static_cast<size_t>(c.plan.plan.devices_size())) {
+    const double M = emit.microBatches;
+    for (size_t s = 0; s < est.stages.size(); ++s) {
+      const partitioner::StageEstimate &se = est.stages[s];
+      plan::Device *dev = c.plan.plan.mutable_devices(static_cast<int>(s));
+      dev->set_predicted_busy_seconds(
+          (se.forwardTime + se.backwardTime + se.recomputeTime) * M + se.optimizerTime);
+      dev->set_predicted_memory_bytes(se.memory.total());
+    }
+    c.plan.plan.mutable_pipeline()->set_predicted_step_seconds(est.stepTime);
+  }
+  PIPEC_ASSIGN(c.report, buildReport(g, c.partition, c.plan));
   return c;
 }
 

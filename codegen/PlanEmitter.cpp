@@ -2,6 +2,8 @@
 #include "codegen/PlanEmitter.h"
 
 #include "codegen/MemoryPlanner.h"
+#include "codegen/Schedule.h"
+#include "runtime/plan/ScheduleCheck.h"
 #include "pipec/Version.h"
 #include "runtime/plan/PlanIO.h"
 #include "support/FileIO.h"
@@ -71,6 +73,176 @@ private:
   std::unordered_map<const ir::Value *, int32_t> ids_;
 };
 
+
+plan::Instruction::Kind instructionKind(Work w) {
+  switch (w) {
+  case Work::Forward: return plan::Instruction::FORWARD;
+  case Work::Recompute: return plan::Instruction::RECOMPUTE;
+  case Work::Backward: return plan::Instruction::BACKWARD;
+  case Work::WeightGrad: return plan::Instruction::WEIGHT_GRAD;
+  case Work::Optimizer: return plan::Instruction::OPTIMIZER;
+  }
+  return plan::Instruction::FORWARD;
+}
+
+Work workOf(const ir::Node &n) {
+  switch (n.phase()) {
+  case ir::Phase::Forward: return Work::Forward;
+  case ir::Phase::Recompute: return Work::Recompute;
+  case ir::Phase::Backward: return Work::Backward;
+  case ir::Phase::WeightGrad: return Work::WeightGrad;
+  case ir::Phase::Optimizer: return Work::Optimizer;
+  }
+  return Work::Forward;
+}
+
+/// Turns each device's schedule slots into instructions: a compute
+/// instruction per non-empty slot, a RECV before the first instruction of a
+/// micro-batch that reads a tensor another device produces, and a SEND to
+/// every device that reads it after the instruction that produced it.
+Status emitPrograms(plan::Plan &p, const std::vector<std::vector<Slot>> &slots,
+                    const std::vector<std::vector<Work>> &nodeWork) {
+  const int K = p.devices_size();
+  const size_t T = static_cast<size_t>(p.tensors_size());
+  std::vector<int> producer(T, -1);
+  std::vector<std::vector<int>> readers(T);
+  for (int d = 0; d < K; ++d)
+    for (const plan::Node &n : p.devices(d).nodes()) {
+      for (int32_t t : n.outputs())
+        producer[t] = d;
+      for (int32_t t : n.inputs())
+        if (t >= 0 && (readers[t].empty() || readers[t].back() != d))
+          readers[t].push_back(d);
+    }
+  for (int d = 0; d < K; ++d) {
+    plan::Device *dev = p.mutable_devices(d);
+    const unsigned M = p.pipeline().num_micro_batches();
+    std::vector<char> received(T * M, 0);
+    for (const Slot &slot : slots[d]) {
+      if (slot.work == Work::Optimizer) {
+        dev->add_program()->set_kind(plan::Instruction::OPTIMIZER);
+        continue;
+      }
+      std::vector<int32_t> picked;
+      for (int i = 0; i < dev->nodes_size(); ++i)
+        if (nodeWork[d][i] == slot.work)
+          picked.push_back(i);
+      if (picked.empty())
+        continue;
+      const unsigned mb = slot.microBatch;
+      std::vector<int32_t> recvs, outs;
+      for (int32_t ni : picked) {
+        for (int32_t t : dev->nodes(ni).inputs())
+          if (t >= 0 && producer[t] >= 0 && producer[t] != d && !received[t * M + mb]) {
+            received[t * M + mb] = 1;
+            recvs.push_back(t);
+          }
+        for (int32_t t : dev->nodes(ni).outputs())
+          outs.push_back(t);
+      }
+      std::sort(recvs.begin(), recvs.end());
+      std::sort(outs.begin(), outs.end());
+      for (int32_t t : recvs) {
+        plan::Instruction *r = dev->add_program();
+        r->set_kind(plan::Instruction::RECV);
+        r->set_micro_batch(mb);
+        r->set_tensor(t);
+        r->set_peer(producer[t]);
+      }
+      plan::Instruction *ins = dev->add_program();
+      ins->set_kind(instructionKind(slot.work));
+      ins->set_micro_batch(mb);
+      for (int32_t ni : picked)
+        ins->add_nodes(ni);
+      for (int32_t t : outs)
+        for (int to : readers[t])
+          if (to != d) {
+            plan::Instruction *snd = dev->add_program();
+            snd->set_kind(plan::Instruction::SEND);
+            snd->set_micro_batch(mb);
+            snd->set_tensor(t);
+            snd->set_peer(to);
+          }
+    }
+  }
+  return Status::ok();
+}
+
+/// Arena layout of one device from liveness over its program: time
+/// advances one step per node run, send and receive. Graph inputs are fed
+/// just before the instruction that first reads them; tensors in `keep`
+/// (graph outputs, gradients) are collected after the instruction that
+/// made them, so they live to its end.
+MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::vector<char> &keep) {
+  const unsigned M = p.pipeline().num_micro_batches();
+  struct Interval {
+    int64_t start = -1, end = -1;
+  };
+  std::vector<Interval> live(static_cast<size_t>(p.tensors_size()) * M);
+  auto at = [&](int32_t t, unsigned mb) -> Interval & { return live[static_cast<size_t>(t) * M + mb]; };
+  auto inArena = [&](int32_t t) {
+    auto kind = p.tensors(t).kind();
+    return kind != plan::TensorInfo::WEIGHT && kind != plan::TensorInfo::CONSTANT;
+  };
+  int64_t time = 0;
+  for (const plan::Instruction &ins : dev.program()) {
+    const unsigned mb = ins.micro_batch();
+    if (ins.kind() == plan::Instruction::SEND) {
+      Interval &iv = at(ins.tensor(), mb);
+      iv.end = std::max(iv.end, time++);
+      continue;
+    }
+    if (ins.kind() == plan::Instruction::RECV) {
+      Interval &iv = at(ins.tensor(), mb);
+      iv.start = time;
+      iv.end = std::max(iv.end, time++);
+      continue;
+    }
+    int64_t first = time, last = time + ins.nodes_size() - 1;
+    std::vector<int32_t> written;
+    for (int32_t ni : ins.nodes()) {
+      const plan::Node &pn = dev.nodes(ni);
+      for (int32_t t : pn.inputs()) {
+        if (t < 0 || !inArena(t))
+          continue;
+        Interval &iv = at(t, mb);
+        if (iv.start < 0)
+          iv.start = p.tensors(t).kind() == plan::TensorInfo::INPUT ? first : time;
+        iv.end = std::max(iv.end, time);
+      }
+      for (int32_t t : pn.outputs()) {
+        Interval &iv = at(t, mb);
+        iv.start = time;
+        iv.end = std::max(iv.end, time);
+        written.push_back(t);
+      }
+      ++time;
+    }
+    for (int32_t t : written)
+      if (keep[t])
+        at(t, mb).end = std::max(at(t, mb).end, last);
+  }
+  std::vector<BufferRequest> requests;
+  std::vector<std::pair<int32_t, unsigned>> owners;
+  for (int32_t t = 0; t < p.tensors_size(); ++t)
+    for (unsigned mb = 0; mb < M; ++mb) {
+      const Interval &iv = at(t, mb);
+      if (iv.start < 0)
+        continue;
+      requests.push_back({p.tensors(t).bytes(), iv.start, iv.end});
+      owners.emplace_back(t, mb);
+    }
+  MemoryPlan mp = planMemory(requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    plan::Allocation *a = dev.add_allocations();
+    a->set_tensor(owners[i].first);
+    a->set_micro_batch(owners[i].second);
+    a->set_offset(mp.offsets[i]);
+  }
+  dev.set_arena_bytes(mp.peak);
+  return mp;
+}
+
 } // namespace
 
 bool isParameter(const ir::Value &v) {
@@ -111,7 +283,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   plan::Pipeline *pl = p.mutable_pipeline();
   pl->set_num_stages(K);
   pl->set_num_micro_batches(M);
-  pl->set_schedule(K == 1 ? "single" : "gpipe");
+  pl->set_schedule(opts.schedule);
   pl->set_training(opts.training);
   if (!g.inputs().empty() && !g.inputs()[0]->shape().empty())
     pl->set_micro_batch_size(g.inputs()[0]->shape()[0]);
@@ -144,23 +316,37 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   for (const ir::Value *v : g.outputs())
     p.add_outputs(table.id(v));
 
+  // Each device runs the nodes of its stage, in graph order within a phase.
+  PIPEC_ASSIGN(std::vector<std::vector<Slot>> slots,
+               buildSchedule(opts.schedule, K, M, opts.training));
+  std::vector<std::vector<const ir::Node *>> stageNodes(K);
+  for (const ir::Node *n : nodes) {
+    int s = part.stageOf(n);
+    if (s < 0 || s >= static_cast<int>(K))
+      return errorf("internal error: node '", n->name(), "' is on no stage of ", K);
+    stageNodes[s].push_back(n);
+  }
+  std::vector<std::vector<Work>> nodeWork(K);
   for (unsigned s = 0; s < K; ++s) {
-    const partitioner::Stage &stage = part.stages[s];
+    for (const ir::Node *n : stageNodes[s])
+      nodeWork[s].push_back(workOf(*n));
     plan::Device *dev = p.add_devices();
     dev->set_index(static_cast<int32_t>(s));
     dev->set_backend("cpu");
     std::vector<char> usesWeight(p.tensors_size(), 0);
-    for (size_t i = stage.begin; i < stage.end; ++i) {
-      const ir::Node *n = nodes[i];
+    for (const ir::Node *n : stageNodes[s]) {
       plan::Node *pn = dev->add_nodes();
       pn->set_name(n->name());
       pn->set_op_type(n->opType());
       pn->set_domain(n->domain());
       pn->set_opset(g.opset(n->domain()));
-      // Random streams are keyed by node id. A backward Dropout replays its
-      // forward node's mask, so it takes the forward node's id.
-      bool replaysForward = n->is("Dropout") && n->phase() != ir::Phase::Forward &&
-                            !n->forwardOf().empty();
+      // Random streams are keyed by node id. A backward Dropout and a
+      // recomputed forward node replay their forward node's mask, so they
+      // take the forward node's id.
+      bool replaysForward =
+          !n->forwardOf().empty() &&
+          ((n->is("Dropout") && n->phase() != ir::Phase::Forward) ||
+           n->phase() == ir::Phase::Recompute);
       pn->set_node_id(fnv1a64(replaysForward ? n->forwardOf() : n->name()));
       for (const auto &[name, a] : n->attrs())
         setAttr(name, a, *pn->add_attrs());
@@ -173,10 +359,12 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       for (const ir::Value *v : n->outputs())
         pn->add_outputs(table.id(v));
     }
-    for (int32_t o : p.outputs())
-      if (p.tensors(o).kind() == plan::TensorInfo::CONSTANT ||
-          p.tensors(o).kind() == plan::TensorInfo::WEIGHT)
-        usesWeight[o] = 1;
+    // Graph outputs that are weights are read from the last device.
+    if (s + 1 == K)
+      for (int32_t o : p.outputs())
+        if (p.tensors(o).kind() == plan::TensorInfo::CONSTANT ||
+            p.tensors(o).kind() == plan::TensorInfo::WEIGHT)
+          usesWeight[o] = 1;
     uint64_t weightBytes = 0;
     for (int32_t t = 0; t < p.tensors_size(); ++t)
       if (usesWeight[t]) {
@@ -184,89 +372,15 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
         weightBytes += p.tensors(t).bytes();
       }
     dev->set_weight_bytes(weightBytes);
-
-    // Per micro-batch, in ascending order: FORWARD runs the forward nodes,
-    // BACKWARD (training) the input- and weight-gradient nodes; OPTIMIZER
-    // ends a training step.
-    for (unsigned mb = 0; mb < M; ++mb) {
-      plan::Instruction *fwd = dev->add_program();
-      fwd->set_kind(plan::Instruction::FORWARD);
-      fwd->set_micro_batch(mb);
-      plan::Instruction *bwd = nullptr;
-      if (opts.training) {
-        bwd = dev->add_program();
-        bwd->set_kind(plan::Instruction::BACKWARD);
-        bwd->set_micro_batch(mb);
-      }
-      for (size_t i = stage.begin; i < stage.end; ++i) {
-        bool forward = nodes[i]->phase() == ir::Phase::Forward;
-        (forward || !bwd ? fwd : bwd)->add_nodes(static_cast<int32_t>(i - stage.begin));
-      }
-    }
-    if (opts.training)
-      dev->add_program()->set_kind(plan::Instruction::OPTIMIZER);
-
-    // Liveness over the instruction stream: time advances one step per node
-    // run. Inputs are fed just before the instruction that first reads them;
-    // graph outputs are collected after the instruction that made them.
-    struct Interval {
-      int64_t start = -1, end = -1;
-    };
-    std::vector<Interval> live(static_cast<size_t>(p.tensors_size()) * M);
-    auto at = [&](int32_t t, unsigned mb) -> Interval & { return live[static_cast<size_t>(t) * M + mb]; };
-    // Graph outputs and gradients are read by the runtime after the
-    // instruction that wrote them.
-    std::vector<char> isOutput(p.tensors_size(), 0);
+  }
+  PIPEC_TRY(emitPrograms(p, slots, nodeWork));
+  for (unsigned s = 0; s < K; ++s) {
+    std::vector<char> keep(p.tensors_size(), 0);
     for (int32_t o : p.outputs())
-      isOutput[o] = 1;
+      keep[o] = 1;
     for (const auto &[param, grad] : opts.train.paramGrads)
-      isOutput[table.id(grad)] = 1;
-    int64_t time = 0;
-    for (const plan::Instruction &ins : dev->program()) {
-      int64_t first = time, last = time + ins.nodes_size() - 1;
-      unsigned mb = ins.micro_batch();
-      for (int32_t ni : ins.nodes()) {
-        const plan::Node &pn = dev->nodes(ni);
-        for (int32_t t : pn.inputs()) {
-          if (t < 0)
-            continue;
-          auto kind = p.tensors(t).kind();
-          if (kind == plan::TensorInfo::WEIGHT || kind == plan::TensorInfo::CONSTANT)
-            continue;
-          Interval &iv = at(t, mb);
-          if (iv.start < 0)
-            iv.start = kind == plan::TensorInfo::INPUT ? first : time;
-          iv.end = std::max(iv.end, time);
-        }
-        for (int32_t t : pn.outputs()) {
-          Interval &iv = at(t, mb);
-          iv.start = time;
-          iv.end = std::max(iv.end, time);
-        }
-        ++time;
-      }
-      for (int32_t t = 0; t < p.tensors_size(); ++t)
-        if (isOutput[t] && at(t, mb).start >= first)
-          at(t, mb).end = last;
-    }
-    std::vector<BufferRequest> requests;
-    std::vector<std::pair<int32_t, unsigned>> owners;
-    for (int32_t t = 0; t < p.tensors_size(); ++t)
-      for (unsigned mb = 0; mb < M; ++mb) {
-        const Interval &iv = at(t, mb);
-        if (iv.start < 0)
-          continue;
-        requests.push_back({p.tensors(t).bytes(), iv.start, iv.end});
-        owners.emplace_back(t, mb);
-      }
-    MemoryPlan mp = planMemory(requests);
-    for (size_t i = 0; i < requests.size(); ++i) {
-      plan::Allocation *a = dev->add_allocations();
-      a->set_tensor(owners[i].first);
-      a->set_micro_batch(owners[i].second);
-      a->set_offset(mp.offsets[i]);
-    }
-    dev->set_arena_bytes(mp.peak);
+      keep[table.id(grad)] = 1;
+    MemoryPlan mp = planDeviceMemory(p, *p.mutable_devices(s), keep);
     out.arenaPeak.push_back(mp.peak);
     out.arenaLiveBound.push_back(mp.liveBound);
   }

@@ -28,6 +28,8 @@ struct TrainingSpec {
 
 struct EmitOptions {
   int microBatches = 1;
+  /// Pipeline schedule (codegen/Schedule.h): "gpipe" or "1f1b".
+  std::string schedule = "1f1b";
   bool training = false;
   TrainingSpec train;
   /// Base name and checksum of the source model, recorded in the plan.

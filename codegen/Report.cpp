@@ -2,15 +2,18 @@
 #include "codegen/Report.h"
 
 #include "partitioner/CostModel.h"
+#include "partitioner/PipelineSim.h"
 #include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 namespace pipec::codegen {
 
 using nlohmann::json;
+namespace pt = pipec::partitioner;
 
 std::string formatBytes(double b) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -36,9 +39,71 @@ std::string formatCount(double v, const char *unit) {
   return buf;
 }
 
-json buildReport(const ir::Graph &g, const partitioner::Partition &part, const EmittedPlan &ep) {
+std::string formatSeconds(double s) {
+  char buf[32];
+  if (s >= 1)
+    std::snprintf(buf, sizeof buf, "%.3g s", s);
+  else if (s >= 1e-3)
+    std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.3g us", s * 1e6);
+  return buf;
+}
+
+namespace {
+
+pt::SimOp simOpOf(plan::Instruction::Kind k) {
+  switch (k) {
+  case plan::Instruction::FORWARD: return pt::SimOp::Forward;
+  case plan::Instruction::BACKWARD: return pt::SimOp::Backward;
+  case plan::Instruction::WEIGHT_GRAD: return pt::SimOp::WeightGrad;
+  case plan::Instruction::RECOMPUTE: return pt::SimOp::Recompute;
+  case plan::Instruction::SEND: return pt::SimOp::Send;
+  case plan::Instruction::RECV: return pt::SimOp::Recv;
+  default: return pt::SimOp::Optimizer;
+  }
+}
+
+/// The plan's per-device programs with predicted durations.
+std::vector<pt::SimProgram> planPrograms(const ir::Graph &g, const plan::Plan &p,
+                                         const pt::CostModel &cost) {
+  std::vector<pt::SimProgram> progs;
+  for (const plan::Device &dev : p.devices()) {
+    std::vector<double> nodeTime(static_cast<size_t>(dev.nodes_size()), 0.0);
+    for (int i = 0; i < dev.nodes_size(); ++i)
+      if (const ir::Node *n = g.findNode(dev.nodes(i).name()))
+        nodeTime[static_cast<size_t>(i)] = cost.nodeTime(*n);
+    pt::SimProgram prog;
+    for (const plan::Instruction &ins : dev.program()) {
+      pt::SimInstr si;
+      si.op = simOpOf(ins.kind());
+      si.microBatch = static_cast<int>(ins.micro_batch());
+      si.peer = ins.peer();
+      si.tag = ins.tensor();
+      if (si.op == pt::SimOp::Send)
+        si.duration = cost.transferTime(static_cast<double>(p.tensors(ins.tensor()).bytes()));
+      else if (si.op != pt::SimOp::Recv)
+        for (int32_t ni : ins.nodes())
+          si.duration += nodeTime[static_cast<size_t>(ni)];
+      prog.push_back(si);
+    }
+    progs.push_back(std::move(prog));
+  }
+  return progs;
+}
+
+double maxOverStages(const json &stages, const char *key) {
+  double m = 0;
+  for (const json &s : stages)
+    m = std::max(m, s[key].get<double>());
+  return m;
+}
+
+} // namespace
+
+Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const EmittedPlan &ep) {
   const plan::Plan &p = ep.plan;
-  std::vector<ir::Node *> nodes = g.nodes();
+  const pt::PartitionEstimate &est = part.estimate;
   json r;
   r["model"] = g.name();
   r["source_model"] = p.source_model();
@@ -48,34 +113,72 @@ json buildReport(const ir::Graph &g, const partitioner::Partition &part, const E
   r["micro_batch_size"] = p.pipeline().micro_batch_size();
   r["schedule"] = p.pipeline().schedule();
   r["training"] = p.pipeline().training();
-  r["nodes"] = nodes.size();
+  r["nodes"] = g.numNodes();
+  r["recompute"] = est.recompute;
+  r["partition_search"] = est.search;
+  r["device_profile"] = {{"name", est.model.profile.name},
+                         {"description", est.model.profile.description},
+                         {"source", est.model.profile.source},
+                         {"measured_node_times", est.model.measured.size()}};
+  r["memory_budget_bytes"] = est.memoryBudget;
+
+  // Simulate the emitted programs; a multi-stage plan without SEND/RECV
+  // cannot be timed faithfully, so the partition's ideal schedule stands in.
+  const size_t K = part.stages.size();
+  bool hasComm = false;
+  for (const plan::Device &d : p.devices())
+    for (const plan::Instruction &ins : d.program())
+      hasComm = hasComm || ins.kind() == plan::Instruction::SEND;
+  std::vector<pt::SimProgram> progs;
+  if (K == 1 || hasComm) {
+    progs = planPrograms(g, p, est.model);
+    r["timeline_source"] = "plan";
+  } else {
+    std::vector<pt::StageTimes> times;
+    for (const pt::StageEstimate &e : est.stages)
+      times.push_back({e.forwardTime, e.backwardTime, e.recomputeTime, e.sendForwardTime,
+                       e.sendBackwardTime, e.optimizerTime});
+    PIPEC_ASSIGN(progs, pt::idealSchedule(est.schedule, est.microBatches, est.training, times));
+    r["timeline_source"] = "partition";
+  }
+  auto sim = pt::simulate(progs);
+  if (!sim)
+    return sim.status().withContext("simulating the emitted schedule");
+
   json stages = json::array();
   double totalFlops = 0, totalParams = 0;
-  for (size_t s = 0; s < part.stages.size(); ++s) {
-    const partitioner::Stage &st = part.stages[s];
+  for (size_t s = 0; s < K; ++s) {
+    const pt::Stage &st = part.stages[s];
+    const pt::StageEstimate &e = est.stages[s];
     const plan::Device &dev = p.devices(static_cast<int>(s));
-    double flops = 0, bwdFlops = 0, params = 0, paramBytes = 0;
-    for (size_t i = st.begin; i < st.end; ++i)
-      (nodes[i]->phase() == ir::Phase::Forward ? flops : bwdFlops) +=
-          partitioner::forwardCost(*nodes[i]).flops;
+    size_t numNodes = 0;
+    for (const ir::Node *n : g.nodes())
+      numNodes += part.stageOf(n) == static_cast<int>(s);
+    double paramBytes = 0;
     for (int32_t w : dev.weights())
-      if (p.tensors(w).kind() == plan::TensorInfo::WEIGHT) {
-        double n = 1;
-        for (int64_t d : p.tensors(w).shape())
-          n *= static_cast<double>(d);
-        params += n;
+      if (p.tensors(w).kind() == plan::TensorInfo::WEIGHT)
         paramBytes += static_cast<double>(p.tensors(w).bytes());
-      }
     json js;
     js["index"] = s;
-    js["first_node"] = nodes[st.begin]->name();
-    js["last_node"] = nodes[st.end - 1]->name();
-    js["num_nodes"] = st.end - st.begin;
-    js["parameters"] = params;
+    js["first_node"] = part.order[st.begin]->name();
+    js["last_node"] = part.order[st.end - 1]->name();
+    js["forward_nodes"] = st.end - st.begin;
+    js["num_nodes"] = numNodes;
+    js["parameters"] = e.parameters;
     js["parameter_bytes"] = paramBytes;
     js["weight_bytes"] = dev.weight_bytes();
-    js["forward_flops_per_micro_batch"] = flops;
-    js["backward_flops_per_micro_batch"] = bwdFlops;
+    js["forward_flops_per_micro_batch"] = e.forwardFlops;
+    js["backward_flops_per_micro_batch"] = e.backwardFlops;
+    js["forward_seconds"] = e.forwardTime;
+    js["backward_seconds"] = e.backwardTime;
+    js["recompute_seconds"] = e.recomputeTime;
+    js["send_seconds"] = e.sendForwardTime + e.sendBackwardTime;
+    js["optimizer_seconds"] = e.optimizerTime;
+    js["stage_seconds_per_micro_batch"] = e.time();
+    js["recompute"] = e.recompute;
+    js["micro_batches_in_flight"] = e.inFlight;
+    js["predicted_memory"] = pt::memoryToJson(e.memory);
+    js["fits_budget"] = est.memoryBudget <= 0 || e.memory.total() <= est.memoryBudget;
     // Training keeps a gradient accumulator and the optimizer's state
     // buffers per parameter, outside the arena.
     double trainState = 0;
@@ -87,20 +190,55 @@ json buildReport(const ir::Graph &g, const partitioner::Partition &part, const E
     }
     js["training_state_bytes"] = trainState;
     js["arena_bytes"] = dev.arena_bytes();
-    js["arena_live_lower_bound_bytes"] = ep.arenaLiveBound[s];
-    js["peak_memory_bytes"] = static_cast<double>(dev.arena_bytes() + dev.weight_bytes()) + trainState;
-    js["bytes_sent_per_micro_batch"] = 0;
+    js["arena_live_lower_bound_bytes"] = s < ep.arenaLiveBound.size() ? ep.arenaLiveBound[s] : 0;
+    js["peak_memory_bytes"] =
+        static_cast<double>(dev.arena_bytes() + dev.weight_bytes()) + trainState;
+    // Bytes sent per micro-batch: the plan's SENDs of micro-batch 0 when it
+    // has them, else the partition's cut tensors.
+    double fwdBytes = 0, gradBytes = 0;
+    if (hasComm) {
+      for (const plan::Instruction &ins : dev.program())
+        if (ins.kind() == plan::Instruction::SEND && ins.micro_batch() == 0)
+          (ins.peer() > static_cast<int>(s) ? fwdBytes : gradBytes) +=
+              static_cast<double>(p.tensors(ins.tensor()).bytes());
+      js["bytes_sent_source"] = "plan";
+    } else {
+      fwdBytes = s + 1 < K ? e.bytesOut : 0;
+      gradBytes = est.training && s > 0 ? e.bytesIn : 0;
+      js["bytes_sent_source"] = "partition";
+    }
+    js["bytes_sent_per_micro_batch"] = fwdBytes;
+    js["gradient_bytes_sent_per_micro_batch"] = gradBytes;
+    js["busy_seconds"] = sim->busy[s];
     stages.push_back(js);
-    totalFlops += flops;
-    totalParams += params;
+    totalFlops += e.forwardFlops;
+    totalParams += e.parameters;
   }
   r["stage_list"] = stages;
   r["total_parameters"] = totalParams;
   r["total_forward_flops_per_micro_batch"] = totalFlops;
-  // With K stages the GPipe bubble is (K-1)/(M+K-1) of the step on
-  // balanced stages; K = 1 has none.
-  double K = part.stages.size(), M = p.pipeline().num_micro_batches();
-  r["predicted_bubble_fraction"] = (K - 1) / (M + K - 1);
+  const double M = p.pipeline().num_micro_batches();
+  const double mbSize = static_cast<double>(p.pipeline().micro_batch_size());
+  const double samples = M * (mbSize > 0 ? mbSize : 1);
+  r["predicted_step_seconds"] = sim->makespan;
+  r["predicted_bubble_fraction"] = sim->bubbleFraction;
+  r["predicted_samples_per_second"] = sim->makespan > 0 ? samples / sim->makespan : 0;
+  r["single_device_step_seconds"] = est.singleDeviceStepTime;
+  r["predicted_speedup"] = sim->makespan > 0 ? est.singleDeviceStepTime / sim->makespan : 0;
+  r["bottleneck_stage_seconds"] = est.bottleneck;
+  json timeline = json::array();
+  for (size_t d = 0; d < progs.size(); ++d) {
+    json dev = json::array();
+    for (const pt::SimEvent &ev : sim->events[d]) {
+      const pt::SimInstr &in = progs[d][ev.instr];
+      dev.push_back({{"op", pt::simOpName(in.op)},
+                     {"micro_batch", in.microBatch},
+                     {"start", ev.start},
+                     {"end", ev.end}});
+    }
+    timeline.push_back(dev);
+  }
+  r["timeline"] = timeline;
   return r;
 }
 
@@ -111,29 +249,45 @@ std::string renderReportText(const json &r) {
      << " micro-batches of " << r["micro_batch_size"].get<int64_t>() << ", schedule "
      << r["schedule"].get<std::string>() << (r["training"].get<bool>() ? ", training" : ", inference")
      << "\n";
-  char line[512];
-  std::snprintf(line, sizeof line, "%-5s %-22s %-22s %6s %10s %14s %14s %11s %11s %11s %9s\n",
-                "stage", "first node", "last node", "nodes", "params", "fwd FLOP/mb", "bwd FLOP/mb",
-                "weights", "arena", "peak", "sent/mb");
+  const double budget = r["memory_budget_bytes"].get<double>();
+  os << "device profile " << r["device_profile"]["name"].get<std::string>() << ", memory budget "
+     << formatBytes(budget) << " per device, recompute " << r["recompute"].get<std::string>()
+     << "\n";
+  char line[640];
+  std::snprintf(line, sizeof line, "%-5s %-22s %-22s %6s %10s %12s %10s %10s %10s %11s %11s %10s\n",
+                "stage", "first node", "last node", "nodes", "params", "fwd FLOP/mb", "fwd/mb",
+                "bwd/mb", "send/mb", "memory", "arena", "sent/mb");
   os << line;
   auto clip = [](std::string s) { return s.size() > 22 ? s.substr(0, 10) + ".." + s.substr(s.size() - 10) : s; };
   for (const json &s : r["stage_list"]) {
-    std::snprintf(line, sizeof line, "%-5zu %-22s %-22s %6zu %10s %14s %14s %11s %11s %11s %9s\n",
+    std::string mem = formatBytes(s["predicted_memory"]["total"].get<double>());
+    if (!s["fits_budget"].get<bool>())
+      mem += "!";
+    std::snprintf(line, sizeof line, "%-5zu %-22s %-22s %6zu %10s %12s %10s %10s %10s %11s %11s %10s\n",
                   s["index"].get<size_t>(), clip(s["first_node"].get<std::string>()).c_str(),
                   clip(s["last_node"].get<std::string>()).c_str(), s["num_nodes"].get<size_t>(),
                   formatCount(s["parameters"].get<double>(), "").c_str(),
                   formatCount(s["forward_flops_per_micro_batch"].get<double>(), "FLOP").c_str(),
-                  formatCount(s["backward_flops_per_micro_batch"].get<double>(), "FLOP").c_str(),
-                  formatBytes(s["weight_bytes"].get<double>()).c_str(),
+                  formatSeconds(s["forward_seconds"].get<double>()).c_str(),
+                  formatSeconds(s["backward_seconds"].get<double>() +
+                                s["recompute_seconds"].get<double>()).c_str(),
+                  formatSeconds(s["send_seconds"].get<double>()).c_str(), mem.c_str(),
                   formatBytes(s["arena_bytes"].get<double>()).c_str(),
-                  formatBytes(s["peak_memory_bytes"].get<double>()).c_str(),
                   formatBytes(s["bytes_sent_per_micro_batch"].get<double>()).c_str());
     os << line;
   }
-  std::snprintf(line, sizeof line, "total: %s parameters, %s per micro-batch forward; predicted bubble %.1f%%\n",
+  std::snprintf(line, sizeof line, "total: %s parameters, %s per micro-batch forward\n",
                 formatCount(r["total_parameters"].get<double>(), "").c_str(),
-                formatCount(r["total_forward_flops_per_micro_batch"].get<double>(), "FLOP").c_str(),
-                100.0 * r["predicted_bubble_fraction"].get<double>());
+                formatCount(r["total_forward_flops_per_micro_batch"].get<double>(), "FLOP").c_str());
+  os << line;
+  std::snprintf(line, sizeof line,
+                "predicted: step %s, bubble %.1f%%, %.4g samples/s, speed-up %.2fx over one device "
+                "(%s)\n",
+                formatSeconds(r["predicted_step_seconds"].get<double>()).c_str(),
+                100.0 * r["predicted_bubble_fraction"].get<double>(),
+                r["predicted_samples_per_second"].get<double>(),
+                r["predicted_speedup"].get<double>(),
+                formatSeconds(r["single_device_step_seconds"].get<double>()).c_str());
   os << line;
   return os.str();
 }
@@ -151,58 +305,126 @@ std::string escapeHtml(const std::string &s) {
   return o;
 }
 
-/// Bars of forward FLOPs and memory per stage.
+int px(double v, double max, int width) {
+  return max > 0 ? static_cast<int>(v / max * width + 0.5) : 0;
+}
+
+/// Per stage: predicted time per micro-batch (stacked forward, backward,
+/// recompute, send), forward FLOPs, and the memory breakdown against the
+/// budget (a red line).
 std::string balanceSvg(const json &r) {
   std::ostringstream os;
   const json &st = r["stage_list"];
-  double maxF = 1, maxM = 1;
-  for (const json &s : st) {
-    maxF = std::max(maxF, s["forward_flops_per_micro_batch"].get<double>());
-    maxM = std::max(maxM, s["peak_memory_bytes"].get<double>());
-  }
-  int W = 640, rowH = 28, H = 40 + rowH * static_cast<int>(st.size());
+  const double budget = r["memory_budget_bytes"].get<double>();
+  double maxT = maxOverStages(st, "stage_seconds_per_micro_batch");
+  double maxF = maxOverStages(st, "forward_flops_per_micro_batch");
+  double maxM = budget;
+  for (const json &s : st)
+    maxM = std::max(maxM, s["predicted_memory"]["total"].get<double>());
+  const int x0 = 70, barW = 480, rowH = 46;
+  int W = x0 + barW + 150, H = 44 + rowH * static_cast<int>(st.size());
   os << "<svg id=\"stage-balance\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
      << "\" height=\"" << H << "\">\n";
-  os << "<text x=\"0\" y=\"14\" font-size=\"12\">forward FLOPs (blue) and peak memory (orange) per stage</text>\n";
+  os << "<text x=\"0\" y=\"14\" font-size=\"12\">per stage: time per micro-batch (forward green, "
+        "backward blue, recompute purple, send grey), forward FLOPs (dark blue), memory "
+        "(stacked; red line: budget "
+     << escapeHtml(formatBytes(budget)) << ")</text>\n";
+  static const std::pair<const char *, const char *> kTime[] = {
+      {"forward_seconds", "#6aa84f"}, {"backward_seconds", "#3d85c6"},
+      {"recompute_seconds", "#8e7cc3"}, {"send_seconds", "#999999"}};
+  static const std::pair<const char *, const char *> kMem[] = {
+      {"weights", "#e69138"}, {"gradients", "#f6b26b"}, {"optimizer_state", "#ffd966"},
+      {"activations", "#cc4125"}, {"communication", "#999999"}, {"workspace", "#b4a7d6"}};
   for (size_t i = 0; i < st.size(); ++i) {
-    double f = st[i]["forward_flops_per_micro_batch"].get<double>() / maxF;
-    double m = st[i]["peak_memory_bytes"].get<double>() / maxM;
-    int y = 30 + static_cast<int>(i) * rowH;
-    os << "<text x=\"0\" y=\"" << y + 14 << "\" font-size=\"12\">stage " << i << "</text>\n";
-    os << "<rect class=\"flops\" x=\"60\" y=\"" << y << "\" width=\"" << static_cast<int>(f * 500)
-       << "\" height=\"10\" fill=\"#4a7ebb\"><title>"
-       << formatCount(st[i]["forward_flops_per_micro_batch"].get<double>(), "FLOP") << "</title></rect>\n";
-    os << "<rect class=\"memory\" x=\"60\" y=\"" << y + 12 << "\" width=\"" << static_cast<int>(m * 500)
-       << "\" height=\"10\" fill=\"#e8923a\"><title>"
-       << formatBytes(st[i]["peak_memory_bytes"].get<double>()) << "</title></rect>\n";
+    const json &s = st[i];
+    int y = 28 + static_cast<int>(i) * rowH;
+    os << "<text x=\"0\" y=\"" << y + 18 << "\" font-size=\"12\">stage " << i << "</text>\n";
+    int x = x0;
+    for (const auto &[key, color] : kTime) {
+      int w = px(s[key].get<double>(), maxT, barW);
+      os << "<rect class=\"time\" x=\"" << x << "\" y=\"" << y << "\" width=\"" << w
+         << "\" height=\"12\" fill=\"" << color << "\"><title>" << key << " "
+         << formatSeconds(s[key].get<double>()) << "</title></rect>\n";
+      x += w;
+    }
+    os << "<text x=\"" << x + 4 << "\" y=\"" << y + 10 << "\" font-size=\"10\">"
+       << formatSeconds(s["stage_seconds_per_micro_batch"].get<double>()) << "</text>\n";
+    int wf = px(s["forward_flops_per_micro_batch"].get<double>(), maxF, barW);
+    os << "<rect class=\"flops\" x=\"" << x0 << "\" y=\"" << y + 14 << "\" width=\"" << wf
+       << "\" height=\"8\" fill=\"#1f3f77\"><title>"
+       << formatCount(s["forward_flops_per_micro_batch"].get<double>(), "FLOP") << "</title></rect>\n";
+    x = x0;
+    for (const auto &[key, color] : kMem) {
+      double v = s["predicted_memory"][key].get<double>();
+      int w = px(v, maxM, barW);
+      os << "<rect class=\"memory\" x=\"" << x << "\" y=\"" << y + 24 << "\" width=\"" << w
+         << "\" height=\"12\" fill=\"" << color << "\"><title>" << key << " " << formatBytes(v)
+         << "</title></rect>\n";
+      x += w;
+    }
+    os << "<text x=\"" << x0 + barW + 6 << "\" y=\"" << y + 34 << "\" font-size=\"10\">"
+       << formatBytes(s["predicted_memory"]["total"].get<double>()) << "</text>\n";
+  }
+  if (budget > 0) {
+    int bx = x0 + px(budget, maxM, barW);
+    os << "<line class=\"budget\" x1=\"" << bx << "\" y1=\"24\" x2=\"" << bx << "\" y2=\"" << H - 4
+       << "\" stroke=\"#cc0000\" stroke-width=\"2\"/>\n";
   }
   os << "</svg>\n";
   return os.str();
 }
 
-/// GPipe's figure 2: forward boxes per stage and micro-batch over time, on
-/// unit-time stages (the balanced-stage schedule the bubble formula assumes).
+/// GPipe's figure 2 from the simulation: per device, boxes F(mb), B(mb),
+/// W(mb), R(mb) and the optimizer over predicted time.
 std::string timelineSvg(const json &r) {
   std::ostringstream os;
-  int K = r["stages"].get<int>(), M = r["micro_batches"].get<int>();
-  int slots = M + K - 1;
-  int cell = std::max(8, std::min(40, 560 / std::max(1, slots)));
-  int W = 60 + cell * slots + 10, H = 30 + 24 * K;
+  const json &tl = r["timeline"];
+  const double T = r["predicted_step_seconds"].get<double>();
+  const int x0 = 70, plotW = 900, rowH = 26;
+  int K = static_cast<int>(tl.size());
+  int W = x0 + plotW + 10, H = 46 + rowH * K;
   os << "<svg id=\"pipeline-timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
      << "\" height=\"" << H << "\">\n";
-  os << "<text x=\"0\" y=\"14\" font-size=\"12\">forward schedule: stage x time, F(micro-batch)</text>\n";
-  for (int s = 0; s < K; ++s) {
-    int y = 24 + 24 * s;
-    os << "<text x=\"0\" y=\"" << y + 14 << "\" font-size=\"12\">stage " << s << "</text>\n";
-    for (int mb = 0; mb < M; ++mb) {
-      int x = 60 + cell * (s + mb);
-      os << "<rect class=\"fwd\" x=\"" << x << "\" y=\"" << y << "\" width=\"" << cell - 1
-         << "\" height=\"20\" fill=\"#6aa84f\"><title>F" << mb << " on stage " << s
+  os << "<text x=\"0\" y=\"14\" font-size=\"12\">simulated step (" << escapeHtml(formatSeconds(T))
+     << ", " << r["timeline_source"].get<std::string>()
+     << " programs): F forward, B backward, W weight gradient, R recompute, opt optimizer; "
+        "gaps are the bubble</text>\n";
+  static const std::pair<const char *, const char *> kStyle[] = {
+      {"F", "fwd\" fill=\"#6aa84f"},  {"B", "bwd\" fill=\"#3d85c6"},
+      {"W", "wgrad\" fill=\"#76a5af"}, {"R", "recompute\" fill=\"#8e7cc3"},
+      {"send", "send\" fill=\"#cccccc"}, {"opt", "opt\" fill=\"#e69138"}};
+  for (int d = 0; d < K; ++d) {
+    int y = 24 + rowH * d;
+    os << "<text x=\"0\" y=\"" << y + 15 << "\" font-size=\"12\">device " << d << "</text>\n";
+    for (const json &ev : tl[static_cast<size_t>(d)]) {
+      std::string op = ev["op"].get<std::string>();
+      if (op == "recv")
+        continue;
+      double s = ev["start"].get<double>(), e = ev["end"].get<double>();
+      if (e <= s)
+        continue;
+      const char *style = "opt\" fill=\"#e69138";
+      for (const auto &[name, st] : kStyle)
+        if (op == name)
+          style = st;
+      int x = x0 + px(s, T, plotW), w = std::max(1, px(e - s, T, plotW));
+      int mb = ev["micro_batch"].get<int>();
+      std::string label = op == "opt" || op == "send" ? op : op + std::to_string(mb);
+      os << "<rect class=\"" << style << "\" x=\"" << x << "\" y=\"" << y << "\" width=\"" << w
+         << "\" height=\"20\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" << label
+         << " on device " << d << ": " << formatSeconds(s) << " to " << formatSeconds(e)
          << "</title></rect>\n";
-      if (cell >= 16)
-        os << "<text x=\"" << x + 3 << "\" y=\"" << y + 14 << "\" font-size=\"10\">F" << mb << "</text>\n";
+      if (w >= 8 * static_cast<int>(label.size()) && op != "send")
+        os << "<text x=\"" << x + 2 << "\" y=\"" << y + 14 << "\" font-size=\"10\">" << label
+           << "</text>\n";
     }
   }
+  int ya = 24 + rowH * K + 4;
+  os << "<line x1=\"" << x0 << "\" y1=\"" << ya << "\" x2=\"" << x0 + plotW << "\" y2=\"" << ya
+     << "\" stroke=\"#000000\"/>\n";
+  os << "<text x=\"" << x0 << "\" y=\"" << ya + 14 << "\" font-size=\"10\">0</text>\n";
+  os << "<text x=\"" << x0 + plotW - 60 << "\" y=\"" << ya + 14 << "\" font-size=\"10\">"
+     << escapeHtml(formatSeconds(T)) << "</text>\n";
   os << "</svg>\n";
   return os.str();
 }
@@ -216,6 +438,8 @@ std::string renderReportHtml(const json &r) {
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style></head><body>\n";
   os << "<h1>Partition report: " << escapeHtml(r["model"].get<std::string>()) << "</h1>\n<pre>"
      << escapeHtml(renderReportText(r)) << "</pre>\n";
+  os << "<p>Device profile: " << escapeHtml(r["device_profile"]["description"].get<std::string>())
+     << " (source: " << escapeHtml(r["device_profile"]["source"].get<std::string>()) << ")</p>\n";
   os << "<h2>Stage balance</h2>\n" << balanceSvg(r);
   os << "<h2>Pipeline timeline</h2>\n" << timelineSvg(r);
   os << "</body></html>\n";

@@ -1,10 +1,15 @@
 //===- codegen/Report.h - The partition report -----------------*- C++ -*-===//
 //
 // What every compile tells the user before anything runs: per stage the
-// node range, parameters, FLOPs, memory (weights and planned activation
-// arena) and bytes sent onward. Rendered as a table for people, JSON for
-// tools and HTML with SVG pictures (stage balance, pipeline timeline).
-// Every number is computed from the graph and the emitted plan.
+// node range, parameters, FLOPs, predicted forward/backward/recompute time,
+// the memory model's breakdown against the budget, the planned arena and
+// the bytes sent per micro-batch; for the pipeline the simulated step time,
+// bubble fraction, throughput and speed-up over one device. Rendered as a
+// table for people, JSON for tools and HTML with inline SVG (stage balance,
+// pipeline timeline). Every number is computed from the graph, the
+// partition's cost model and the emitted plan: the timeline simulates the
+// plan's per-device programs (partitioner/PipelineSim.h), each instruction
+// taking its predicted time and each RECV waiting for its SEND.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -19,9 +24,9 @@
 
 namespace pipec::codegen {
 
-/// Builds the report's data.
-nlohmann::json buildReport(const ir::Graph &g, const partitioner::Partition &part,
-                           const EmittedPlan &plan);
+/// Builds the report's data. Fails when the plan's programs deadlock.
+Expected<nlohmann::json> buildReport(const ir::Graph &g, const partitioner::Partition &part,
+                                     const EmittedPlan &plan);
 /// A fixed-width table for the terminal.
 std::string renderReportText(const nlohmann::json &report);
 /// A self-contained HTML page (inline SVG, no scripts fetched).
@@ -33,5 +38,7 @@ Status writeReport(const std::string &dir, const nlohmann::json &report);
 std::string formatBytes(double bytes);
 /// "3.2 GFLOP".
 std::string formatCount(double v, const char *unit);
+/// "1.25 ms".
+std::string formatSeconds(double s);
 
 } // namespace pipec::codegen

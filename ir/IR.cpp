@@ -44,6 +44,7 @@ std::string_view phaseName(Phase p) {
   case Phase::Backward: return "bwd";
   case Phase::WeightGrad: return "wgrad";
   case Phase::Optimizer: return "opt";
+  case Phase::Recompute: return "remat";
   }
   return "fwd";
 }

@@ -40,8 +40,9 @@ const std::vector<OpInfo> &allOps();
 std::string canonicalDomain(std::string_view domain);
 
 /// Forward; Backward (input gradients, B); WeightGrad (weight gradients, W,
-/// which a schedule may run later); Optimizer.
-enum class Phase { Forward, Backward, WeightGrad, Optimizer };
+/// which a schedule may run later); Optimizer; Recompute (a forward node
+/// rematerialized just before its stage's backward, forwardOf = the original).
+enum class Phase { Forward, Backward, WeightGrad, Optimizer, Recompute };
 std::string_view phaseName(Phase p);
 
 class Node;

@@ -487,10 +487,12 @@ private:
     bump();
     Phase phase = Phase::Forward;
     std::string forwardOf;
-    if (isIdent("fwd") || isIdent("bwd") || isIdent("wgrad") || isIdent("opt")) {
+    if (isIdent("fwd") || isIdent("bwd") || isIdent("wgrad") || isIdent("opt") ||
+        isIdent("remat")) {
       phase = tok_.text == "fwd"     ? Phase::Forward
               : tok_.text == "bwd"   ? Phase::Backward
               : tok_.text == "wgrad" ? Phase::WeightGrad
+              : tok_.text == "remat" ? Phase::Recompute
                                      : Phase::Optimizer;
       bump();
       if (isPunct("(")) {

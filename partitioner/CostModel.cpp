@@ -1,6 +1,11 @@
 //===- partitioner/CostModel.cpp - Per-node cost estimates ----------------===//
 #include "partitioner/CostModel.h"
 
+#include "support/FileIO.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <string>
 
 namespace pipec::partitioner {
@@ -72,6 +77,51 @@ NodeCost forwardCost(const ir::Node &n) {
     c.flops = elementwiseFlops(op) * numel(out);
   }
   return c;
+}
+
+double CostModel::rooflineTime(const NodeCost &c, DType dtype) const {
+  double compute = c.flops / profile.flopsFor(dtype);
+  double memory = (c.bytesRead + c.bytesWritten) / profile.memoryBandwidth;
+  return std::max(compute, memory) + profile.nodeOverhead;
+}
+
+double CostModel::nodeTime(const ir::Node &n) const {
+  if (!measured.empty()) {
+    auto it = measured.find(n.name());
+    if (it != measured.end())
+      return it->second;
+  }
+  DType dt = n.numOutputs() ? n.output(0)->dtype() : DType::F32;
+  return rooflineTime(forwardCost(n), dt);
+}
+
+Expected<std::unordered_map<std::string, double>> loadOpTimes(const std::string &path) {
+  PIPEC_ASSIGN(std::string text, readFile(path));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return errorf(path, ": --op-times expects a JSON object");
+  std::unordered_map<std::string, double> out;
+  if (j.contains("nodes") && j["nodes"].is_array()) {
+    double m = j.value("micro_batches", 1.0);
+    if (!(m >= 1))
+      return errorf(path, ": micro_batches must be at least 1");
+    for (const auto &n : j["nodes"]) {
+      if (!n.is_object() || !n.contains("node") || !n.contains("seconds") ||
+          !n["seconds"].is_number())
+        return errorf(path, ": every entry of 'nodes' needs 'node' and 'seconds'");
+      out[n["node"].get<std::string>()] += n["seconds"].get<double>() / m;
+    }
+  } else {
+    for (const auto &[k, v] : j.items()) {
+      if (!v.is_number())
+        return errorf(path, ": the time of node '", k, "' is not a number");
+      out[k] = v.get<double>();
+    }
+  }
+  for (const auto &[k, v] : out)
+    if (!(v >= 0))
+      return errorf(path, ": node '", k, "' has a negative time (", v, " s)");
+  return out;
 }
 
 } // namespace pipec::partitioner

@@ -1,15 +1,21 @@
 //===- partitioner/CostModel.h - Per-node cost estimates -------*- C++ -*-===//
 //
 // An analysis (not a pass): FLOPs and bytes moved per node, from static
-// shapes. Issue-level device profiles and roofline timing build on these
-// counts.
+// shapes, and the time a node takes on a device profile: the roofline
+// max(FLOPs / peak, bytes / bandwidth) plus the profile's per-node overhead,
+// or a measured time (`piperun --profile-ops`, `pipec --op-times`) when one
+// is known. Backward, weight-gradient and recompute nodes are ordinary IR
+// nodes and are costed by their own op types and shapes.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "ir/IR.h"
+#include "partitioner/DeviceProfile.h"
 
 #include <cstdint>
+#include <string>
+#include <unordered_map>
 
 namespace pipec::partitioner {
 
@@ -23,5 +29,28 @@ struct NodeCost {
 /// Einsum); elementwise and normalisation ops count a small constant per
 /// output element; data movement counts 0 FLOPs.
 NodeCost forwardCost(const ir::Node &n);
+
+/// Times nodes and transfers on one device profile.
+struct CostModel {
+  DeviceProfile profile;
+  /// Measured seconds per micro-batch by node name (--op-times); nodes not
+  /// listed fall back to the roofline.
+  std::unordered_map<std::string, double> measured;
+
+  /// Seconds one node takes for one micro-batch.
+  double nodeTime(const ir::Node &n) const;
+  /// Roofline seconds of a cost computed in `dtype`, plus the node overhead.
+  double rooflineTime(const NodeCost &c, DType dtype) const;
+  /// Seconds to move `bytes` to a neighbour device (0 for nothing).
+  double transferTime(double bytes) const {
+    return bytes > 0 ? profile.linkLatency + bytes / profile.linkBandwidth : 0;
+  }
+};
+
+/// Reads measured per-node times: the JSON `piperun --profile-ops FILE`
+/// writes ({"micro_batches": M, "nodes": [{"node": NAME, "seconds": S}...]},
+/// S per step, so per micro-batch S / M), or a plain object
+/// {"NAME": seconds per micro-batch, ...}.
+Expected<std::unordered_map<std::string, double>> loadOpTimes(const std::string &path);
 
 } // namespace pipec::partitioner

@@ -118,9 +118,23 @@ Status DeviceExecutor::prepare() {
   std::vector<char> fed(T * M, 0);
   feedBefore_.assign(dev.program_size(), {});
   collectAfter_.assign(dev.program_size(), {});
+  highWater_.assign(dev.program_size(), 0);
+  auto reach = [&](int i, int32_t t, unsigned mb) {
+    int64_t off = offsetOf_[static_cast<size_t>(t) * M + mb];
+    if (off >= 0)
+      highWater_[i] = std::max<uint64_t>(highWater_[i], static_cast<uint64_t>(off) + p.tensors(t).bytes());
+  };
   for (int i = 0; i < dev.program_size(); ++i) {
     const plan::Instruction &ins = dev.program(i);
     unsigned mb = ins.micro_batch();
+    if (ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV) {
+      if (!address(ins.tensor(), mb))
+        return errorf("device ", index_, ": ", plan::Instruction::Kind_Name(ins.kind()), " of '",
+                      p.tensors(ins.tensor()).name(), "' of micro-batch ", mb,
+                      " has no memory in the plan");
+      reach(i, ins.tensor(), mb);
+      continue;
+    }
     for (int32_t ni : ins.nodes()) {
       const plan::Node &n = dev.nodes(ni);
       for (int32_t t : n.inputs()) {
@@ -129,6 +143,7 @@ Status DeviceExecutor::prepare() {
         if (!address(t, mb))
           return errorf("device ", index_, ": node '", n.name(), "' reads '", p.tensors(t).name(),
                         "' of micro-batch ", mb, ", which has no memory in the plan");
+        reach(i, t, mb);
         if (isInput[t] && !fed[t * M + mb]) {
           fed[t * M + mb] = 1;
           feedBefore_[i].push_back(t);
@@ -138,6 +153,7 @@ Status DeviceExecutor::prepare() {
         if (!address(t, mb))
           return errorf("device ", index_, ": node '", n.name(), "' writes '", p.tensors(t).name(),
                         "' of micro-batch ", mb, ", which has no memory in the plan");
+        reach(i, t, mb);
         if (isOutput[t])
           collectAfter_[i].push_back(t);
       }
@@ -154,52 +170,88 @@ void *DeviceExecutor::address(int32_t tensor, unsigned mb) {
   return off < 0 ? nullptr : static_cast<char *>(arena_.get()) + off;
 }
 
-Status DeviceExecutor::runStep(cpu::ExecContext ctx, const FeedFn &feed, const CollectFn &collect,
-                               const OptimizeFn &optimize) {
+Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
+  using Clock = std::chrono::steady_clock;
   const plan::Device &dev = lp_.plan.devices(index_);
+  const plan::Plan &p = lp_.plan;
   std::vector<const void *> in;
   std::vector<void *> out;
   ctx.workspace = workspace_.data();
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   for (int i = 0; i < dev.program_size(); ++i) {
+    if (i == io.failAtInstruction)
+      return errorf("device ", index_, ": injected failure at instruction ", i);
     const plan::Instruction &ins = dev.program(i);
     unsigned mb = ins.micro_batch();
     ctx.microBatch = mb;
     for (int32_t t : feedBefore_[i])
-      PIPEC_TRY(feed(t, mb, address(t, mb)));
-    if (ins.kind() == plan::Instruction::OPTIMIZER) {
-      if (!optimize)
+      PIPEC_TRY(io.feed(t, mb, address(t, mb)));
+    stats_.arenaHighWater = std::max(stats_.arenaHighWater, highWater_[i]);
+    const Clock::time_point t0 = Clock::now();
+    switch (ins.kind()) {
+    case plan::Instruction::OPTIMIZER: {
+      if (!io.optimize)
         return errorf("device ", index_, ": the plan has an optimizer step but the run is not training");
-      PIPEC_TRY(optimize());
-      ++stats_.instructions;
-      continue;
+      PIPEC_TRY(io.optimize(index_));
+      stats_.optimizerSeconds += seconds(t0, Clock::now());
+      break;
     }
-    if (ins.kind() != plan::Instruction::FORWARD && ins.kind() != plan::Instruction::BACKWARD)
+    case plan::Instruction::SEND: {
+      if (!io.transport)
+        return errorf("device ", index_, ": the plan sends tensors but the run has no transport");
+      const size_t bytes = p.tensors(ins.tensor()).bytes();
+      PIPEC_TRY(io.transport->send(index_, ins.peer(), messageTag(ins.tensor(), mb),
+                                   address(ins.tensor(), mb), bytes));
+      stats_.bytesSent += bytes;
+      stats_.commSeconds += seconds(t0, Clock::now());
+      break;
+    }
+    case plan::Instruction::RECV: {
+      if (!io.transport)
+        return errorf("device ", index_, ": the plan receives tensors but the run has no transport");
+      PIPEC_TRY(io.transport->recv(index_, ins.peer(), messageTag(ins.tensor(), mb),
+                                   address(ins.tensor(), mb), p.tensors(ins.tensor()).bytes()));
+      stats_.waitSeconds += seconds(t0, Clock::now());
+      break;
+    }
+    case plan::Instruction::FORWARD:
+    case plan::Instruction::BACKWARD:
+    case plan::Instruction::WEIGHT_GRAD:
+    case plan::Instruction::RECOMPUTE: {
+      for (int32_t ni : ins.nodes()) {
+        const plan::Node &n = dev.nodes(ni);
+        in.clear();
+        out.clear();
+        for (int32_t t : n.inputs())
+          in.push_back(t < 0 ? nullptr : address(t, mb));
+        for (int32_t t : n.outputs())
+          out.push_back(address(t, mb));
+        auto n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
+        Status s = kernels_[ni]->run(ctx, in.data(), out.data());
+        if (!s)
+          return s.withContext(cat("device ", index_, " micro-batch ", mb));
+        if (!nodeSeconds_.empty())
+          nodeSeconds_[ni] += seconds(n0, Clock::now());
+        ++stats_.nodesRun;
+      }
+      stats_.busySeconds += seconds(t0, Clock::now());
+      break;
+    }
+    default:
       return errorf("device ", index_, ": instruction kind ",
                     plan::Instruction::Kind_Name(ins.kind()), " is not supported by this runtime");
-    auto t0 = std::chrono::steady_clock::now();
-    for (int32_t ni : ins.nodes()) {
-      const plan::Node &n = dev.nodes(ni);
-      in.clear();
-      out.clear();
-      for (int32_t t : n.inputs())
-        in.push_back(t < 0 ? nullptr : address(t, mb));
-      for (int32_t t : n.outputs())
-        out.push_back(address(t, mb));
-      auto n0 = nodeSeconds_.empty() ? std::chrono::steady_clock::time_point()
-                                     : std::chrono::steady_clock::now();
-      Status s = kernels_[ni]->run(ctx, in.data(), out.data());
-      if (!s)
-        return s.withContext(cat("device ", index_, " micro-batch ", mb));
-      if (!nodeSeconds_.empty())
-        nodeSeconds_[ni] +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - n0).count();
-      ++stats_.nodesRun;
     }
-    stats_.busySeconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++stats_.instructions;
+    if (tracing_)
+      trace_.push_back({static_cast<int>(ins.kind()), mb,
+                        ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV
+                            ? ins.tensor()
+                            : -1,
+                        ins.peer(), seconds(epoch_, t0), seconds(epoch_, Clock::now())});
     for (int32_t t : collectAfter_[i])
-      PIPEC_TRY(collect(t, mb, address(t, mb)));
+      PIPEC_TRY(io.collect(t, mb, address(t, mb)));
   }
   return Status::ok();
 }

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "runtime/Transport.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/PlanIO.h"
 
@@ -19,10 +20,26 @@ namespace pipec::runtime {
 
 /// Measurements of one device over the runs so far.
 struct DeviceStats {
-  double busySeconds = 0;     ///< time inside kernels
+  double busySeconds = 0;     ///< time inside kernels (compute instructions)
+  double waitSeconds = 0;     ///< time blocked in receives and collectives
+  double commSeconds = 0;     ///< time spent copying in sends and receives
+  double optimizerSeconds = 0;
   uint64_t instructions = 0;  ///< instructions executed
   uint64_t nodesRun = 0;
+  uint64_t bytesSent = 0;
   uint64_t arenaBytes = 0;    ///< the arena actually allocated
+  /// Highest arena byte a tensor instance of this device occupied during
+  /// the runs (measured from the allocations the instructions touched).
+  uint64_t arenaHighWater = 0;
+};
+
+/// One executed instruction, for traces (times from the session's epoch).
+struct TraceEvent {
+  int kind;            ///< plan::Instruction::Kind
+  uint32_t microBatch;
+  int32_t tensor;      ///< SEND/RECV: the tensor; else -1
+  int32_t peer;
+  double start, end;   ///< seconds
 };
 
 class DeviceExecutor {
@@ -38,9 +55,27 @@ public:
   /// runs at the OPTIMIZER instruction of a training plan.
   using FeedFn = std::function<Status(int32_t tensor, unsigned mb, void *dst)>;
   using CollectFn = std::function<Status(int32_t tensor, unsigned mb, const void *src)>;
-  using OptimizeFn = std::function<Status()>;
-  Status runStep(cpu::ExecContext ctx, const FeedFn &feed, const CollectFn &collect,
-                 const OptimizeFn &optimize = nullptr);
+  using OptimizeFn = std::function<Status(int device)>;
+  struct StepIO {
+    FeedFn feed;
+    CollectFn collect;
+    OptimizeFn optimize; ///< null for inference
+    /// Moves SEND/RECV tensors; may be null for a single-device plan.
+    Transport *transport = nullptr;
+    /// Fails the device with an injected error before this instruction
+    /// (tests of error propagation); -1 for none.
+    int failAtInstruction = -1;
+  };
+  Status runStep(cpu::ExecContext ctx, const StepIO &io);
+
+  /// Records a TraceEvent per instruction from now on, times relative to
+  /// `epoch`.
+  void enableTrace(std::chrono::steady_clock::time_point epoch) {
+    tracing_ = true;
+    epoch_ = epoch;
+  }
+  const std::vector<TraceEvent> &trace() const { return trace_; }
+  int index() const { return index_; }
 
   const DeviceStats &stats() const { return stats_; }
   /// Times every node run from now on (a clock read per node).
@@ -64,8 +99,13 @@ private:
   std::vector<unsigned char> workspace_;
   /// Per instruction: inputs to feed before it and outputs to collect after.
   std::vector<std::vector<int32_t>> feedBefore_, collectAfter_;
+  /// Per instruction: the highest arena byte its tensor instances reach.
+  std::vector<uint64_t> highWater_;
   DeviceStats stats_;
   std::vector<double> nodeSeconds_;
+  bool tracing_ = false;
+  std::chrono::steady_clock::time_point epoch_;
+  std::vector<TraceEvent> trace_;
 };
 
 } // namespace pipec::runtime

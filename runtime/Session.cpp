@@ -3,13 +3,18 @@
 
 #include <omp.h>
 
+#include "runtime/DeviceThreads.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/Clip.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
 namespace pipec::runtime {
+
+Session::Session() = default;
+Session::~Session() = default;
 
 Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
                                                  const SessionOptions &opts) {
@@ -18,13 +23,23 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   std::unique_ptr<Session> s(new Session());
   PIPEC_ASSIGN(s->lp_, plan::loadPlan(planDir));
   s->opts_ = opts;
-  if (s->lp_.plan.devices_size() != 1)
-    return errorf("plan '", planDir, "' has ", s->lp_.plan.devices_size(),
-                  " devices; this runtime runs single-device plans only");
+  if (opts.failDevice >= s->lp_.plan.devices_size())
+    return errorf("cannot inject a failure on device ", opts.failDevice, ": the plan has ",
+                  s->lp_.plan.devices_size(), " devices");
   omp_set_num_threads(opts.threadsPerDevice);
-  for (int d = 0; d < s->lp_.plan.devices_size(); ++d) {
+  const int K = s->lp_.plan.devices_size();
+  auto epoch = std::chrono::steady_clock::now();
+  for (int d = 0; d < K; ++d) {
     PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d));
+    if (opts.trace)
+      ex->enableTrace(epoch);
     s->devices_.push_back(std::move(ex));
+  }
+  // One device runs on the caller's thread; several get a thread each and
+  // a transport between them.
+  if (K > 1) {
+    s->transport_ = makeInProcessTransport(K);
+    s->threads_ = std::make_unique<DeviceThreads>(K, opts.threadsPerDevice);
   }
   if (s->isTraining())
     PIPEC_TRY(s->prepareTraining().withContext(cat("plan '", planDir, "'")));
@@ -42,11 +57,22 @@ Status Session::prepareTraining() {
     PIPEC_ASSIGN(schedule_, train::parseSchedule(t.lr_schedule(), opt.baseLr()));
   }
   paramOfGrad_.assign(lp_.plan.tensors_size(), -1);
+  std::vector<int> producer(lp_.plan.tensors_size(), -1);
+  for (int d = 0; d < lp_.plan.devices_size(); ++d)
+    for (const plan::Node &n : lp_.plan.devices(d).nodes())
+      for (int32_t o : n.outputs())
+        producer[o] = d;
   for (const plan::Parameter &pp : t.params()) {
     ParamState ps;
     ps.weight = pp.weight();
     ps.grad = pp.grad();
-    ps.data = static_cast<float *>(devices_[0]->address(pp.weight(), 0));
+    ps.device = producer[pp.grad()];
+    if (ps.device < 0)
+      return errorf("no device computes the gradient '", lp_.plan.tensors(pp.grad()).name(), "'");
+    // The devices of one process share the loaded weights: every device
+    // that reads a parameter sees the one copy the optimizer updates.
+    int holder = deviceHolding(pp.weight(), 0);
+    ps.data = holder < 0 ? nullptr : static_cast<float *>(devices_[holder]->address(pp.weight(), 0));
     if (!ps.data)
       return errorf("parameter '", lp_.plan.tensors(pp.weight()).name(), "' is not resident");
     ps.n = static_cast<int64_t>(lp_.plan.tensors(pp.weight()).bytes() / sizeof(float));
@@ -103,6 +129,21 @@ Expected<std::vector<Tensor>> Session::run(const std::vector<Tensor> &inputs) {
   if (isTraining())
     return errorf("this is a training plan: run it with train(), not run()");
   return runProgram(inputs, false, nullptr);
+}
+
+uint64_t Session::trainingStateBytes(int device) const {
+  uint64_t bytes = 0;
+  for (const ParamState &ps : params_)
+    if (ps.device == device)
+      bytes += static_cast<uint64_t>(ps.n) * sizeof(float) * (1 + ps.state.size());
+  return bytes;
+}
+
+int Session::deviceHolding(int32_t tensor, unsigned mb) const {
+  for (size_t d = 0; d < devices_.size(); ++d)
+    if (devices_[d]->address(tensor, mb))
+      return static_cast<int>(d);
+  return -1;
 }
 
 Expected<Session::TrainStep> Session::train(const std::vector<Tensor> &inputs) {
@@ -166,7 +207,8 @@ Expected<Tensor> Session::weight(const std::string &name) const {
                               ti.kind() != plan::TensorInfo::CONSTANT))
       continue;
     Tensor out(TensorDesc{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())});
-    const void *src = devices_[0]->address(t, 0);
+    int holder = deviceHolding(t, 0);
+    const void *src = holder < 0 ? nullptr : devices_[holder]->address(t, 0);
     if (!src)
       return errorf("weight '", name, "' is not resident");
     std::memcpy(out.raw(), src, out.bytes());
@@ -179,6 +221,8 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
                                                   TrainStep *step) {
   const plan::Plan &p = lp_.plan;
   const unsigned M = p.pipeline().num_micro_batches();
+  if (!broken_.isOk())
+    return broken_.withContext("an earlier step failed; open the plan again");
   if (inputs.size() != static_cast<size_t>(p.inputs_size()))
     return errorf("the model takes ", p.inputs_size(), " inputs, got ", inputs.size());
   std::vector<int> inputIndex(p.tensors_size(), -1), outputIndex(p.tensors_size(), -1);
@@ -224,32 +268,54 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     collected[static_cast<size_t>(oi) * M + mb] = 1;
     return Status::ok();
   };
-  auto optimize = [&]() -> Status {
+  // Every device updates the parameters whose gradients it computed. The
+  // global gradient norm needs every device: each contributes the squared
+  // sums of its own gradients in their global slots, the all-reduce adds
+  // them (every slot has one non-zero contribution, so the sum is exact)
+  // and each device adds the slots in parameter order, as one device
+  // would. The collective also keeps any device from updating a weight
+  // that another device still reads.
+  const int K = static_cast<int>(devices_.size());
+  auto optimize = [&](int d) -> Status {
     // The loss of a step is the mean of the micro-batch losses, so its
     // gradient is the mean of theirs.
     const float invM = 1.0f / static_cast<float>(M);
-    std::vector<train::GradRef> grads;
-    for (ParamState &ps : params_) {
+    std::vector<double> sq(params_.size(), 0.0);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      ParamState &ps = params_[i];
+      if (ps.device != d)
+        continue;
       if (M > 1)
         train::scaleGrad(ps.accum.data(), ps.n, invM);
-      grads.push_back({ps.accum.data(), ps.n});
+      sq[i] = train::gradSquaredSum(ps.accum.data(), ps.n);
     }
-    double clip = p.training().clip_grad_norm();
+    if (transport_)
+      PIPEC_TRY(transport_->allReduceSum(d, sq.data(), sq.size()));
+    double total = 0.0;
+    for (double v : sq)
+      total += v;
+    const double norm = std::sqrt(total);
+    const double clip = p.training().clip_grad_norm();
     if (clip > 0) {
-      PIPEC_ASSIGN(step->gradNorm, train::clipGradNorm(grads, clip));
-    } else {
-      double sq = 0;
-      for (const train::GradRef &g : grads)
-        sq += train::gradSquaredSum(g.data, g.n);
-      step->gradNorm = std::sqrt(sq);
+      double coef = train::clipCoefficient(norm, clip);
+      if (coef < 1.0 || std::isnan(coef))
+        for (ParamState &ps : params_)
+          if (ps.device == d)
+            train::scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
     }
     int64_t t = static_cast<int64_t>(steps_) + 1;
-    step->lr = schedule_.lrAt(t);
+    const float lr = schedule_.lrAt(t);
+    if (d == K - 1) {
+      step->gradNorm = norm;
+      step->lr = lr;
+    }
     for (ParamState &ps : params_) {
+      if (ps.device != d)
+        continue;
       std::vector<float *> state;
       for (auto &s : ps.state)
         state.push_back(s.data());
-      PIPEC_TRY(optimizer_->step(t, step->lr, ps.data, ps.accum.data(), state, ps.n));
+      PIPEC_TRY(optimizer_->step(t, lr, ps.data, ps.accum.data(), state, ps.n));
     }
     return Status::ok();
   };
@@ -257,8 +323,43 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   ctx.seed = opts_.seed;
   ctx.step = steps_;
   ctx.training = training;
-  for (auto &d : devices_)
-    PIPEC_TRY(d->runStep(ctx, feed, collect, training ? DeviceExecutor::OptimizeFn(optimize) : nullptr));
+  auto runDevice = [&](int d) -> Status {
+    DeviceExecutor::StepIO io;
+    io.feed = feed;
+    io.collect = collect;
+    if (training)
+      io.optimize = optimize;
+    io.transport = transport_.get();
+    if (d == opts_.failDevice)
+      io.failAtInstruction = opts_.failAtInstruction;
+    Status s = devices_[d]->runStep(ctx, io);
+    // An error stops every device: the others' receives and collectives
+    // fail with it instead of waiting forever.
+    if (!s && transport_)
+      transport_->abort(s.withContext(cat("stopped because device ", d, " failed")));
+    return s;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  if (!threads_) {
+    Status s = runDevice(0);
+    if (!s) {
+      broken_ = s;
+      return s;
+    }
+  } else {
+    std::vector<Status> results = threads_->run(runDevice);
+    // Report the device that failed first, not the ones it stopped.
+    Status first = Status::ok();
+    for (const Status &r : results)
+      if (!r && (first.isOk() || (first.message().rfind("stopped because device", 0) == 0 &&
+                                  r.message().rfind("stopped because device", 0) != 0)))
+        first = r;
+    if (!first.isOk()) {
+      broken_ = first;
+      return first;
+    }
+  }
+  stepSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Outputs that no node produces (graph inputs or constants passed through).
   for (int i = 0; i < p.outputs_size(); ++i) {
     int32_t t = p.outputs(i);
@@ -271,7 +372,8 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
         size_t bytes = p.tensors(t).bytes();
         src = static_cast<const char *>(in.raw()) + (in.bytes() == bytes ? 0 : bytes * mb);
       } else {
-        src = devices_[0]->address(t, mb);
+        int holder = deviceHolding(t, mb);
+        src = holder < 0 ? nullptr : devices_[holder]->address(t, mb);
       }
       if (!src)
         return errorf("graph output '", p.tensors(t).name(), "' of micro-batch ", mb,

@@ -24,7 +24,15 @@ namespace pipec::runtime {
 struct SessionOptions {
   int threadsPerDevice = 1;
   uint64_t seed = 0;
+  /// Record a TraceEvent per executed instruction on every device.
+  bool trace = false;
+  /// Tests of error propagation: device `failDevice` fails before its
+  /// instruction `failAtInstruction` in every step.
+  int failDevice = -1;
+  int failAtInstruction = -1;
 };
+
+class DeviceThreads;
 
 class Session {
 public:
@@ -65,9 +73,17 @@ public:
 
   const std::vector<std::unique_ptr<DeviceExecutor>> &devices() const { return devices_; }
   uint64_t stepsRun() const { return steps_; }
+  /// Wall-clock seconds of the steps run so far, each measured from the
+  /// start of the first device to the end of the last.
+  double stepSeconds() const { return stepSeconds_; }
+  /// Bytes the device holds outside its arena and weights for training:
+  /// the gradient accumulator and optimizer state of the parameters it
+  /// updates.
+  uint64_t trainingStateBytes(int device) const;
+  ~Session();
 
 private:
-  Session() = default;
+  Session();
   /// Step shape of tensor t: [M*b, ...] if it has a leading axis and M > 1.
   TensorDesc stepDesc(int32_t t) const;
   Status prepareTraining();
@@ -78,6 +94,7 @@ private:
 
   struct ParamState {
     int32_t weight = -1, grad = -1;
+    int device = 0;        ///< the device whose program produces the gradient
     float *data = nullptr; ///< the resident weight, updated in place
     int64_t n = 0;
     std::vector<float> accum;
@@ -87,7 +104,14 @@ private:
   plan::LoadedPlan lp_;
   SessionOptions opts_;
   std::vector<std::unique_ptr<DeviceExecutor>> devices_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<DeviceThreads> threads_;
+  /// Set when a step failed: the devices' state is undefined afterwards.
+  Status broken_ = Status::ok();
   uint64_t steps_ = 0;
+  double stepSeconds_ = 0;
+  /// The first device holding each tensor (weights, outputs), -1 if none.
+  int deviceHolding(int32_t tensor, unsigned mb) const;
   std::optional<train::Optimizer> optimizer_;
   train::Schedule schedule_;
   std::vector<ParamState> params_;

@@ -13,9 +13,16 @@
 //     from X (first maximum in window order, as the forward).
 //   AveragePool: pipec:AveragePoolGrad(dY) spreads dY over the window with
 //     the forward's divisor; `shape` is X's shape.
+//   ConvTranspose is the adjoint of Conv(., W) with the same strides,
+//     dilations, group and (resolved) pads, so dX = Conv(dY, W) and
+//     dW = pipec:ConvGradWeight(X, dY) (the roles of dY and X swapped);
+//     dB as for Conv. Positions of Y that no input reaches (output_padding,
+//     or output_shape beyond the natural size) are sliced off dY first.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/autodiff/GradRules.h"
+
+#include <algorithm>
 
 namespace pipec::passes::autodiff {
 
@@ -112,6 +119,77 @@ Status averagePoolGrad(GradContext &c) {
   PIPEC_ASSIGN(ir::Value * g, c.emitPipec("AveragePoolGrad", {c.outGrad(0)},
                                           withShape(c.attrs(), c.input(0)->shape())));
   c.setGrad(0, g);
+  return Status::ok();
+}
+
+Status convTransposeGrad(GradContext &c) {
+  ir::Value *dy = c.outGrad(0), *x = c.input(0), *w = c.input(1);
+  const Shape &xs = x->shape(), &ys = c.output(0)->shape(), &ws = w->shape();
+  if (xs.size() < 3)
+    return c.error(cat("X must have a spatial axis, it is ", x->type().str()));
+  const size_t n = xs.size() - 2;
+  const AttrMap &a = c.attrs();
+  const std::vector<int64_t> strides = attrInts(a, "strides", std::vector<int64_t>(n, 1));
+  const std::vector<int64_t> dil = attrInts(a, "dilations", std::vector<int64_t>(n, 1));
+  const std::vector<int64_t> given = attrInts(a, "pads", std::vector<int64_t>(2 * n, 0));
+  const std::vector<int64_t> outPad = attrInts(a, "output_padding", std::vector<int64_t>(n, 0));
+  const bool hasOutShape = !attrInts(a, "output_shape").empty();
+  const std::string autoPad = attrString(a, "auto_pad", "NOTSET");
+  const bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
+  if (strides.size() != n || dil.size() != n || given.size() != 2 * n || outPad.size() != n)
+    return c.error(cat("strides/dilations/pads/output_padding do not have ", n,
+                       " values per spatial axis"));
+  // Resolve the pads as the kernel does (runtime/cpu/kernels/ConvTranspose.cpp),
+  // then crop dY to the positions some input reaches.
+  std::vector<int64_t> pads(2 * n), starts, ends, axes;
+  bool crop = false;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t in = xs[i + 2], out = ys[i + 2], extent = (ws[i + 2] - 1) * dil[i] + 1;
+    const int64_t full = strides[i] * (in - 1) + outPad[i] + extent;
+    int64_t pb = 0;
+    if (hasOutShape || same) {
+      const int64_t total = full - out;
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      pb = autoPad == "SAME_UPPER" ? half : total - half;
+    } else if (autoPad != "VALID") {
+      pb = given[i];
+    }
+    const int64_t pe = strides[i] * (in - 1) + extent - out - pb;
+    const int64_t start = std::max<int64_t>(0, -pb), end = out + std::min<int64_t>(0, pe);
+    if (end <= start)
+      return c.error(cat("no input position reaches the output along spatial axis ", i));
+    crop = crop || start != 0 || end != out;
+    starts.push_back(start);
+    ends.push_back(end);
+    axes.push_back(static_cast<int64_t>(i + 2));
+    pads[i] = pb + start;
+    pads[i + n] = std::max<int64_t>(pe, 0);
+  }
+  if (crop) {
+    PIPEC_ASSIGN(dy, c.slice(dy, starts, ends, axes));
+  }
+  AttrMap conv = {{"strides", Attribute::ofInts(strides)},
+                  {"dilations", Attribute::ofInts(dil)},
+                  {"pads", Attribute::ofInts(pads)},
+                  {"group", Attribute::ofInt(attrInt(a, "group", 1))}};
+  if (c.needsGrad(0)) {
+    PIPEC_ASSIGN(ir::Value * g, c.emit("Conv", {dy, w}, conv));
+    c.setGrad(0, g);
+  }
+  if (c.needsGrad(1)) {
+    if (n > 2)
+      return c.error(cat("the weight gradient of a ", n,
+                         "-D ConvTranspose is not supported (1-D and 2-D are)"));
+    PIPEC_ASSIGN(ir::Value * g, c.emitPipec("ConvGradWeight", {x, dy}, withShape(conv, ws)));
+    c.setGrad(1, g);
+  }
+  if (c.needsGrad(2)) {
+    std::vector<int64_t> red = spatialAxes(c.outGrad(0));
+    red.insert(red.begin(), 0);
+    PIPEC_ASSIGN(ir::Value * g, c.reduceSum(c.outGrad(0), red, false));
+    PIPEC_ASSIGN(g, c.reshape(g, c.input(2)->shape()));
+    c.setGrad(2, g);
+  }
   return Status::ok();
 }
 

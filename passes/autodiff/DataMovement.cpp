@@ -6,7 +6,10 @@
 // input; Split concatenates the output gradients (zeros for outputs without
 // one); Slice (unit steps) pads dY with zeros; Gather scatter-adds dY into
 // zeros of the data shape (pipec:GatherGrad), so repeated indices (tied
-// embeddings, repeated tokens) accumulate in index order.
+// embeddings, repeated tokens) accumulate in index order. Pad (constant
+// mode) slices dY back, or pads it with the negated pads where the forward
+// cropped; the constant's gradient is sum(dY) - sum(dX). Tile reshapes dY to
+// [r0, d0, r1, d1, ...] and sums over the repeat axes.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/autodiff/GradRules.h"
@@ -165,6 +168,100 @@ Status gatherGrad(GradContext &c) {
   AttrMap a = {{"axis", Attribute::ofInt(normAxis(attrInt(c.attrs(), "axis", 0), rank))},
                {"shape", Attribute::ofInts(c.input(0)->shape())}};
   PIPEC_ASSIGN(ir::Value * g, c.emitPipec("GatherGrad", {c.outGrad(0), c.input(1)}, a));
+  c.setGrad(0, g);
+  return Status::ok();
+}
+
+Status padGrad(GradContext &c) {
+  const std::string mode = attrString(c.attrs(), "mode", "constant");
+  if (mode != "constant")
+    return c.error(cat("mode '", mode, "' is not differentiated (only 'constant' is)"));
+  if (!c.needsGrad(0) && !c.needsGrad(2))
+    return Status::ok();
+  const Shape &xs = c.input(0)->shape();
+  const auto rank = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> given, axes;
+  if (c.opset() < 11) {
+    given = attrInts(c.attrs(), "pads");
+  } else {
+    PIPEC_ASSIGN(given, constInts(c, 1));
+    if (c.input(3)) {
+      PIPEC_ASSIGN(axes, constInts(c, 3));
+    }
+  }
+  if (axes.empty())
+    for (int64_t i = 0; i < rank; ++i)
+      axes.push_back(i);
+  if (given.size() != 2 * axes.size())
+    return c.error(cat("pads has ", given.size(), " values for ", axes.size(), " axes"));
+  std::vector<int64_t> pads(2 * xs.size(), 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const auto a = static_cast<size_t>(normAxis(axes[i], rank));
+    pads[a] = given[i];
+    pads[a + xs.size()] = given[i + axes.size()];
+  }
+  ir::Value *dy = c.outGrad(0), *dx = nullptr;
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p >= 0; })) {
+    std::vector<int64_t> starts, ends, all;
+    for (int64_t i = 0; i < rank; ++i) {
+      starts.push_back(pads[static_cast<size_t>(i)]);
+      ends.push_back(pads[static_cast<size_t>(i)] + xs[static_cast<size_t>(i)]);
+      all.push_back(i);
+    }
+    PIPEC_ASSIGN(dx, c.slice(dy, starts, ends, all));
+  } else {
+    // Negative pads crop: pad dY with zeros where the forward cropped, and
+    // crop what it padded.
+    std::vector<int64_t> neg;
+    for (int64_t p : pads)
+      neg.push_back(-p);
+    if (c.opset() < 11) {
+      PIPEC_ASSIGN(dx, c.emit("Pad", {dy}, {{"pads", Attribute::ofInts(neg)}}));
+    } else {
+      PIPEC_ASSIGN(dx, c.emit("Pad", {dy, c.ints(neg)}));
+    }
+  }
+  if (c.needsGrad(0))
+    c.setGrad(0, dx);
+  if (c.needsGrad(2)) {
+    // The constant fills every element of Y that does not come from X.
+    std::vector<int64_t> all;
+    for (int64_t i = 0; i < rank; ++i)
+      all.push_back(i);
+    ir::Value *sy = dy, *sx = dx;
+    if (rank > 0) {
+      PIPEC_ASSIGN(sy, c.reduceSum(dy, all, false));
+      PIPEC_ASSIGN(sx, c.reduceSum(dx, all, false));
+    }
+    PIPEC_ASSIGN(ir::Value * d, c.sub(sy, sx));
+    PIPEC_ASSIGN(d, c.reshape(d, c.input(2)->shape()));
+    c.setGrad(2, d);
+  }
+  return Status::ok();
+}
+
+Status tileGrad(GradContext &c) {
+  if (!c.needsGrad(0))
+    return Status::ok();
+  const Shape &xs = c.input(0)->shape();
+  PIPEC_ASSIGN(std::vector<int64_t> reps, constInts(c, 1));
+  if (reps.size() != xs.size())
+    return c.error(cat("repeats has ", reps.size(), " values for rank ", xs.size()));
+  // Y[k * d + j] = X[j] along each axis: view dY as [r0, d0, r1, d1, ...].
+  Shape split;
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    split.push_back(reps[i]);
+    split.push_back(xs[i]);
+    if (reps[i] != 1)
+      axes.push_back(static_cast<int64_t>(2 * i));
+  }
+  ir::Value *g = c.outGrad(0);
+  if (!axes.empty()) {
+    PIPEC_ASSIGN(g, c.reshape(g, split));
+    PIPEC_ASSIGN(g, c.reduceSum(g, axes, false));
+  }
+  PIPEC_ASSIGN(g, c.reshape(g, xs));
   c.setGrad(0, g);
   return Status::ok();
 }

@@ -110,6 +110,29 @@ Expected<ir::Value *> GradContext::reduceSum(ir::Value *x, const std::vector<int
   return emit("ReduceSum", {x, ints(axes)}, std::move(attrs));
 }
 
+Expected<ir::Value *> GradContext::reduce(const std::string &op, ir::Value *x,
+                                          const std::vector<int64_t> &axes, bool keepdims) {
+  if (op == "ReduceSum")
+    return reduceSum(x, axes, keepdims);
+  AttrMap attrs{{"keepdims", Attribute::ofInt(keepdims ? 1 : 0)}};
+  if (opset_ < 18) {
+    attrs["axes"] = Attribute::ofInts(axes);
+    return emit(op, {x}, std::move(attrs));
+  }
+  return emit(op, {x, ints(axes)}, std::move(attrs));
+}
+
+Expected<ir::Value *> GradContext::slice(ir::Value *x, const std::vector<int64_t> &starts,
+                                         const std::vector<int64_t> &ends,
+                                         const std::vector<int64_t> &axes) {
+  if (opset_ < 10)
+    return emit("Slice", {x},
+                {{"starts", Attribute::ofInts(starts)},
+                 {"ends", Attribute::ofInts(ends)},
+                 {"axes", Attribute::ofInts(axes)}});
+  return emit("Slice", {x, ints(starts), ints(ends), ints(axes)});
+}
+
 Expected<ir::Value *> GradContext::sumToShape(ir::Value *g, const Shape &target) {
   const Shape &s = g->shape();
   if (s == target)

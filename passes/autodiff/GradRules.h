@@ -84,6 +84,13 @@ public:
   Expected<ir::Value *> transpose(ir::Value *x, const std::vector<int64_t> &perm);
   /// ReduceSum over `axes` (attribute before opset 13, input from 13).
   Expected<ir::Value *> reduceSum(ir::Value *x, const std::vector<int64_t> &axes, bool keepdims);
+  /// Any Reduce* op over `axes` (attribute before the op's axes-input opset:
+  /// 13 for ReduceSum, 18 for the others; input from then on).
+  Expected<ir::Value *> reduce(const std::string &op, ir::Value *x,
+                               const std::vector<int64_t> &axes, bool keepdims);
+  /// Slice along `axes` (attributes before opset 10, inputs from 10).
+  Expected<ir::Value *> slice(ir::Value *x, const std::vector<int64_t> &starts,
+                              const std::vector<int64_t> &ends, const std::vector<int64_t> &axes);
   /// Sums a broadcast gradient back to `target` (numpy broadcasting undone):
   /// ReduceSum over the broadcast axes, then Reshape. No node when equal.
   Expected<ir::Value *> sumToShape(ir::Value *g, const Shape &target);
@@ -129,13 +136,43 @@ Status erfGrad(GradContext &);
 Status geluGrad(GradContext &);
 Status whereGrad(GradContext &);
 
+// Activation.cpp
+Status absGrad(GradContext &);
+Status castGrad(GradContext &);
+Status clipGrad(GradContext &);
+Status cosGrad(GradContext &);
+Status eluGrad(GradContext &);
+Status hardSigmoidGrad(GradContext &);
+Status leakyReluGrad(GradContext &);
+Status reciprocalGrad(GradContext &);
+Status seluGrad(GradContext &);
+Status sinGrad(GradContext &);
+Status softplusGrad(GradContext &);
+Status softsignGrad(GradContext &);
+
+// Variadic.cpp
+Status maxGrad(GradContext &);
+Status meanGrad(GradContext &);
+Status minGrad(GradContext &);
+Status sumGrad(GradContext &);
+
 // Linalg.cpp
 Status gemmGrad(GradContext &);
 Status matMulGrad(GradContext &);
 
+// Einsum.cpp
+Status einsumGrad(GradContext &);
+
 // Reduce.cpp
 Status reduceSumGrad(GradContext &);
 Status reduceMeanGrad(GradContext &);
+Status reduceMaxGrad(GradContext &);
+Status reduceMinGrad(GradContext &);
+Status reduceProdGrad(GradContext &);
+Status reduceL1Grad(GradContext &);
+Status reduceL2Grad(GradContext &);
+Status reduceLogSumExpGrad(GradContext &);
+Status reduceSumSquareGrad(GradContext &);
 
 // Loss.cpp
 Status softmaxCrossEntropyGrad(GradContext &);
@@ -145,10 +182,12 @@ Status nllLossGrad(GradContext &);
 Status softmaxGrad(GradContext &);
 Status logSoftmaxGrad(GradContext &);
 Status layerNormGrad(GradContext &);
+Status instanceNormGrad(GradContext &);
 
 // Cnn.cpp
 Status globalAveragePoolGrad(GradContext &);
 Status convGrad(GradContext &);
+Status convTransposeGrad(GradContext &);
 Status batchNormGrad(GradContext &);
 Status maxPoolGrad(GradContext &);
 Status averagePoolGrad(GradContext &);
@@ -161,5 +200,7 @@ Status concatGrad(GradContext &);
 Status splitGrad(GradContext &);
 Status sliceGrad(GradContext &);
 Status expandGrad(GradContext &);
+Status padGrad(GradContext &);
+Status tileGrad(GradContext &);
 
 } // namespace pipec::passes::autodiff

@@ -6,7 +6,11 @@
 // recomputes its row statistics from X: pipec:LayerNormalizationGrad gives
 // dX (B), pipec:LayerNormalizationScaleGrad gives dScale (W), and dBias is
 // dY summed over the leading axes. The optional Mean and InvStdDev outputs
-// are not differentiated.
+// are not differentiated. InstanceNormalization is composed of ONNX ops:
+// with statistics over the spatial axes recomputed from X (as the kernel,
+// biased variance), x^ = (X - mean) / sqrt(var + eps),
+//   dBias = sum of dY over N and space, dScale = sum of dY x^ likewise,
+//   dX = (g - mean(g) - x^ mean(g x^)) / sqrt(var + eps), g = dY * scale.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/autodiff/GradRules.h"
@@ -68,6 +72,56 @@ Status layerNormGrad(GradContext &c) {
     }
     PIPEC_ASSIGN(g, c.reshape(g, c.input(2)->shape()));
     c.setGrad(2, g);
+  }
+  return Status::ok();
+}
+
+Status instanceNormGrad(GradContext &c) {
+  ir::Value *dy = c.outGrad(0), *x = c.input(0);
+  const Shape &xs = x->shape();
+  if (xs.size() < 3)
+    return c.error(cat("X must have a spatial axis, it is ", x->type().str()));
+  const DType t = x->dtype();
+  std::vector<int64_t> space, batchSpace = {0};
+  for (int64_t i = 2; i < static_cast<int64_t>(xs.size()); ++i) {
+    space.push_back(i);
+    batchSpace.push_back(i);
+  }
+  const Shape perChannel = c.input(1)->shape();
+  if (c.needsGrad(2)) {
+    PIPEC_ASSIGN(ir::Value * g, c.reduceSum(dy, batchSpace, false));
+    PIPEC_ASSIGN(g, c.reshape(g, c.input(2)->shape()));
+    c.setGrad(2, g);
+  }
+  if (!c.needsGrad(0) && !c.needsGrad(1))
+    return Status::ok();
+  const double eps = static_cast<double>(attrFloat(c.attrs(), "epsilon", 1e-5f));
+  PIPEC_ASSIGN(ir::Value * mean, c.reduce("ReduceMean", x, space, true));
+  PIPEC_ASSIGN(ir::Value * xc, c.sub(x, mean));
+  PIPEC_ASSIGN(ir::Value * sq, c.mul(xc, xc));
+  PIPEC_ASSIGN(ir::Value * var, c.reduce("ReduceMean", sq, space, true));
+  PIPEC_ASSIGN(ir::Value * ve, c.add(var, c.scalar(eps, t)));
+  PIPEC_ASSIGN(ir::Value * sd, c.emit("Sqrt", {ve}));
+  PIPEC_ASSIGN(ir::Value * xhat, c.div(xc, sd));
+  if (c.needsGrad(1)) {
+    PIPEC_ASSIGN(ir::Value * p, c.mul(dy, xhat));
+    PIPEC_ASSIGN(ir::Value * g, c.reduceSum(p, batchSpace, false));
+    PIPEC_ASSIGN(g, c.reshape(g, perChannel));
+    c.setGrad(1, g);
+  }
+  if (c.needsGrad(0)) {
+    Shape sb(xs.size() - 1, 1); // scale as [C, 1, ...], broadcast over N
+    sb[0] = xs[1];
+    PIPEC_ASSIGN(ir::Value * scale, c.reshape(c.input(1), sb));
+    PIPEC_ASSIGN(ir::Value * g, c.mul(dy, scale));
+    PIPEC_ASSIGN(ir::Value * m1, c.reduce("ReduceMean", g, space, true));
+    PIPEC_ASSIGN(ir::Value * gx, c.mul(g, xhat));
+    PIPEC_ASSIGN(ir::Value * m2, c.reduce("ReduceMean", gx, space, true));
+    PIPEC_ASSIGN(ir::Value * t1, c.sub(g, m1));
+    PIPEC_ASSIGN(ir::Value * t2, c.mul(xhat, m2));
+    PIPEC_ASSIGN(ir::Value * num, c.sub(t1, t2));
+    PIPEC_ASSIGN(ir::Value * dx, c.div(num, sd));
+    c.setGrad(0, dx);
   }
   return Status::ok();
 }

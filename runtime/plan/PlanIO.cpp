@@ -1,6 +1,8 @@
 //===- runtime/plan/PlanIO.cpp - Reading and writing plan directories -----===//
 #include "runtime/plan/PlanIO.h"
 
+#include "runtime/plan/ScheduleCheck.h"
+
 #include "pipec/Version.h"
 #include "support/Tensor.h"
 #include "support/FileIO.h"
@@ -129,7 +131,7 @@ Status validatePlan(const Plan &p) {
     for (int32_t w : dev.weights())
       PIPEC_TRY(checkTensorRef(p, w, where + " weight list", false));
   }
-  return Status::ok();
+  return checkSchedule(p);
 }
 
 Expected<LoadedPlan> loadPlan(const std::string &dir) {

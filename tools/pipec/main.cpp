@@ -11,6 +11,7 @@
 #include "frontend/OnnxImporter.h"
 #include "ir/Text.h"
 #include "ir/Verifier.h"
+#include "partitioner/Calibrate.h"
 #include "passes/PassManager.h"
 #include "pipec/Version.h"
 #include "support/FileIO.h"
@@ -31,6 +32,7 @@ struct Options {
   std::string output;
   int stages = 1;
   int microBatches = 1;
+  std::string schedule = "1f1b";
   int64_t batch = 0;
   std::vector<std::string> dims;
   std::vector<std::string> freeze;
@@ -44,7 +46,27 @@ struct Options {
   bool train = false;
   codegen::TrainOptions trainOpts;
   bool quiet = false;
+  // Partitioner (docs/partitioner.md).
+  std::string profile;
+  std::string mem;
+  int devices = 0;
+  std::string opTimes;
+  std::string recompute = "none";
+  bool calibrate = false;
 };
+
+/// --calibrate [-o FILE.json]: measure this machine, print or write a profile.
+Status runCalibrate(const Options &o) {
+  PIPEC_ASSIGN(partitioner::DeviceProfile p, partitioner::calibrate());
+  std::string text = partitioner::profileToJson(p).dump(2) + "\n";
+  if (o.output.empty()) {
+    std::cout << text;
+    return Status::ok();
+  }
+  PIPEC_TRY(writeFileAtomic(o.output, text));
+  std::cerr << "profile written to " << o.output << "\n";
+  return Status::ok();
+}
 
 Expected<std::pair<std::string, int64_t>> parseDim(const std::string &s) {
   size_t eq = s.find('=');
@@ -98,9 +120,8 @@ Status compile(const Options &o, const std::string &commandLine) {
   if (trainFlags && !o.train)
     return errorf("--loss, --loss-output, --optimizer, --lr, --lr-schedule and --clip-grad-norm "
                   "need --train");
-  if (o.train && o.stages > 1)
-    return errorf("pipelined training (-k ", o.stages, " with --train) is not available in this "
-                  "build; train on one stage (-k 1)");
+  if (o.schedule != "gpipe" && o.schedule != "1f1b")
+    return errorf("--schedule must be gpipe or 1f1b (got '", o.schedule, "')");
   if (o.microBatches < 1)
     return errorf("-m/--micro-batches must be at least 1 (got ", o.microBatches, ")");
   if (o.stages < 1)
@@ -143,6 +164,20 @@ Status compile(const Options &o, const std::string &commandLine) {
     return Status::ok();
   }
   co.partition.numStages = o.stages;
+  co.partition.schedule = o.schedule;
+  co.partition.training = o.train;
+  co.partition.profile = o.profile;
+  co.partition.recompute = o.recompute;
+  if (!o.mem.empty()) {
+    PIPEC_ASSIGN(co.partition.memoryBudget, partitioner::parseByteSize(o.mem));
+  }
+  if (o.devices < 0)
+    return errorf("--devices must be at least 1 (got ", o.devices, ")");
+  co.partition.maxDevices = o.devices;
+  if (!o.opTimes.empty()) {
+    PIPEC_ASSIGN(co.partition.opTimes, partitioner::loadOpTimes(o.opTimes));
+  }
+  co.emit.schedule = o.schedule;
   co.emit.microBatches = o.microBatches;
   co.emit.training = o.train;
   co.train = o.trainOpts;
@@ -183,10 +218,13 @@ int main(int argc, char **argv) {
   app.set_version_flag("--version",
                        std::string("pipec ") + PIPEC_VERSION + " (plan format " +
                            std::to_string(PIPEC_PLAN_FORMAT_VERSION) + ")");
-  app.add_option("model", o.model, "ONNX model (.onnx) or pipec IR text (.pir)")->required();
+  app.add_option("model", o.model, "ONNX model (.onnx) or pipec IR text (.pir)");
   app.add_option("-o,--output", o.output, "plan directory to write");
-  app.add_option("-k,--stages", o.stages, "number of pipeline stages K (devices; this build compiles K = 1)");
+  app.add_option("-k,--stages", o.stages, "number of pipeline stages K (one device each)");
   app.add_option("-m,--micro-batches", o.microBatches, "micro-batches M per step");
+  app.add_option("--schedule", o.schedule,
+                 "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b "
+                 "(PipeDream-Flush: one forward, one backward; default)");
   app.add_option("-b,--batch", o.batch,
                  "bind the leading symbolic dimension of every input (the micro-batch size)");
   app.add_option("--dim", o.dims, "bind a symbolic dimension: name=value (repeatable)");
@@ -217,6 +255,22 @@ int main(int argc, char **argv) {
   app.add_option("--clip-grad-norm", o.trainOpts.clipGradNorm,
                  "with --train: clip gradients to this global L2 norm");
   app.add_flag("-q,--quiet", o.quiet, "do not print the partition report");
+  app.add_option("--profile", o.profile,
+                 "device profile for the cost model: a name in partitioner/profiles/ (this-cpu "
+                 "(default), v100-sxm2-16gb, a100-sxm-80gb, h100-sxm, tpu-v3-core, accel-8gb, ...) "
+                 "or a FILE.json");
+  app.add_option("--mem", o.mem,
+                 "memory budget per device, e.g. 16GiB (default: the profile's capacity)");
+  app.add_option("--devices", o.devices,
+                 "use the fewest stages K <= N whose memory fits the budget (instead of -k)");
+  app.add_option("--op-times", o.opTimes,
+                 "balance by measured per-node times: JSON from piperun --profile-ops");
+  app.add_option("--recompute", o.recompute,
+                 "rematerialization policy the memory model assumes: none (default), full, "
+                 "selective, auto");
+  app.add_flag("--calibrate", o.calibrate,
+               "measure this machine (sgemm, memcpy, thread handoff) and print its device "
+               "profile, or write it to -o FILE.json");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -233,7 +287,9 @@ int main(int argc, char **argv) {
       continue;
     commandLine += (commandLine.empty() ? "" : " ") + a;
   }
-  Status s = compile(o, commandLine);
+  Status s = o.calibrate ? runCalibrate(o)
+              : o.model.empty() ? errorf("no model given (pipec MODEL.onnx -o MODEL.plan)")
+                                : compile(o, commandLine);
   if (!s) {
     std::cerr << "pipec: error: " << s.message() << "\n";
     return 1;

@@ -8,6 +8,7 @@
 #include "pipec/Version.h"
 #include "runtime/Session.h"
 #include "support/FileIO.h"
+#include "support/Format.h"
 #include "support/Npy.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -49,6 +50,7 @@ struct Options {
   int checkpointEvery = 0;
   std::string resume;
   std::string save;
+  std::string trace;
 };
 
 /// Exclusive upper bound for random integer data of input `t`: the size of
@@ -260,6 +262,93 @@ Status saveModel(const runtime::Session &session, const std::string &planDir, co
   return writeFileAtomic(out, outBytes);
 }
 
+
+/// Per device: what the run measured next to what the plan predicted.
+nlohmann::json deviceReport(const runtime::Session &session, int steps) {
+  const plan::Plan &p = session.plan();
+  nlohmann::json devs = nlohmann::json::array();
+  const double stepSec = session.stepSeconds() / std::max(1.0, static_cast<double>(session.stepsRun()));
+  for (size_t d = 0; d < session.devices().size(); ++d) {
+    const runtime::DeviceStats &st = session.devices()[d]->stats();
+    const plan::Device &pd = p.devices(static_cast<int>(d));
+    const double n = std::max(1.0, static_cast<double>(session.stepsRun()));
+    const uint64_t train = session.trainingStateBytes(static_cast<int>(d));
+    nlohmann::json dj;
+    dj["device"] = d;
+    dj["busy_seconds_per_step"] = st.busySeconds / n;
+    dj["optimizer_seconds_per_step"] = st.optimizerSeconds / n;
+    dj["wait_seconds_per_step"] = st.waitSeconds / n;
+    dj["comm_seconds_per_step"] = st.commSeconds / n;
+    // Idle: the part of the step the device spent neither computing nor
+    // copying (the pipeline bubble and waits for peers).
+    dj["idle_fraction"] =
+        stepSec > 0 ? std::max(0.0, 1.0 - (st.busySeconds + st.optimizerSeconds + st.commSeconds) / n / stepSec)
+                    : 0.0;
+    dj["bytes_sent_per_step"] = static_cast<double>(st.bytesSent) / n;
+    dj["instructions"] = st.instructions;
+    dj["arena_bytes"] = st.arenaBytes;
+    dj["peak_memory_bytes"] = st.arenaHighWater + pd.weight_bytes() + train;
+    dj["planned_peak_memory_bytes"] = pd.arena_bytes() + pd.weight_bytes() + train;
+    dj["predicted_busy_seconds_per_step"] = pd.predicted_busy_seconds();
+    dj["predicted_memory_bytes"] = pd.predicted_memory_bytes();
+    devs.push_back(dj);
+  }
+  (void)steps;
+  return devs;
+}
+
+void printDeviceTable(const nlohmann::json &devs, const runtime::Session &session) {
+  const plan::Plan &p = session.plan();
+  const double stepSec = session.stepSeconds() / std::max(1.0, static_cast<double>(session.stepsRun()));
+  std::printf("\n%-6s %12s %12s %8s %12s %14s %14s %14s\n", "device", "busy ms/step", "pred ms/step",
+              "idle", "sent/step", "peak memory", "planned peak", "model memory");
+  for (const auto &dj : devs) {
+    std::printf("%-6d %12.3f %12.3f %7.1f%% %12s %14s %14s %14s\n", dj["device"].get<int>(),
+                dj["busy_seconds_per_step"].get<double>() * 1e3,
+                dj["predicted_busy_seconds_per_step"].get<double>() * 1e3,
+                dj["idle_fraction"].get<double>() * 100,
+                formatBytes(dj["bytes_sent_per_step"].get<double>()).c_str(),
+                formatBytes(dj["peak_memory_bytes"].get<double>()).c_str(),
+                formatBytes(dj["planned_peak_memory_bytes"].get<double>()).c_str(),
+                formatBytes(dj["predicted_memory_bytes"].get<double>()).c_str());
+  }
+  std::printf("step %.3f ms measured (mean over %llu steps), %.3f ms predicted; schedule %s, K=%d, M=%u\n",
+              stepSec * 1e3, static_cast<unsigned long long>(session.stepsRun()),
+              p.pipeline().predicted_step_seconds() * 1e3, p.pipeline().schedule().c_str(),
+              p.devices_size(), p.pipeline().num_micro_batches());
+}
+
+/// A Chrome trace (chrome://tracing, Perfetto): one track per device, one
+/// slice per instruction.
+Status writeTrace(const std::string &path, const runtime::Session &session) {
+  const plan::Plan &p = session.plan();
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t d = 0; d < session.devices().size(); ++d) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", d},
+                      {"args", {{"name", cat("device ", d)}}}});
+    for (const runtime::TraceEvent &e : session.devices()[d]->trace()) {
+      auto kind = static_cast<plan::Instruction::Kind>(e.kind);
+      std::string name;
+      switch (kind) {
+      case plan::Instruction::FORWARD: name = cat("F", e.microBatch); break;
+      case plan::Instruction::BACKWARD: name = cat("B", e.microBatch); break;
+      case plan::Instruction::WEIGHT_GRAD: name = cat("W", e.microBatch); break;
+      case plan::Instruction::RECOMPUTE: name = cat("R", e.microBatch); break;
+      case plan::Instruction::OPTIMIZER: name = "optimizer"; break;
+      case plan::Instruction::SEND: name = cat("send ", p.tensors(e.tensor).name(), " mb", e.microBatch, " -> ", e.peer); break;
+      case plan::Instruction::RECV: name = cat("recv ", p.tensors(e.tensor).name(), " mb", e.microBatch, " <- ", e.peer); break;
+      default: name = plan::Instruction::Kind_Name(kind);
+      }
+      events.push_back({{"name", name}, {"cat", plan::Instruction::Kind_Name(kind)}, {"ph", "X"},
+                        {"pid", 0}, {"tid", d}, {"ts", e.start * 1e6},
+                        {"dur", std::max(0.0, (e.end - e.start) * 1e6)},
+                        {"args", {{"micro_batch", e.microBatch}}}});
+    }
+  }
+  nlohmann::json j = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  return writeFileAtomic(path, j.dump());
+}
+
 Status trainPlan(const Options &o, runtime::Session &session) {
   if (!o.inputs.empty())
     return errorf("--input feeds inference; a training run reads --data DIR or --synthetic");
@@ -316,14 +405,20 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   if (!o.json && tty)
     std::fprintf(stderr, "\n");
   double med = median(stepSeconds);
+  nlohmann::json devs = deviceReport(session, o.steps - first);
+  if (!o.trace.empty())
+    PIPEC_TRY(writeTrace(o.trace, session));
   if (o.json) {
     std::cout << nlohmann::json{{"steps", o.steps}, {"first_loss", firstLoss}, {"last_loss", lastLoss},
-                                {"median_step_seconds", med}, {"samples_per_second", examples / med}}
+                                {"median_step_seconds", med}, {"samples_per_second", examples / med},
+                                {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
+                                {"devices", devs}}
                      .dump(2)
               << "\n";
   } else {
     std::printf("trained %d step(s): loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n",
                 o.steps - first, firstLoss, lastLoss, med * 1e3, examples / med);
+    printDeviceTable(devs, session);
     if (!o.checkpoint.empty())
       std::printf("checkpoint after step %d in %s\n", o.steps, o.checkpoint.c_str());
   }
@@ -343,6 +438,7 @@ Status runPlan(const Options &o) {
   runtime::SessionOptions so;
   so.threadsPerDevice = o.threads;
   so.seed = o.seed;
+  so.trace = !o.trace.empty();
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
   if (session->isTraining())
     return trainPlan(o, *session);
@@ -451,15 +547,11 @@ Status runPlan(const Options &o) {
     outs.push_back(oj);
   }
   j["outputs"] = outs;
-  std::vector<nlohmann::json> devs;
-  for (const auto &d : session->devices()) {
-    nlohmann::json dj;
-    dj["busy_seconds"] = d->stats().busySeconds;
-    dj["instructions"] = d->stats().instructions;
-    dj["arena_bytes"] = d->stats().arenaBytes;
-    devs.push_back(dj);
-  }
+  nlohmann::json devs = deviceReport(*session, total);
   j["devices"] = devs;
+  j["predicted_step_seconds"] = p.pipeline().predicted_step_seconds();
+  if (!o.trace.empty())
+    PIPEC_TRY(writeTrace(o.trace, *session));
   if (!o.profileOps.empty())
     PIPEC_TRY(writeOpProfile(o.profileOps, *session, total, o.json));
   if (o.json) {
@@ -481,6 +573,7 @@ Status runPlan(const Options &o) {
   std::printf("%d step(s), %lld examples/step, median step %.3f ms, %.1f samples/s (%d thread%s per device)\n",
               o.steps, static_cast<long long>(examplesPerStep), med * 1e3, examplesPerStep / med,
               o.threads, o.threads == 1 ? "" : "s");
+  printDeviceTable(devs, *session);
   if (!o.outputsDir.empty())
     std::printf("outputs written to %s\n", o.outputsDir.c_str());
   return Status::ok();
@@ -516,6 +609,9 @@ int main(int argc, char **argv) {
   app.add_option("--checkpoint-every", o.checkpointEvery, "training: checkpoint every N steps");
   app.add_option("--resume", o.resume,
                  "training: continue from a checkpoint; --steps is then the total to reach");
+  app.add_option("--trace", o.trace,
+                 "write a Chrome trace (Perfetto, chrome://tracing): one track per device, one "
+                 "slice per instruction");
   app.add_option("--profile-ops", o.profileOps,
                  "time every node and write the per-node times (JSON) to this file");
   try {

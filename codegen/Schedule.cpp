@@ -1,0 +1,60 @@
+//===- codegen/Schedule.cpp - Pipeline schedules as data ------------------===//
+#include "codegen/Schedule.h"
+
+#include <algorithm>
+
+namespace pipec::codegen {
+
+const std::vector<std::string> &scheduleNames() {
+  static const std::vector<std::string> names = {"gpipe", "1f1b"};
+  return names;
+}
+
+namespace {
+void backward(std::vector<Slot> &out, unsigned mb) {
+  out.push_back({Work::Recompute, mb});
+  out.push_back({Work::Backward, mb});
+  out.push_back({Work::WeightGrad, mb});
+}
+} // namespace
+
+Expected<std::vector<std::vector<Slot>>> buildSchedule(const std::string &name, unsigned K,
+                                                       unsigned M, bool training) {
+  if (std::find(scheduleNames().begin(), scheduleNames().end(), name) == scheduleNames().end())
+    return errorf("unknown pipeline schedule '", name, "' (known: gpipe, 1f1b)");
+  if (K < 1 || M < 1)
+    return errorf("a schedule needs at least one stage and one micro-batch (got K=", K, ", M=", M,
+                  ")");
+  std::vector<std::vector<Slot>> stages(K);
+  for (unsigned s = 0; s < K; ++s) {
+    std::vector<Slot> &out = stages[s];
+    if (!training || name == "gpipe") {
+      for (unsigned mb = 0; mb < M; ++mb)
+        out.push_back({Work::Forward, mb});
+      if (training)
+        for (unsigned mb = 0; mb < M; ++mb)
+          backward(out, mb);
+    } else {
+      const unsigned warmup = std::min(K - s - 1, M);
+      for (unsigned mb = 0; mb < warmup; ++mb)
+        out.push_back({Work::Forward, mb});
+      for (unsigned i = 0; i + warmup < M; ++i) {
+        out.push_back({Work::Forward, warmup + i});
+        backward(out, i);
+      }
+      for (unsigned mb = M - warmup; mb < M; ++mb)
+        backward(out, mb);
+    }
+    if (training)
+      out.push_back({Work::Optimizer, 0});
+  }
+  return stages;
+}
+
+unsigned microBatchesInFlight(const std::string &name, unsigned K, unsigned stage, unsigned M) {
+  if (name == "1f1b")
+    return std::min(K - stage, M);
+  return M;
+}
+
+} // namespace pipec::codegen

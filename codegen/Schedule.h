@@ -1,0 +1,49 @@
+//===- codegen/Schedule.h - Pipeline schedules as data ---------*- C++ -*-===//
+//
+// A schedule is, per stage, the order in which the stage runs its work for
+// each micro-batch: forward F(mb), recompute R(mb), input gradients B(mb),
+// weight gradients W(mb), and the optimizer step at the end. The plan
+// emitter turns the slots into instructions and inserts the sends and
+// receives that the cut tensors need; runtime/plan/ScheduleCheck.h proves
+// the result cannot deadlock.
+//
+//   gpipe  all forwards in micro-batch order, then R B W of every
+//          micro-batch in ascending order (the flush); M micro-batches of
+//          activations are in flight on every stage.
+//   1f1b   PipeDream-Flush: stage i runs min(K-i-1, M) warm-up forwards,
+//          then alternates one forward and one backward, then drains; at
+//          most min(K-i, M) micro-batches are in flight on stage i.
+//
+// Backwards run in ascending micro-batch order in both, so weight
+// gradients accumulate in ascending order whatever K and the schedule are.
+// Inference plans run the forwards only.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace pipec::codegen {
+
+enum class Work { Forward, Recompute, Backward, WeightGrad, Optimizer };
+
+struct Slot {
+  Work work;
+  unsigned microBatch = 0;
+};
+
+/// The names accepted by buildSchedule.
+const std::vector<std::string> &scheduleNames();
+
+/// Per stage, the slots in execution order.
+Expected<std::vector<std::vector<Slot>>> buildSchedule(const std::string &name, unsigned stages,
+                                                       unsigned microBatches, bool training);
+
+/// Micro-batches whose activations stage `stage` holds at most at once.
+unsigned microBatchesInFlight(const std::string &name, unsigned stages, unsigned stage,
+                              unsigned microBatches);
+
+} // namespace pipec::codegen

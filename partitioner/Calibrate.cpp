@@ -1,0 +1,189 @@
+//===- partitioner/Calibrate.cpp - Measuring this machine -----------------===//
+#include "partitioner/Calibrate.h"
+
+#include "support/FileIO.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace pipec::partitioner {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Seconds of one n x n x n sgemm, median of `repeats` after a warm-up.
+double timeSgemm(int n, int repeats) {
+  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>((i * 7) % 13) * 0.1f;
+    b[i] = static_cast<float>((i * 5) % 11) * 0.1f;
+  }
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                n, 0.0f, c.data(), n);
+  };
+  run();
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = Clock::now();
+    run();
+    t.push_back(seconds(t0, Clock::now()));
+  }
+  return median(t);
+}
+
+/// Seconds of one memcpy of `bytes`, median after a warm-up (pages touched).
+double timeMemcpy(size_t bytes, int repeats) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  std::memcpy(dst.data(), src.data(), bytes);
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    src[static_cast<size_t>(r) % bytes] = static_cast<char>(r);
+    auto t0 = Clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    t.push_back(seconds(t0, Clock::now()));
+  }
+  return median(t);
+}
+
+/// One-way latency of a handoff between two threads (half a ping-pong round
+/// trip on an atomic flag), median over rounds.
+double timeHandoffLatency(int rounds) {
+  std::atomic<int> flag{0};
+  std::thread peer([&] {
+    for (int i = 0; i < rounds; ++i) {
+      while (flag.load(std::memory_order_acquire) != 2 * i + 1)
+        std::this_thread::yield();
+      flag.store(2 * i + 2, std::memory_order_release);
+    }
+  });
+  std::vector<double> t;
+  for (int i = 0; i < rounds; ++i) {
+    auto t0 = Clock::now();
+    flag.store(2 * i + 1, std::memory_order_release);
+    while (flag.load(std::memory_order_acquire) != 2 * i + 2)
+      std::this_thread::yield();
+    t.push_back(seconds(t0, Clock::now()) / 2);
+  }
+  peer.join();
+  return median(t);
+}
+
+/// Seconds from a producer thread publishing a filled buffer to a consumer
+/// thread having copied it into its own memory (what an in-process SEND/RECV
+/// costs), median of `repeats`.
+double timeHandoffCopy(size_t bytes, int repeats) {
+  std::vector<char> shared(bytes, 1), mine(bytes, 0);
+  std::memcpy(mine.data(), shared.data(), bytes); // touch the pages
+  std::atomic<int> ready{0}, done{0};
+  std::vector<double> t(static_cast<size_t>(repeats));
+  Clock::time_point published;
+  std::thread consumer([&] {
+    for (int r = 0; r < repeats; ++r) {
+      while (ready.load(std::memory_order_acquire) != r + 1)
+        std::this_thread::yield();
+      std::memcpy(mine.data(), shared.data(), bytes);
+      t[static_cast<size_t>(r)] = seconds(published, Clock::now());
+      done.store(r + 1, std::memory_order_release);
+    }
+  });
+  for (int r = 0; r < repeats; ++r) {
+    std::memset(shared.data(), r, 4096);
+    published = Clock::now();
+    ready.store(r + 1, std::memory_order_release);
+    while (done.load(std::memory_order_acquire) != r + 1)
+      std::this_thread::yield();
+  }
+  consumer.join();
+  return median(t);
+}
+
+double memTotalBytes() {
+  auto text = readFile("/proc/meminfo");
+  if (!text)
+    return 0;
+  size_t p = text->find("MemTotal:");
+  if (p == std::string::npos)
+    return 0;
+  return std::stod(text->substr(p + 9)) * 1024.0; // the file gives kB (KiB)
+}
+
+std::string cpuModel() {
+  auto text = readFile("/proc/cpuinfo");
+  if (!text)
+    return "unknown CPU";
+  size_t p = text->find("model name");
+  if (p == std::string::npos)
+    return "unknown CPU";
+  size_t colon = text->find(':', p), end = text->find('\n', p);
+  std::string m = text->substr(colon + 2, end - colon - 2);
+  return m;
+}
+
+} // namespace
+
+Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
+  if (o.gemmSize < 16 || o.repeats < 1 || o.copyBytes < 4096)
+    return errorf("calibration sizes too small (gemm ", o.gemmSize, ", repeats ", o.repeats,
+                  ", copy ", o.copyBytes, " bytes)");
+  int threads = omp_get_max_threads();
+  // Thread handoffs first: after a BLAS call OpenMP's workers spin for a
+  // while and would take the cores the two threads need.
+  double latency = timeHandoffLatency(1001);
+  double handoffSec = timeHandoffCopy(o.copyBytes, o.repeats);
+  double copySec = timeMemcpy(o.copyBytes, o.repeats);
+  double memBw = 2.0 * static_cast<double>(o.copyBytes) / copySec; // read + write
+  double gemmSec = timeSgemm(o.gemmSize, o.repeats);
+  double n = o.gemmSize;
+  double flops = 2 * n * n * n / gemmSec;
+  double tinySec = timeSgemm(4, std::max(101, o.repeats));
+  double linkBw = static_cast<double>(o.copyBytes) / handoffSec;
+  double capacity = memTotalBytes();
+  if (capacity <= 0)
+    return errorf("cannot read MemTotal from /proc/meminfo");
+  nlohmann::json j;
+  j["name"] = o.name;
+  j["description"] = cpuModel() + ", " + std::to_string(threads) + " OpenMP thread(s)";
+  j["kind"] = "cpu";
+  j["peak_flops"] = {{"fp32", flops}};
+  j["default_precision"] = "fp32";
+  j["memory_bandwidth_bytes_per_s"] = memBw;
+  j["memory_capacity_bytes"] = capacity;
+  j["link_bandwidth_bytes_per_s"] = linkBw;
+  j["link_latency_s"] = latency;
+  j["node_overhead_s"] = tinySec;
+  j["source"] = "measured by pipec --calibrate on this machine: peak_flops.fp32 = median cblas_sgemm "
+                "(OpenBLAS) " + std::to_string(o.gemmSize) + "^3 FLOP rate; memory bandwidth = (read + "
+                "written bytes) / median memcpy time; link = handoff of a buffer between two threads "
+                "through shared memory; node overhead = median 4x4 sgemm call; capacity = MemTotal";
+  j["measured"] = {{"threads", threads},
+                   {"gemm_n", o.gemmSize},
+                   {"gemm_median_s", gemmSec},
+                   {"tiny_gemm_median_s", tinySec},
+                   {"copy_bytes", o.copyBytes},
+                   {"memcpy_median_s", copySec},
+                   {"handoff_latency_median_s", latency},
+                   {"handoff_copy_median_s", handoffSec},
+                   {"repeats", o.repeats}};
+  return parseProfile(j, "calibration");
+}
+
+} // namespace pipec::partitioner

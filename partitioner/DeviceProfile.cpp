@@ -1,0 +1,166 @@
+//===- partitioner/DeviceProfile.cpp - What a device can do ---------------===//
+#include "partitioner/DeviceProfile.h"
+
+#include "support/FileIO.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#ifndef PIPEC_PROFILE_DIR
+#define PIPEC_PROFILE_DIR "partitioner/profiles"
+#endif
+
+namespace pipec::partitioner {
+
+using nlohmann::json;
+
+double DeviceProfile::flopsFor(DType dtype) const {
+  const char *want = dtype == DType::F16    ? "fp16"
+                     : dtype == DType::BF16 ? "bf16"
+                                            : defaultPrecision.c_str();
+  auto it = peakFlops.find(want);
+  if (it == peakFlops.end())
+    it = peakFlops.find("fp32");
+  return it == peakFlops.end() ? peakFlops.begin()->second : it->second;
+}
+
+std::string profileDirectory() {
+  if (const char *env = std::getenv("PIPEC_PROFILE_DIR"); env && *env)
+    return env;
+  return PIPEC_PROFILE_DIR;
+}
+
+std::vector<std::string> listProfiles() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto &e : std::filesystem::directory_iterator(profileDirectory(), ec))
+    if (e.path().extension() == ".json")
+      names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+namespace {
+Expected<double> positive(const json &j, const char *key, const std::string &what) {
+  if (!j.contains(key) || !j[key].is_number())
+    return errorf(what, ": the profile has no number '", key, "'");
+  double v = j[key].get<double>();
+  if (!(v > 0) || !std::isfinite(v))
+    return errorf(what, ": '", key, "' must be positive (got ", v, ")");
+  return v;
+}
+} // namespace
+
+Expected<DeviceProfile> parseProfile(const json &j, const std::string &what) {
+  if (!j.is_object())
+    return errorf(what, ": a device profile is a JSON object");
+  DeviceProfile p;
+  p.raw = j;
+  p.name = j.value("name", "");
+  if (p.name.empty())
+    return errorf(what, ": the profile has no 'name'");
+  p.description = j.value("description", "");
+  p.kind = j.value("kind", "");
+  p.source = j.value("source", "");
+  if (p.source.empty())
+    return errorf(what, ": the profile has no 'source' (a data sheet or a measurement)");
+  p.assumptions = j.value("assumptions", "");
+  p.defaultPrecision = j.value("default_precision", "fp32");
+  if (!j.contains("peak_flops") || !j["peak_flops"].is_object() || j["peak_flops"].empty())
+    return errorf(what, ": the profile has no 'peak_flops' object (e.g. {\"fp32\": 1.57e13})");
+  for (const auto &[k, v] : j["peak_flops"].items()) {
+    if (!v.is_number() || !(v.get<double>() > 0))
+      return errorf(what, ": peak_flops.", k, " must be a positive number");
+    p.peakFlops[k] = v.get<double>();
+  }
+  if (!p.peakFlops.count(p.defaultPrecision))
+    return errorf(what, ": default_precision '", p.defaultPrecision, "' has no peak_flops entry");
+  PIPEC_ASSIGN(p.memoryBandwidth, positive(j, "memory_bandwidth_bytes_per_s", what));
+  PIPEC_ASSIGN(p.memoryCapacity, positive(j, "memory_capacity_bytes", what));
+  PIPEC_ASSIGN(p.linkBandwidth, positive(j, "link_bandwidth_bytes_per_s", what));
+  PIPEC_ASSIGN(p.linkLatency, positive(j, "link_latency_s", what));
+  PIPEC_ASSIGN(p.nodeOverhead, positive(j, "node_overhead_s", what));
+  return p;
+}
+
+json profileToJson(const DeviceProfile &p) {
+  json j = p.raw.is_object() ? p.raw : json::object();
+  j["name"] = p.name;
+  j["description"] = p.description;
+  j["kind"] = p.kind;
+  j["peak_flops"] = p.peakFlops;
+  j["default_precision"] = p.defaultPrecision;
+  j["memory_bandwidth_bytes_per_s"] = p.memoryBandwidth;
+  j["memory_capacity_bytes"] = p.memoryCapacity;
+  j["link_bandwidth_bytes_per_s"] = p.linkBandwidth;
+  j["link_latency_s"] = p.linkLatency;
+  j["node_overhead_s"] = p.nodeOverhead;
+  j["source"] = p.source;
+  if (!p.assumptions.empty())
+    j["assumptions"] = p.assumptions;
+  return j;
+}
+
+namespace {
+Expected<DeviceProfile> loadFile(const std::string &path) {
+  PIPEC_ASSIGN(std::string text, readFile(path));
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded())
+    return errorf(path, ": not valid JSON");
+  return parseProfile(j, path);
+}
+} // namespace
+
+Expected<DeviceProfile> loadProfile(const std::string &nameOrPath) {
+  bool isPath = nameOrPath.find('/') != std::string::npos ||
+                (nameOrPath.size() > 5 && nameOrPath.compare(nameOrPath.size() - 5, 5, ".json") == 0);
+  if (isPath)
+    return loadFile(nameOrPath);
+  std::string dir = profileDirectory();
+  std::string file = joinPath(dir, nameOrPath + ".json");
+  if (fileExists(file))
+    return loadFile(file);
+  std::vector<std::string> names = listProfiles();
+  for (const std::string &n : names) {
+    auto text = readFile(joinPath(dir, n + ".json"));
+    if (!text)
+      continue;
+    json j = json::parse(*text, nullptr, false);
+    if (j.is_object() && j.contains("aliases") && j["aliases"].is_array())
+      for (const json &a : j["aliases"])
+        if (a.is_string() && a.get<std::string>() == nameOrPath)
+          return parseProfile(j, joinPath(dir, n + ".json"));
+  }
+  std::string known;
+  for (const std::string &n : names)
+    known += (known.empty() ? "" : ", ") + n;
+  return errorf("unknown device profile '", nameOrPath, "' (profiles in ", dir, ": ",
+                known.empty() ? "none" : known, "; or give a FILE.json)");
+}
+
+Expected<double> parseByteSize(const std::string &s) {
+  size_t i = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &i);
+  } catch (const std::exception &) {
+    return errorf("'", s, "' is not a size (e.g. 16GiB, 512MiB, 8GB)");
+  }
+  std::string unit = s.substr(i);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  static const std::pair<const char *, double> kUnits[] = {
+      {"", 1},      {"B", 1},       {"KB", 1e3},          {"MB", 1e6},
+      {"GB", 1e9},  {"TB", 1e12},   {"KiB", 1024.0},      {"MiB", 1048576.0},
+      {"GiB", 1073741824.0},        {"TiB", 1099511627776.0}};
+  for (const auto &[u, scale] : kUnits)
+    if (unit == u) {
+      if (!(v > 0))
+        return errorf("the size '", s, "' must be positive");
+      return v * scale;
+    }
+  return errorf("'", s, "': unknown unit '", unit, "' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)");
+}
+
+} // namespace pipec::partitioner

@@ -1,0 +1,72 @@
+//===- partitioner/DeviceProfile.h - What a device can do ------*- C++ -*-===//
+//
+// A device profile: peak FLOP/s per precision, memory bandwidth and capacity,
+// the link to the next device (bandwidth, latency) and a fixed cost per node
+// (kernel launch, dispatch). The cost model times nodes with it; the memory
+// model checks stages against its capacity.
+//
+// Profiles are JSON files in partitioner/profiles/ (NAME.json, found through
+// the compile definition PIPEC_PROFILE_DIR or the environment variable of
+// the same name), or any file given by path. Each file cites its data sheet
+// in "source"; figures that no data sheet gives are listed in "assumptions".
+// `pipec --calibrate` writes a profile of the machine it runs on.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "support/DType.h"
+#include "support/Error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pipec::partitioner {
+
+struct DeviceProfile {
+  std::string name;        ///< "v100-sxm2-16gb"
+  std::string description; ///< "NVIDIA Tesla V100 SXM2 16 GB"
+  std::string kind;        ///< "gpu", "tpu", "cpu"
+  /// Peak FLOP/s per precision: "fp32", "fp16", "bf16" (those the device has).
+  std::map<std::string, double> peakFlops;
+  /// Precision a float32 graph runs in (TPUs run f32 matmuls as bf16 passes).
+  std::string defaultPrecision = "fp32";
+  double memoryBandwidth = 0; ///< bytes/s
+  double memoryCapacity = 0;  ///< bytes
+  double linkBandwidth = 0;   ///< bytes/s, one direction, to a neighbour device
+  double linkLatency = 0;     ///< seconds per transfer
+  double nodeOverhead = 0;    ///< seconds per node run (launch, dispatch)
+  std::string source;         ///< data sheet or measurement
+  std::string assumptions;    ///< figures no data sheet gives, and why
+  /// The JSON it was read from (the report shows it).
+  nlohmann::json raw;
+
+  /// Peak FLOP/s for a node computing in `dtype` (f16 -> fp16, bf16 -> bf16,
+  /// anything else -> the default precision); falls back to fp32.
+  double flopsFor(DType dtype) const;
+};
+
+/// Name of the profile used when none is given: the checked-in measurement
+/// of the CI machine (partitioner/profiles/this-cpu.json).
+inline constexpr const char *kDefaultProfile = "this-cpu";
+
+/// Directory of the checked-in profiles.
+std::string profileDirectory();
+/// Names of the checked-in profiles, sorted.
+std::vector<std::string> listProfiles();
+/// Loads a profile by name (a file NAME.json in profileDirectory(), or a
+/// profile whose "aliases" list the name) or by path (anything ending in
+/// .json or containing '/').
+Expected<DeviceProfile> loadProfile(const std::string &nameOrPath);
+/// Parses and validates a profile (every figure positive, a source given).
+Expected<DeviceProfile> parseProfile(const nlohmann::json &j, const std::string &what);
+/// The JSON form (parses back with parseProfile).
+nlohmann::json profileToJson(const DeviceProfile &p);
+
+/// Parses a byte size: "16GiB", "16 GB", "512MiB", "1.5e9" (bytes).
+/// GB/MB/KB are decimal, GiB/MiB/KiB binary.
+Expected<double> parseByteSize(const std::string &s);
+
+} // namespace pipec::partitioner

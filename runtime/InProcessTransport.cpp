@@ -1,0 +1,129 @@
+//===- runtime/InProcessTransport.cpp - Device threads of one process -----===//
+//
+// One mailbox per destination device: a map from (source, tag) to the
+// message bytes, under a mutex, with a condition variable the receiver
+// waits on. A send copies the tensor into a buffer it owns, so the sender's
+// arena slot is free as soon as send() returns.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Transport.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace pipec::runtime {
+
+namespace {
+
+class InProcessTransport final : public Transport {
+public:
+  explicit InProcessTransport(int n) : boxes_(static_cast<size_t>(n)), slots_(static_cast<size_t>(n)) {}
+
+  int numDevices() const override { return static_cast<int>(boxes_.size()); }
+
+  Status send(int from, int to, uint64_t tag, const void *data, size_t bytes) override {
+    if (to < 0 || to >= numDevices())
+      return errorf("send to device ", to, " of ", numDevices());
+    std::string msg(static_cast<const char *>(data), bytes);
+    Mailbox &box = boxes_[to];
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_)
+        return abortStatus_;
+      auto [it, fresh] = box.messages.emplace(std::make_pair(from, tag), std::move(msg));
+      if (!fresh)
+        return errorf("device ", from, " sent message ", tag, " to device ", to, " twice");
+    }
+    cv_.notify_all();
+    return Status::ok();
+  }
+
+  Status recv(int to, int from, uint64_t tag, void *data, size_t bytes) override {
+    Mailbox &box = boxes_[to];
+    std::unique_lock<std::mutex> lock(mu_);
+    auto key = std::make_pair(from, tag);
+    cv_.wait(lock, [&] { return aborted_ || box.messages.count(key); });
+    if (aborted_)
+      return abortStatus_;
+    auto it = box.messages.find(key);
+    if (it->second.size() != bytes)
+      return errorf("device ", to, " expected ", bytes, " bytes from device ", from, ", got ",
+                    it->second.size());
+    std::memcpy(data, it->second.data(), bytes);
+    box.messages.erase(it);
+    return Status::ok();
+  }
+
+  Status allReduceSum(int device, double *data, size_t n) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (aborted_)
+      return abortStatus_;
+    // Two phases: everyone deposits, then everyone reads the sum; the
+    // generation counter lets the next collective start safely.
+    uint64_t gen = generation_;
+    slots_[device].assign(data, data + n);
+    if (++arrived_ == numDevices()) {
+      sum_.assign(n, 0.0);
+      for (const std::vector<double> &s : slots_)
+        for (size_t i = 0; i < n && i < s.size(); ++i)
+          sum_[i] += s[i];
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return aborted_ || generation_ != gen; });
+      if (aborted_)
+        return abortStatus_;
+    }
+    if (sum_.size() != n)
+      return errorf("all-reduce: device ", device, " passed ", n, " values, others ", sum_.size());
+    std::copy(sum_.begin(), sum_.end(), data);
+    return Status::ok();
+  }
+
+  void abort(const Status &why) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_)
+        return;
+      aborted_ = true;
+      abortStatus_ = why;
+    }
+    cv_.notify_all();
+  }
+
+  void reset() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = false;
+    abortStatus_ = Status::ok();
+    for (Mailbox &b : boxes_)
+      b.messages.clear();
+    arrived_ = 0;
+  }
+
+private:
+  struct Mailbox {
+    std::map<std::pair<int, uint64_t>, std::string> messages;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Mailbox> boxes_;
+  bool aborted_ = false;
+  Status abortStatus_ = Status::ok();
+  std::vector<std::vector<double>> slots_;
+  std::vector<double> sum_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+} // namespace
+
+std::unique_ptr<Transport> makeInProcessTransport(int numDevices) {
+  return std::make_unique<InProcessTransport>(numDevices);
+}
+
+} // namespace pipec::runtime

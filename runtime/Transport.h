@@ -1,0 +1,51 @@
+//===- runtime/Transport.h - Moving tensors between devices ----*- C++ -*-===//
+//
+// The interface every transport implements: in-process (device threads of
+// one piperun, runtime/InProcessTransport.cpp) now; MPI (processes and
+// machines) and NCCL (GPUs) later. Messages are matched by (source,
+// destination, tag); a tag names a tensor instance of one step, so a
+// receive can never take the wrong message.
+//
+//  - send() is asynchronous: it returns once the data has been handed
+//    over (copied into a message buffer), without waiting for the receiver,
+//    so sends never block and cannot deadlock a schedule.
+//  - recv() blocks until the matching message arrives and copies it out.
+//  - allReduceSum() is a collective of all devices: every device passes n
+//    doubles and gets back the element-wise sum, added in device order so
+//    that the result is bitwise the same on every device and every run.
+//  - abort() fails every pending and future call with the given error, so
+//    an error on one device stops every device instead of hanging them.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "support/Error.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace pipec::runtime {
+
+class Transport {
+public:
+  virtual ~Transport() = default;
+  virtual int numDevices() const = 0;
+  virtual Status send(int from, int to, uint64_t tag, const void *data, size_t bytes) = 0;
+  virtual Status recv(int to, int from, uint64_t tag, void *data, size_t bytes) = 0;
+  virtual Status allReduceSum(int device, double *data, size_t n) = 0;
+  virtual void abort(const Status &why) = 0;
+  /// Clears an abort and any undelivered messages (between steps, after
+  /// every device has stopped).
+  virtual void reset() = 0;
+};
+
+/// Threads of one process.
+std::unique_ptr<Transport> makeInProcessTransport(int numDevices);
+
+/// The tag of a tensor instance: tensor id and micro-batch.
+inline uint64_t messageTag(int32_t tensor, uint32_t microBatch) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(tensor)) << 32) | microBatch;
+}
+
+} // namespace pipec::runtime

@@ -1,0 +1,219 @@
+//===- runtime/plan/ScheduleCheck.cpp - Proving a plan's programs ---------===//
+#include "runtime/plan/ScheduleCheck.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace pipec::plan {
+
+namespace {
+
+std::string instructionText(const Plan &p, int d, int i) {
+  const Instruction &ins = p.devices(d).program(i);
+  std::string s = cat(Instruction::Kind_Name(ins.kind()), "(mb ", ins.micro_batch());
+  if (ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV)
+    s += cat(", '", p.tensors(ins.tensor()).name(), "' ",
+             ins.kind() == Instruction::SEND ? "to" : "from", " device ", ins.peer());
+  return s + ")";
+}
+
+using Key = std::tuple<int, int, int32_t, uint32_t>; // from, to, tensor, mb
+
+Status checkPairing(const Plan &p) {
+  std::map<Key, int> sends, recvs;
+  for (int d = 0; d < p.devices_size(); ++d)
+    for (const Instruction &ins : p.devices(d).program()) {
+      if (ins.kind() == Instruction::SEND)
+        ++sends[{d, ins.peer(), ins.tensor(), ins.micro_batch()}];
+      else if (ins.kind() == Instruction::RECV)
+        ++recvs[{ins.peer(), d, ins.tensor(), ins.micro_batch()}];
+    }
+  auto describe = [&](const Key &k) {
+    return cat("'", p.tensors(std::get<2>(k)).name(), "' of micro-batch ", std::get<3>(k),
+               " from device ", std::get<0>(k), " to device ", std::get<1>(k));
+  };
+  for (const auto &[k, n] : sends) {
+    if (n > 1)
+      return errorf("schedule: ", describe(k), " is sent ", n, " times");
+    if (!recvs.count(k))
+      return errorf("schedule: ", describe(k), " is sent but never received");
+  }
+  for (const auto &[k, n] : recvs) {
+    if (n > 1)
+      return errorf("schedule: ", describe(k), " is received ", n, " times");
+    if (!sends.count(k))
+      return errorf("schedule: ", describe(k), " is received but never sent");
+  }
+  return Status::ok();
+}
+
+Status checkProgress(const Plan &p) {
+  const int K = p.devices_size();
+  std::vector<int> pc(K, 0);
+  std::set<Key> inFlight;
+  for (;;) {
+    bool moved = false, done = true;
+    for (int d = 0; d < K; ++d) {
+      const Device &dev = p.devices(d);
+      while (pc[d] < dev.program_size()) {
+        const Instruction &ins = dev.program(pc[d]);
+        if (ins.kind() == Instruction::RECV) {
+          auto it = inFlight.find({ins.peer(), d, ins.tensor(), ins.micro_batch()});
+          if (it == inFlight.end())
+            break;
+          inFlight.erase(it);
+        } else if (ins.kind() == Instruction::SEND) {
+          inFlight.insert({d, ins.peer(), ins.tensor(), ins.micro_batch()});
+        } else if (ins.kind() == Instruction::OPTIMIZER) {
+          // A collective: every device must be at an OPTIMIZER.
+          bool all = true;
+          for (int e = 0; e < K; ++e)
+            all = all && pc[e] < p.devices(e).program_size() &&
+                  p.devices(e).program(pc[e]).kind() == Instruction::OPTIMIZER;
+          if (!all)
+            break;
+          for (int e = 0; e < K; ++e)
+            ++pc[e];
+          moved = true;
+          continue;
+        }
+        ++pc[d];
+        moved = true;
+      }
+      if (pc[d] < dev.program_size())
+        done = false;
+    }
+    if (done)
+      return Status::ok();
+    if (!moved) {
+      std::string stuck;
+      for (int d = 0; d < K; ++d)
+        if (pc[d] < p.devices(d).program_size())
+          stuck += cat(stuck.empty() ? "" : "; ", "device ", d, " waits at instruction ", pc[d],
+                       " ", instructionText(p, d, pc[d]));
+      return errorf("schedule: the devices deadlock: ", stuck);
+    }
+  }
+}
+
+Status checkDevice(const Plan &p, int d) {
+  const Device &dev = p.devices(d);
+  const unsigned M = p.pipeline().num_micro_batches();
+  const size_t T = static_cast<size_t>(p.tensors_size());
+  const std::string where = cat("schedule: device ", d);
+  std::vector<char> resident(T, 0);
+  for (int32_t w : dev.weights())
+    resident[w] = 1;
+  std::vector<int64_t> offset(T * M, -1);
+  for (const Allocation &a : dev.allocations())
+    offset[a.tensor() * M + a.micro_batch()] = static_cast<int64_t>(a.offset());
+  struct Life {
+    int64_t start = -1, end = -1;
+  };
+  std::vector<Life> life(T * M);
+  std::vector<char> written(T * M, 0);
+  int64_t time = 0;
+  auto read = [&](int32_t t, unsigned mb, int i, const std::string &what) -> Status {
+    const TensorInfo &ti = p.tensors(t);
+    if (resident[t])
+      return Status::ok();
+    if (ti.kind() == TensorInfo::WEIGHT || ti.kind() == TensorInfo::CONSTANT)
+      return errorf(where, " ", what, " at instruction ", i, " reads weight '", ti.name(),
+                    "' that the device does not load");
+    size_t k = t * M + mb;
+    if (ti.kind() == TensorInfo::INPUT && !written[k]) {
+      written[k] = 1; // fed just before the instruction
+      life[k].start = time;
+    }
+    if (!written[k])
+      return errorf(where, " ", what, " at instruction ", i, " ", instructionText(p, d, i),
+                    " reads '", ti.name(), "' of micro-batch ", mb, " before it is written");
+    if (offset[k] < 0)
+      return errorf(where, ": '", ti.name(), "' of micro-batch ", mb, " has no arena allocation");
+    life[k].end = std::max(life[k].end, time);
+    return Status::ok();
+  };
+  auto write = [&](int32_t t, unsigned mb, int i) -> Status {
+    size_t k = t * M + mb;
+    const TensorInfo &ti = p.tensors(t);
+    if (ti.kind() != TensorInfo::ACTIVATION)
+      return errorf(where, " instruction ", i, " writes '", ti.name(), "', which is not an activation");
+    if (offset[k] < 0)
+      return errorf(where, ": '", ti.name(), "' of micro-batch ", mb, " has no arena allocation");
+    if (!written[k])
+      life[k].start = time;
+    written[k] = 1;
+    life[k].end = std::max(life[k].end, time);
+    return Status::ok();
+  };
+  for (int i = 0; i < dev.program_size(); ++i) {
+    const Instruction &ins = dev.program(i);
+    const unsigned mb = ins.micro_batch();
+    switch (ins.kind()) {
+    case Instruction::SEND:
+      PIPEC_TRY(read(ins.tensor(), mb, i, "SEND"));
+      ++time;
+      break;
+    case Instruction::RECV:
+      PIPEC_TRY(write(ins.tensor(), mb, i));
+      ++time;
+      break;
+    case Instruction::OPTIMIZER: break;
+    default:
+      for (int32_t ni : ins.nodes()) {
+        const Node &n = dev.nodes(ni);
+        for (int32_t t : n.inputs())
+          if (t >= 0)
+            PIPEC_TRY(read(t, mb, i, cat("node '", n.name(), "'")));
+        for (int32_t t : n.outputs())
+          PIPEC_TRY(write(t, mb, i));
+        ++time;
+      }
+    }
+  }
+  // Instances whose lifetimes overlap must not share bytes: sweep the
+  // instances by start time against those still live.
+  std::vector<size_t> order;
+  for (size_t k = 0; k < T * M; ++k)
+    if (life[k].start >= 0)
+      order.push_back(k);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return life[a].start < life[b].start; });
+  std::vector<size_t> active;
+  for (size_t k : order) {
+    active.erase(std::remove_if(active.begin(), active.end(),
+                                [&](size_t a) { return life[a].end < life[k].start; }),
+                 active.end());
+    uint64_t lo = static_cast<uint64_t>(offset[k]), hi = lo + p.tensors(k / M).bytes();
+    for (size_t a : active) {
+      uint64_t alo = static_cast<uint64_t>(offset[a]), ahi = alo + p.tensors(a / M).bytes();
+      if (lo < ahi && alo < hi && hi > lo && ahi > alo)
+        return errorf(where, ": '", p.tensors(k / M).name(), "' of micro-batch ", k % M, " and '",
+                      p.tensors(a / M).name(), "' of micro-batch ", a % M,
+                      " are live at once but share arena bytes");
+    }
+    active.push_back(k);
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Status checkSchedule(const Plan &p) {
+  for (int d = 0; d < p.devices_size(); ++d)
+    for (const Node &n : p.devices(d).nodes())
+      for (int32_t t : n.outputs())
+        for (const Instruction &ins : p.devices(d).program())
+          if (ins.kind() == Instruction::RECV && ins.tensor() == t)
+            return errorf("schedule: device ", d, " both computes and receives '",
+                          p.tensors(t).name(), "'");
+  PIPEC_TRY(checkPairing(p));
+  PIPEC_TRY(checkProgress(p));
+  for (int d = 0; d < p.devices_size(); ++d)
+    PIPEC_TRY(checkDevice(p, d));
+  return Status::ok();
+}
+
+} // namespace pipec::plan

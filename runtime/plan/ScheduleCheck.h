@@ -1,0 +1,32 @@
+//===- runtime/plan/ScheduleCheck.h - Proving a plan's programs -*- C++ -*-===//
+//
+// The schedule validator, run by pipec on every plan it emits and by the
+// runtime on every plan it loads. It proves, by looking only at the plan:
+//
+//  - pairing: every SEND of (tensor, micro-batch) from device a to b has
+//    exactly one RECV of the same tensor and micro-batch on b from a, and
+//    the reverse; a device never receives a tensor it also computes;
+//  - progress: simulating the devices' programs (a SEND completes at once,
+//    as the transports buffer it; a RECV waits for its SEND; OPTIMIZER is a
+//    collective every device must reach) runs every program to its end, so
+//    the devices cannot deadlock; a stuck simulation names each device's
+//    blocked instruction;
+//  - dataflow: on each device, every tensor instance an instruction reads
+//    (node inputs, SEND) was written before (node output, RECV, graph
+//    input feed, resident weight);
+//  - memory: every instance touched has an arena allocation, and two
+//    instances whose lifetimes (first write to last read) overlap never
+//    share bytes.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/plan/plan.pb.h"
+#include "support/Error.h"
+
+namespace pipec::plan {
+
+/// Checks the programs of a structurally valid plan (see validatePlan).
+Status checkSchedule(const Plan &p);
+
+} // namespace pipec::plan

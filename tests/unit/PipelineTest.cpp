@@ -1,0 +1,289 @@
+//===- tests/unit/PipelineTest.cpp - K devices give one device's results ===//
+//
+// The sample models (MLP, GPT-like with dropout, CNN with BatchNorm) are
+// compiled for K = 1, 2 and 4 stages with both schedules and the same M,
+// trained for several steps on the same data, and every weight must be
+// bitwise equal to the K = 1 run; inference outputs likewise. Also: M < K
+// runs, an error on one device stops every device with that error, and the
+// schedule validator rejects hand-broken plans.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/Driver.h"
+#include "frontend/OnnxImporter.h"
+#include "runtime/Session.h"
+#include "runtime/plan/PlanIO.h"
+#include "runtime/plan/ScheduleCheck.h"
+#include "support/FileIO.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+using namespace pipec;
+
+namespace {
+
+std::string samplePath(const std::string &name) {
+  return std::string(PIPEC_BINARY_DIR) + "/samples/" + name + ".onnx";
+}
+
+std::string tempDir(const std::string &name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("pipec-pipeline-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+struct Config {
+  int K = 1;
+  int M = 4;
+  std::string schedule = "1f1b";
+  bool train = true;
+};
+
+/// Compiles `model` (batch b per micro-batch) and writes the plan.
+std::string compile(const std::string &model, int64_t b, const Config &c) {
+  frontend::ImportOptions io;
+  io.batch = b;
+  auto g = frontend::importOnnxFile(samplePath(model), io);
+  EXPECT_TRUE(g.isOk()) << g.status().message();
+  codegen::CompileOptions co;
+  co.partition.numStages = c.K;
+  co.partition.schedule = c.schedule;
+  co.partition.training = c.train;
+  co.partition.profile = "v100-sxm2-16gb"; // TEMP
+  co.emit.microBatches = c.M;
+  co.emit.schedule = c.schedule;
+  co.emit.training = c.train;
+  co.train.optimizer = "adam";
+  co.train.lr = 1e-3;
+  auto compiled = codegen::compileGraph(**g, co);
+  EXPECT_TRUE(compiled.isOk()) << compiled.status().message();
+  if (!compiled.isOk())
+    return "";
+  EXPECT_EQ(compiled->plan.plan.devices_size(), c.K);
+  std::string dir = tempDir(cat(model, "-k", c.K, "-m", c.M, "-", c.schedule, c.train ? "-t" : ""));
+  Status s = codegen::writePlanDirectory(dir, compiled->plan);
+  EXPECT_TRUE(s.isOk()) << s.message();
+  return dir;
+}
+
+/// Deterministic step inputs: floats in [-1, 1], integers in [0, 4).
+std::vector<Tensor> makeInputs(const runtime::Session &s, uint64_t step) {
+  std::vector<Tensor> r;
+  std::mt19937_64 rng(1234 + step);
+  for (const TensorDesc &d : s.stepInputDescs()) {
+    Tensor t(d);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (d.dtype == DType::F32)
+        t.data<float>()[i] = std::uniform_real_distribution<float>(-1, 1)(rng);
+      else if (d.dtype == DType::I64)
+        t.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+      else
+        ADD_FAILURE() << "unexpected input type " << d.str();
+    }
+    r.push_back(std::move(t));
+  }
+  return r;
+}
+
+struct RunResult {
+  std::vector<Tensor> weights; ///< every trained parameter after the steps
+  std::vector<Tensor> outputs; ///< the last step's outputs
+  std::vector<double> losses;
+};
+
+RunResult run(const std::string &dir, int steps, bool train) {
+  RunResult r;
+  runtime::SessionOptions so;
+  so.seed = 7;
+  auto s = runtime::Session::open(dir, so);
+  EXPECT_TRUE(s.isOk()) << s.status().message();
+  if (!s.isOk())
+    return r;
+  runtime::Session &session = **s;
+  for (int i = 0; i < steps; ++i) {
+    auto in = makeInputs(session, static_cast<uint64_t>(i));
+    if (train) {
+      auto st = session.train(in);
+      EXPECT_TRUE(st.isOk()) << st.status().message();
+      if (!st.isOk())
+        return r;
+      r.losses.push_back(st->loss);
+      r.outputs = std::move(st->outputs);
+    } else {
+      auto out = session.run(in);
+      EXPECT_TRUE(out.isOk()) << out.status().message();
+      if (!out.isOk())
+        return r;
+      r.outputs = std::move(*out);
+    }
+  }
+  if (train)
+    for (const plan::Parameter &pp : session.plan().training().params()) {
+      auto w = session.weight(session.plan().tensors(pp.weight()).name());
+      EXPECT_TRUE(w.isOk());
+      r.weights.push_back(*w);
+    }
+  return r;
+}
+
+bool bitwiseEqual(const Tensor &a, const Tensor &b) {
+  return a.desc() == b.desc() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
+}
+
+void expectSame(const RunResult &ref, const RunResult &got, const std::string &what) {
+  ASSERT_EQ(ref.weights.size(), got.weights.size()) << what;
+  for (size_t i = 0; i < ref.weights.size(); ++i)
+    EXPECT_TRUE(bitwiseEqual(ref.weights[i], got.weights[i])) << what << ": weight " << i;
+  ASSERT_EQ(ref.outputs.size(), got.outputs.size()) << what;
+  for (size_t i = 0; i < ref.outputs.size(); ++i)
+    EXPECT_TRUE(bitwiseEqual(ref.outputs[i], got.outputs[i])) << what << ": output " << i;
+  EXPECT_EQ(ref.losses, got.losses) << what;
+}
+
+struct ModelCase {
+  const char *name;
+  int64_t microBatch;
+  int steps;
+};
+
+const ModelCase kTrainModels[] = {{"mlp-train", 4, 10}, {"gpt-train", 2, 10}, {"cnn-train", 2, 4}};
+const ModelCase kInferModels[] = {{"mlp", 4, 2}, {"gpt", 2, 2}, {"cnn", 2, 2}};
+
+} // namespace
+
+TEST(Pipeline, TrainingIsBitwiseIndependentOfStagesAndSchedule) {
+  for (const ModelCase &m : kTrainModels) {
+    Config base;
+    base.K = 1;
+    RunResult ref = run(compile(m.name, m.microBatch, base), m.steps, true);
+    ASSERT_FALSE(ref.weights.empty()) << m.name;
+    for (int K : {2, 4})
+      for (const char *schedule : {"gpipe", "1f1b"}) {
+        Config c;
+        c.K = K;
+        c.schedule = schedule;
+        std::string what = cat(m.name, " K=", K, " ", schedule);
+        RunResult got = run(compile(m.name, m.microBatch, c), m.steps, true);
+        expectSame(ref, got, what);
+      }
+  }
+}
+
+TEST(Pipeline, InferenceIsBitwiseIndependentOfStages) {
+  for (const ModelCase &m : kInferModels) {
+    Config base;
+    base.train = false;
+    RunResult ref = run(compile(m.name, m.microBatch, base), m.steps, false);
+    for (int K : {2, 4}) {
+      Config c = base;
+      c.K = K;
+      expectSame(ref, run(compile(m.name, m.microBatch, c), m.steps, false), cat(m.name, " K=", K));
+    }
+  }
+}
+
+TEST(Pipeline, FewerMicroBatchesThanStagesCompletes) {
+  Config c;
+  c.K = 4;
+  c.M = 1;
+  for (const char *schedule : {"gpipe", "1f1b"}) {
+    c.schedule = schedule;
+    Config base = c;
+    base.K = 1;
+    expectSame(run(compile("mlp-train", 4, base), 3, true), run(compile("mlp-train", 4, c), 3, true),
+               cat("M=1 K=4 ", schedule));
+  }
+}
+
+TEST(Pipeline, AnErrorOnOneDeviceStopsEveryDevice) {
+  Config c;
+  c.K = 4;
+  std::string dir = compile("mlp-train", 4, c);
+  for (int dev : {0, 2, 3}) {
+    runtime::SessionOptions so;
+    so.failDevice = dev;
+    so.failAtInstruction = 3;
+    auto s = runtime::Session::open(dir, so);
+    ASSERT_TRUE(s.isOk()) << s.status().message();
+    auto st = (*s)->train(makeInputs(**s, 0));
+    ASSERT_FALSE(st.isOk());
+    EXPECT_NE(st.status().message().find(cat("device ", dev, ": injected failure")), std::string::npos)
+        << st.status().message();
+    // The session refuses to go on from an undefined state.
+    auto again = (*s)->train(makeInputs(**s, 1));
+    EXPECT_FALSE(again.isOk());
+  }
+}
+
+namespace {
+plan::Plan loadedPlan(const std::string &dir) {
+  auto lp = plan::loadPlan(dir);
+  EXPECT_TRUE(lp.isOk()) << lp.status().message();
+  return lp->plan;
+}
+
+int findInstruction(const plan::Device &d, plan::Instruction::Kind k) {
+  for (int i = 0; i < d.program_size(); ++i)
+    if (d.program(i).kind() == k)
+      return i;
+  return -1;
+}
+} // namespace
+
+TEST(Pipeline, ValidatorRejectsBrokenPlans) {
+  Config c;
+  c.K = 2;
+  const plan::Plan good = loadedPlan(compile("mlp-train", 4, c));
+  ASSERT_TRUE(plan::checkSchedule(good).isOk());
+
+  { // A send without its receive.
+    plan::Plan p = good;
+    plan::Device *d1 = p.mutable_devices(1);
+    int r = findInstruction(*d1, plan::Instruction::RECV);
+    ASSERT_GE(r, 0);
+    d1->mutable_program()->DeleteSubrange(r, 1);
+    Status s = plan::checkSchedule(p);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("never received"), std::string::npos) << s.message();
+  }
+  { // Device 0 waits for a gradient before sending the activation device
+    // 1 needs to compute it: a deadlock.
+    plan::Plan p = good;
+    plan::Device *d0 = p.mutable_devices(0);
+    int send = findInstruction(*d0, plan::Instruction::SEND);
+    int recv = findInstruction(*d0, plan::Instruction::RECV);
+    ASSERT_GE(send, 0);
+    ASSERT_GT(recv, send);
+    plan::Instruction r = d0->program(recv);
+    d0->mutable_program()->DeleteSubrange(recv, 1);
+    *d0->mutable_program()->Add() = r;
+    for (int i = d0->program_size() - 1; i > 0; --i)
+      d0->mutable_program()->SwapElements(i, i - 1);
+    Status s = plan::checkSchedule(p);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("deadlock"), std::string::npos) << s.message();
+  }
+  { // A tensor read before it is written: move device 1's first receive
+    // after the instruction that reads it.
+    plan::Plan p = good;
+    plan::Device *d1 = p.mutable_devices(1);
+    int r = findInstruction(*d1, plan::Instruction::RECV);
+    d1->mutable_program()->SwapElements(r, r + 1);
+    Status s = plan::checkSchedule(p);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("before it is written"), std::string::npos) << s.message();
+  }
+  { // Two live instances sharing arena bytes.
+    plan::Plan p = good;
+    plan::Device *d0 = p.mutable_devices(0);
+    for (plan::Allocation &a : *d0->mutable_allocations())
+      a.set_offset(0);
+    Status s = plan::checkSchedule(p);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("share arena bytes"), std::string::npos) << s.message();
+  }
+}
