@@ -5,6 +5,7 @@
 #include "ir/Verifier.h"
 #include "passes/Autodiff.h"
 #include "passes/Loss.h"
+#include "passes/Recompute.h"
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/Schedule.h"
 
@@ -70,9 +71,21 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     po.optimizerStates = static_cast<int>(optimizer.stateTensors());
   }
   PIPEC_ASSIGN(c.partition, partitioner::partitionGraph(g, po));
-  if (po.recompute != "none")
-    return errorf("--recompute ", po.recompute,
-                  ": the recompute pass is not available; only --recompute none can be emitted");
+  if (po.recompute != "none") {
+    if (!emit.training)
+      return errorf("--recompute ", po.recompute,
+                    " needs --train: an inference plan keeps no activations for a backward pass");
+    // auto: the memory model chose a policy per stage.
+    passes::RecomputeOptions ro;
+    for (size_t s = 0; s < c.partition.numStages(); ++s)
+      ro.policies.push_back(po.recompute == "auto" && s < c.partition.estimate.stages.size()
+                                ? c.partition.estimate.stages[s].recompute
+                                : po.recompute);
+    ro.stageOf = [&](const ir::Node *n) { return c.partition.stageOf(n); };
+    ro.assign = [&](const ir::Node *n, int s) { c.partition.assign(n, s); };
+    PIPEC_TRY(passes::rematerialize(g, ro).status());
+    PIPEC_TRY(ir::verifyGraph(g).withContext("after recompute"));
+  }
   PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
   // The cost model's predictions go into the plan, so that piperun can put
   // its measurements next to them.

@@ -41,6 +41,7 @@ struct Config {
   int M = 4;
   std::string schedule = "1f1b";
   bool train = true;
+  std::string recompute = "none";
 };
 
 /// Compiles `model` (batch b per micro-batch) and writes the plan.
@@ -53,6 +54,7 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   co.partition.numStages = c.K;
   co.partition.schedule = c.schedule;
   co.partition.training = c.train;
+  co.partition.recompute = c.recompute;
   co.partition.profile = "v100-sxm2-16gb"; // TEMP
   co.emit.microBatches = c.M;
   co.emit.schedule = c.schedule;
@@ -64,7 +66,8 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   if (!compiled.isOk())
     return "";
   EXPECT_EQ(compiled->plan.plan.devices_size(), c.K);
-  std::string dir = tempDir(cat(model, "-k", c.K, "-m", c.M, "-", c.schedule, c.train ? "-t" : ""));
+  std::string dir = tempDir(cat(model, "-k", c.K, "-m", c.M, "-", c.schedule, c.train ? "-t" : "",
+                                "-", c.recompute));
   Status s = codegen::writePlanDirectory(dir, compiled->plan);
   EXPECT_TRUE(s.isOk()) << s.message();
   return dir;
@@ -170,6 +173,35 @@ TEST(Pipeline, TrainingIsBitwiseIndependentOfStagesAndSchedule) {
         RunResult got = run(compile(m.name, m.microBatch, c), m.steps, true);
         expectSame(ref, got, what);
       }
+  }
+}
+
+TEST(Pipeline, RecomputeGivesBitwiseTheSameTrainingAndLessMemory) {
+  for (const ModelCase &m : kTrainModels) {
+    Config base;
+    base.K = 2;
+    base.schedule = "gpipe";
+    std::string refDir = compile(m.name, m.microBatch, base);
+    RunResult ref = run(refDir, 3, true);
+    uint64_t refArena = plan::loadPlan(refDir)->plan.devices(0).arena_bytes();
+    for (const char *policy : {"full", "selective"}) {
+      Config c = base;
+      c.recompute = policy;
+      std::string dir = compile(m.name, m.microBatch, c);
+      expectSame(ref, run(dir, 3, true), cat(m.name, " recompute ", policy));
+      auto lp = plan::loadPlan(dir);
+      ASSERT_TRUE(lp.isOk());
+      bool hasRecompute = false;
+      for (const plan::Instruction &ins : lp->plan.devices(0).program())
+        hasRecompute = hasRecompute || ins.kind() == plan::Instruction::RECOMPUTE;
+      EXPECT_TRUE(hasRecompute) << m.name << " " << policy;
+      // GPipe keeps M micro-batches of activations: recomputing keeps less
+      // (selective keeps the GEMM outputs, which may be the peak).
+      if (std::string(policy) == "full")
+        EXPECT_LT(lp->plan.devices(0).arena_bytes(), refArena) << m.name << " " << policy;
+      else
+        EXPECT_LE(lp->plan.devices(0).arena_bytes(), refArena) << m.name << " " << policy;
+    }
   }
 }
 
