@@ -6,6 +6,7 @@
 #include "passes/Autodiff.h"
 #include "passes/Loss.h"
 #include "passes/Recompute.h"
+#include "passes/TrainingState.h"
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/Schedule.h"
 
@@ -49,6 +50,9 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     }
     if (!loss->isGraphOutput())
       g.addOutput(loss); // the runtime reports the loss of every step
+    PIPEC_ASSIGN(std::vector<passes::StateUpdate> updates, passes::exposeRunningStatistics(g));
+    for (const passes::StateUpdate &u : updates)
+      emit.train.stateUpdates.emplace_back(u.state, u.value);
     passes::AutodiffOptions ao;
     ao.loss = loss->name();
     PIPEC_ASSIGN(std::vector<passes::GradientPair> grads, passes::differentiate(g, ao));

@@ -380,6 +380,8 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       keep[o] = 1;
     for (const auto &[param, grad] : opts.train.paramGrads)
       keep[table.id(grad)] = 1;
+    for (const auto &[state, value] : opts.train.stateUpdates)
+      keep[table.id(value)] = 1;
     MemoryPlan mp = planDeviceMemory(p, *p.mutable_devices(s), keep);
     out.arenaPeak.push_back(mp.peak);
     out.arenaLiveBound.push_back(mp.liveBound);
@@ -393,6 +395,11 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       pp->set_grad(table.id(grad));
       if (p.tensors(pp->weight()).kind() != plan::TensorInfo::WEIGHT)
         p.mutable_tensors(pp->weight())->set_kind(plan::TensorInfo::WEIGHT);
+    }
+    for (const auto &[state, value] : opts.train.stateUpdates) {
+      plan::StateUpdate *u = t->add_state_updates();
+      u->set_state(table.id(state));
+      u->set_value(table.id(value));
     }
     t->set_optimizer(opts.train.optimizer);
     t->set_lr_schedule(opts.train.schedule);

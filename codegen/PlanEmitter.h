@@ -21,6 +21,8 @@ namespace pipec::codegen {
 struct TrainingSpec {
   const ir::Value *loss = nullptr;
   std::vector<std::pair<const ir::Value *, const ir::Value *>> paramGrads;
+  /// (state constant, forward value replacing it after each micro-batch).
+  std::vector<std::pair<const ir::Value *, const ir::Value *>> stateUpdates;
   std::string optimizer;  ///< runtime/train spec ("adam:lr=0.001,...")
   std::string schedule;   ///< learning-rate schedule spec, "" for constant
   double clipGradNorm = 0;

@@ -318,17 +318,24 @@ std::string balanceSvg(const json &r) {
   const double budget = r["memory_budget_bytes"].get<double>();
   double maxT = maxOverStages(st, "stage_seconds_per_micro_batch");
   double maxF = maxOverStages(st, "forward_flops_per_micro_batch");
-  double maxM = budget;
+  double maxM = 0;
   for (const json &s : st)
     maxM = std::max(maxM, s["predicted_memory"]["total"].get<double>());
+  // The budget line is drawn when it is on the scale of the stages (a 24 GiB
+  // host next to 3 MiB stages would flatten every bar).
+  bool budgetShown = budget > 0 && budget <= 4 * maxM;
+  if (budgetShown)
+    maxM = std::max(maxM, budget);
   const int x0 = 70, barW = 480, rowH = 46;
-  int W = x0 + barW + 150, H = 44 + rowH * static_cast<int>(st.size());
+  int W = x0 + barW + 200, H = 48 + rowH * static_cast<int>(st.size());
   os << "<svg id=\"stage-balance\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
      << "\" height=\"" << H << "\">\n";
-  os << "<text x=\"0\" y=\"14\" font-size=\"12\">per stage: time per micro-batch (forward green, "
-        "backward blue, recompute purple, send grey), forward FLOPs (dark blue), memory "
-        "(stacked; red line: budget "
-     << escapeHtml(formatBytes(budget)) << ")</text>\n";
+  os << "<text x=\"0\" y=\"12\" font-size=\"12\">per stage: time per micro-batch (forward green, "
+        "backward blue, recompute purple, send grey), forward FLOPs (dark blue),</text>\n"
+     << "<text x=\"0\" y=\"26\" font-size=\"12\">memory (weights, gradients, optimizer state, "
+        "activations, communication, workspace; budget "
+     << escapeHtml(formatBytes(budget)) << (budgetShown ? ": red line" : ", off this scale")
+     << ")</text>\n";
   static const std::pair<const char *, const char *> kTime[] = {
       {"forward_seconds", "#6aa84f"}, {"backward_seconds", "#3d85c6"},
       {"recompute_seconds", "#8e7cc3"}, {"send_seconds", "#999999"}};
@@ -337,7 +344,7 @@ std::string balanceSvg(const json &r) {
       {"activations", "#cc4125"}, {"communication", "#999999"}, {"workspace", "#b4a7d6"}};
   for (size_t i = 0; i < st.size(); ++i) {
     const json &s = st[i];
-    int y = 28 + static_cast<int>(i) * rowH;
+    int y = 36 + static_cast<int>(i) * rowH;
     os << "<text x=\"0\" y=\"" << y + 18 << "\" font-size=\"12\">stage " << i << "</text>\n";
     int x = x0;
     for (const auto &[key, color] : kTime) {
@@ -365,9 +372,9 @@ std::string balanceSvg(const json &r) {
     os << "<text x=\"" << x0 + barW + 6 << "\" y=\"" << y + 34 << "\" font-size=\"10\">"
        << formatBytes(s["predicted_memory"]["total"].get<double>()) << "</text>\n";
   }
-  if (budget > 0) {
+  if (budgetShown) {
     int bx = x0 + px(budget, maxM, barW);
-    os << "<line class=\"budget\" x1=\"" << bx << "\" y1=\"24\" x2=\"" << bx << "\" y2=\"" << H - 4
+    os << "<line class=\"budget\" x1=\"" << bx << "\" y1=\"32\" x2=\"" << bx << "\" y2=\"" << H - 4
        << "\" stroke=\"#cc0000\" stroke-width=\"2\"/>\n";
   }
   os << "</svg>\n";

@@ -153,6 +153,16 @@ Expected<Node *> Graph::insertNode(Node *pos, const std::string &name,
   return n;
 }
 
+Expected<Value *> Graph::addNodeOutput(Node *n, const std::string &name) {
+  if (valueByName_.count(name))
+    return errorf("node '", n->name(), "' redefines value '", name, "'");
+  Value *v = newValue(name);
+  v->producer_ = n;
+  v->producerIndex_ = static_cast<int>(n->outputs_.size());
+  n->outputs_.push_back(v);
+  return v;
+}
+
 void Graph::addOutput(Value *v) {
   v->isOutput_ = true;
   outputs_.push_back(v);

@@ -168,6 +168,8 @@ public:
                               AttrMap attrs = {});
   void addOutput(Value *v);
   void setOutput(size_t i, Value *v);
+  /// Appends an output value named `name` (new) to node `n`, untyped.
+  Expected<Value *> addNodeOutput(Node *n, const std::string &name);
 
   const std::vector<Value *> &inputs() const { return inputs_; }
   const std::vector<Value *> &outputs() const { return outputs_; }

@@ -115,6 +115,8 @@ Status DeviceExecutor::prepare() {
     isOutput[t] = 1;
   for (const plan::Parameter &pp : p.training().params())
     isOutput[pp.grad()] = 1;
+  for (const plan::StateUpdate &u : p.training().state_updates())
+    isOutput[u.value()] = 1;
   std::vector<char> fed(T * M, 0);
   feedBefore_.assign(dev.program_size(), {});
   collectAfter_.assign(dev.program_size(), {});

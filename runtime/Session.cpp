@@ -57,6 +57,12 @@ Status Session::prepareTraining() {
     PIPEC_ASSIGN(schedule_, train::parseSchedule(t.lr_schedule(), opt.baseLr()));
   }
   paramOfGrad_.assign(lp_.plan.tensors_size(), -1);
+  stateOfValue_.assign(lp_.plan.tensors_size(), -1);
+  for (const plan::StateUpdate &u : t.state_updates()) {
+    if (deviceHolding(u.state(), 0) < 0)
+      return errorf("state '", lp_.plan.tensors(u.state()).name(), "' is not resident");
+    stateOfValue_[u.value()] = u.state();
+  }
   std::vector<int> producer(lp_.plan.tensors_size(), -1);
   for (int d = 0; d < lp_.plan.devices_size(); ++d)
     for (const plan::Node &n : lp_.plan.devices(d).nodes())
@@ -170,6 +176,12 @@ Status Session::saveCheckpoint(const std::string &dir) const {
     for (size_t k = 0; k < ps.state.size(); ++k)
       PIPEC_TRY(c.addFloats("state/" + name + "/" + optimizer_->stateNames()[k], ps.state[k].data(), ps.n));
   }
+  for (const plan::StateUpdate &u : p.training().state_updates()) {
+    const plan::TensorInfo &ti = p.tensors(u.state());
+    const void *data = devices_[deviceHolding(u.state(), 0)]->address(u.state(), 0);
+    PIPEC_TRY(c.addFloats("buffer/" + ti.name(), static_cast<const float *>(data),
+                          static_cast<int64_t>(ti.bytes() / sizeof(float))));
+  }
   return train::writeCheckpoint(dir, c);
 }
 
@@ -194,6 +206,13 @@ Status Session::loadCheckpoint(const std::string &dir) {
     for (size_t k = 0; k < ps.state.size(); ++k)
       PIPEC_TRY(c.restoreFloats("state/" + name + "/" + optimizer_->stateNames()[k], ps.state[k].data(), ps.n)
                     .withContext("checkpoint '" + dir + "'"));
+  }
+  for (const plan::StateUpdate &u : p.training().state_updates()) {
+    const plan::TensorInfo &ti = p.tensors(u.state());
+    void *data = devices_[deviceHolding(u.state(), 0)]->address(u.state(), 0);
+    PIPEC_TRY(c.restoreFloats("buffer/" + ti.name(), static_cast<float *>(data),
+                              static_cast<int64_t>(ti.bytes() / sizeof(float)))
+                  .withContext("checkpoint '" + dir + "'"));
   }
   steps_ = static_cast<uint64_t>(c.step);
   return Status::ok();
@@ -249,6 +268,12 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   };
   std::vector<char> collected(static_cast<size_t>(p.outputs_size()) * M, 0);
   auto collect = [&](int32_t t, unsigned mb, const void *src) -> Status {
+    if (training && stateOfValue_[t] >= 0) {
+      // Running statistics: micro-batches update them in ascending order
+      // on the one device that computes them.
+      int32_t st = stateOfValue_[t];
+      std::memcpy(devices_[deviceHolding(st, 0)]->address(st, 0), src, p.tensors(st).bytes());
+    }
     if (training && paramOfGrad_[t] >= 0) {
       // Sum gradients in ascending micro-batch order: bitwise the same for
       // any partition and schedule.

@@ -116,6 +116,8 @@ private:
   train::Schedule schedule_;
   std::vector<ParamState> params_;
   std::vector<int> paramOfGrad_; ///< tensor -> index into params_, -1
+  /// Per tensor: the state constant a StateUpdate value replaces, -1.
+  std::vector<int32_t> stateOfValue_;
 };
 
 } // namespace pipec::runtime

@@ -90,27 +90,31 @@ template <typename F> Status reduceRule(GradContext &c, F &&local) {
 }
 
 Status reduceSumMean(GradContext &c, bool mean) {
-  return reduceRule(c, [&](const std::vector<int64_t> &axes, ir::Value *dy,
-                           ir::Value *) -> Expected<ir::Value *> {
-    int64_t count = 1;
-    for (int64_t a : axes)
-      count *= c.input(0)->shape()[static_cast<size_t>(a)];
-    if (mean && count != 1)
-      return c.scale(dy, 1.0 / static_cast<double>(count));
-    return dy;
-  });
+  return reduceRule(
+      c,
+      [&](const std::vector<int64_t> &axes, ir::Value *dy, ir::Value *) -> Expected<ir::Value *> {
+        int64_t count = 1;
+        for (int64_t a : axes)
+          count *= c.input(0)->shape()[static_cast<size_t>(a)];
+        if (mean && count != 1)
+          return c.scale(dy, 1.0 / static_cast<double>(count));
+        return dy;
+      });
 }
 
 Status extremum(GradContext &c) {
-  return reduceRule(c, [&](const std::vector<int64_t> &axes, ir::Value *dy,
-                           ir::Value *y) -> Expected<ir::Value *> {
-    ir::Value *x = c.input(0);
-    PIPEC_ASSIGN(ir::Value * eq, c.emit("Equal", {x, y}));
-    PIPEC_ASSIGN(ir::Value * mask, c.emit("Cast", {eq}, {{"to", Attribute::ofInt(static_cast<int64_t>(x->dtype()))}}));
-    PIPEC_ASSIGN(ir::Value * count, reduceKeep(c, "ReduceSum", mask, axes));
-    PIPEC_ASSIGN(ir::Value * share, c.div(dy, count));
-    return c.mul(mask, share);
-  });
+  return reduceRule(
+      c,
+      [&](const std::vector<int64_t> &axes, ir::Value *dy, ir::Value *y) -> Expected<ir::Value *> {
+        ir::Value *x = c.input(0);
+        PIPEC_ASSIGN(ir::Value * eq, c.emit("Equal", {x, y}));
+        PIPEC_ASSIGN(
+            ir::Value * mask,
+            c.emit("Cast", {eq}, {{"to", Attribute::ofInt(static_cast<int64_t>(x->dtype()))}}));
+        PIPEC_ASSIGN(ir::Value * count, reduceKeep(c, "ReduceSum", mask, axes));
+        PIPEC_ASSIGN(ir::Value * share, c.div(dy, count));
+        return c.mul(mask, share);
+      });
 }
 
 } // namespace
@@ -121,61 +125,63 @@ Status reduceMaxGrad(GradContext &c) { return extremum(c); }
 Status reduceMinGrad(GradContext &c) { return extremum(c); }
 
 Status reduceSumSquareGrad(GradContext &c) {
-  return reduceRule(c, [&](const std::vector<int64_t> &, ir::Value *dy,
-                           ir::Value *) -> Expected<ir::Value *> {
-    PIPEC_ASSIGN(ir::Value * t, c.mul(c.input(0), dy));
-    return c.scale(t, 2.0);
-  });
+  return reduceRule(
+      c, [&](const std::vector<int64_t> &, ir::Value *dy, ir::Value *) -> Expected<ir::Value *> {
+        PIPEC_ASSIGN(ir::Value * t, c.mul(c.input(0), dy));
+        return c.scale(t, 2.0);
+      });
 }
 
 Status reduceL1Grad(GradContext &c) {
-  return reduceRule(c, [&](const std::vector<int64_t> &, ir::Value *dy,
-                           ir::Value *) -> Expected<ir::Value *> {
-    PIPEC_ASSIGN(ir::Value * s, c.emit("Sign", {c.input(0)}));
-    return c.mul(s, dy);
-  });
+  return reduceRule(
+      c, [&](const std::vector<int64_t> &, ir::Value *dy, ir::Value *) -> Expected<ir::Value *> {
+        PIPEC_ASSIGN(ir::Value * s, c.emit("Sign", {c.input(0)}));
+        return c.mul(s, dy);
+      });
 }
 
 Status reduceL2Grad(GradContext &c) {
-  return reduceRule(c, [&](const std::vector<int64_t> &, ir::Value *dy,
-                           ir::Value *y) -> Expected<ir::Value *> {
-    ir::Value *x = c.input(0);
-    ir::Value *zero = c.scalar(0.0, x->dtype());
-    PIPEC_ASSIGN(ir::Value * q, c.div(x, y));
-    PIPEC_ASSIGN(ir::Value * isZero, c.emit("Equal", {y, zero}));
-    PIPEC_ASSIGN(ir::Value * safe, c.emit("Where", {isZero, zero, q}));
-    return c.mul(safe, dy);
-  });
+  return reduceRule(
+      c, [&](const std::vector<int64_t> &, ir::Value *dy, ir::Value *y) -> Expected<ir::Value *> {
+        ir::Value *x = c.input(0);
+        ir::Value *zero = c.scalar(0.0, x->dtype());
+        PIPEC_ASSIGN(ir::Value * q, c.div(x, y));
+        PIPEC_ASSIGN(ir::Value * isZero, c.emit("Equal", {y, zero}));
+        PIPEC_ASSIGN(ir::Value * safe, c.emit("Where", {isZero, zero, q}));
+        return c.mul(safe, dy);
+      });
 }
 
 Status reduceLogSumExpGrad(GradContext &c) {
-  return reduceRule(c, [&](const std::vector<int64_t> &, ir::Value *dy,
-                           ir::Value *y) -> Expected<ir::Value *> {
-    PIPEC_ASSIGN(ir::Value * d, c.sub(c.input(0), y));
-    PIPEC_ASSIGN(ir::Value * e, c.emit("Exp", {d}));
-    return c.mul(e, dy);
-  });
+  return reduceRule(
+      c, [&](const std::vector<int64_t> &, ir::Value *dy, ir::Value *y) -> Expected<ir::Value *> {
+        PIPEC_ASSIGN(ir::Value * d, c.sub(c.input(0), y));
+        PIPEC_ASSIGN(ir::Value * e, c.emit("Exp", {d}));
+        return c.mul(e, dy);
+      });
 }
 
 Status reduceProdGrad(GradContext &c) {
-  return reduceRule(c, [&](const std::vector<int64_t> &axes, ir::Value *dy,
-                           ir::Value *) -> Expected<ir::Value *> {
-    ir::Value *x = c.input(0);
-    const DType t = x->dtype();
-    ir::Value *zero = c.scalar(0.0, t), *one = c.scalar(1.0, t);
-    PIPEC_ASSIGN(ir::Value * isZero, c.emit("Equal", {x, zero}));
-    PIPEC_ASSIGN(ir::Value * zf, c.emit("Cast", {isZero}, {{"to", Attribute::ofInt(static_cast<int64_t>(t))}}));
-    PIPEC_ASSIGN(ir::Value * zeros, reduceKeep(c, "ReduceSum", zf, axes));
-    PIPEC_ASSIGN(ir::Value * xs, c.emit("Where", {isZero, one, x}));
-    PIPEC_ASSIGN(ir::Value * p, reduceKeep(c, "ReduceProd", xs, axes));
-    PIPEC_ASSIGN(ir::Value * others, c.div(p, xs));
-    PIPEC_ASSIGN(ir::Value * noZero, c.emit("Equal", {zeros, zero}));
-    PIPEC_ASSIGN(ir::Value * oneZero, c.emit("Equal", {zeros, one}));
-    PIPEC_ASSIGN(ir::Value * atZero, c.emit("Where", {oneZero, p, zero}));
-    PIPEC_ASSIGN(ir::Value * atNonZero, c.emit("Where", {noZero, others, zero}));
-    PIPEC_ASSIGN(ir::Value * f, c.emit("Where", {isZero, atZero, atNonZero}));
-    return c.mul(f, dy);
-  });
+  return reduceRule(
+      c,
+      [&](const std::vector<int64_t> &axes, ir::Value *dy, ir::Value *) -> Expected<ir::Value *> {
+        ir::Value *x = c.input(0);
+        const DType t = x->dtype();
+        ir::Value *zero = c.scalar(0.0, t), *one = c.scalar(1.0, t);
+        PIPEC_ASSIGN(ir::Value * isZero, c.emit("Equal", {x, zero}));
+        PIPEC_ASSIGN(ir::Value * zf,
+                     c.emit("Cast", {isZero}, {{"to", Attribute::ofInt(static_cast<int64_t>(t))}}));
+        PIPEC_ASSIGN(ir::Value * zeros, reduceKeep(c, "ReduceSum", zf, axes));
+        PIPEC_ASSIGN(ir::Value * xs, c.emit("Where", {isZero, one, x}));
+        PIPEC_ASSIGN(ir::Value * p, reduceKeep(c, "ReduceProd", xs, axes));
+        PIPEC_ASSIGN(ir::Value * others, c.div(p, xs));
+        PIPEC_ASSIGN(ir::Value * noZero, c.emit("Equal", {zeros, zero}));
+        PIPEC_ASSIGN(ir::Value * oneZero, c.emit("Equal", {zeros, one}));
+        PIPEC_ASSIGN(ir::Value * atZero, c.emit("Where", {oneZero, p, zero}));
+        PIPEC_ASSIGN(ir::Value * atNonZero, c.emit("Where", {noZero, others, zero}));
+        PIPEC_ASSIGN(ir::Value * f, c.emit("Where", {isZero, atZero, atNonZero}));
+        return c.mul(f, dy);
+      });
 }
 
 } // namespace pipec::passes::autodiff

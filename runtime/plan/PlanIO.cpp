@@ -86,6 +86,15 @@ Status validatePlan(const Plan &p) {
     }
     if (tr.optimizer().empty())
       return errorf("the training plan names no optimizer");
+    for (const StateUpdate &u : tr.state_updates()) {
+      PIPEC_TRY(checkTensorRef(p, u.state(), "an updated state", false));
+      PIPEC_TRY(checkTensorRef(p, u.value(), "a state update", false));
+      const TensorInfo &st = p.tensors(u.state()), &v = p.tensors(u.value());
+      if (st.kind() != TensorInfo::CONSTANT || v.kind() != TensorInfo::ACTIVATION ||
+          st.dtype() != v.dtype() || st.bytes() != v.bytes())
+        return errorf("state '", st.name(), "' and its update '", v.name(),
+                      "' must be a constant and an activation of one type");
+    }
   }
   for (int32_t t : p.inputs())
     PIPEC_TRY(checkTensorRef(p, t, "a graph input", false));
