@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Transport.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -37,6 +39,7 @@ public:
       auto [it, fresh] = box.messages.emplace(std::make_pair(from, tag), std::move(msg));
       if (!fresh)
         return errorf("device ", from, " sent message ", tag, " to device ", to, " twice");
+      box.posted.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
     return Status::ok();
@@ -44,8 +47,17 @@ public:
 
   Status recv(int to, int from, uint64_t tag, void *data, size_t bytes) override {
     Mailbox &box = boxes_[to];
-    std::unique_lock<std::mutex> lock(mu_);
     auto key = std::make_pair(from, tag);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!aborted_ && !box.messages.count(key)) {
+      const uint64_t seen = box.posted.load(std::memory_order_acquire);
+      lock.unlock();
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      while (box.posted.load(std::memory_order_acquire) == seen && !abortFlag_.load() &&
+             std::chrono::steady_clock::now() < until) {
+      }
+      lock.lock();
+    }
     cv_.wait(lock, [&] { return aborted_ || box.messages.count(key); });
     if (aborted_)
       return abortStatus_;
@@ -92,6 +104,7 @@ public:
         return;
       aborted_ = true;
       abortStatus_ = why;
+      abortFlag_ = true;
     }
     cv_.notify_all();
   }
@@ -99,6 +112,7 @@ public:
   void reset() override {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_ = false;
+    abortFlag_ = false;
     abortStatus_ = Status::ok();
     for (Mailbox &b : boxes_)
       b.messages.clear();
@@ -106,13 +120,17 @@ public:
   }
 
 private:
+  /// How long a receiver spins before it sleeps.
+  static constexpr std::chrono::microseconds kSpin{200};
   struct Mailbox {
     std::map<std::pair<int, uint64_t>, std::string> messages;
+    std::atomic<uint64_t> posted{0}; ///< messages delivered so far
   };
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Mailbox> boxes_;
   bool aborted_ = false;
+  std::atomic<bool> abortFlag_{false};
   Status abortStatus_ = Status::ok();
   std::vector<std::vector<double>> slots_;
   std::vector<double> sum_;
