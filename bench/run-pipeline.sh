@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# bench/run-pipeline.sh - pipelined training on this machine: the sample
+# GPT-like model, mini-batch 32 in M micro-batches of 32/M, K=1 against K=2
+# stages (one thread per device, 1F1B and GPipe), M in {1,2,4,8,16}.
+# Cases run interleaved (K=1, K=2 1f1b, K=2 gpipe, then again), five rounds;
+# each run times 30 steps after 3 warm-up steps with piperun and reports its
+# median step; the table shows the median over rounds, the speed-up of K=2
+# over K=1 against the ideal 2M/(M+1), and the runtime's own cost per
+# instruction measured on K=1: (step - kernel time - optimizer) / instructions.
+# Usage: bash bench/run-pipeline.sh [BUILD_DIR] [MODEL]
+set -euo pipefail
+BUILD=${1:-build}
+MODEL=${2:-$BUILD/samples/gpt-train.onnx}
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+MS="1 2 4 8 16"
+for m in $MS; do
+  b=$((32 / m))
+  "$BUILD/bin/pipec" "$MODEL" -b $b -k 1 -m $m --train -o "$OUT/k1-$m.plan" -q
+  "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule 1f1b -o "$OUT/k2-1f1b-$m.plan" -q
+  "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule gpipe -o "$OUT/k2-gpipe-$m.plan" -q
+done
+for round in 1 2 3 4 5; do
+  for m in $MS; do
+    for c in k1 k2-1f1b k2-gpipe; do
+      "$BUILD/bin/piperun" "$OUT/$c-$m.plan" --steps 30 --warmup 3 --threads-per-device 1 --json \
+        | /usr/bin/python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+d = j['devices']
+busy = sum(x['busy_seconds_per_step'] + x['optimizer_seconds_per_step'] for x in d)
+ins = sum(x['instructions'] for x in d) / 33
+print('$c', $m, j['median_step_seconds'], j['predicted_step_seconds'], busy, ins)" >> "$OUT/times.txt"
+    done
+  done
+done
+/usr/bin/python3 - "$OUT/times.txt" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    c, m, step, pred, busy, ins = line.split()
+    rows.setdefault((c, int(m)), []).append((float(step), float(pred), float(busy), float(ins)))
+med = lambda v, i: statistics.median(x[i] for x in v)
+print(f"{'M':>3} {'K=1 ms':>8} {'1f1b ms':>8} {'gpipe ms':>9} {'1f1b x':>7} {'gpipe x':>8} {'ideal x':>8} {'1f1b/ideal':>10} {'pred 1f1b ms':>12} {'K=1 us/instr':>12}")
+for m in sorted({m for _, m in rows}):
+    k1, a, g = rows[('k1', m)], rows[('k2-1f1b', m)], rows[('k2-gpipe', m)]
+    ideal = 2 * m / (m + 1)
+    s1, sa, sg = med(k1, 0), med(a, 0), med(g, 0)
+    over = (s1 - med(k1, 2)) / med(k1, 3) * 1e6
+    print(f"{m:3d} {s1*1e3:8.2f} {sa*1e3:8.2f} {sg*1e3:9.2f} {s1/sa:7.2f} {s1/sg:8.2f} {ideal:8.2f} {s1/sa/ideal:10.2f} {med(a, 1)*1e3:12.2f} {over:12.1f}")
+PY
