@@ -37,6 +37,13 @@ using namespace pipec;
 namespace fs = std::filesystem;
 
 namespace {
+/// Devices to pipeline each test over (--stages); 1 by default.
+size_t gStages = 1;
+/// Test cases that ran on more than one device.
+int gPipelined = 0;
+} // namespace
+
+namespace {
 
 struct Outcome {
   enum Kind { Pass, Fail, Skip } kind;
@@ -203,6 +210,12 @@ Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
     }
     codegen::CompileOptions co;
     co.noPasses = true;
+    // --stages K: pipeline the test's graph over up to K devices.
+    size_t forward = 0;
+    for (const ir::Node *n : (*graph)->nodes())
+      forward += n->phase() == ir::Phase::Forward;
+    co.partition.numStages = static_cast<int>(std::min<size_t>(gStages, forward));
+    gPipelined += co.partition.numStages > 1;
     auto compiled = codegen::compileGraph(**graph, co);
     if (!compiled)
       return {Outcome::Fail, compiled.status().message()};
@@ -241,8 +254,10 @@ int main(int argc, char **argv) {
       filter = argv[++i];
     else if (a == "--verbose")
       verbose = true;
+    else if (a == "--stages" && i + 1 < argc && std::atoi(argv[i + 1]) >= 1)
+      gStages = static_cast<size_t>(std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: pipec-conformance [--data DIR] [--filter SUBSTR] [--verbose]\n");
+      std::fprintf(stderr, "usage: pipec-conformance [--data DIR] [--filter SUBSTR] [--stages K] [--verbose]\n");
       return 2;
     }
   }
@@ -290,5 +305,7 @@ int main(int argc, char **argv) {
   }
   (void)removeTree(tmpRoot);
   std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  if (gStages > 1)
+    std::printf("%d test cases ran pipelined over 2 to %zu devices\n", gPipelined, gStages);
   return failed ? 1 : 0;
 }

@@ -153,7 +153,7 @@ struct ModelCase {
   int steps;
 };
 
-const ModelCase kTrainModels[] = {{"mlp-train", 4, 10}, {"gpt-train", 2, 10}, {"cnn-train", 2, 4}};
+const ModelCase kTrainModels[] = {{"mlp-train", 4, 10}, {"gpt-train", 2, 10}, {"cnn-train", 2, 10}};
 const ModelCase kInferModels[] = {{"mlp", 4, 2}, {"gpt", 2, 2}, {"cnn", 2, 2}};
 
 } // namespace
