@@ -344,3 +344,60 @@ TEST(Pipeline, OneFOneBHoldsLessOnTheFirstStageThanGPipe) {
   EXPECT_LT(measured[1], measured[0]) << "1f1b " << measured[1] << " vs gpipe " << measured[0];
   EXPECT_LT(planned[1], planned[0]);
 }
+
+TEST(Pipeline, TiedWeightsAndLongSkipConnections) {
+  // A weight read by the first and the last stage (tied, as embeddings
+  // are) and a value read by every later stage (a long skip): the gradient
+  // contributions of the tied weight meet across stages and the skip value
+  // is sent straight from its producer to each reader.
+  auto build = [](int K, const std::string &schedule) {
+    ir::Graph g;
+    g.setName("tied");
+    g.setOpset("", 17);
+    const int64_t B = 4, D = 8;
+    ir::Value *x = *g.addInput("x", TensorDesc{DType::F32, {B, D}});
+    Tensor w0(DType::F32, {D, D});
+    for (int64_t i = 0; i < w0.numel(); ++i)
+      w0.data<float>()[i] = 0.05f * static_cast<float>((i * 7) % 11) - 0.2f;
+    ir::Value *w = *g.addConstant("w", w0);
+    w->setTrainable(true);
+    ir::Value *h = (*g.addNode("first", "MatMul", "", {x, w}, {"h0"}))->output(0);
+    ir::Value *skip = h;
+    for (int l = 0; l < 6; ++l) {
+      Tensor wl(DType::F32, {D, D});
+      for (int64_t i = 0; i < wl.numel(); ++i)
+        wl.data<float>()[i] = 0.03f * static_cast<float>((i * (l + 3)) % 13) - 0.15f;
+      ir::Value *wv = *g.addConstant(cat("w", l), wl);
+      wv->setTrainable(true);
+      ir::Value *m = (*g.addNode(cat("mm", l), "MatMul", "", {h, wv}, {cat("m", l)}))->output(0);
+      ir::Value *t = (*g.addNode(cat("tanh", l), "Tanh", "", {m}, {cat("t", l)}))->output(0);
+      h = (*g.addNode(cat("skip", l), "Add", "", {t, skip}, {cat("h", l + 1)}))->output(0);
+    }
+    ir::Value *wt = (*g.addNode("tie", "Transpose", "", {w}, {"wt"}))->output(0);
+    ir::Value *out = (*g.addNode("last", "MatMul", "", {h, wt}, {"y"}))->output(0);
+    ir::Value *sq = (*g.addNode("sq", "Mul", "", {out, out}, {"y2"}))->output(0);
+    AttrMap keep;
+    keep["keepdims"] = Attribute::ofInt(0);
+    g.addOutput((*g.addNode("loss", "ReduceMean", "", {sq}, {"l"}, keep))->output(0));
+    codegen::CompileOptions co;
+    co.emit.training = true;
+    co.emit.microBatches = 2;
+    co.emit.schedule = schedule;
+    co.partition.numStages = K;
+    co.partition.schedule = schedule;
+    co.partition.training = true;
+    co.train.optimizer = "adam:lr=0.01";
+    co.train.lossOutput = "l";
+    co.train.clipGradNorm = 0.5;
+    auto compiled = codegen::compileGraph(g, co);
+    EXPECT_TRUE(compiled.isOk()) << compiled.status().message();
+    std::string dir = tempDir(cat("tied-k", K, schedule));
+    EXPECT_TRUE(codegen::writePlanDirectory(dir, compiled->plan).isOk());
+    return dir;
+  };
+  RunResult ref = run(build(1, "1f1b"), 8, true);
+  ASSERT_FALSE(ref.weights.empty());
+  for (int K : {2, 3, 5})
+    for (const char *schedule : {"gpipe", "1f1b"})
+      expectSame(ref, run(build(K, schedule), 8, true), cat("tied K=", K, " ", schedule));
+}
