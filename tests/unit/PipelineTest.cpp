@@ -29,10 +29,23 @@ std::string samplePath(const std::string &name) {
   return std::string(PIPEC_BINARY_DIR) + "/samples/" + name + ".onnx";
 }
 
+/// Plan directories made by this run, removed when the tests end.
+class TempDirs : public ::testing::Environment {
+public:
+  std::vector<std::string> dirs;
+  void TearDown() override {
+    for (const std::string &d : dirs)
+      std::filesystem::remove_all(d);
+  }
+};
+TempDirs *gTempDirs =
+    static_cast<TempDirs *>(::testing::AddGlobalTestEnvironment(new TempDirs));
+
 std::string tempDir(const std::string &name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("pipec-pipeline-" + std::to_string(::getpid()) + "-" + name);
   std::filesystem::remove_all(dir);
+  gTempDirs->dirs.push_back(dir.string());
   return dir.string();
 }
 

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <unistd.h>
 
 using namespace pipec;
@@ -440,6 +441,15 @@ Status runPlan(const Options &o) {
   so.seed = o.seed;
   so.trace = !o.trace.empty();
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
+  // Every device has its own threads; more than the cores share them, which
+  // keeps results exact but makes timings say little about the pipeline.
+  const unsigned cores = std::thread::hardware_concurrency();
+  const long want = static_cast<long>(session->devices().size()) * o.threads;
+  if (cores > 0 && want > static_cast<long>(cores) && !o.json)
+    std::fprintf(stderr,
+                 "piperun: note: %zu devices x %d thread(s) = %ld threads on %u cores; devices share "
+                 "cores, so times are not those of %zu separate devices\n",
+                 session->devices().size(), o.threads, want, cores, session->devices().size());
   if (session->isTraining())
     return trainPlan(o, *session);
   if (!o.dataDir.empty() || o.synthetic || !o.metrics.empty() || !o.checkpoint.empty() ||
