@@ -52,6 +52,7 @@ struct Options {
   std::string resume;
   std::string save;
   std::string trace;
+  bool showProgram = false;
 };
 
 /// Exclusive upper bound for random integer data of input `t`: the size of
@@ -264,6 +265,28 @@ Status saveModel(const runtime::Session &session, const std::string &planDir, co
 }
 
 
+/// Each device's instruction stream, one line per device: F/R/B/W with the
+/// micro-batch, sends (>) and receives (<) with the peer, the optimizer.
+void printPrograms(const plan::Plan &p) {
+  for (const plan::Device &d : p.devices()) {
+    std::string line;
+    for (const plan::Instruction &ins : d.program()) {
+      const unsigned mb = ins.micro_batch();
+      switch (ins.kind()) {
+      case plan::Instruction::FORWARD: line += cat(" F", mb); break;
+      case plan::Instruction::RECOMPUTE: line += cat(" R", mb); break;
+      case plan::Instruction::BACKWARD: line += cat(" B", mb); break;
+      case plan::Instruction::WEIGHT_GRAD: line += cat(" W", mb); break;
+      case plan::Instruction::OPTIMIZER: line += " OPT"; break;
+      case plan::Instruction::SEND: line += cat(" >", ins.peer(), ":", p.tensors(ins.tensor()).name(), "#", mb); break;
+      case plan::Instruction::RECV: line += cat(" <", ins.peer(), ":", p.tensors(ins.tensor()).name(), "#", mb); break;
+      default: line += " ?"; break;
+      }
+    }
+    std::printf("device %d (%d instructions):%s\n", d.index(), d.program_size(), line.c_str());
+  }
+}
+
 /// Per device: what the run measured next to what the plan predicted.
 nlohmann::json deviceReport(const runtime::Session &session, int steps) {
   const plan::Plan &p = session.plan();
@@ -441,6 +464,10 @@ Status runPlan(const Options &o) {
   so.seed = o.seed;
   so.trace = !o.trace.empty();
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
+  if (o.showProgram) {
+    printPrograms(session->plan());
+    return Status::ok();
+  }
   // Every device has its own threads; more than the cores share them, which
   // keeps results exact but makes timings say little about the pipeline.
   const unsigned cores = std::thread::hardware_concurrency();
@@ -619,6 +646,9 @@ int main(int argc, char **argv) {
   app.add_option("--checkpoint-every", o.checkpointEvery, "training: checkpoint every N steps");
   app.add_option("--resume", o.resume,
                  "training: continue from a checkpoint; --steps is then the total to reach");
+  app.add_flag("--show-program", o.showProgram,
+               "print each device's instruction stream (F/R/B/W micro-batch, >peer:tensor#mb "
+               "sends, <peer:tensor#mb receives, OPT) and exit");
   app.add_option("--trace", o.trace,
                  "write a Chrome trace (Perfetto, chrome://tracing): one track per device, one "
                  "slice per instruction");
