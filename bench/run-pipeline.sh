@@ -6,7 +6,8 @@
 # each run times 30 steps after 3 warm-up steps with piperun and reports its
 # median step; the table shows the median over rounds, the speed-up of K=2
 # over K=1 against the ideal 2M/(M+1), and the runtime's own cost per
-# instruction measured on K=1: (step - kernel time - optimizer) / instructions.
+# instruction measured on K=1: (mean step - kernel time - optimizer) /
+# instructions, all averaged over the same steps.
 # Usage: bash bench/run-pipeline.sh [BUILD_DIR] [MODEL]
 set -euo pipefail
 BUILD=${1:-build}
@@ -20,7 +21,7 @@ for m in $MS; do
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule 1f1b -o "$OUT/k2-1f1b-$m.plan" -q
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule gpipe -o "$OUT/k2-gpipe-$m.plan" -q
 done
-for round in 1 2 3 4 5; do
+for round in $(seq 1 ${ROUNDS:-5}); do
   for m in $MS; do
     for c in k1 k2-1f1b k2-gpipe; do
       "$BUILD/bin/piperun" "$OUT/$c-$m.plan" --steps 30 --warmup 3 --threads-per-device 1 --json \
@@ -30,7 +31,7 @@ j = json.load(sys.stdin)
 d = j['devices']
 busy = sum(x['busy_seconds_per_step'] + x['optimizer_seconds_per_step'] for x in d)
 ins = sum(x['instructions'] for x in d) / 33
-print('$c', $m, j['median_step_seconds'], j['predicted_step_seconds'], busy, ins)" >> "$OUT/times.txt"
+print('$c', $m, j['median_step_seconds'], j['predicted_step_seconds'], j['mean_step_seconds'] - busy, ins)" >> "$OUT/times.txt"
     done
   done
 done
@@ -38,14 +39,14 @@ done
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    c, m, step, pred, busy, ins = line.split()
-    rows.setdefault((c, int(m)), []).append((float(step), float(pred), float(busy), float(ins)))
+    c, m, step, pred, rest, ins = line.split()
+    rows.setdefault((c, int(m)), []).append((float(step), float(pred), float(rest), float(ins)))
 med = lambda v, i: statistics.median(x[i] for x in v)
 print(f"{'M':>3} {'K=1 ms':>8} {'1f1b ms':>8} {'gpipe ms':>9} {'1f1b x':>7} {'gpipe x':>8} {'ideal x':>8} {'1f1b/ideal':>10} {'pred 1f1b ms':>12} {'K=1 us/instr':>12}")
 for m in sorted({m for _, m in rows}):
     k1, a, g = rows[('k1', m)], rows[('k2-1f1b', m)], rows[('k2-gpipe', m)]
     ideal = 2 * m / (m + 1)
     s1, sa, sg = med(k1, 0), med(a, 0), med(g, 0)
-    over = (s1 - med(k1, 2)) / med(k1, 3) * 1e6
+    over = med(k1, 2) / med(k1, 3) * 1e6
     print(f"{m:3d} {s1*1e3:8.2f} {sa*1e3:8.2f} {sg*1e3:9.2f} {s1/sa:7.2f} {s1/sg:8.2f} {ideal:8.2f} {s1/sa/ideal:10.2f} {med(a, 1)*1e3:12.2f} {over:12.1f}")
 PY

@@ -436,6 +436,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     std::cout << nlohmann::json{{"steps", o.steps}, {"first_loss", firstLoss}, {"last_loss", lastLoss},
                                 {"median_step_seconds", med}, {"samples_per_second", examples / med},
                                 {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
+                                {"mean_step_seconds", session.stepSeconds() / std::max<double>(1, session.stepsRun())},
                                 {"devices", devs}}
                      .dump(2)
               << "\n";
@@ -587,6 +588,8 @@ Status runPlan(const Options &o) {
   nlohmann::json devs = deviceReport(*session, total);
   j["devices"] = devs;
   j["predicted_step_seconds"] = p.pipeline().predicted_step_seconds();
+  // Over every step run (warm-up included), like the per-device figures.
+  j["mean_step_seconds"] = session->stepSeconds() / std::max<double>(1, session->stepsRun());
   if (!o.trace.empty())
     PIPEC_TRY(writeTrace(o.trace, *session));
   if (!o.profileOps.empty())
