@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "ir/shape/RuleUtil.h"
 
+#include <initializer_list>
+
 namespace pipec::ir::shape {
 
 namespace {
@@ -153,21 +155,50 @@ Status maxPoolGradRule(const ShapeContext &ctx, Outputs &out) {
   return Status::ok();
 }
 
+namespace {
+
+/// Fails unless inputs `idx` are [C] tensors of X's dtype (X is input xIdx,
+/// of rank >= 2); returns C's desc through `perChannel`.
+Status expectPerChannel(const ShapeContext &ctx, size_t xIdx, std::initializer_list<size_t> idx,
+                        TensorDesc &perChannel) {
+  const TensorDesc &x = ctx.inputType(xIdx);
+  if (!isFloat(x.dtype) || x.rank() < 2)
+    return ctx.error(cat("X must be a float tensor of rank >= 2, it is ", x.str()));
+  perChannel = {x.dtype, {x.shape[1]}};
+  for (size_t i : idx)
+    if (ctx.inputType(i) != perChannel)
+      return ctx.error(cat(inputLabel(ctx, i), " is ", ctx.inputType(i).str(), ", expected ",
+                           perChannel.str(), " for X ", x.str()));
+  return Status::ok();
+}
+
+} // namespace
+
+Status batchNormStatsRule(const ShapeContext &ctx, Outputs &out) {
+  // X, mean, var -> mean, 1/sqrt(var + epsilon), [C] each.
+  TensorDesc c;
+  PIPEC_TRY(expectPerChannel(ctx, 0, {1, 2}, c));
+  out[0] = c;
+  out[1] = c;
+  return Status::ok();
+}
+
 Status batchNormGradRule(const ShapeContext &ctx, Outputs &out) {
-  // dY, X, scale, mean, var -> dX, dScale, dBias.
-  PIPEC_TRY(expectFloat(ctx, 0));
+  // dY, X, scale, mean, rstd -> dX.
+  TensorDesc c;
+  PIPEC_TRY(expectPerChannel(ctx, 1, {2, 3, 4}, c));
   PIPEC_TRY(expectSameType(ctx, 0, 1));
-  PIPEC_TRY(expectSameDType(ctx, {0, 2, 3, 4}));
-  const TensorDesc &x = ctx.inputType(1), &scale = ctx.inputType(2);
-  if (x.rank() < 2 || scale.shape != Shape{x.shape[1]})
-    return ctx.error(cat("scale ", scale.str(), " must be [C] for X ", x.str()));
-  for (size_t i = 3; i < 5; ++i)
-    if (ctx.inputType(i).shape != scale.shape)
-      return ctx.error(cat(inputLabel(ctx, i), " is ", ctx.inputType(i).str(),
-                           ", expected the shape of scale ", scale.str()));
-  out[0] = x;
-  out[1] = scale;
-  out[2] = scale;
+  out[0] = ctx.inputType(1);
+  return Status::ok();
+}
+
+Status batchNormScaleGradRule(const ShapeContext &ctx, Outputs &out) {
+  // dY, X, mean, rstd -> dScale, dBias, [C] each.
+  TensorDesc c;
+  PIPEC_TRY(expectPerChannel(ctx, 1, {2, 3}, c));
+  PIPEC_TRY(expectSameType(ctx, 0, 1));
+  out[0] = c;
+  out[1] = c;
   return Status::ok();
 }
 

@@ -132,6 +132,8 @@ Status layerNormScaleGradRule(const ShapeContext &, Outputs &);
 Status gatherGradRule(const ShapeContext &, Outputs &);
 Status shapeAttrGradRule(const ShapeContext &, Outputs &);
 Status maxPoolGradRule(const ShapeContext &, Outputs &);
+Status batchNormStatsRule(const ShapeContext &, Outputs &);
 Status batchNormGradRule(const ShapeContext &, Outputs &);
+Status batchNormScaleGradRule(const ShapeContext &, Outputs &);
 
 } // namespace pipec::ir::shape

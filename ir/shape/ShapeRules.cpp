@@ -158,7 +158,9 @@ const RuleEntry kGradRules[] = {
     {"GeluGrad", elementwiseGradRule},
     {"ConvGradInput", shapeAttrGradRule},
     {"ConvGradWeight", shapeAttrGradRule},
+    {"BatchNormalizationStats", batchNormStatsRule},
     {"BatchNormalizationGrad", batchNormGradRule},
+    {"BatchNormalizationScaleGrad", batchNormScaleGradRule},
     {"MaxPoolGrad", maxPoolGradRule},
     {"AveragePoolGrad", shapeAttrGradRule},
 };

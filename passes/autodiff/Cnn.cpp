@@ -2,13 +2,17 @@
 //
 // Gradients of the convolutional-network ops:
 //   GlobalAveragePool: dX = Expand(dY, X.shape) / spatial size.
-//   Conv: dX = pipec:ConvGradInput(dY, W), dW = pipec:ConvGradWeight(dY, X)
-//     (both carry the forward's window attributes and `shape`, the shape of
-//     the result), dB = ReduceSum of dY over N and the spatial axes.
-//   BatchNormalization: pipec:BatchNormalizationGrad(dY, X, scale, mean,
-//     var) -> dX, dScale, dBias. It carries the forward's attributes and so
-//     decides between batch statistics (training) and the given ones exactly
-//     as the forward kernel does. mean and var are not differentiated.
+//   Conv (1-D to 3-D): dX = pipec:ConvGradInput(dY, W),
+//     dW = pipec:ConvGradWeight(dY, X) (both carry the forward's window
+//     attributes and `shape`, the shape of the result), dB = ReduceSum of dY
+//     over N and the spatial axes.
+//   BatchNormalization: pipec:BatchNormalizationStats(X, mean, var) -> (mu,
+//     rstd) once, then pipec:BatchNormalizationGrad(dY, X, scale, mu, rstd)
+//     -> dX (B) and pipec:BatchNormalizationScaleGrad(dY, X, mu, rstd) ->
+//     (dScale, dBias) (W: nothing on the way to dX reads it, so a schedule
+//     can defer it). All carry the forward's attributes and so decide
+//     between batch statistics (training) and the given ones exactly as the
+//     forward kernel does. mean and var are not differentiated.
 //   MaxPool: pipec:MaxPoolGrad(dY, X) routes dY to the argmax recomputed
 //     from X (first maximum in window order, as the forward).
 //   AveragePool: pipec:AveragePoolGrad(dY) spreads dY over the window with
@@ -62,8 +66,8 @@ Status globalAveragePoolGrad(GradContext &c) {
 
 Status convGrad(GradContext &c) {
   ir::Value *dy = c.outGrad(0), *x = c.input(0), *w = c.input(1);
-  if (x->shape().size() < 3 || x->shape().size() > 4)
-    return c.error(cat("only 1-D and 2-D convolutions are differentiated, X is ",
+  if (x->shape().size() < 3 || x->shape().size() > 5)
+    return c.error(cat("only 1-D, 2-D and 3-D convolutions are differentiated, X is ",
                        x->type().str()));
   if (c.needsGrad(0)) {
     PIPEC_ASSIGN(ir::Value * g,
@@ -93,15 +97,26 @@ Status batchNormGrad(GradContext &c) {
     return c.error("spatial = 0 is not differentiated");
   if (!c.needsGrad(0) && !c.needsGrad(1) && !c.needsGrad(2))
     return Status::ok();
-  PIPEC_ASSIGN(std::vector<ir::Value *> g,
-               c.emitN("BatchNormalizationGrad",
-                       {c.outGrad(0), c.input(0), c.input(1), c.input(3), c.input(4)}, 3,
+  PIPEC_ASSIGN(std::vector<ir::Value *> stats,
+               c.emitN("BatchNormalizationStats", {c.input(0), c.input(3), c.input(4)}, 2,
                        c.attrs(), "pipec"));
-  for (size_t i = 0; i < 3; ++i)
-    if (c.needsGrad(i)) {
-      PIPEC_ASSIGN(ir::Value * r, c.reshape(g[i], c.input(i)->shape()));
-      c.setGrad(i, r);
-    }
+  ir::Value *dy = c.outGrad(0), *x = c.input(0);
+  if (c.needsGrad(0)) {
+    PIPEC_ASSIGN(std::vector<ir::Value *> g,
+                 c.emitN("BatchNormalizationGrad", {dy, x, c.input(1), stats[0], stats[1]}, 1,
+                         c.attrs(), "pipec"));
+    c.setGrad(0, g[0]);
+  }
+  if (c.needsGrad(1) || c.needsGrad(2)) {
+    PIPEC_ASSIGN(std::vector<ir::Value *> g,
+                 c.emitN("BatchNormalizationScaleGrad", {dy, x, stats[0], stats[1]}, 2, c.attrs(),
+                         "pipec"));
+    for (size_t i = 1; i < 3; ++i)
+      if (c.needsGrad(i)) {
+        PIPEC_ASSIGN(ir::Value * r, c.reshape(g[i - 1], c.input(i)->shape()));
+        c.setGrad(i, r);
+      }
+  }
   return Status::ok();
 }
 
@@ -177,9 +192,9 @@ Status convTransposeGrad(GradContext &c) {
     c.setGrad(0, g);
   }
   if (c.needsGrad(1)) {
-    if (n > 2)
+    if (n > 3)
       return c.error(cat("the weight gradient of a ", n,
-                         "-D ConvTranspose is not supported (1-D and 2-D are)"));
+                         "-D ConvTranspose is not supported (1-D to 3-D are)"));
     PIPEC_ASSIGN(ir::Value * g, c.emitPipec("ConvGradWeight", {x, dy}, withShape(conv, ws)));
     c.setGrad(1, g);
   }

@@ -8,8 +8,8 @@
 // the loss. Evaluation runs with ExecContext::training = true, so
 // BatchNormalization without training_mode uses batch statistics, as in
 // training. Per-case maximum errors are printed. Also: an MLP end to end,
-// names and phases of the emitted nodes, and the error for an op without a
-// gradient rule.
+// names and phases of the emitted nodes (BatchNormalization's dScale/dBias
+// node is W), and the error for an op without a gradient rule.
 //
 //===----------------------------------------------------------------------===//
 #include "ir/Text.h"
@@ -793,6 +793,10 @@ TEST(GradCheck, Conv) {
        attrs({{"auto_pad", S("SAME_UPPER")}, {"strides", Is({2, 2})}}), false},
       {"Conv 1-D stride 2 pads 1", {2, 2, 7}, {3, 2, 3},
        attrs({{"strides", Is({2})}, {"pads", Is({1, 1})}}), true},
+      {"Conv 3-D strides asymmetric pads", {1, 2, 4, 5, 4}, {2, 2, 3, 2, 3},
+       attrs({{"strides", Is({2, 1, 2})}, {"pads", Is({1, 0, 1, 1, 1, 0})}}), true},
+      {"Conv 3-D group 2 dilations", {2, 4, 5, 3, 4}, {2, 2, 2, 2, 2},
+       attrs({{"group", I(2)}, {"dilations", Is({2, 1, 1})}}), false},
   };
   for (const Case &cs : cases) {
     Builder b(301);
@@ -908,6 +912,8 @@ TEST(GradCheck, ConvTranspose) {
       {"ConvTranspose SAME_LOWER stride 2", {1, 1, 3, 2}, {1, 2, 2, 3},
        attrs({{"strides", Is({2, 2})}, {"auto_pad", S("SAME_LOWER")}}), false},
       {"ConvTranspose 1-D stride 3", {2, 2, 4}, {2, 2, 3}, attrs({{"strides", Is({3})}}), true},
+      {"ConvTranspose 3-D stride 2 pads 1", {1, 2, 2, 3, 2}, {2, 2, 2, 3, 2},
+       attrs({{"strides", Is({2, 2, 2})}, {"pads", Is({1, 0, 1, 0, 1, 0})}}), true},
   };
   for (const Case &cs : cases) {
     Builder b(550);
@@ -998,6 +1004,38 @@ TEST(Autodiff, NamesAndPhases) {
   ASSERT_TRUE(passes::inferShapes(b2.g).isOk());
   ASSERT_TRUE(passes::differentiate(b2.g, {b2.g.outputs()[0]->name()}).isOk());
   EXPECT_EQ(ir::printGraph(b2.g), text);
+}
+
+/// BatchNormalization's gradient: one statistics node and dX on the way to
+/// the activation gradient (B), dScale and dBias in a node of their own that
+/// only parameter gradients read (W), with given and with batch statistics.
+TEST(Autodiff, BatchNormalizationPhases) {
+  for (int mode : {0, 1}) {
+    Builder b(305, 15);
+    ir::Value *h = b.op("Mul", {b.data("x", {2, 3, 4}), b.param("P", {2, 3, 4})});
+    ir::Value *y = b.op("BatchNormalization",
+                        {h, b.param("scale", {3}, true), b.param("B", {3}),
+                         b.f64s("mean", {0, 0, 0}, {3}), b.f64s("var", {1, 1, 1}, {3})},
+                        attrs({{"training_mode", I(mode)}}));
+    ir::Value *loss = b.op("ReduceSum", {b.op("Mul", {y, b.data("R", {2, 3, 4})})},
+                           attrs({{"keepdims", I(0)}}));
+    ASSERT_TRUE(passes::inferShapes(b.g).isOk());
+    auto grads = passes::differentiate(b.g, {loss->name()});
+    ASSERT_TRUE(grads.isOk()) << grads.status().message();
+    std::map<std::string, ir::Phase> phase;
+    for (ir::Node *n : b.g.nodes())
+      if (n->domain() == "pipec" && n->opType().rfind("BatchNormalization", 0) == 0) {
+        EXPECT_FALSE(phase.count(n->opType())) << n->opType() << " emitted twice";
+        phase[n->opType()] = n->phase();
+      }
+    ASSERT_EQ(phase.size(), 3u) << "mode " << mode;
+    EXPECT_EQ(phase["BatchNormalizationStats"], ir::Phase::Backward) << "mode " << mode;
+    EXPECT_EQ(phase["BatchNormalizationGrad"], ir::Phase::Backward) << "mode " << mode;
+    EXPECT_EQ(phase["BatchNormalizationScaleGrad"], ir::Phase::WeightGrad) << "mode " << mode;
+    for (const passes::GradientPair &p : *grads)
+      if (p.param->name() != "P")
+        EXPECT_EQ(p.grad->producer()->opType(), "BatchNormalizationScaleGrad") << p.grad->name();
+  }
 }
 
 TEST(Autodiff, NoRuleError) {

@@ -1,13 +1,19 @@
-//===- runtime/cpu/kernels/GradBatchNorm.cpp - pipec:BatchNormalizationGrad
+//===- runtime/cpu/kernels/GradBatchNorm.cpp - BatchNormalization gradients
 //
-// (dY, X, scale, mean, var) -> (dX, dScale, dBias) of BatchNormalization
-// with the forward's attributes. Statistics are chosen as the forward kernel
-// chooses them (BatchNorm.cpp): training_mode if given, else
-// ExecContext::training. With xhat = (x - mu) * rstd, rstd = 1/sqrt(v + eps):
-//   dBias = sum(dY), dScale = sum(dY * xhat)   (over N and spatial)
-//   training (mu, v the batch's):  dX = scale * rstd * (dY - mean(dY)
-//                                       - xhat * mean(dY * xhat))
-//   inference (mu, v given):       dX = scale * rstd * dY
+// The three pipec ops of BatchNormalization's gradient, all with the
+// forward's attributes. Statistics are chosen as the forward kernel chooses
+// them (BatchNorm.cpp): training_mode if given, else ExecContext::training.
+//   BatchNormalizationStats(X, mean, var) -> (mu, rstd): the batch's mean and
+//     biased variance (training) or the given ones, rstd = 1/sqrt(v + eps).
+//   BatchNormalizationScaleGrad(dY, X, mu, rstd) -> (dScale, dBias):
+//     dBias = sum(dY), dScale = sum(dY * xhat) over N and spatial,
+//     xhat = (x - mu) * rstd.
+//   BatchNormalizationGrad(dY, X, scale, mu, rstd) -> dX:
+//     training:   dX = scale * rstd * (dY - mean(dY) - xhat * mean(dY * xhat))
+//     inference:  dX = scale * rstd * dY
+// dX recomputes the two sums it needs in training rather than reading them
+// from ScaleGrad, so that ScaleGrad stays a weight-gradient node that a
+// schedule can defer; the statistics are computed once (Stats) for both.
 // Channels are independent tasks summed in a fixed order in double: results
 // do not depend on the thread count.
 //
@@ -20,12 +26,97 @@ namespace pipec::cpu {
 
 namespace {
 
-template <typename T> class BatchNormGradKernel final : public Kernel {
-public:
+/// What the three kernels share: the [N, C, inner] geometry and the mode.
+struct BnGradGeom {
   int64_t N = 0, C = 0, inner = 0;
   double epsilon = 1e-5;
   int trainingAttr = -1; ///< training_mode if given, else -1
 
+  bool training(const ExecContext &ctx) const {
+    return trainingAttr >= 0 ? trainingAttr == 1 : ctx.training;
+  }
+  bool parallel() const { return N * C * inner > 16384; }
+};
+
+/// sum(dY) and sum(dY * xhat) of channel c, in double, in a fixed order.
+template <typename T>
+void channelSums(const BnGradGeom &g, const T *dy, const T *x, int64_t c, double mu, double rstd,
+                 double &sdy, double &sdyx) {
+  sdy = 0;
+  sdyx = 0;
+  for (int64_t n = 0; n < g.N; ++n) {
+    const T *xp = x + (n * g.C + c) * g.inner, *gp = dy + (n * g.C + c) * g.inner;
+    for (int64_t i = 0; i < g.inner; ++i) {
+      sdy += gp[i];
+      sdyx += static_cast<double>(gp[i]) * ((xp[i] - mu) * rstd);
+    }
+  }
+}
+
+template <typename T> class BatchNormStatsKernel final : public Kernel {
+public:
+  explicit BatchNormStatsKernel(BnGradGeom g) : g_(g) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    for (int i = 0; i < 3; ++i)
+      if (!in[i])
+        return errorf("BatchNormalizationStats: input ", i, " is missing at run time");
+    const T *x = static_cast<const T *>(in[0]);
+    const T *mean = static_cast<const T *>(in[1]);
+    const T *var = static_cast<const T *>(in[2]);
+    T *mu = static_cast<T *>(out[0]);
+    T *rstd = static_cast<T *>(out[1]);
+    const bool training = g_.training(ctx);
+#pragma omp parallel for schedule(static) if (training && g_.parallel())
+    for (int64_t c = 0; c < g_.C; ++c) {
+      double m, v;
+      if (training) {
+        linalgChannelStats(x, g_.N, g_.C, g_.inner, c, m, v);
+      } else {
+        m = mean[c];
+        v = var[c];
+      }
+      mu[c] = static_cast<T>(m);
+      rstd[c] = static_cast<T>(1.0 / std::sqrt(v + g_.epsilon));
+    }
+    return Status::ok();
+  }
+
+private:
+  BnGradGeom g_;
+};
+
+template <typename T> class BatchNormScaleGradKernel final : public Kernel {
+public:
+  explicit BatchNormScaleGradKernel(BnGradGeom g) : g_(g) {}
+  Status run(ExecContext &, const void *const *in, void *const *out) override {
+    for (int i = 0; i < 4; ++i)
+      if (!in[i])
+        return errorf("BatchNormalizationScaleGrad: input ", i, " is missing at run time");
+    const T *dy = static_cast<const T *>(in[0]);
+    const T *x = static_cast<const T *>(in[1]);
+    const T *mu = static_cast<const T *>(in[2]);
+    const T *rstd = static_cast<const T *>(in[3]);
+    T *dscale = static_cast<T *>(out[0]);
+    T *dbias = static_cast<T *>(out[1]);
+#pragma omp parallel for schedule(static) if (g_.parallel())
+    for (int64_t c = 0; c < g_.C; ++c) {
+      double sdy, sdyx;
+      channelSums(g_, dy, x, c, mu[c], rstd[c], sdy, sdyx);
+      if (dbias)
+        dbias[c] = static_cast<T>(sdy);
+      if (dscale)
+        dscale[c] = static_cast<T>(sdyx);
+    }
+    return Status::ok();
+  }
+
+private:
+  BnGradGeom g_;
+};
+
+template <typename T> class BatchNormGradKernel final : public Kernel {
+public:
+  explicit BatchNormGradKernel(BnGradGeom g) : g_(g) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     for (int i = 0; i < 5; ++i)
       if (!in[i])
@@ -33,79 +124,101 @@ public:
     const T *dy = static_cast<const T *>(in[0]);
     const T *x = static_cast<const T *>(in[1]);
     const T *scale = static_cast<const T *>(in[2]);
-    const T *mean = static_cast<const T *>(in[3]);
-    const T *var = static_cast<const T *>(in[4]);
+    const T *mu = static_cast<const T *>(in[3]);
+    const T *rstd = static_cast<const T *>(in[4]);
     T *dx = static_cast<T *>(out[0]);
-    T *dscale = static_cast<T *>(out[1]);
-    T *dbias = static_cast<T *>(out[2]);
-    const bool training = trainingAttr >= 0 ? trainingAttr == 1 : ctx.training;
-    const int64_t count = N * inner;
-#pragma omp parallel for schedule(static) if (N * C * inner > 16384)
-    for (int64_t c = 0; c < C; ++c) {
-      double m, v;
-      if (training) {
-        linalgChannelStats(x, N, C, inner, c, m, v);
-      } else {
-        m = mean[c];
-        v = var[c];
+    const bool training = g_.training(ctx);
+    const int64_t count = g_.N * g_.inner;
+#pragma omp parallel for schedule(static) if (g_.parallel())
+    for (int64_t c = 0; c < g_.C; ++c) {
+      const double m = mu[c], r = rstd[c], a = scale[c] * r;
+      double mdy = 0, mdyx = 0;
+      if (training && count) {
+        double sdy, sdyx;
+        channelSums(g_, dy, x, c, m, r, sdy, sdyx);
+        mdy = sdy / count;
+        mdyx = sdyx / count;
       }
-      const double rstd = 1.0 / std::sqrt(v + epsilon);
-      double sdy = 0, sdyx = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T *xp = x + (n * C + c) * inner, *gp = dy + (n * C + c) * inner;
-        for (int64_t i = 0; i < inner; ++i) {
-          sdy += gp[i];
-          sdyx += static_cast<double>(gp[i]) * ((xp[i] - m) * rstd);
+      for (int64_t n = 0; n < g_.N; ++n) {
+        const T *xp = x + (n * g_.C + c) * g_.inner, *gp = dy + (n * g_.C + c) * g_.inner;
+        T *op = dx + (n * g_.C + c) * g_.inner;
+        if (!training) {
+          for (int64_t i = 0; i < g_.inner; ++i)
+            op[i] = static_cast<T>(a * gp[i]);
+          continue;
         }
-      }
-      dbias[c] = static_cast<T>(sdy);
-      dscale[c] = static_cast<T>(sdyx);
-      const double a = scale[c] * rstd;
-      const double mdy = training && count ? sdy / count : 0.0;
-      const double mdyx = training && count ? sdyx / count : 0.0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T *xp = x + (n * C + c) * inner, *gp = dy + (n * C + c) * inner;
-        T *op = dx + (n * C + c) * inner;
-        for (int64_t i = 0; i < inner; ++i) {
-          const double xhat = (xp[i] - m) * rstd;
+        for (int64_t i = 0; i < g_.inner; ++i) {
+          const double xhat = (xp[i] - m) * r;
           op[i] = static_cast<T>(a * (gp[i] - mdy - xhat * mdyx));
         }
       }
     }
     return Status::ok();
   }
+
+private:
+  BnGradGeom g_;
 };
 
-} // namespace
-
-Expected<KernelPtr> makeBatchNormalizationGradKernel(const OpDesc &d) {
-  if (d.inputs.size() != 5 || d.outputs.size() != 3)
-    return errorf(d.where(), ": expects 5 inputs and 3 outputs, got ", d.inputs.size(), " and ",
-                  d.outputs.size());
-  const TensorDesc &dy = d.inputs[0], &x = d.inputs[1];
-  if (dy != x || x.rank() < 2)
-    return errorf(d.where(), ": dY ", dy.str(), " and X ", x.str(),
-                  " must have the same type, of rank >= 2");
+/// Checks that input `xIdx` is X of rank >= 2, inputs `perChannel` and
+/// outputs `perChannelOut` are [C] of X's dtype, and (if dyIdx >= 0) input
+/// dyIdx is typed as X; fills the geometry.
+Status checkBn(const OpDesc &d, size_t numIn, size_t numOut, int dyIdx, size_t xIdx,
+               const std::vector<size_t> &perChannel, const std::vector<size_t> &perChannelOut,
+               BnGradGeom &g) {
+  if (d.inputs.size() != numIn || d.outputs.size() != numOut)
+    return errorf(d.where(), ": expects ", numIn, " inputs and ", numOut, " outputs, got ",
+                  d.inputs.size(), " and ", d.outputs.size());
+  const TensorDesc &x = d.inputs[xIdx];
+  if (x.rank() < 2 || !isFloat(x.dtype))
+    return errorf(d.where(), ": X ", x.str(), " must be a float tensor of rank >= 2");
+  if (dyIdx >= 0 && d.inputs[static_cast<size_t>(dyIdx)] != x)
+    return errorf(d.where(), ": dY ", d.inputs[static_cast<size_t>(dyIdx)].str(), " and X ",
+                  x.str(), " must have the same type");
   const int64_t C = x.shape[1];
-  for (size_t i = 2; i < 5; ++i)
+  for (size_t i : perChannel)
     if (d.inputs[i].dtype != x.dtype || d.inputs[i].numel() != C)
       return errorf(d.where(), ": input ", i, " ", d.inputs[i].str(), " is not ", C, " ",
                     dtypeName(x.dtype), " elements");
-  if (d.outputs[0] != x)
-    return errorf(d.where(), ": dX ", d.outputs[0].str(), " is not typed as X ", x.str());
-  for (size_t i = 1; i < 3; ++i)
-    if (d.outputs[i].dtype != x.dtype || d.outputs[i].numel() != C)
+  for (size_t i : perChannelOut)
+    if (linalgHasOutput(d, i) && (d.outputs[i].dtype != x.dtype || d.outputs[i].numel() != C))
       return errorf(d.where(), ": output ", i, " ", d.outputs[i].str(), " is not ", C, " ",
                     dtypeName(x.dtype), " elements");
-  return linalgDispatchFloat(d, x.dtype, [&](auto tag) -> Expected<KernelPtr> {
-    auto k = std::make_unique<BatchNormGradKernel<decltype(tag)>>();
-    k->N = x.shape[0];
-    k->C = C;
-    k->inner = k->N != 0 && C != 0 ? x.numel() / (k->N * C) : 0;
-    k->epsilon = attrFloat(d.attrs, "epsilon", 1e-5f);
-    if (attrHas(d.attrs, "training_mode"))
-      k->trainingAttr = attrInt(d.attrs, "training_mode", 0) != 0 ? 1 : 0;
-    return KernelPtr(std::move(k));
+  g.N = x.shape[0];
+  g.C = C;
+  g.inner = g.N != 0 && C != 0 ? x.numel() / (g.N * C) : 0;
+  g.epsilon = attrFloat(d.attrs, "epsilon", 1e-5f);
+  if (attrHas(d.attrs, "training_mode"))
+    g.trainingAttr = attrInt(d.attrs, "training_mode", 0) != 0 ? 1 : 0;
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<KernelPtr> makeBatchNormalizationStatsKernel(const OpDesc &d) {
+  BnGradGeom g;
+  PIPEC_TRY(checkBn(d, 3, 2, -1, 0, {1, 2}, {0, 1}, g));
+  return linalgDispatchFloat(d, d.inputs[0].dtype, [&](auto tag) -> Expected<KernelPtr> {
+    return KernelPtr(new BatchNormStatsKernel<decltype(tag)>(g));
+  });
+}
+
+Expected<KernelPtr> makeBatchNormalizationScaleGradKernel(const OpDesc &d) {
+  BnGradGeom g;
+  PIPEC_TRY(checkBn(d, 4, 2, 0, 1, {2, 3}, {0, 1}, g));
+  return linalgDispatchFloat(d, d.inputs[1].dtype, [&](auto tag) -> Expected<KernelPtr> {
+    return KernelPtr(new BatchNormScaleGradKernel<decltype(tag)>(g));
+  });
+}
+
+Expected<KernelPtr> makeBatchNormalizationGradKernel(const OpDesc &d) {
+  BnGradGeom g;
+  PIPEC_TRY(checkBn(d, 5, 1, 0, 1, {2, 3, 4}, {}, g));
+  if (d.outputs[0] != d.inputs[1])
+    return errorf(d.where(), ": dX ", d.outputs[0].str(), " is not typed as X ",
+                  d.inputs[1].str());
+  return linalgDispatchFloat(d, d.inputs[1].dtype, [&](auto tag) -> Expected<KernelPtr> {
+    return KernelPtr(new BatchNormGradKernel<decltype(tag)>(g));
   });
 }
 

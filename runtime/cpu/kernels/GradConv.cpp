@@ -1,38 +1,56 @@
 //===- runtime/cpu/kernels/GradConv.cpp - pipec:ConvGradInput/ConvGradWeight
 //
-// The gradients of a 1-D or 2-D Conv (group, strides, pads or auto_pad,
+// The gradients of a 1-D, 2-D or 3-D Conv (group, strides, pads or auto_pad,
 // dilations; the forward's attributes, and `shape`, the shape of the
 // result):
-//   ConvGradInput(dY, W) -> dX: every (n, c) plane of dX gathers, in a fixed
-//     order (output channel of c's group, kernel tap, output position), the
-//     products dY * W of the taps that read it.
-//   ConvGradWeight(dY, X) -> dW: every (m, c) filter sums dY * X over images
-//     and output positions, in order, in double.
-// Direct loops parallel over independent outputs only: results do not
-// depend on the thread count. 1-D runs as 2-D with a unit height.
+//   ConvGradInput(dY, W) -> dX
+//   ConvGradWeight(dY, X) -> dW
+// f32 runs a oneDNN convolution_backward_data / convolution_backward_weights
+// primitive created in the factory (as the forward Conv does, Conv.cpp), on
+// the blocked layouts oneDNN picks, with reorders from and to the graph's
+// plain NC[D]HW / [G]OI[D]HW layouts (measured faster, see
+// DnnlConvGradPlan). f64 (the gradient checks) and a case oneDNN declines
+// run direct loops:
+//   dX: every (n, c) plane gathers, in a fixed order (output channel of c's
+//     group, kernel tap, output position), the products dY * W of the taps
+//     that read it;
+//   dW: every (m, c) filter tap sums dY * X over images and output
+//     positions, in order, in double.
+// The loops parallelize over independent outputs only. oneDNN's
+// backward-data primitive computes each element of dX in one thread; its
+// backward-weights primitive splits the sum over images among its threads,
+// so dW runs it single-threaded on fixed chunks of images, in parallel, and
+// adds the chunks in order. Every path therefore gives bitwise the same
+// result for any thread count (tests/unit/ConvGradKernelTest.cpp checks that
+// and compares the paths). PIPEC_LINALG_NO_DNNL selects the loops for f32
+// as well. 1-D and 2-D run the loops as 3-D with unit leading dimensions.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cpu/kernels/DnnlCommon.h"
 
+#include <algorithm>
+#include <memory>
 #include <vector>
 
 namespace pipec::cpu {
 
 namespace {
 
-/// A 2-D convolution's geometry (1-D with a unit height).
+/// A convolution's geometry: `dims` has one entry per spatial dimension
+/// (1 to 3); `d`, `h`, `w` are the same padded in front to three.
 struct ConvGradGeom {
   int64_t N = 0, C = 0, M = 0, G = 1;
-  LinalgWindowDim h, w;
+  std::vector<LinalgWindowDim> dims;
+  LinalgWindowDim d, h, w;
 };
 
 /// Reads the geometry from X's and W's shapes and the attributes, and checks
 /// dY against it.
 Status resolveConvGrad(const OpDesc &d, const Shape &xs, const Shape &ws, const Shape &ys,
                        ConvGradGeom &g) {
-  if (xs.size() < 3 || xs.size() > 4 || ws.size() != xs.size() || ys.size() != xs.size())
+  if (xs.size() < 3 || xs.size() > 5 || ws.size() != xs.size() || ys.size() != xs.size())
     return errorf(d.where(), ": X ", shapeStr(xs), ", W ", shapeStr(ws), " and dY ",
-                  shapeStr(ys), " must all be 1-D or 2-D convolution shapes");
+                  shapeStr(ys), " must all be 1-D, 2-D or 3-D convolution shapes");
   g.N = xs[0];
   g.C = xs[1];
   g.M = ws[0];
@@ -42,31 +60,33 @@ Status resolveConvGrad(const OpDesc &d, const Shape &xs, const Shape &ws, const 
                   shapeStr(ws));
   Shape in(xs.begin() + 2, xs.end());
   std::vector<int64_t> kw(ws.begin() + 2, ws.end());
-  std::vector<LinalgWindowDim> dims;
-  PIPEC_TRY(linalgResolveWindow(d, in, kw, false, nullptr, dims));
-  if (dims.size() == 1)
-    dims.insert(dims.begin(), LinalgWindowDim{1, 1, 1, 1, 1, 0, 0});
-  g.h = dims[0];
-  g.w = dims[1];
+  PIPEC_TRY(linalgResolveWindow(d, in, kw, false, nullptr, g.dims));
   Shape want = {g.N, g.M};
-  for (size_t i = 2; i < ys.size(); ++i)
-    want.push_back(dims[dims.size() - (ys.size() - i)].out);
+  for (const LinalgWindowDim &w : g.dims)
+    want.push_back(w.out);
   if (ys != want)
     return errorf(d.where(), ": dY ", shapeStr(ys), " is not the convolution output ",
                   shapeStr(want));
+  std::vector<LinalgWindowDim> three = g.dims;
+  while (three.size() < 3)
+    three.insert(three.begin(), LinalgWindowDim{1, 1, 1, 1, 1, 0, 0});
+  g.d = three[0];
+  g.h = three[1];
+  g.w = three[2];
   return Status::ok();
 }
 
 template <typename T> class ConvGradInputKernel final : public Kernel {
 public:
-  explicit ConvGradInputKernel(ConvGradGeom g) : g_(g) {}
+  explicit ConvGradInputKernel(ConvGradGeom g) : g_(std::move(g)) {}
   Status run(ExecContext &, const void *const *in, void *const *out) override {
     const T *dy = static_cast<const T *>(in[0]);
     const T *w = static_cast<const T *>(in[1]);
     T *dx = static_cast<T *>(out[0]);
-    const LinalgWindowDim &H = g_.h, &W = g_.w;
+    const LinalgWindowDim &D = g_.d, &H = g_.h, &W = g_.w;
     const int64_t cg = g_.C / g_.G, mg = g_.M / g_.G;
-    const int64_t inSp = H.in * W.in, outSp = H.out * W.out, ks = H.kernel * W.kernel;
+    const int64_t inSp = D.in * H.in * W.in, outSp = D.out * H.out * W.out;
+    const int64_t ks = D.kernel * H.kernel * W.kernel;
     const int64_t planes = g_.N * g_.C;
 #pragma omp parallel for schedule(static) if (planes * inSp * mg * ks > 32768)
     for (int64_t p = 0; p < planes; ++p) {
@@ -75,22 +95,28 @@ public:
       for (int64_t m = grp * mg; m < (grp + 1) * mg; ++m) {
         const T *dym = dy + (n * g_.M + m) * outSp;
         const T *wm = w + (m * cg + cl) * ks;
-        for (int64_t kh = 0; kh < H.kernel; ++kh)
-          for (int64_t kw = 0; kw < W.kernel; ++kw) {
-            const LinalgAcc<T> wv = wm[kh * W.kernel + kw];
-            for (int64_t oh = 0; oh < H.out; ++oh) {
-              const int64_t ih = oh * H.stride - H.padBegin + kh * H.dilation;
-              if (ih < 0 || ih >= H.in)
-                continue;
-              const T *dyr = dym + oh * W.out;
-              LinalgAcc<T> *ar = acc.data() + ih * W.in;
-              for (int64_t ow = 0; ow < W.out; ++ow) {
-                const int64_t iw = ow * W.stride - W.padBegin + kw * W.dilation;
-                if (iw >= 0 && iw < W.in)
-                  ar[iw] += dyr[ow] * wv;
+        for (int64_t kd = 0; kd < D.kernel; ++kd)
+          for (int64_t kh = 0; kh < H.kernel; ++kh)
+            for (int64_t kw = 0; kw < W.kernel; ++kw) {
+              const LinalgAcc<T> wv = wm[(kd * H.kernel + kh) * W.kernel + kw];
+              for (int64_t od = 0; od < D.out; ++od) {
+                const int64_t id = od * D.stride - D.padBegin + kd * D.dilation;
+                if (id < 0 || id >= D.in)
+                  continue;
+                for (int64_t oh = 0; oh < H.out; ++oh) {
+                  const int64_t ih = oh * H.stride - H.padBegin + kh * H.dilation;
+                  if (ih < 0 || ih >= H.in)
+                    continue;
+                  const T *dyr = dym + (od * H.out + oh) * W.out;
+                  LinalgAcc<T> *ar = acc.data() + (id * H.in + ih) * W.in;
+                  for (int64_t ow = 0; ow < W.out; ++ow) {
+                    const int64_t iw = ow * W.stride - W.padBegin + kw * W.dilation;
+                    if (iw >= 0 && iw < W.in)
+                      ar[iw] += dyr[ow] * wv;
+                  }
+                }
               }
             }
-          }
       }
       T *o = dx + p * inSp;
       for (int64_t i = 0; i < inSp; ++i)
@@ -105,45 +131,281 @@ private:
 
 template <typename T> class ConvGradWeightKernel final : public Kernel {
 public:
-  explicit ConvGradWeightKernel(ConvGradGeom g) : g_(g) {}
+  explicit ConvGradWeightKernel(ConvGradGeom g) : g_(std::move(g)) {}
   Status run(ExecContext &, const void *const *in, void *const *out) override {
     const T *dy = static_cast<const T *>(in[0]);
     const T *x = static_cast<const T *>(in[1]);
     T *dw = static_cast<T *>(out[0]);
-    const LinalgWindowDim &H = g_.h, &W = g_.w;
+    const LinalgWindowDim &D = g_.d, &H = g_.h, &W = g_.w;
     const int64_t cg = g_.C / g_.G, mg = g_.M / g_.G;
-    const int64_t inSp = H.in * W.in, outSp = H.out * W.out, ks = H.kernel * W.kernel;
+    const int64_t inSp = D.in * H.in * W.in, outSp = D.out * H.out * W.out;
+    const int64_t ks = D.kernel * H.kernel * W.kernel;
     const int64_t filters = g_.M * cg;
 #pragma omp parallel for schedule(static) if (filters * ks * g_.N * outSp > 32768)
     for (int64_t f = 0; f < filters; ++f) {
       const int64_t m = f / cg, cl = f % cg, c = (m / mg) * cg + cl;
-      for (int64_t kh = 0; kh < H.kernel; ++kh)
-        for (int64_t kw = 0; kw < W.kernel; ++kw) {
-          LinalgAcc<T> s = 0;
-          for (int64_t n = 0; n < g_.N; ++n) {
-            const T *dym = dy + (n * g_.M + m) * outSp;
-            const T *xc = x + (n * g_.C + c) * inSp;
-            for (int64_t oh = 0; oh < H.out; ++oh) {
-              const int64_t ih = oh * H.stride - H.padBegin + kh * H.dilation;
-              if (ih < 0 || ih >= H.in)
-                continue;
-              const T *dyr = dym + oh * W.out;
-              const T *xr = xc + ih * W.in;
-              for (int64_t ow = 0; ow < W.out; ++ow) {
-                const int64_t iw = ow * W.stride - W.padBegin + kw * W.dilation;
-                if (iw >= 0 && iw < W.in)
-                  s += static_cast<LinalgAcc<T>>(dyr[ow]) * xr[iw];
+      for (int64_t kd = 0; kd < D.kernel; ++kd)
+        for (int64_t kh = 0; kh < H.kernel; ++kh)
+          for (int64_t kw = 0; kw < W.kernel; ++kw) {
+            LinalgAcc<T> s = 0;
+            for (int64_t n = 0; n < g_.N; ++n) {
+              const T *dym = dy + (n * g_.M + m) * outSp;
+              const T *xc = x + (n * g_.C + c) * inSp;
+              for (int64_t od = 0; od < D.out; ++od) {
+                const int64_t id = od * D.stride - D.padBegin + kd * D.dilation;
+                if (id < 0 || id >= D.in)
+                  continue;
+                for (int64_t oh = 0; oh < H.out; ++oh) {
+                  const int64_t ih = oh * H.stride - H.padBegin + kh * H.dilation;
+                  if (ih < 0 || ih >= H.in)
+                    continue;
+                  const T *dyr = dym + (od * H.out + oh) * W.out;
+                  const T *xr = xc + (id * H.in + ih) * W.in;
+                  for (int64_t ow = 0; ow < W.out; ++ow) {
+                    const int64_t iw = ow * W.stride - W.padBegin + kw * W.dilation;
+                    if (iw >= 0 && iw < W.in)
+                      s += static_cast<LinalgAcc<T>>(dyr[ow]) * xr[iw];
+                  }
+                }
               }
             }
+            dw[f * ks + (kd * H.kernel + kh) * W.kernel + kw] = static_cast<T>(s);
           }
-          dw[f * ks + kh * W.kernel + kw] = static_cast<T>(s);
-        }
     }
     return Status::ok();
   }
 
 private:
   ConvGradGeom g_;
+};
+
+/// One oneDNN backward primitive over a given number of images, on the
+/// layouts oneDNN prefers (format `any`), with reorders from and to the plain
+/// layouts of the graph where they differ. Blocked layouts let oneDNN pick
+/// its JIT convolutions; on plain ones it runs im2col + GEMM, which measured
+/// 1.3-7.5x slower on the sample CNN's 3x3 convolutions at batch 32 (one
+/// thread, reorders included; ConvGradPerf), and about even on its 1x1.
+/// Arguments are (dY, W or X, dX or dW); the workspace holds the reordered
+/// copies, then one scratchpad shared by the primitives (they run in turn).
+struct DnnlConvGradPlan {
+  LinalgDnnlPrim main;
+  LinalgDnnlPrim reorders[3]; ///< per argument; invalid where none is needed
+  size_t bufOffset[3] = {}, bufBytes[3] = {}, scratchOffset = 0, bytes = 0;
+
+  bool valid() const { return main.valid(); }
+
+  Status run(const void *const *ptrs, unsigned char *ws) const {
+    const void *args[3];
+    unsigned char *scratch = ws + scratchOffset;
+    for (int i = 0; i < 3; ++i)
+      args[i] = reorders[i].valid() ? ws + bufOffset[i] : ptrs[i];
+    for (int i = 0; i < 2; ++i)
+      if (reorders[i].valid()) {
+        const void *r[2] = {ptrs[i], args[i]};
+        PIPEC_TRY(reorders[i].run(r, scratch));
+      }
+    PIPEC_TRY(main.run(args, scratch));
+    if (reorders[2].valid()) {
+      const void *r[2] = {args[2], ptrs[2]};
+      PIPEC_TRY(reorders[2].run(r, scratch));
+    }
+    return Status::ok();
+  }
+};
+
+/// The plan of ConvGradWeight (`weight`) or ConvGradInput over `images`
+/// images; an invalid plan when oneDNN declines the case.
+DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t images) {
+  DnnlConvGradPlan plan;
+  if (g.dims.empty() || g.dims.size() > 3 || images < 1)
+    return plan;
+  try {
+    using namespace dnnl;
+    std::vector<int64_t> xs = {images, g.C}, ys = {images, g.M}, ws;
+    if (g.G > 1)
+      ws = {g.G, g.M / g.G, g.C / g.G};
+    else
+      ws = {g.M, g.C};
+    std::vector<int64_t> strides, dil, pl, pr;
+    for (const LinalgWindowDim &w : g.dims) {
+      xs.push_back(w.in);
+      ys.push_back(w.out);
+      ws.push_back(w.kernel);
+      strides.push_back(w.stride);
+      dil.push_back(w.dilation - 1);
+      pl.push_back(w.padBegin);
+      pr.push_back(w.padEnd);
+    }
+    auto any = [](const std::vector<int64_t> &d) {
+      return memory::desc(linalgDnnlDims(d), memory::data_type::f32, memory::format_tag::any);
+    };
+    const memory::desc xany = any(xs), yany = any(ys), wany = any(ws);
+    const memory::dims st = linalgDnnlDims(strides), dl = linalgDnnlDims(dil),
+                       pad0 = linalgDnnlDims(pl), pad1 = linalgDnnlDims(pr);
+    // The backward primitives take the forward's descriptor as a hint.
+    convolution_forward::desc fd(prop_kind::forward_training, algorithm::convolution_direct, xany,
+                                 wany, yany, st, dl, pad0, pad1);
+    convolution_forward::primitive_desc fpd(fd, linalgDnnlEngine());
+    const memory::desc plain[3] = {linalgDnnlPlain(ys), linalgDnnlPlain(weight ? xs : ws),
+                                   linalgDnnlPlain(weight ? ws : xs)};
+    memory::desc chosen[3];
+    if (weight) {
+      convolution_backward_weights::desc bd(algorithm::convolution_direct, xany, wany, yany, st,
+                                            dl, pad0, pad1);
+      convolution_backward_weights::primitive_desc pd(bd, linalgDnnlAttr(), linalgDnnlEngine(),
+                                                      fpd);
+      plan.main.init<convolution_backward_weights>(pd);
+      chosen[0] = pd.diff_dst_desc();
+      chosen[1] = pd.src_desc();
+      chosen[2] = pd.diff_weights_desc();
+      plan.main.args = {{DNNL_ARG_DIFF_DST, chosen[0]},
+                        {DNNL_ARG_SRC, chosen[1]},
+                        {DNNL_ARG_DIFF_WEIGHTS, chosen[2]}};
+    } else {
+      convolution_backward_data::desc bd(algorithm::convolution_direct, xany, wany, yany, st, dl,
+                                         pad0, pad1);
+      convolution_backward_data::primitive_desc pd(bd, linalgDnnlAttr(), linalgDnnlEngine(), fpd);
+      plan.main.init<convolution_backward_data>(pd);
+      chosen[0] = pd.diff_dst_desc();
+      chosen[1] = pd.weights_desc();
+      chosen[2] = pd.diff_src_desc();
+      plan.main.args = {{DNNL_ARG_DIFF_DST, chosen[0]},
+                        {DNNL_ARG_WEIGHTS, chosen[1]},
+                        {DNNL_ARG_DIFF_SRC, chosen[2]}};
+    }
+    size_t scratch = plan.main.scratchBytes;
+    for (int i = 0; i < 3; ++i) {
+      if (chosen[i] == plain[i])
+        continue;
+      const memory::desc &from = i < 2 ? plain[i] : chosen[i], &to = i < 2 ? chosen[i] : plain[i];
+      reorder::primitive_desc rpd(linalgDnnlEngine(), from, linalgDnnlEngine(), to,
+                                  linalgDnnlAttr());
+      plan.reorders[i].init<reorder>(rpd);
+      plan.reorders[i].args = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+      scratch = std::max(scratch, plan.reorders[i].scratchBytes);
+      plan.bufOffset[i] = plan.bytes;
+      plan.bufBytes[i] = linalgRoundUp(chosen[i].get_size());
+      plan.bytes += plan.bufBytes[i];
+    }
+    plan.scratchOffset = plan.bytes;
+    plan.bytes += linalgRoundUp(scratch);
+  } catch (const dnnl::error &) {
+    return DnnlConvGradPlan();
+  }
+  return plan;
+}
+
+/// ConvGradInput on oneDNN: every element of dX is computed by one thread,
+/// so the result does not depend on the thread count.
+class ConvGradInputDnnlKernel final : public Kernel {
+public:
+  explicit ConvGradInputDnnlKernel(DnnlConvGradPlan p) : p_(std::move(p)) {}
+  size_t workspaceBytes() const override { return p_.bytes; }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    const void *ptrs[3] = {in[0], in[1], out[0]};
+    return p_.run(ptrs, linalgAlign(ctx.workspace));
+  }
+
+private:
+  DnnlConvGradPlan p_;
+};
+
+/// Sets the calling thread's OpenMP thread count for its lifetime, then
+/// restores it.
+class OmpThreadsScope {
+public:
+  explicit OmpThreadsScope(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~OmpThreadsScope() { omp_set_num_threads(saved_); }
+  OmpThreadsScope(const OmpThreadsScope &) = delete;
+  OmpThreadsScope &operator=(const OmpThreadsScope &) = delete;
+
+private:
+  int saved_;
+};
+
+/// ConvGradWeight on oneDNN with a result independent of the thread count:
+/// the images are cut into at most kChunks fixed chunks; each chunk's
+/// partial dW comes from a single-threaded plan (created with one thread and
+/// run inside our parallel loop, where oneDNN runs sequentially), and the
+/// partials are added in chunk order in double. Left to itself, oneDNN
+/// splits the reduction by its thread count, so 1 and 2 threads gave
+/// different bits.
+class ConvGradWeightDnnlKernel final : public Kernel {
+public:
+  static constexpr int64_t kChunks = 8;
+
+  /// Null when oneDNN declines the case.
+  static std::unique_ptr<ConvGradWeightDnnlKernel> make(const ConvGradGeom &g) {
+    if (g.N < 1)
+      return nullptr;
+    auto k = std::unique_ptr<ConvGradWeightDnnlKernel>(new ConvGradWeightDnnlKernel());
+    const int64_t chunks = std::min(g.N, kChunks);
+    k->per_ = (g.N + chunks - 1) / chunks;
+    k->chunks_ = (g.N + k->per_ - 1) / k->per_;
+    const int64_t last = g.N - (k->chunks_ - 1) * k->per_;
+    {
+      OmpThreadsScope one(1);
+      k->plans_.push_back(makeDnnlConvGrad(g, true, k->per_));
+      if (last != k->per_)
+        k->plans_.push_back(makeDnnlConvGrad(g, true, last));
+    }
+    size_t planBytes = 0;
+    for (const DnnlConvGradPlan &p : k->plans_) {
+      if (!p.valid())
+        return nullptr;
+      planBytes = std::max(planBytes, p.bytes);
+    }
+    int64_t inSp = 1, outSp = 1, ks = 1;
+    for (const LinalgWindowDim &w : g.dims) {
+      inSp *= w.in;
+      outSp *= w.out;
+      ks *= w.kernel;
+    }
+    k->xImage_ = g.C * inSp;
+    k->dyImage_ = g.M * outSp;
+    k->wElems_ = g.M * (g.C / g.G) * ks;
+    k->partBytes_ = linalgRoundUp(static_cast<size_t>(k->wElems_) * sizeof(float));
+    k->planBytes_ = linalgRoundUp(planBytes);
+    return k;
+  }
+
+  size_t workspaceBytes() const override {
+    return static_cast<size_t>(chunks_) * (partBytes_ + planBytes_);
+  }
+
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    const float *dy = static_cast<const float *>(in[0]);
+    const float *x = static_cast<const float *>(in[1]);
+    float *dw = static_cast<float *>(out[0]);
+    unsigned char *base = linalgAlign(ctx.workspace);
+    unsigned char *parts = base, *planWs = base + chunks_ * partBytes_;
+    std::vector<Status> st(static_cast<size_t>(chunks_), Status::ok());
+    // No `if` clause: a chunk must always run inside a parallel region (or on
+    // a one-thread team), where oneDNN does not split it further.
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < chunks_; ++k) {
+      const DnnlConvGradPlan &p = plans_[k + 1 < chunks_ || plans_.size() == 1 ? 0 : 1];
+      const void *ptrs[3] = {dy + k * per_ * dyImage_, x + k * per_ * xImage_,
+                             parts + k * partBytes_};
+      st[static_cast<size_t>(k)] = p.run(ptrs, planWs + k * planBytes_);
+    }
+    for (const Status &s : st)
+      PIPEC_TRY(s);
+#pragma omp parallel for schedule(static) if (wElems_ * chunks_ > 65536)
+    for (int64_t i = 0; i < wElems_; ++i) {
+      double s = 0;
+      for (int64_t k = 0; k < chunks_; ++k)
+        s += reinterpret_cast<const float *>(parts + k * partBytes_)[i];
+      dw[i] = static_cast<float>(s);
+    }
+    return Status::ok();
+  }
+
+private:
+  ConvGradWeightDnnlKernel() = default;
+  std::vector<DnnlConvGradPlan> plans_; ///< chunks of per_ images, then the last if smaller
+  int64_t per_ = 1, chunks_ = 1, xImage_ = 0, dyImage_ = 0, wElems_ = 0;
+  size_t partBytes_ = 0, planBytes_ = 0;
 };
 
 /// Shared factory: `weight` selects ConvGradWeight (dY, X) over
@@ -166,9 +428,19 @@ Expected<KernelPtr> makeConvGrad(const OpDesc &d, bool weight) {
                    : resolveConvGrad(d, result, other.shape, dy.shape, g));
   return linalgDispatchFloat(d, dy.dtype, [&](auto tag) -> Expected<KernelPtr> {
     using T = decltype(tag);
+    if constexpr (linalgDnnlSupports<T>()) {
+      if (linalgDnnlEnabled() && weight) {
+        if (auto k = ConvGradWeightDnnlKernel::make(g))
+          return KernelPtr(std::move(k));
+      } else if (linalgDnnlEnabled()) {
+        DnnlConvGradPlan p = makeDnnlConvGrad(g, false, g.N);
+        if (p.valid())
+          return KernelPtr(new ConvGradInputDnnlKernel(std::move(p)));
+      }
+    }
     if (weight)
-      return KernelPtr(new ConvGradWeightKernel<T>(g));
-    return KernelPtr(new ConvGradInputKernel<T>(g));
+      return KernelPtr(new ConvGradWeightKernel<T>(std::move(g)));
+    return KernelPtr(new ConvGradInputKernel<T>(std::move(g)));
   });
 }
 

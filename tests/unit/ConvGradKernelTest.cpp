@@ -1,0 +1,243 @@
+//===- tests/unit/ConvGradKernelTest.cpp - pipec:ConvGradInput/ConvGradWeight
+//
+// The Conv gradient kernels (runtime/cpu/kernels/GradConv.cpp) on random
+// 1-D, 2-D and 3-D cases (strides, pads, dilations, groups): the f32 oneDNN
+// path and the f32 loop fallback (PIPEC_LINALG_NO_DNNL) against the f64
+// loops, to a relative 1e-5 of the sum of the magnitudes of the terms (that
+// sum is the f64 kernel run on |dY| and |W| or |X|). Then determinism: both
+// paths give bitwise the same result when run again and with 1 and with 2
+// threads. ConvGradPerf.* prints per-call times of both f32 paths on the
+// sample CNN's convolutions (bench/run-train.sh's cnn model, batch 32).
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/Kernel.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+
+using namespace pipec;
+using namespace pipec::cpu;
+
+namespace {
+
+struct Case {
+  const char *label;
+  Shape x, w;
+  int64_t group;
+  std::vector<int64_t> strides, dil, pads;
+};
+
+const Case kCases[] = {
+    {"1-D stride 2 pads 1", {2, 4, 11}, {6, 4, 3}, 1, {2}, {1}, {1, 1}},
+    {"1-D depthwise dilation 2", {1, 3, 9}, {3, 1, 3}, 3, {1}, {2}, {2, 0}},
+    {"2-D stem 3x3", {2, 3, 16, 16}, {8, 3, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+    {"2-D 3x3 stride 2", {2, 8, 16, 16}, {16, 8, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+    {"2-D 1x1 stride 2", {2, 8, 16, 16}, {16, 8, 1, 1}, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}},
+    {"2-D group 2 dilations asymmetric pads", {2, 4, 7, 9}, {6, 2, 3, 2}, 2, {1, 2}, {2, 1},
+     {1, 0, 2, 1}},
+    {"2-D depthwise stride 2", {1, 6, 8, 8}, {6, 1, 3, 3}, 6, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+    {"2-D stride 3 (uncovered rows)", {1, 2, 7, 8}, {3, 2, 2, 2}, 1, {3, 3}, {1, 1}, {0, 0, 0, 0}},
+    {"3-D 3x3x3 pads 1", {2, 4, 5, 6, 7}, {6, 4, 3, 3, 3}, 1, {1, 1, 1}, {1, 1, 1},
+     {1, 1, 1, 1, 1, 1}},
+    {"3-D group 2 strides dilations", {1, 4, 6, 5, 6}, {4, 2, 2, 3, 2}, 2, {2, 1, 2}, {1, 2, 1},
+     {0, 1, 1, 1, 0, 0}},
+    {"3-D 1x1x1", {2, 3, 4, 4, 4}, {5, 3, 1, 1, 1}, 1, {1, 1, 1}, {1, 1, 1}, {0, 0, 0, 0, 0, 0}},
+};
+
+Shape outShape(const Case &c) {
+  const size_t n = c.x.size() - 2;
+  Shape y = {c.x[0], c.w[0]};
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t ext = (c.w[i + 2] - 1) * c.dil[i] + 1;
+    y.push_back((c.x[i + 2] + c.pads[i] + c.pads[i + n] - ext) / c.strides[i] + 1);
+  }
+  return y;
+}
+
+Tensor randomT(DType dt, const Shape &s, uint32_t seed) {
+  Tensor t(dt, s);
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dt == DType::F32)
+      t.data<float>()[i] = static_cast<float>(u(g));
+    else
+      t.data<double>()[i] = u(g);
+  }
+  return t;
+}
+
+/// The same values in another dtype, optionally as magnitudes.
+Tensor convert(const Tensor &t, DType dt, bool abs = false) {
+  Tensor r(dt, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = t.getDouble(i);
+    v = abs ? std::fabs(v) : v;
+    if (dt == DType::F32)
+      r.data<float>()[i] = static_cast<float>(v);
+    else
+      r.data<double>()[i] = v;
+  }
+  return r;
+}
+
+/// ConvGradInput (`weight` false: inputs dY, W, result X's shape) or
+/// ConvGradWeight (inputs dY, X, result W's shape).
+OpDesc gradDesc(const Case &c, bool weight, DType dt) {
+  OpDesc d;
+  d.name = c.label;
+  d.opType = weight ? "ConvGradWeight" : "ConvGradInput";
+  d.domain = "pipec";
+  d.opset = 1;
+  const Shape &result = weight ? c.w : c.x;
+  d.attrs = {{"group", Attribute::ofInt(c.group)},
+             {"strides", Attribute::ofInts(c.strides)},
+             {"dilations", Attribute::ofInts(c.dil)},
+             {"pads", Attribute::ofInts(c.pads)},
+             {"shape", Attribute::ofInts(result)}};
+  d.inputs = {{dt, outShape(c)}, {dt, weight ? c.x : c.w}};
+  d.outputs = {{dt, result}};
+  return d;
+}
+
+Tensor eval1(const OpDesc &d, const std::vector<Tensor> &in) {
+  auto r = evaluate(d, in);
+  EXPECT_TRUE(r.isOk()) << r.status().message();
+  return r.isOk() ? (*r)[0] : Tensor();
+}
+
+/// Evaluates with the oneDNN path (`dnnl`) or the loops.
+Tensor evalPath(const OpDesc &d, const std::vector<Tensor> &in, bool dnnl) {
+  if (dnnl)
+    unsetenv("PIPEC_LINALG_NO_DNNL");
+  else
+    setenv("PIPEC_LINALG_NO_DNNL", "1", 1);
+  Tensor t = eval1(d, in);
+  unsetenv("PIPEC_LINALG_NO_DNNL");
+  return t;
+}
+
+Tensor withThreads(int n, const std::function<Tensor()> &f) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(n);
+  Tensor t = f();
+  omp_set_num_threads(saved);
+  return t;
+}
+
+TEST(ConvGradKernel, DnnlAndLoopsMatchF64) {
+  uint32_t seed = 11;
+  for (const Case &c : kCases)
+    for (bool weight : {false, true}) {
+      const std::string what = cat(weight ? "dW " : "dX ", c.label);
+      Tensor dy = randomT(DType::F64, outShape(c), ++seed);
+      Tensor other = randomT(DType::F64, weight ? c.x : c.w, ++seed);
+      const OpDesc d64 = gradDesc(c, weight, DType::F64), d32 = gradDesc(c, weight, DType::F32);
+      const Tensor want = eval1(d64, {dy, other});
+      const Tensor scale = eval1(d64, {convert(dy, DType::F64, true), convert(other, DType::F64, true)});
+      const std::vector<Tensor> in32 = {convert(dy, DType::F32), convert(other, DType::F32)};
+      for (bool dnnl : {true, false}) {
+        const Tensor got = evalPath(d32, in32, dnnl);
+        ASSERT_EQ(got.numel(), want.numel()) << what;
+        double worst = 0;
+        int bad = 0;
+        for (int64_t i = 0; i < got.numel(); ++i) {
+          const double err = std::fabs(got.getDouble(i) - want.getDouble(i));
+          const double rel = err / (scale.getDouble(i) + 1e-30);
+          worst = std::max(worst, scale.getDouble(i) > 0 ? rel : err);
+          if (!(err <= 1e-5 * scale.getDouble(i) + 1e-12) && bad++ < 5)
+            ADD_FAILURE() << what << " (" << (dnnl ? "dnnl" : "loop") << "): element " << i
+                          << " got " << got.getDouble(i) << " want " << want.getDouble(i);
+        }
+        std::printf("%-48s %-4s max error / magnitude %.2e\n", what.c_str(), dnnl ? "dnnl" : "loop",
+                    worst);
+      }
+    }
+}
+
+TEST(ConvGradKernel, Deterministic) {
+  uint32_t seed = 101;
+  for (const Case &c : kCases)
+    for (bool weight : {false, true}) {
+      const std::string what = cat(weight ? "dW " : "dX ", c.label);
+      const OpDesc d = gradDesc(c, weight, DType::F32);
+      const std::vector<Tensor> in = {randomT(DType::F32, outShape(c), ++seed),
+                                      randomT(DType::F32, weight ? c.x : c.w, ++seed)};
+      for (int threads : {1, 2}) {
+        Tensor a = withThreads(threads, [&] { return evalPath(d, in, true); });
+        Tensor b = withThreads(threads, [&] { return evalPath(d, in, true); });
+        EXPECT_TRUE(a.identical(b)) << what << ": oneDNN differs between runs on " << threads
+                                    << " thread(s)";
+      }
+      Tensor l1 = withThreads(1, [&] { return evalPath(d, in, false); });
+      Tensor l2 = withThreads(2, [&] { return evalPath(d, in, false); });
+      EXPECT_TRUE(l1.identical(l2)) << what << ": the loops differ between 1 and 2 threads";
+      Tensor d1 = withThreads(1, [&] { return evalPath(d, in, true); });
+      Tensor d2 = withThreads(2, [&] { return evalPath(d, in, true); });
+      EXPECT_TRUE(d1.identical(d2)) << what << ": oneDNN differs between 1 and 2 threads";
+    }
+}
+
+/// Mean seconds per run of a prepared kernel, over `reps` runs after one
+/// warm-up.
+double timeKernel(const OpDesc &d, const std::vector<Tensor> &in, bool dnnl, int reps) {
+  if (dnnl)
+    unsetenv("PIPEC_LINALG_NO_DNNL");
+  else
+    setenv("PIPEC_LINALG_NO_DNNL", "1", 1);
+  auto k = createKernel(d);
+  unsetenv("PIPEC_LINALG_NO_DNNL");
+  EXPECT_TRUE(k.isOk()) << k.status().message();
+  if (!k.isOk())
+    return 0;
+  Tensor out(d.outputs[0].dtype, d.outputs[0].shape);
+  std::vector<unsigned char> ws((*k)->workspaceBytes() + 64);
+  ExecContext ctx;
+  ctx.workspace = ws.data();
+  const void *ins[2] = {in[0].raw(), in[1].raw()};
+  void *outs[1] = {out.raw()};
+  EXPECT_TRUE((*k)->run(ctx, ins, outs).isOk());
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r)
+    (void)(*k)->run(ctx, ins, outs);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+TEST(ConvGradPerf, SampleCnnShapes) {
+  // The convolutions of samples/cnn-train.onnx (width 8, image 16) at batch 32.
+  const Case cases[] = {
+      {"stem 3->8 3x3", {32, 3, 16, 16}, {8, 3, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {"8->8 3x3", {32, 8, 16, 16}, {8, 8, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {"8->16 3x3 stride 2", {32, 8, 16, 16}, {16, 8, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {"16->16 3x3", {32, 16, 8, 8}, {16, 16, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {"8->16 1x1 stride 2", {32, 8, 16, 16}, {16, 8, 1, 1}, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}},
+  };
+  uint32_t seed = 500;
+  for (int threads : {1, 2})
+    for (const Case &c : cases)
+      for (bool weight : {false, true}) {
+        const OpDesc d = gradDesc(c, weight, DType::F32);
+        const std::vector<Tensor> in = {randomT(DType::F32, outShape(c), ++seed),
+                                        randomT(DType::F32, weight ? c.x : c.w, ++seed)};
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        const double loop = timeKernel(d, in, false, 5), dnnl = timeKernel(d, in, true, 20);
+        omp_set_num_threads(saved);
+        std::printf("%d thread(s) %s %-20s loop %8.3f ms  oneDNN %8.3f ms  %5.1fx\n", threads,
+                    weight ? "dW" : "dX", c.label, loop * 1e3, dnnl * 1e3, loop / dnnl);
+        if (threads == 2) {
+          Tensor d1 = withThreads(1, [&] { return evalPath(d, in, true); });
+          Tensor d2 = withThreads(2, [&] { return evalPath(d, in, true); });
+          EXPECT_TRUE(d1.identical(d2)) << c.label << ": oneDNN differs between 1 and 2 threads";
+        }
+      }
+}
+
+} // namespace
