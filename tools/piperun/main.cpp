@@ -432,6 +432,8 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   nlohmann::json devs = deviceReport(session, o.steps - first);
   if (!o.trace.empty())
     PIPEC_TRY(writeTrace(o.trace, session));
+  if (!o.profileOps.empty())
+    PIPEC_TRY(writeOpProfile(o.profileOps, session, o.steps - first, o.json));
   if (o.json) {
     std::cout << nlohmann::json{{"steps", o.steps}, {"first_loss", firstLoss}, {"last_loss", lastLoss},
                                 {"median_step_seconds", med}, {"samples_per_second", examples / med},
@@ -478,6 +480,9 @@ Status runPlan(const Options &o) {
                  "piperun: note: %zu devices x %d thread(s) = %ld threads on %u cores; devices share "
                  "cores, so times are not those of %zu separate devices\n",
                  session->devices().size(), o.threads, want, cores, session->devices().size());
+  if (!o.profileOps.empty())
+    for (const auto &d : session->devices())
+      d->enableNodeProfile();
   if (session->isTraining())
     return trainPlan(o, *session);
   if (!o.dataDir.empty() || o.synthetic || !o.metrics.empty() || !o.checkpoint.empty() ||
@@ -485,9 +490,6 @@ Status runPlan(const Options &o) {
     return errorf("--data, --synthetic, --metrics, --checkpoint and --resume are for training plans "
                   "(pipec --train)");
   const plan::Plan &p = session->plan();
-  if (!o.profileOps.empty())
-    for (const auto &d : session->devices())
-      d->enableNodeProfile();
   std::vector<std::string> names = session->inputNames();
   std::vector<TensorDesc> descs = session->stepInputDescs();
 
