@@ -144,7 +144,15 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   if (o.gemmSize < 16 || o.repeats < 1 || o.copyBytes < 4096)
     return errorf("calibration sizes too small (gemm ", o.gemmSize, ", repeats ", o.repeats,
                   ", copy ", o.copyBytes, " bytes)");
-  int threads = omp_get_max_threads();
+  if (o.threads < 1)
+    return errorf("calibration needs at least one thread per device (got ", o.threads, ")");
+  const int threads = o.threads;
+  const int previous = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  struct Restore {
+    int n;
+    ~Restore() { omp_set_num_threads(n); }
+  } restore{previous};
   // Thread handoffs first: after a BLAS call OpenMP's workers spin for a
   // while and would take the cores the two threads need.
   double latency = timeHandoffLatency(1001);

@@ -24,6 +24,9 @@ struct CalibrateOptions {
   int repeats = 7;              ///< medians over this many runs
   size_t copyBytes = 256u << 20;    ///< memcpy and thread-handoff buffer
   std::string name = "this-cpu";
+  /// Kernel threads of one device (piperun --threads-per-device): the
+  /// profile describes one device, so GEMM and copies run with this many.
+  int threads = 1;
 };
 
 /// Measures this machine. The profile's "measured" object keeps the raw

@@ -53,11 +53,14 @@ struct Options {
   std::string opTimes;
   std::string recompute = "none";
   bool calibrate = false;
+  int calibrateThreads = 1;
 };
 
 /// --calibrate [-o FILE.json]: measure this machine, print or write a profile.
 Status runCalibrate(const Options &o) {
-  PIPEC_ASSIGN(partitioner::DeviceProfile p, partitioner::calibrate());
+  partitioner::CalibrateOptions co;
+  co.threads = o.calibrateThreads;
+  PIPEC_ASSIGN(partitioner::DeviceProfile p, partitioner::calibrate(co));
   std::string text = partitioner::profileToJson(p).dump(2) + "\n";
   if (o.output.empty()) {
     std::cout << text;
@@ -268,6 +271,9 @@ int main(int argc, char **argv) {
   app.add_option("--recompute", o.recompute,
                  "rematerialization policy the memory model assumes: none (default), full, "
                  "selective, auto");
+  app.add_option("--calibrate-threads", o.calibrateThreads,
+                 "with --calibrate: kernel threads of one device (piperun --threads-per-device; "
+                 "default 1)");
   app.add_flag("--calibrate", o.calibrate,
                "measure this machine (sgemm, memcpy, thread handoff) and print its device "
                "profile, or write it to -o FILE.json");
