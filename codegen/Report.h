@@ -18,6 +18,8 @@
 #include "ir/IR.h"
 #include "partitioner/Partitioner.h"
 
+#include "support/Format.h"
+
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -34,10 +36,6 @@ std::string renderReportHtml(const nlohmann::json &report);
 /// Writes report.json, report.txt and report.html into the plan directory.
 Status writeReport(const std::string &dir, const nlohmann::json &report);
 
-/// "1.50 MiB".
-std::string formatBytes(double bytes);
-/// "3.2 GFLOP".
-std::string formatCount(double v, const char *unit);
 /// "1.25 ms".
 std::string formatSeconds(double s);
 

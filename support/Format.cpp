@@ -18,7 +18,7 @@ std::string formatBytes(double b) {
 }
 
 std::string formatCount(double v, const char *unit) {
-  const char *prefix[] = {"", "k", "M", "G", "T", "P"};
+  const char *prefix[] = {"", "K", "M", "G", "T", "P"};
   int u = 0;
   while (v >= 1000 && u < 5) {
     v /= 1000;
