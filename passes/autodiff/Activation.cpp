@@ -23,16 +23,6 @@ namespace pipec::passes::autodiff {
 
 namespace {
 
-/// For unary ops: dX = dY * f where f is computed by `factor`.
-template <typename F> Status unaryTimes(GradContext &c, F &&factor) {
-  if (!c.needsGrad(0))
-    return Status::ok();
-  PIPEC_ASSIGN(ir::Value * f, factor());
-  PIPEC_ASSIGN(ir::Value * g, c.mul(c.outGrad(0), f));
-  c.setGrad(0, g);
-  return Status::ok();
-}
-
 /// An attribute read as the kernels read it: a float widened to double.
 double attrF(const GradContext &c, const char *name, double dflt) {
   return static_cast<double>(attrFloat(c.attrs(), name, static_cast<float>(dflt)));

@@ -203,4 +203,14 @@ Status expandGrad(GradContext &);
 Status padGrad(GradContext &);
 Status tileGrad(GradContext &);
 
+/// For unary ops: dX = dY * f where f is computed by `factor`.
+template <typename F> Status unaryTimes(GradContext &c, F &&factor) {
+  if (!c.needsGrad(0))
+    return Status::ok();
+  PIPEC_ASSIGN(ir::Value * f, factor());
+  PIPEC_ASSIGN(ir::Value * g, c.mul(c.outGrad(0), f));
+  c.setGrad(0, g);
+  return Status::ok();
+}
+
 } // namespace pipec::passes::autodiff

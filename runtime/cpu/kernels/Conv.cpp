@@ -163,21 +163,9 @@ LinalgDnnlPrim makeDnnlConv(const ConvGeom &g, const OpDesc &d, bool hasBias) {
     return p;
   try {
     using namespace dnnl;
-    std::vector<int64_t> xs = {g.N, g.C}, ys = {g.N, g.M}, ws;
-    if (g.G > 1)
-      ws = {g.G, g.M / g.G, g.C / g.G};
-    else
-      ws = {g.M, g.C};
-    std::vector<int64_t> strides, dil, pl, pr;
-    for (const LinalgWindowDim &w : g.dims) {
-      xs.push_back(w.in);
-      ys.push_back(w.out);
-      ws.push_back(w.kernel);
-      strides.push_back(w.stride);
-      dil.push_back(w.dilation - 1);
-      pl.push_back(w.padBegin);
-      pr.push_back(w.padEnd);
-    }
+    const LinalgDnnlConvShape cs = linalgDnnlConvShape(g.N, g.C, g.M, g.G, g.dims);
+    const std::vector<int64_t> &xs = cs.src, &ys = cs.dst, &ws = cs.weights, &strides = cs.strides,
+                               &dil = cs.dilations, &pl = cs.padBegin, &pr = cs.padEnd;
     memory::desc xmd = linalgDnnlPlain(xs), ymd = linalgDnnlPlain(ys), wmd = linalgDnnlPlain(ws),
                  bmd = linalgDnnlPlain({g.M});
     convolution_forward::desc cd =

@@ -104,4 +104,30 @@ struct LinalgDnnlPrim {
   }
 };
 
+/// oneDNN's dimensions of a convolution of `images` images with C input and
+/// M output channels in G groups over the spatial `dims`: source, destination
+/// and weights shapes ([G, M/G, C/G, k...] when grouped), strides, dilations
+/// (oneDNN counts them from 0) and paddings.
+struct LinalgDnnlConvShape {
+  std::vector<int64_t> src, dst, weights, strides, dilations, padBegin, padEnd;
+};
+
+inline LinalgDnnlConvShape linalgDnnlConvShape(int64_t images, int64_t C, int64_t M, int64_t G,
+                                               const std::vector<LinalgWindowDim> &dims) {
+  LinalgDnnlConvShape s;
+  s.src = {images, C};
+  s.dst = {images, M};
+  s.weights = G > 1 ? std::vector<int64_t>{G, M / G, C / G} : std::vector<int64_t>{M, C};
+  for (const LinalgWindowDim &w : dims) {
+    s.src.push_back(w.in);
+    s.dst.push_back(w.out);
+    s.weights.push_back(w.kernel);
+    s.strides.push_back(w.stride);
+    s.dilations.push_back(w.dilation - 1);
+    s.padBegin.push_back(w.padBegin);
+    s.padEnd.push_back(w.padEnd);
+  }
+  return s;
+}
+
 } // namespace pipec::cpu

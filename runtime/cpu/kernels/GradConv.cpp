@@ -221,21 +221,9 @@ DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t im
     return plan;
   try {
     using namespace dnnl;
-    std::vector<int64_t> xs = {images, g.C}, ys = {images, g.M}, ws;
-    if (g.G > 1)
-      ws = {g.G, g.M / g.G, g.C / g.G};
-    else
-      ws = {g.M, g.C};
-    std::vector<int64_t> strides, dil, pl, pr;
-    for (const LinalgWindowDim &w : g.dims) {
-      xs.push_back(w.in);
-      ys.push_back(w.out);
-      ws.push_back(w.kernel);
-      strides.push_back(w.stride);
-      dil.push_back(w.dilation - 1);
-      pl.push_back(w.padBegin);
-      pr.push_back(w.padEnd);
-    }
+    const LinalgDnnlConvShape cs = linalgDnnlConvShape(images, g.C, g.M, g.G, g.dims);
+    const std::vector<int64_t> &xs = cs.src, &ys = cs.dst, &ws = cs.weights, &strides = cs.strides,
+                               &dil = cs.dilations, &pl = cs.padBegin, &pr = cs.padEnd;
     auto any = [](const std::vector<int64_t> &d) {
       return memory::desc(linalgDnnlDims(d), memory::data_type::f32, memory::format_tag::any);
     };
