@@ -57,11 +57,13 @@ struct CapacityQuery {
   int optimizerStates = 2;   ///< adam
   std::string profile = "accel-8gb";
   double memoryBudget = 0;   ///< bytes per device; 0 for the profile's capacity
-  /// Blocks per stage in the small instances: fit on the first two, check
-  /// the third. Instances have probe[i] + 2 blocks (a block before and
-  /// after a middle stage).
-  std::array<int, 3> probe = {1, 2, 3};
 };
+
+/// Blocks per stage in the small instances: fit on the first two, check on
+/// the third. An instance has probe[i] + 2 blocks, so that a middle stage
+/// has a block before and after it.
+using CapacityProbe = std::array<int, 3>;
+inline constexpr CapacityProbe kDefaultProbe = {1, 2, 3};
 
 struct CapacityResult {
   CapacityQuery query;
@@ -83,7 +85,13 @@ struct CapacityResult {
 /// family's builder, blocks that are not contiguous in the forward chain, a
 /// memory model that is not affine in the blocks, a per-block memory that
 /// does not grow (the capacity would be unbounded).
-Expected<CapacityResult> maxTrainableBlocks(const LayerFamily &family, const CapacityQuery &query);
+Expected<CapacityResult> maxTrainableBlocks(const LayerFamily &family, const CapacityQuery &query,
+                                            CapacityProbe probe = kDefaultProbe);
+/// The same for several queries; builds each instance once per micro-batch
+/// size.
+Expected<std::vector<CapacityResult>> maxTrainableBlocks(const LayerFamily &family,
+                                                         const std::vector<CapacityQuery> &queries,
+                                                         CapacityProbe probe = kDefaultProbe);
 
 nlohmann::json capacityToJson(const CapacityResult &r);
 
