@@ -50,6 +50,39 @@ double timeSgemm(int n, int repeats) {
   return median(t);
 }
 
+/// FLOP/s of square sgemms of size n, each timed as a loop of calls long
+/// enough (>= 1 ms) for the clock, median of `repeats` loops.
+double sgemmRate(int n, int repeats) {
+  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>((i * 7) % 13) * 0.1f;
+    b[i] = static_cast<float>((i * 5) % 11) * 0.1f;
+  }
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                n, 0.0f, c.data(), n);
+  };
+  run();
+  int iters = 1;
+  for (;;) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i)
+      run();
+    if (seconds(t0, Clock::now()) >= 1e-3 || iters >= (1 << 20))
+      break;
+    iters *= 2;
+  }
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i)
+      run();
+    t.push_back(seconds(t0, Clock::now()) / iters);
+  }
+  double dn = n;
+  return 2 * dn * dn * dn / median(t);
+}
+
 /// Seconds of one memcpy of `bytes`, median after a warm-up (pages touched).
 double timeMemcpy(size_t bytes, int repeats) {
   std::vector<char> src(bytes, 1), dst(bytes, 0);
@@ -163,6 +196,13 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   double n = o.gemmSize;
   double flops = 2 * n * n * n / gemmSec;
   double tinySec = timeSgemm(4, std::max(101, o.repeats));
+  // GEMM rate by size, up to the large one measured above.
+  nlohmann::json curve = nlohmann::json::array();
+  for (int m = 16; m < o.gemmSize; m *= 2) {
+    double dm = m;
+    curve.push_back({2 * dm * dm * dm, sgemmRate(m, o.repeats)});
+  }
+  curve.push_back({2 * n * n * n, flops});
   double linkBw = static_cast<double>(o.copyBytes) / handoffSec;
   double capacity = memTotalBytes();
   if (capacity <= 0)
@@ -178,10 +218,12 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   j["link_bandwidth_bytes_per_s"] = linkBw;
   j["link_latency_s"] = latency;
   j["node_overhead_s"] = tinySec;
+  j["gemm_curve"] = curve;
   j["source"] = "measured by pipec --calibrate on this machine: peak_flops.fp32 = median cblas_sgemm "
                 "(OpenBLAS) " + std::to_string(o.gemmSize) + "^3 FLOP rate; memory bandwidth = (read + "
                 "written bytes) / median memcpy time; link = handoff of a buffer between two threads "
-                "through shared memory; node overhead = median 4x4 sgemm call; capacity = MemTotal";
+                "through shared memory; node overhead = median 4x4 sgemm call; gemm_curve = square sgemm "
+                "rates from 16^3 up; capacity = MemTotal";
   j["measured"] = {{"threads", threads},
                    {"gemm_n", o.gemmSize},
                    {"gemm_median_s", gemmSec},

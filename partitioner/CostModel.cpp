@@ -54,6 +54,20 @@ NodeCost forwardCost(const ir::Node &n) {
     if (op == "Gemm" && attrInt(n.attrs(), "transA", 0) && a.size() == 2)
       k = a[0];
     c.flops = 2.0 * numel(out) * static_cast<double>(k);
+    c.gemm = true;
+  } else if (n.domain() == "pipec" && (op == "ConvGradInput" || op == "ConvGradWeight")) {
+    // dX = ConvGradInput(dY, W), dW = ConvGradWeight(X, dY): the forward
+    // convolution's multiply-adds, once each. The forward output (dY) has
+    // numel(dY) elements, each a sum over C/G * prod(kernel) of W's shape
+    // [M, C/G, k...], which is input 1 of ConvGradInput and the output of
+    // ConvGradWeight.
+    const ir::Value *dy = op == "ConvGradInput" ? n.input(0) : n.input(1);
+    const Shape &w = op == "ConvGradInput" ? n.input(1)->shape() : out->shape();
+    double window = 1;
+    for (size_t i = 1; i < w.size(); ++i)
+      window *= static_cast<double>(w[i]);
+    c.flops = 2.0 * numel(dy) * window;
+    c.gemm = true;
   } else if (op == "Conv" || op == "ConvTranspose") {
     // Weights are [C_out, C_in/group, k...] for Conv, whose outputs each sum
     // C_in/group * prod(k) products, and [C_in, C_out/group, k...] for
@@ -64,12 +78,14 @@ NodeCost forwardCost(const ir::Node &n) {
       window *= static_cast<double>(w[i]);
     double base = op == "Conv" ? numel(out) : numel(n.input(0));
     c.flops = 2.0 * base * window;
+    c.gemm = true;
   } else if (op == "Einsum") {
     // Upper bound without parsing: product of output and the largest input.
     double in = 0;
     for (const ir::Value *v : n.inputs())
       in = std::max(in, numel(v));
     c.flops = 2.0 * in;
+    c.gemm = true;
   } else if (op.rfind("Reduce", 0) == 0 || op == "GlobalAveragePool" ||
              op == "GlobalMaxPool" || op == "AveragePool" || op == "MaxPool") {
     c.flops = numel(n.input(0));
@@ -80,7 +96,8 @@ NodeCost forwardCost(const ir::Node &n) {
 }
 
 double CostModel::rooflineTime(const NodeCost &c, DType dtype) const {
-  double compute = c.flops / profile.flopsFor(dtype);
+  double compute =
+      c.flops / (c.gemm ? profile.gemmRate(c.flops, dtype) : profile.flopsFor(dtype));
   double memory = (c.bytesRead + c.bytesWritten) / profile.memoryBandwidth;
   return std::max(compute, memory) + profile.nodeOverhead;
 }

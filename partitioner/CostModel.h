@@ -23,6 +23,8 @@ struct NodeCost {
   double flops = 0;      ///< floating-point operations of the forward node
   double bytesRead = 0;  ///< input bytes
   double bytesWritten = 0;
+  /// A GEMM or convolution: timed at the profile's GEMM rate for its size.
+  bool gemm = false;
 };
 
 /// Forward cost of one node: multiply-adds count 2 FLOPs (GEMM, convolution,

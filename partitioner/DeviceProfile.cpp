@@ -26,6 +26,22 @@ double DeviceProfile::flopsFor(DType dtype) const {
   return it == peakFlops.end() ? peakFlops.begin()->second : it->second;
 }
 
+double DeviceProfile::gemmRate(double flops, DType dtype) const {
+  if (gemmCurve.empty() || dtype == DType::F16 || dtype == DType::BF16 || !(flops > 0))
+    return flopsFor(dtype);
+  if (flops <= gemmCurve.front().first)
+    return gemmCurve.front().second;
+  if (flops >= gemmCurve.back().first)
+    return gemmCurve.back().second;
+  size_t i = 1;
+  while (gemmCurve[i].first < flops)
+    ++i;
+  const auto &[f0, r0] = gemmCurve[i - 1];
+  const auto &[f1, r1] = gemmCurve[i];
+  double t = (std::log(flops) - std::log(f0)) / (std::log(f1) - std::log(f0));
+  return r0 + t * (r1 - r0);
+}
+
 std::string profileDirectory() {
   if (const char *env = std::getenv("PIPEC_PROFILE_DIR"); env && *env)
     return env;
@@ -82,6 +98,19 @@ Expected<DeviceProfile> parseProfile(const json &j, const std::string &what) {
   PIPEC_ASSIGN(p.linkBandwidth, positive(j, "link_bandwidth_bytes_per_s", what));
   PIPEC_ASSIGN(p.linkLatency, positive(j, "link_latency_s", what));
   PIPEC_ASSIGN(p.nodeOverhead, positive(j, "node_overhead_s", what));
+  if (j.contains("gemm_curve")) {
+    const json &c = j["gemm_curve"];
+    if (!c.is_array())
+      return errorf(what, ": gemm_curve must be a list of [FLOPs, FLOP/s] pairs");
+    for (const json &e : c) {
+      if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number() ||
+          !(e[0].get<double>() > 0) || !(e[1].get<double>() > 0))
+        return errorf(what, ": gemm_curve entries must be [FLOPs, FLOP/s], both positive");
+      if (!p.gemmCurve.empty() && !(e[0].get<double>() > p.gemmCurve.back().first))
+        return errorf(what, ": gemm_curve must be ascending in FLOPs");
+      p.gemmCurve.emplace_back(e[0].get<double>(), e[1].get<double>());
+    }
+  }
   return p;
 }
 

@@ -38,6 +38,10 @@ struct DeviceProfile {
   double linkBandwidth = 0;   ///< bytes/s, one direction, to a neighbour device
   double linkLatency = 0;     ///< seconds per transfer
   double nodeOverhead = 0;    ///< seconds per node run (launch, dispatch)
+  /// Measured GEMM rates by size (optional, "gemm_curve": [[FLOPs, FLOP/s],
+  /// ...] ascending): small GEMMs run far below peak, and a pipeline stage
+  /// of small layers is made of them.
+  std::vector<std::pair<double, double>> gemmCurve;
   std::string source;         ///< data sheet or measurement
   std::string assumptions;    ///< figures no data sheet gives, and why
   /// The JSON it was read from (the report shows it).
@@ -46,6 +50,10 @@ struct DeviceProfile {
   /// Peak FLOP/s for a node computing in `dtype` (f16 -> fp16, bf16 -> bf16,
   /// anything else -> the default precision); falls back to fp32.
   double flopsFor(DType dtype) const;
+  /// FLOP/s of a GEMM-like node of `flops` in `dtype`: the gemm curve
+  /// interpolated in log(FLOPs) (clamped to its ends) for the default
+  /// precision when the profile has one, else flopsFor(dtype).
+  double gemmRate(double flops, DType dtype) const;
 };
 
 /// Name of the profile used when none is given: the checked-in measurement

@@ -93,3 +93,30 @@ TEST(Calibrate, SmallRunGivesAValidProfile) {
   EXPECT_GT(p->linkLatency, 0);
   EXPECT_EQ(p->raw["measured"]["gemm_n"], 128);
 }
+
+TEST(DeviceProfile, GemmCurveInterpolatesInLogFlops) {
+  nlohmann::json j = {{"name", "t"},
+                      {"source", "test"},
+                      {"peak_flops", {{"fp32", 1e11}}},
+                      {"memory_bandwidth_bytes_per_s", 1e10},
+                      {"memory_capacity_bytes", 1e9},
+                      {"link_bandwidth_bytes_per_s", 1e9},
+                      {"link_latency_s", 1e-6},
+                      {"node_overhead_s", 1e-6},
+                      {"gemm_curve", {{1e3, 1e9}, {1e5, 3e9}, {1e7, 5e10}}}};
+  auto p = parseProfile(j, "test");
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  EXPECT_DOUBLE_EQ(p->gemmRate(1e2, DType::F32), 1e9);    // clamped below
+  EXPECT_DOUBLE_EQ(p->gemmRate(1e4, DType::F32), 2e9);    // halfway in log
+  EXPECT_DOUBLE_EQ(p->gemmRate(1e6, DType::F32), 2.65e10);
+  EXPECT_DOUBLE_EQ(p->gemmRate(1e9, DType::F32), 5e10);   // clamped above
+  // A GEMM node is timed at its size's rate, an elementwise one at peak.
+  CostModel m;
+  m.profile = *p;
+  NodeCost gemm{1e4, 0, 0, true}, ew{1e4, 0, 0, false};
+  EXPECT_NEAR(m.rooflineTime(gemm, DType::F32), 1e4 / 2e9 + 1e-6, 1e-12);
+  EXPECT_NEAR(m.rooflineTime(ew, DType::F32), 1e4 / 1e11 + 1e-6, 1e-12);
+  // A descending curve is refused.
+  j["gemm_curve"] = {{1e5, 1e9}, {1e3, 1e9}};
+  EXPECT_FALSE(parseProfile(j, "test").isOk());
+}
