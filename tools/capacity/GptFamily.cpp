@@ -1,0 +1,63 @@
+//===- tools/capacity/GptFamily.cpp - The GPT sample as a layer family ----===//
+#include "tools/capacity/GptFamily.h"
+
+#include "codegen/Driver.h"
+#include "frontend/OnnxImporter.h"
+#include "passes/Autodiff.h"
+#include "passes/Loss.h"
+
+#include <cctype>
+
+namespace pipec::capacity {
+
+namespace {
+
+/// l for a node named "block<l>/...", else -1.
+int gptBlockOf(const ir::Node &n) {
+  const std::string &name = n.name();
+  const std::string prefix = "block";
+  if (name.compare(0, prefix.size(), prefix) != 0)
+    return -1;
+  size_t i = prefix.size();
+  int l = 0;
+  bool digits = false;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
+    l = l * 10 + (name[i] - '0');
+    digits = true;
+    ++i;
+  }
+  return digits && i < name.size() && name[i] == '/' ? l : -1;
+}
+
+} // namespace
+
+partitioner::LayerFamily gptFamily(const samples::GptOptions &dims) {
+  partitioner::LayerFamily f;
+  f.name = cat("gpt dmodel ", dims.dmodel, ", ", dims.heads, " heads, seq ", dims.seq, ", vocab ",
+               dims.vocab);
+  f.blockOf = gptBlockOf;
+  f.build = [dims](int64_t blocks, int64_t batch) -> Expected<std::unique_ptr<ir::Graph>> {
+    samples::GptOptions go = dims;
+    go.layers = blocks;
+    samples::CommonOptions co;
+    co.batch = batch;
+    co.withLoss = true;
+    PIPEC_ASSIGN(samples::BuiltModel m, samples::buildGpt(go, co));
+    std::string bytes;
+    if (!m.proto.SerializeToString(&bytes))
+      return errorf("gpt with ", blocks, " blocks: the model does not serialize (over 2 GiB?)");
+    m = samples::BuiltModel();
+    PIPEC_ASSIGN(std::unique_ptr<ir::Graph> g,
+                 frontend::importOnnxBytes(bytes, cat("gpt", blocks)));
+    codegen::CompileOptions opts;
+    PIPEC_TRY(codegen::runPasses(*g, opts));
+    PIPEC_ASSIGN(ir::Value * loss, passes::findLoss(*g, "loss"));
+    passes::AutodiffOptions ao;
+    ao.loss = loss->name();
+    PIPEC_TRY(passes::differentiate(*g, ao).status());
+    return g;
+  };
+  return f;
+}
+
+} // namespace pipec::capacity

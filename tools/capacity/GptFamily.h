@@ -1,0 +1,22 @@
+//===- tools/capacity/GptFamily.h - The GPT sample as a layer family -*- C++ -*-===//
+//
+// samples::buildGpt as a partitioner::LayerFamily for the capacity search
+// (partitioner/Capacity.h): the generated ONNX model with a loss, imported,
+// the pass pipeline run and differentiated, as pipec compiles it for
+// training. Its blocks are the forward nodes named "block<l>/...". It lives
+// here, not in partitioner/, because it needs the frontend, the samples and
+// codegen's pass pipeline, which depend on the partitioner.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "partitioner/Capacity.h"
+#include "samples/gen/Models.h"
+
+namespace pipec::capacity {
+
+/// The family of GPTs of `dims` (its `layers` is ignored: the capacity
+/// search picks the block counts).
+partitioner::LayerFamily gptFamily(const samples::GptOptions &dims);
+
+} // namespace pipec::capacity
