@@ -141,7 +141,32 @@ Expected<ChainModel> ChainModel::build(const ir::Graph &g, std::vector<const ir:
       break;
     }
   }
+  // Selective recompute (passes/Recompute.h) clones the cheap forward nodes
+  // whose outputs the backward reads, and, transitively, the cheap nodes
+  // those clones read from; the clones read the kept values (outputs of
+  // expensive nodes, stage inputs, graph inputs), which stay stashed even
+  // when no backward node reads them.
+  {
+    std::vector<char> needed(ids.size(), 0);
+    for (const ChainNode &c : m.nodes_)
+      for (const Use &u : c.stashReads)
+        needed[static_cast<size_t>(u.value)] = 1;
+    for (size_t j = N; j-- > 0;) {
+      ChainNode &c = m.nodes_[j];
+      if (c.expensive)
+        continue;
+      bool recomputed = false;
+      for (const Use &u : c.produced)
+        recomputed = recomputed || needed[static_cast<size_t>(u.value)];
+      if (!recomputed)
+        continue;
+      c.chainReads = c.inputs;
+      for (const Use &u : c.inputs)
+        needed[static_cast<size_t>(u.value)] = 1;
+    }
+  }
   m.numValues_ = ids.size();
+  m.seenChain_.assign(m.numValues_, -1);
   m.seenConst_.assign(m.numValues_, -1);
   m.seenIn_.assign(m.numValues_, -1);
   m.seenStash_.assign(m.numValues_, -1);
@@ -199,6 +224,15 @@ void ChainModel::Sweep::push() {
     bool kept = u.producer < a || (u.producer >= 0 && m_.nodes_[u.producer].expensive);
     if (kept)
       keptStash_ += u.bytes;
+    if (m_.seenChain_[u.value] == tag_)
+      chainStash_ -= u.bytes; // counted once, as read by the backward
+  }
+  for (const Use &u : c.chainReads) {
+    bool kept = u.producer < a || (u.producer >= 0 && m_.nodes_[u.producer].expensive);
+    if (!kept || m_.seenChain_[u.value] == tag_ || m_.seenStash_[u.value] == tag_)
+      continue;
+    m_.seenChain_[u.value] = tag_;
+    chainStash_ += u.bytes;
   }
   ++end_;
 }
@@ -235,7 +269,7 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
     if (policy == "full")
       return stageInputs_ * inflight + stash_;
     if (policy == "selective")
-      return keptStash_ * inflight + (stash_ - keptStash_);
+      return (keptStash_ + chainStash_) * inflight + (stash_ - keptStash_);
     return stash_ * inflight;
   };
   auto recomputeTime = [&](const std::string &policy) {

@@ -103,6 +103,8 @@ public:
     double fwd_ = 0, bwd_ = 0, opt_ = 0, cheapFwd_ = 0, fwdFlops_ = 0, bwdFlops_ = 0;
     double weights_ = 0, params_ = 0, paramBytes_ = 0;
     double out_ = 0, in_ = 0, stash_ = 0, keptStash_ = 0, stageInputs_ = 0, workspace_ = 0;
+    /// Selective: kept values only the recomputed nodes read.
+    double chainStash_ = 0;
   };
 
 private:
@@ -119,6 +121,9 @@ private:
     std::vector<Use> produced;   ///< producer: last forward use index, -1 none
     std::vector<Use> inputs;     ///< forward values its forward node reads
     std::vector<Use> stashReads; ///< forward values its backward nodes read
+    /// Under selective recompute, when this (cheap) node is recomputed: the
+    /// forward values its clone reads (kept ones are stashed).
+    std::vector<Use> chainReads;
     std::vector<Use> lastUses;   ///< values whose last forward use is this node
     std::vector<double> paramElems; ///< elements per constants[] entry
   };
@@ -128,7 +133,7 @@ private:
   size_t numValues_ = 0;
   // Stamps: which values a sweep has counted (mutable scratch, one sweep at a
   // time per model).
-  mutable std::vector<int> seenConst_, seenIn_, seenStash_, seenInput_;
+  mutable std::vector<int> seenConst_, seenIn_, seenStash_, seenInput_, seenChain_;
   mutable int nextTag_ = 0;
 };
 
