@@ -68,7 +68,6 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   co.partition.schedule = c.schedule;
   co.partition.training = c.train;
   co.partition.recompute = c.recompute;
-  co.partition.profile = "v100-sxm2-16gb"; // TEMP
   co.emit.microBatches = c.M;
   co.emit.schedule = c.schedule;
   co.emit.training = c.train;
