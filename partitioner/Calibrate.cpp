@@ -30,16 +30,25 @@ double median(std::vector<double> v) {
 }
 
 /// Seconds of one n x n x n sgemm, median of `repeats` after a warm-up.
-double timeSgemm(int n, int repeats) {
-  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    a[i] = static_cast<float>((i * 7) % 13) * 0.1f;
-    b[i] = static_cast<float>((i * 5) % 11) * 0.1f;
+/// Square sgemm operands of size n and a call on them.
+struct SquareSgemm {
+  int n;
+  std::vector<float> a, b, c;
+  explicit SquareSgemm(int size)
+      : n(size), a(static_cast<size_t>(size) * size), b(a.size()), c(a.size()) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<float>((i * 7) % 13) * 0.1f;
+      b[i] = static_cast<float>((i * 5) % 11) * 0.1f;
+    }
   }
-  auto run = [&] {
+  void operator()() {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
                 n, 0.0f, c.data(), n);
-  };
+  }
+};
+
+double timeSgemm(int n, int repeats) {
+  SquareSgemm run(n);
   run();
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
@@ -53,15 +62,7 @@ double timeSgemm(int n, int repeats) {
 /// FLOP/s of square sgemms of size n, each timed as a loop of calls long
 /// enough (>= 1 ms) for the clock, median of `repeats` loops.
 double sgemmRate(int n, int repeats) {
-  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    a[i] = static_cast<float>((i * 7) % 13) * 0.1f;
-    b[i] = static_cast<float>((i * 5) % 11) * 0.1f;
-  }
-  auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
-  };
+  SquareSgemm run(n);
   run();
   int iters = 1;
   for (;;) {
