@@ -269,8 +269,10 @@ int main(int argc, char **argv) {
   app.add_option("--op-times", o.opTimes,
                  "balance by measured per-node times: JSON from piperun --profile-ops");
   app.add_option("--recompute", o.recompute,
-                 "rematerialization policy the memory model assumes: none (default), full, "
-                 "selective, auto");
+                 "with --train: rematerialization per stage: none (default), full (GPipe: keep "
+                 "stage inputs, recompute the stage's forward before its backward), selective "
+                 "(keep GEMM/conv outputs, recompute the cheap ops), auto (the least recompute "
+                 "that fits each stage's memory budget)");
   app.add_option("--calibrate-threads", o.calibrateThreads,
                  "with --calibrate: kernel threads of one device (piperun --threads-per-device; "
                  "default 1)");
