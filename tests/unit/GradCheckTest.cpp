@@ -1032,9 +1032,11 @@ TEST(Autodiff, BatchNormalizationPhases) {
     EXPECT_EQ(phase["BatchNormalizationStats"], ir::Phase::Backward) << "mode " << mode;
     EXPECT_EQ(phase["BatchNormalizationGrad"], ir::Phase::Backward) << "mode " << mode;
     EXPECT_EQ(phase["BatchNormalizationScaleGrad"], ir::Phase::WeightGrad) << "mode " << mode;
-    for (const passes::GradientPair &p : *grads)
-      if (p.param->name() != "P")
+    for (const passes::GradientPair &p : *grads) {
+      if (p.param->name() != "P") {
         EXPECT_EQ(p.grad->producer()->opType(), "BatchNormalizationScaleGrad") << p.grad->name();
+      }
+    }
   }
 }
 

@@ -712,9 +712,11 @@ TEST(LinalgKernels, PoolsMatchNaiveLoop) {
       std::string what = cat(c.op, " (", path, ") ", shapeStr(c.x), " ceil=", c.ceil,
                              " include_pad=", c.includePad);
       expectClose(got[0], want, {}, 1e-6, what);
-      if (c.indices)
-        for (size_t i = 0; i < wantIdx.size(); ++i)
+      if (c.indices) {
+        for (size_t i = 0; i < wantIdx.size(); ++i) {
           ASSERT_EQ(got[1].data<int64_t>()[i], wantIdx[i]) << what << " index " << i;
+        }
+      }
       EXPECT_TRUE(sameWithThreads(d, {X})) << what;
     }
   });
