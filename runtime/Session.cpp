@@ -82,6 +82,10 @@ Status Session::prepareTraining() {
     if (!ps.data)
       return errorf("parameter '", lp_.plan.tensors(pp.weight()).name(), "' is not resident");
     ps.n = static_cast<int64_t>(lp_.plan.tensors(pp.weight()).bytes() / sizeof(float));
+    int holders = 0;
+    for (const auto &dev : devices_)
+      holders += dev->address(pp.weight(), 0) != nullptr;
+    sharedParams_ = sharedParams_ || holders > 1;
     ps.accum.assign(static_cast<size_t>(ps.n), 0.0f);
     ps.state.assign(opt.stateTensors(), std::vector<float>(static_cast<size_t>(ps.n), 0.0f));
     paramOfGrad_[pp.grad()] = static_cast<int>(params_.size());
@@ -294,45 +298,58 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     return Status::ok();
   };
   // Every device updates the parameters whose gradients it computed. The
-  // global gradient norm needs every device: each contributes the squared
-  // sums of its own gradients in their global slots, the all-reduce adds
-  // them (every slot has one non-zero contribution, so the sum is exact)
-  // and each device adds the slots in parameter order, as one device
-  // would. The collective also keeps any device from updating a weight
-  // that another device still reads.
+  // global gradient norm needs every device: each writes the squared sums
+  // of its own gradients into their slots of `sq` (one slot per
+  // parameter) and the slots are added in parameter order, as one device
+  // would. Clipping needs the norm before any update, and a parameter that
+  // several devices read (tied weights) must not change while another
+  // device still reads it: then the slots are exchanged by an all-reduce,
+  // a collective every device waits at (every slot has one non-zero
+  // contribution, so the sum is exact). Otherwise a device updates its
+  // parameters as soon as its own backward passes are done, while the
+  // others finish theirs, and the norm is added up after the step.
   const int K = static_cast<int>(devices_.size());
+  const double clip = p.training().clip_grad_norm();
+  const bool collective = transport_ && (clip > 0 || sharedParams_);
+  std::vector<double> sq(params_.size(), 0.0);
+  const int64_t stepNumber = static_cast<int64_t>(steps_) + 1;
+  const float lr = training ? schedule_.lrAt(stepNumber) : 0.0f;
   auto optimize = [&](int d) -> Status {
     // The loss of a step is the mean of the micro-batch losses, so its
     // gradient is the mean of theirs.
     const float invM = 1.0f / static_cast<float>(M);
-    std::vector<double> sq(params_.size(), 0.0);
+    std::vector<double> mine(collective ? params_.size() : 0, 0.0);
     for (size_t i = 0; i < params_.size(); ++i) {
       ParamState &ps = params_[i];
       if (ps.device != d)
         continue;
       if (M > 1)
         train::scaleGrad(ps.accum.data(), ps.n, invM);
-      sq[i] = train::gradSquaredSum(ps.accum.data(), ps.n);
+      (collective ? mine[i] : sq[i]) = train::gradSquaredSum(ps.accum.data(), ps.n);
     }
-    if (transport_)
-      PIPEC_TRY(transport_->allReduceSum(d, sq.data(), sq.size()));
-    double total = 0.0;
-    for (double v : sq)
-      total += v;
-    const double norm = std::sqrt(total);
-    const double clip = p.training().clip_grad_norm();
-    if (clip > 0) {
-      double coef = train::clipCoefficient(norm, clip);
+    if (collective) {
+      PIPEC_TRY(transport_->allReduceSum(d, mine.data(), mine.size()));
+      if (clip > 0) {
+        double total = 0.0;
+        for (double v : mine)
+          total += v;
+        double coef = train::clipCoefficient(std::sqrt(total), clip);
+        if (coef < 1.0 || std::isnan(coef))
+          for (ParamState &ps : params_)
+            if (ps.device == d)
+              train::scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
+      }
+      if (d == K - 1)
+        sq = mine;
+    } else if (clip > 0) {
+      // One device: every gradient is its own.
+      double total = 0.0;
+      for (double v : sq)
+        total += v;
+      double coef = train::clipCoefficient(std::sqrt(total), clip);
       if (coef < 1.0 || std::isnan(coef))
         for (ParamState &ps : params_)
-          if (ps.device == d)
-            train::scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
-    }
-    int64_t t = static_cast<int64_t>(steps_) + 1;
-    const float lr = schedule_.lrAt(t);
-    if (d == K - 1) {
-      step->gradNorm = norm;
-      step->lr = lr;
+          train::scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
     }
     for (ParamState &ps : params_) {
       if (ps.device != d)
@@ -340,7 +357,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       std::vector<float *> state;
       for (auto &s : ps.state)
         state.push_back(s.data());
-      PIPEC_TRY(optimizer_->step(t, lr, ps.data, ps.accum.data(), state, ps.n));
+      PIPEC_TRY(optimizer_->step(stepNumber, lr, ps.data, ps.accum.data(), state, ps.n));
     }
     return Status::ok();
   };
@@ -385,6 +402,13 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     }
   }
   stepSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (training) {
+    double total = 0.0;
+    for (double v : sq)
+      total += v;
+    step->gradNorm = std::sqrt(total);
+    step->lr = lr;
+  }
   // Outputs that no node produces (graph inputs or constants passed through).
   for (int i = 0; i < p.outputs_size(); ++i) {
     int32_t t = p.outputs(i);

@@ -116,6 +116,8 @@ private:
   train::Schedule schedule_;
   std::vector<ParamState> params_;
   std::vector<int> paramOfGrad_; ///< tensor -> index into params_, -1
+  /// Some trained parameter is resident on more than one device.
+  bool sharedParams_ = false;
   /// Per tensor: the state constant a StateUpdate value replaces, -1.
   std::vector<int32_t> stateOfValue_;
 };
