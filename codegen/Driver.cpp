@@ -67,6 +67,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   Compiled c;
   partitioner::PartitionOptions po = opts.partition;
   po.microBatches = opts.emit.microBatches;
+  po.schedule = opts.emit.schedule;
   po.training = emit.training;
   if (emit.training) {
     // The memory model counts the optimizer's state tensors per parameter.

@@ -374,14 +374,16 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     dev->set_weight_bytes(weightBytes);
   }
   PIPEC_TRY(emitPrograms(p, slots, nodeWork));
+  // Graph outputs, gradients and state updates are collected after the
+  // instruction that made them.
+  std::vector<char> keep(p.tensors_size(), 0);
+  for (int32_t o : p.outputs())
+    keep[o] = 1;
+  for (const auto &[param, grad] : opts.train.paramGrads)
+    keep[table.id(grad)] = 1;
+  for (const auto &[state, value] : opts.train.stateUpdates)
+    keep[table.id(value)] = 1;
   for (unsigned s = 0; s < K; ++s) {
-    std::vector<char> keep(p.tensors_size(), 0);
-    for (int32_t o : p.outputs())
-      keep[o] = 1;
-    for (const auto &[param, grad] : opts.train.paramGrads)
-      keep[table.id(grad)] = 1;
-    for (const auto &[state, value] : opts.train.stateUpdates)
-      keep[table.id(value)] = 1;
     MemoryPlan mp = planDeviceMemory(p, *p.mutable_devices(s), keep);
     out.arenaPeak.push_back(mp.peak);
     out.arenaLiveBound.push_back(mp.liveBound);

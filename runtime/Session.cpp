@@ -57,11 +57,12 @@ Status Session::prepareTraining() {
     PIPEC_ASSIGN(schedule_, train::parseSchedule(t.lr_schedule(), opt.baseLr()));
   }
   paramOfGrad_.assign(lp_.plan.tensors_size(), -1);
-  stateOfValue_.assign(lp_.plan.tensors_size(), -1);
+  stateDst_.assign(lp_.plan.tensors_size(), nullptr);
   for (const plan::StateUpdate &u : t.state_updates()) {
-    if (deviceHolding(u.state(), 0) < 0)
+    int holder = deviceHolding(u.state(), 0);
+    if (holder < 0)
       return errorf("state '", lp_.plan.tensors(u.state()).name(), "' is not resident");
-    stateOfValue_[u.value()] = u.state();
+    stateDst_[u.value()] = devices_[holder]->address(u.state(), 0);
   }
   std::vector<int> producer(lp_.plan.tensors_size(), -1);
   for (int d = 0; d < lp_.plan.devices_size(); ++d)
@@ -272,11 +273,10 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   };
   std::vector<char> collected(static_cast<size_t>(p.outputs_size()) * M, 0);
   auto collect = [&](int32_t t, unsigned mb, const void *src) -> Status {
-    if (training && stateOfValue_[t] >= 0) {
+    if (training && stateDst_[t]) {
       // Running statistics: micro-batches update them in ascending order
       // on the one device that computes them.
-      int32_t st = stateOfValue_[t];
-      std::memcpy(devices_[deviceHolding(st, 0)]->address(st, 0), src, p.tensors(st).bytes());
+      std::memcpy(stateDst_[t], src, p.tensors(t).bytes());
     }
     if (training && paramOfGrad_[t] >= 0) {
       // Sum gradients in ascending micro-batch order: bitwise the same for

@@ -118,8 +118,9 @@ private:
   std::vector<int> paramOfGrad_; ///< tensor -> index into params_, -1
   /// Some trained parameter is resident on more than one device.
   bool sharedParams_ = false;
-  /// Per tensor: the state constant a StateUpdate value replaces, -1.
-  std::vector<int32_t> stateOfValue_;
+  /// Per tensor: where a StateUpdate value is copied (the resident state
+  /// constant), null for other tensors.
+  std::vector<void *> stateDst_;
 };
 
 } // namespace pipec::runtime

@@ -202,13 +202,16 @@ Status checkDevice(const Plan &p, int d) {
 } // namespace
 
 Status checkSchedule(const Plan &p) {
-  for (int d = 0; d < p.devices_size(); ++d)
+  for (int d = 0; d < p.devices_size(); ++d) {
+    std::vector<char> computed(static_cast<size_t>(p.tensors_size()), 0);
     for (const Node &n : p.devices(d).nodes())
       for (int32_t t : n.outputs())
-        for (const Instruction &ins : p.devices(d).program())
-          if (ins.kind() == Instruction::RECV && ins.tensor() == t)
-            return errorf("schedule: device ", d, " both computes and receives '",
-                          p.tensors(t).name(), "'");
+        computed[t] = 1;
+    for (const Instruction &ins : p.devices(d).program())
+      if (ins.kind() == Instruction::RECV && computed[ins.tensor()])
+        return errorf("schedule: device ", d, " both computes and receives '",
+                      p.tensors(ins.tensor()).name(), "'");
+  }
   PIPEC_TRY(checkPairing(p));
   PIPEC_TRY(checkProgress(p));
   for (int d = 0; d < p.devices_size(); ++d)

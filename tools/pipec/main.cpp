@@ -167,8 +167,6 @@ Status compile(const Options &o, const std::string &commandLine) {
     return Status::ok();
   }
   co.partition.numStages = o.stages;
-  co.partition.schedule = o.schedule;
-  co.partition.training = o.train;
   co.partition.profile = o.profile;
   co.partition.recompute = o.recompute;
   if (!o.mem.empty()) {

@@ -288,7 +288,7 @@ void printPrograms(const plan::Plan &p) {
 }
 
 /// Per device: what the run measured next to what the plan predicted.
-nlohmann::json deviceReport(const runtime::Session &session, int steps) {
+nlohmann::json deviceReport(const runtime::Session &session) {
   const plan::Plan &p = session.plan();
   nlohmann::json devs = nlohmann::json::array();
   const double stepSec = session.stepSeconds() / std::max(1.0, static_cast<double>(session.stepsRun()));
@@ -317,7 +317,6 @@ nlohmann::json deviceReport(const runtime::Session &session, int steps) {
     dj["predicted_memory_bytes"] = pd.predicted_memory_bytes();
     devs.push_back(dj);
   }
-  (void)steps;
   return devs;
 }
 
@@ -429,7 +428,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   if (!o.json && tty)
     std::fprintf(stderr, "\n");
   double med = median(stepSeconds);
-  nlohmann::json devs = deviceReport(session, o.steps - first);
+  nlohmann::json devs = deviceReport(session);
   if (!o.trace.empty())
     PIPEC_TRY(writeTrace(o.trace, session));
   if (!o.profileOps.empty())
@@ -587,7 +586,7 @@ Status runPlan(const Options &o) {
     outs.push_back(oj);
   }
   j["outputs"] = outs;
-  nlohmann::json devs = deviceReport(*session, total);
+  nlohmann::json devs = deviceReport(*session);
   j["devices"] = devs;
   j["predicted_step_seconds"] = p.pipeline().predicted_step_seconds();
   // Over every step run (warm-up included), like the per-device figures.
