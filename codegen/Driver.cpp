@@ -74,6 +74,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(emit.train.optimizer));
     PIPEC_ASSIGN(train::Optimizer optimizer, train::Optimizer::create(oc));
     po.optimizerStates = static_cast<int>(optimizer.stateTensors());
+    po.optimizer = oc.kind;
   }
   PIPEC_ASSIGN(c.partition, partitioner::partitionGraph(g, po));
   if (po.recompute != "none") {
@@ -95,6 +96,10 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   // The cost model's predictions go into the plan, so that piperun can put
   // its measurements next to them.
   const partitioner::PartitionEstimate &est = c.partition.estimate;
+  for (plan::Device &dev : *c.plan.plan.mutable_devices())
+    for (plan::Node &pn : *dev.mutable_nodes())
+      if (const ir::Node *n = g.findNode(pn.name()))
+        pn.set_predicted_seconds(est.model.nodeTime(*n));
   if (est.stages.size() == static_cast<size_t>(c.plan.plan.devices_size())) {
     const double M = emit.microBatches;
     for (size_t s = 0; s < est.stages.size(); ++s) {
@@ -104,9 +109,12 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
           (se.forwardTime + se.backwardTime + se.recomputeTime) * M + se.optimizerTime);
       dev->set_predicted_memory_bytes(se.memory.total());
     }
-    c.plan.plan.mutable_pipeline()->set_predicted_step_seconds(est.stepTime);
   }
   PIPEC_ASSIGN(c.report, buildReport(g, c.partition, c.plan));
+  // The step the report predicts: its simulation of the emitted programs
+  // (the partition's ideal schedule where those cannot be timed).
+  c.plan.plan.mutable_pipeline()->set_predicted_step_seconds(
+      c.report["predicted_step_seconds"].get<double>());
   return c;
 }
 

@@ -40,15 +40,14 @@ pt::SimOp simOpOf(plan::Instruction::Kind k) {
   }
 }
 
-/// The plan's per-device programs with predicted durations.
-std::vector<pt::SimProgram> planPrograms(const ir::Graph &g, const plan::Plan &p,
-                                         const pt::CostModel &cost) {
+/// The plan's per-device programs with predicted durations: each node's
+/// predicted_seconds (set by the driver from the cost model), transfers by
+/// the cost model, the optimizer step as its stage's estimate.
+std::vector<pt::SimProgram> planPrograms(const plan::Plan &p, const pt::PartitionEstimate &est) {
+  const pt::CostModel &cost = est.model;
   std::vector<pt::SimProgram> progs;
   for (const plan::Device &dev : p.devices()) {
-    std::vector<double> nodeTime(static_cast<size_t>(dev.nodes_size()), 0.0);
-    for (int i = 0; i < dev.nodes_size(); ++i)
-      if (const ir::Node *n = g.findNode(dev.nodes(i).name()))
-        nodeTime[static_cast<size_t>(i)] = cost.nodeTime(*n);
+    const size_t d = progs.size();
     pt::SimProgram prog;
     for (const plan::Instruction &ins : dev.program()) {
       pt::SimInstr si;
@@ -58,9 +57,11 @@ std::vector<pt::SimProgram> planPrograms(const ir::Graph &g, const plan::Plan &p
       si.tag = ins.tensor();
       if (si.op == pt::SimOp::Send)
         si.duration = cost.transferTime(static_cast<double>(p.tensors(ins.tensor()).bytes()));
+      else if (si.op == pt::SimOp::Optimizer && d < est.stages.size())
+        si.duration = est.stages[d].optimizerTime;
       else if (si.op != pt::SimOp::Recv)
         for (int32_t ni : ins.nodes())
-          si.duration += nodeTime[static_cast<size_t>(ni)];
+          si.duration += dev.nodes(ni).predicted_seconds();
       prog.push_back(si);
     }
     progs.push_back(std::move(prog));
@@ -107,7 +108,7 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
       hasComm = hasComm || ins.kind() == plan::Instruction::SEND;
   std::vector<pt::SimProgram> progs;
   if (K == 1 || hasComm) {
-    progs = planPrograms(g, p, est.model);
+    progs = planPrograms(p, est);
     r["timeline_source"] = "plan";
   } else {
     std::vector<pt::StageTimes> times;

@@ -1,12 +1,18 @@
 //===- partitioner/Calibrate.cpp - Measuring this machine -----------------===//
 #include "partitioner/Calibrate.h"
 
+#include "partitioner/CostModel.h"
+#include "passes/NodeEval.h"
+#include "runtime/cpu/Kernel.h"
+#include "runtime/train/Clip.h"
+#include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
 
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -150,6 +156,49 @@ double timeHandoffCopy(size_t bytes, int repeats) {
   return median(t);
 }
 
+/// Seconds per element of adding a gradient into its accumulator, as the
+/// runtime does after each micro-batch, median of `repeats`.
+double timeAccumulate(int64_t n, int repeats) {
+  std::vector<float> acc(static_cast<size_t>(n), 0.5f), g(static_cast<size_t>(n), 0.25f);
+  std::vector<double> t;
+  for (int r = 0; r <= repeats; ++r) {
+    auto t0 = Clock::now();
+    for (int64_t i = 0; i < n; ++i)
+      acc[static_cast<size_t>(i)] += g[static_cast<size_t>(i)];
+    if (r > 0) // the first run touches the pages
+      t.push_back(seconds(t0, Clock::now()));
+  }
+  return median(t) / static_cast<double>(n);
+}
+
+/// Seconds per element of what the runtime does per parameter at the
+/// optimizer step of `kind` (default settings): scaling the summed gradient
+/// by 1/M, its squared sum for the global norm, the update. Median of
+/// `repeats`.
+Expected<double> timeOptimizerStep(const std::string &kind, int64_t n, int repeats) {
+  PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(kind == "sgd" ? "sgd:lr=0.01" : kind));
+  PIPEC_ASSIGN(train::Optimizer opt, train::Optimizer::create(oc));
+  const size_t un = static_cast<size_t>(n);
+  std::vector<float> param(un, 0.5f), grad(un, 0.25f);
+  std::vector<std::vector<float>> states(opt.stateTensors(), std::vector<float>(un, 0.0f));
+  std::vector<float *> state;
+  for (auto &s : states)
+    state.push_back(s.data());
+  std::vector<double> t;
+  double sink = 0;
+  for (int r = 0; r <= repeats; ++r) {
+    auto t0 = Clock::now();
+    train::scaleGrad(grad.data(), n, 1.0f);
+    sink += train::gradSquaredSum(grad.data(), n);
+    PIPEC_TRY(opt.step(r + 1, 1e-3f, param.data(), grad.data(), state, n));
+    if (r > 0)
+      t.push_back(seconds(t0, Clock::now()));
+  }
+  if (!std::isfinite(sink))
+    return errorf("the optimizer calibration overflowed");
+  return median(t) / static_cast<double>(n);
+}
+
 double memTotalBytes() {
   auto text = readFile("/proc/meminfo");
   if (!text)
@@ -174,6 +223,115 @@ std::string cpuModel() {
 
 } // namespace
 
+namespace {
+/// Restores OpenMP's thread count when it leaves scope.
+struct ThreadCountScope {
+  int previous;
+  explicit ThreadCountScope(int threads) : previous(omp_get_max_threads()) {
+    omp_set_num_threads(threads);
+  }
+  ~ThreadCountScope() { omp_set_num_threads(previous); }
+};
+
+/// Input data for timing a kernel: the constant's own values, floats in
+/// [-1, 1] from a fixed linear congruential sequence, zeros otherwise.
+Tensor timingInput(const ir::Value &v, uint64_t seed) {
+  if (v.isConstant())
+    return v.constant();
+  Tensor t(v.type());
+  if (v.dtype() == DType::F32) {
+    float *p = t.data<float>();
+    uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      p[i] = static_cast<float>(static_cast<double>(x >> 40) / 8388608.0 - 1.0);
+    }
+  } else {
+    std::memset(t.raw(), 0, t.bytes());
+  }
+  return t;
+}
+} // namespace
+
+Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeTimingOptions &o) {
+  if (o.threads < 1 || o.minRuns < 1)
+    return errorf("node timing needs at least one thread and one run");
+  ThreadCountScope scope(o.threads);
+  std::vector<NodeTiming> out;
+  uint64_t seed = 1;
+  for (const ir::Node *n : g.nodes()) {
+    if (!cpu::hasKernel(n->domain(), n->opType()) || forwardCost(*n).gemm)
+      continue;
+    bool typed = true;
+    for (const ir::Value *v : n->outputs())
+      typed = typed && v->typeKnown();
+    for (const ir::Value *v : n->inputs())
+      typed = typed && (!v || v->typeKnown());
+    if (!typed)
+      continue;
+    auto kernel = cpu::createKernel(passes::opDescForNode(*n, g.opset(n->domain())));
+    if (!kernel)
+      continue;
+    std::vector<Tensor> ins, outs;
+    std::vector<const void *> inPtrs;
+    std::vector<void *> outPtrs;
+    double bytes = 0;
+    for (const ir::Value *v : n->inputs()) {
+      ins.push_back(v ? timingInput(*v, seed++) : Tensor());
+      inPtrs.push_back(v ? ins.back().raw() : nullptr);
+      bytes += v ? static_cast<double>(v->type().bytes()) : 0;
+    }
+    for (const ir::Value *v : n->outputs()) {
+      outs.emplace_back(v->type());
+      outPtrs.push_back(outs.back().raw());
+      bytes += static_cast<double>(v->type().bytes());
+    }
+    Tensor workspace;
+    if (size_t ws = (*kernel)->workspaceBytes())
+      workspace = Tensor(DType::U8, Shape{static_cast<int64_t>(ws)});
+    cpu::ExecContext ctx;
+    ctx.training = true;
+    ctx.workspace = workspace.empty() ? nullptr : workspace.raw();
+    if (!(*kernel)->run(ctx, inPtrs.data(), outPtrs.data()).isOk())
+      continue; // e.g. data the kernel checks and refuses
+    std::vector<double> t;
+    double total = 0;
+    while (static_cast<int>(t.size()) < o.minRuns || (total < o.minSeconds && t.size() < 10000)) {
+      auto t0 = Clock::now();
+      Status st = (*kernel)->run(ctx, inPtrs.data(), outPtrs.data());
+      t.push_back(seconds(t0, Clock::now()));
+      total += t.back();
+      if (!st.isOk())
+        return st;
+    }
+    out.push_back({opCurveKey(*n), bytes, median(t)});
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<std::pair<double, double>>>
+fitOpCurves(const std::vector<NodeTiming> &timings) {
+  // key -> half-octave bin -> (bytes, seconds) of its timings.
+  std::map<std::string, std::map<long, std::pair<std::vector<double>, std::vector<double>>>> bins;
+  for (const NodeTiming &t : timings) {
+    if (!(t.bytes > 0) || !(t.seconds > 0))
+      continue;
+    auto &b = bins[t.key][std::lround(2 * std::log2(t.bytes))];
+    b.first.push_back(t.bytes);
+    b.second.push_back(t.seconds);
+  }
+  std::map<std::string, std::vector<std::pair<double, double>>> curves;
+  for (auto &[key, byBin] : bins) {
+    std::vector<std::pair<double, double>> &c = curves[key];
+    for (auto &[bin, v] : byBin) {
+      double bytes = median(v.first);
+      if (c.empty() || bytes > c.back().first)
+        c.emplace_back(bytes, median(v.second));
+    }
+  }
+  return curves;
+}
+
 Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   if (o.gemmSize < 16 || o.repeats < 1 || o.copyBytes < 4096)
     return errorf("calibration sizes too small (gemm ", o.gemmSize, ", repeats ", o.repeats,
@@ -181,12 +339,7 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   if (o.threads < 1)
     return errorf("calibration needs at least one thread per device (got ", o.threads, ")");
   const int threads = o.threads;
-  const int previous = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  struct Restore {
-    int n;
-    ~Restore() { omp_set_num_threads(n); }
-  } restore{previous};
+  ThreadCountScope scope(threads);
   // Thread handoffs first: after a BLAS call OpenMP's workers spin for a
   // while and would take the cores the two threads need.
   double latency = timeHandoffLatency(1001);
@@ -204,6 +357,16 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
     curve.push_back({2 * dm * dm * dm, sgemmRate(m, o.repeats)});
   }
   curve.push_back({2 * n * n * n, flops});
+  // The optimizer's work per parameter element, on 1 MiB per array (a
+  // mid-sized model's parameters per device spread over layers of that
+  // order).
+  const int64_t optElems = int64_t(1) << 18;
+  double accumulate = timeAccumulate(optElems, o.repeats);
+  nlohmann::json stepCost = nlohmann::json::object();
+  for (const char *kind : {"sgd", "adam", "adamw", "rmsprop"}) {
+    PIPEC_ASSIGN(double s, timeOptimizerStep(kind, optElems, o.repeats));
+    stepCost[kind] = s;
+  }
   double linkBw = static_cast<double>(o.copyBytes) / handoffSec;
   double capacity = memTotalBytes();
   if (capacity <= 0)
@@ -220,11 +383,15 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   j["link_latency_s"] = latency;
   j["node_overhead_s"] = tinySec;
   j["gemm_curve"] = curve;
+  j["gradient_accumulate_seconds_per_element"] = accumulate;
+  j["optimizer_step_seconds_per_element"] = stepCost;
   j["source"] = "measured by pipec --calibrate on this machine: peak_flops.fp32 = median cblas_sgemm "
                 "(OpenBLAS) " + std::to_string(o.gemmSize) + "^3 FLOP rate; memory bandwidth = (read + "
                 "written bytes) / median memcpy time; link = handoff of a buffer between two threads "
                 "through shared memory; node overhead = median 4x4 sgemm call; gemm_curve = square sgemm "
-                "rates from 16^3 up; capacity = MemTotal";
+                "rates from 16^3 up; capacity = MemTotal; optimizer figures = median seconds per "
+                "element of the runtime's gradient accumulation and of scaling, squared sum and "
+                "update per optimizer kind, on 2^18 elements";
   j["measured"] = {{"threads", threads},
                    {"gemm_n", o.gemmSize},
                    {"gemm_median_s", gemmSec},

@@ -9,13 +9,24 @@
 // the cost of one tiny BLAS call (the per-node overhead) and the memory
 // capacity (MemTotal in /proc/meminfo).
 //
+// Op curves (DeviceProfile::opCurves) come from timing the CPU kernels of
+// whole graphs node by node: timeGraphNodes() runs each node's kernel on
+// random inputs of the node's shapes, fitOpCurves() turns the timings into
+// one curve of seconds against bytes per op. `pipec --calibrate` feeds it the
+// training graphs of the sample models at several batch sizes.
+//
 // The partitioner links OpenBLAS for this (the CPU kernels already do; the
 // library is in every pipec binary), so tests can calibrate with small sizes.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ir/IR.h"
 #include "partitioner/DeviceProfile.h"
+
+#include <map>
+#include <string>
+#include <vector>
 
 namespace pipec::partitioner {
 
@@ -28,6 +39,32 @@ struct CalibrateOptions {
   /// profile describes one device, so GEMM and copies run with this many.
   int threads = 1;
 };
+
+/// One node's kernel time.
+struct NodeTiming {
+  std::string key;    ///< opCurveKey() of the node (CostModel.h)
+  double bytes = 0;   ///< inputs plus outputs
+  double seconds = 0; ///< median of the runs
+};
+
+struct NodeTimingOptions {
+  int threads = 1;           ///< OpenMP threads of the kernels
+  double minSeconds = 1e-3;  ///< time each node at least this long in all
+  int minRuns = 5;           ///< and at least this many runs
+};
+
+/// Times the kernel of every node of `g` that has a CPU kernel and is not
+/// GEMM-like (those are costed by the GEMM curve): constants as they are,
+/// other float inputs uniform in [-1, 1], integer and bool inputs zero
+/// (valid indices and labels). A node whose kernel refuses such inputs is
+/// left out. Medians over at least `minRuns` runs after a warm-up.
+Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g,
+                                                 const NodeTimingOptions &opts = {});
+
+/// Per key, the timings in half-octave bins of bytes, each bin the median of
+/// its bytes and of its seconds, ascending (DeviceProfile::opCurves).
+std::map<std::string, std::vector<std::pair<double, double>>>
+fitOpCurves(const std::vector<NodeTiming> &timings);
 
 /// Measures this machine. The profile's "measured" object keeps the raw
 /// medians, sizes and repeat counts.

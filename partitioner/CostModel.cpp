@@ -102,14 +102,24 @@ double CostModel::rooflineTime(const NodeCost &c, DType dtype) const {
   return std::max(compute, memory) + profile.nodeOverhead;
 }
 
+std::string opCurveKey(const ir::Node &n) {
+  return n.domain().empty() || n.domain() == "ai.onnx" ? n.opType() : n.domain() + "." + n.opType();
+}
+
 double CostModel::nodeTime(const ir::Node &n) const {
   if (!measured.empty()) {
     auto it = measured.find(n.name());
     if (it != measured.end())
       return it->second;
   }
+  NodeCost c = forwardCost(n);
+  if (!c.gemm && !profile.opCurves.empty()) {
+    double t = profile.opCurveTime(opCurveKey(n), c.bytesRead + c.bytesWritten);
+    if (t >= 0)
+      return t + profile.nodeOverhead;
+  }
   DType dt = n.numOutputs() ? n.output(0)->dtype() : DType::F32;
-  return rooflineTime(forwardCost(n), dt);
+  return rooflineTime(c, dt);
 }
 
 Expected<std::unordered_map<std::string, double>> loadOpTimes(const std::string &path) {

@@ -1,10 +1,12 @@
 //===- partitioner/CostModel.h - Per-node cost estimates -------*- C++ -*-===//
 //
 // An analysis (not a pass): FLOPs and bytes moved per node, from static
-// shapes, and the time a node takes on a device profile: the roofline
-// max(FLOPs / peak, bytes / bandwidth) plus the profile's per-node overhead,
-// or a measured time (`piperun --profile-ops`, `pipec --op-times`) when one
-// is known. Backward, weight-gradient and recompute nodes are ordinary IR
+// shapes, and the time a node takes on a device profile: a measured time
+// for this node when one is given (`piperun --profile-ops`, `pipec
+// --op-times`); else the profile's op curve for the node's op at its bytes
+// (kernels timed by `pipec --calibrate`); else the roofline max(FLOPs /
+// peak, bytes / bandwidth), GEMM-like nodes at the GEMM curve's rate. The
+// profile's per-node overhead is added to the last two. Backward, weight-gradient and recompute nodes are ordinary IR
 // nodes and are costed by their own op types and shapes.
 //
 //===----------------------------------------------------------------------===//
@@ -32,6 +34,10 @@ struct NodeCost {
 /// output element; data movement counts 0 FLOPs.
 NodeCost forwardCost(const ir::Node &n);
 
+/// The key of a node's op in DeviceProfile::opCurves: its op type,
+/// "domain.Op" outside ai.onnx.
+std::string opCurveKey(const ir::Node &n);
+
 /// Times nodes and transfers on one device profile.
 struct CostModel {
   DeviceProfile profile;
@@ -39,7 +45,7 @@ struct CostModel {
   /// listed fall back to the roofline.
   std::unordered_map<std::string, double> measured;
 
-  /// Seconds one node takes for one micro-batch.
+  /// Seconds one node takes for one micro-batch (see the file comment).
   double nodeTime(const ir::Node &n) const;
   /// Roofline seconds of a cost computed in `dtype`, plus the node overhead.
   double rooflineTime(const NodeCost &c, DType dtype) const;

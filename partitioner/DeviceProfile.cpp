@@ -42,6 +42,41 @@ double DeviceProfile::gemmRate(double flops, DType dtype) const {
   return r0 + t * (r1 - r0);
 }
 
+double DeviceProfile::opCurveTime(const std::string &key, double bytes) const {
+  auto it = opCurves.find(key);
+  if (it == opCurves.end() || it->second.empty())
+    return -1;
+  const std::vector<std::pair<double, double>> &c = it->second;
+  if (!(bytes > c.front().first))
+    return c.front().second;
+  if (bytes >= c.back().first)
+    return c.back().second * bytes / c.back().first;
+  size_t i = 1;
+  while (c[i].first < bytes)
+    ++i;
+  const auto &[b0, t0] = c[i - 1];
+  const auto &[b1, t1] = c[i];
+  double f = (std::log(bytes) - std::log(b0)) / (std::log(b1) - std::log(b0));
+  return std::exp(std::log(t0) + f * (std::log(t1) - std::log(t0)));
+}
+
+double DeviceProfile::optimizerSecondsPerParameter(const std::string &kind, int states,
+                                                   int microBatches) const {
+  const double M = std::max(1, microBatches);
+  // Bytes per element: accumulate reads the gradient and the sum and
+  // writes the sum; the step scales the sum (read, write), reads it for the
+  // norm, and reads parameter, gradient and states, writing parameter and
+  // states.
+  const double f = sizeof(float);
+  double accumulate = accumulateSecondsPerElement > 0 ? accumulateSecondsPerElement
+                                                      : 3 * f / memoryBandwidth;
+  auto it = optimizerStepSeconds.find(kind);
+  double step = it != optimizerStepSeconds.end()
+                    ? it->second
+                    : (3 * f + (2 + states) * f + (1 + states) * f) / memoryBandwidth;
+  return M * accumulate + step;
+}
+
 std::string profileDirectory() {
   if (const char *env = std::getenv("PIPEC_PROFILE_DIR"); env && *env)
     return env;
@@ -111,6 +146,38 @@ Expected<DeviceProfile> parseProfile(const json &j, const std::string &what) {
       p.gemmCurve.emplace_back(e[0].get<double>(), e[1].get<double>());
     }
   }
+  if (j.contains("op_curves")) {
+    const json &oc = j["op_curves"];
+    if (!oc.is_object())
+      return errorf(what, ": op_curves must map op names to lists of [bytes, seconds] pairs");
+    for (const auto &[op, c] : oc.items()) {
+      std::vector<std::pair<double, double>> &curve = p.opCurves[op];
+      if (!c.is_array() || c.empty())
+        return errorf(what, ": op_curves.", op, " must be a non-empty list of [bytes, seconds]");
+      for (const json &e : c) {
+        if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number() ||
+            !(e[0].get<double>() > 0) || !(e[1].get<double>() > 0))
+          return errorf(what, ": op_curves.", op, " entries must be [bytes, seconds], both positive");
+        if (!curve.empty() && !(e[0].get<double>() > curve.back().first))
+          return errorf(what, ": op_curves.", op, " must be ascending in bytes");
+        curve.emplace_back(e[0].get<double>(), e[1].get<double>());
+      }
+    }
+  }
+  if (j.contains("gradient_accumulate_seconds_per_element")) {
+    PIPEC_ASSIGN(p.accumulateSecondsPerElement,
+                 positive(j, "gradient_accumulate_seconds_per_element", what));
+  }
+  if (j.contains("optimizer_step_seconds_per_element")) {
+    const json &o = j["optimizer_step_seconds_per_element"];
+    if (!o.is_object())
+      return errorf(what, ": optimizer_step_seconds_per_element must map optimizer kinds to seconds");
+    for (const auto &[k, v] : o.items()) {
+      if (!v.is_number() || !(v.get<double>() > 0))
+        return errorf(what, ": optimizer_step_seconds_per_element.", k, " must be a positive number");
+      p.optimizerStepSeconds[k] = v.get<double>();
+    }
+  }
   return p;
 }
 
@@ -126,6 +193,14 @@ json profileToJson(const DeviceProfile &p) {
   j["link_bandwidth_bytes_per_s"] = p.linkBandwidth;
   j["link_latency_s"] = p.linkLatency;
   j["node_overhead_s"] = p.nodeOverhead;
+  if (!p.gemmCurve.empty())
+    j["gemm_curve"] = p.gemmCurve;
+  if (!p.opCurves.empty())
+    j["op_curves"] = p.opCurves;
+  if (p.accumulateSecondsPerElement > 0)
+    j["gradient_accumulate_seconds_per_element"] = p.accumulateSecondsPerElement;
+  if (!p.optimizerStepSeconds.empty())
+    j["optimizer_step_seconds_per_element"] = p.optimizerStepSeconds;
   j["source"] = p.source;
   if (!p.assumptions.empty())
     j["assumptions"] = p.assumptions;

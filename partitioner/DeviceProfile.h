@@ -42,6 +42,20 @@ struct DeviceProfile {
   /// ...] ascending): small GEMMs run far below peak, and a pipeline stage
   /// of small layers is made of them.
   std::vector<std::pair<double, double>> gemmCurve;
+  /// Measured kernel times by op (optional, "op_curves": {KEY: [[bytes,
+  /// seconds], ...] ascending}; KEY is the op type, "domain.Op" outside
+  /// ai.onnx; bytes are the node's inputs plus outputs). `pipec --calibrate`
+  /// times this CPU's kernels on the training graphs of the sample models:
+  /// elementwise, normalisation and data-movement kernels run far from the
+  /// roofline at the sizes of a micro-batch, each in its own way.
+  std::map<std::string, std::vector<std::pair<double, double>>> opCurves;
+  /// Measured seconds per parameter element of the runtime's work around an
+  /// update (optional): adding one micro-batch's gradient into the
+  /// accumulator ("gradient_accumulate_seconds_per_element"), and per
+  /// optimizer kind the step: 1/M scaling, the squared sum for the norm and
+  /// the update ("optimizer_step_seconds_per_element": {"adam": s, ...}).
+  double accumulateSecondsPerElement = 0;
+  std::map<std::string, double> optimizerStepSeconds;
   std::string source;         ///< data sheet or measurement
   std::string assumptions;    ///< figures no data sheet gives, and why
   /// The JSON it was read from (the report shows it).
@@ -54,6 +68,16 @@ struct DeviceProfile {
   /// interpolated in log(FLOPs) (clamped to its ends) for the default
   /// precision when the profile has one, else flopsFor(dtype).
   double gemmRate(double flops, DType dtype) const;
+  /// Seconds of one run of a node of op `key` moving `bytes`, from its op
+  /// curve: interpolated in log(bytes) and log(seconds) between measured
+  /// sizes, the smallest size's time below them (a fixed cost dominates),
+  /// proportional to bytes above them. Negative when `key` has no curve.
+  double opCurveTime(const std::string &key, double bytes) const;
+  /// Seconds per parameter element per training step for the optimizer
+  /// `kind` with `states` state tensors and M micro-batches: M gradient
+  /// accumulations and one step, measured when the profile has the figures,
+  /// else the bytes they move at the memory bandwidth.
+  double optimizerSecondsPerParameter(const std::string &kind, int states, int microBatches) const;
 };
 
 /// Name of the profile used when none is given: the checked-in measurement

@@ -56,6 +56,8 @@ struct PartitionOptions {
   std::unordered_map<std::string, double> opTimes;
   /// State tensors per parameter of the optimizer (adam 2, sgd 0 or 1).
   int optimizerStates = 0;
+  /// The optimizer's kind (sgd, adam, adamw, rmsprop): the step's cost.
+  std::string optimizer = "adam";
   /// "auto" (exact below a size limit), "exact" or "bisect" (for tests).
   std::string search = "auto";
 };

@@ -244,7 +244,7 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   e.end = end_;
   e.forwardTime = fwd_;
   e.backwardTime = o.training ? bwd_ : 0;
-  e.optimizerTime = opt_;
+  e.optimizerTime = opt_ + (o.training ? params_ * o.optimizerSecondsPerParameter : 0);
   e.forwardFlops = fwdFlops_;
   e.backwardFlops = bwdFlops_;
   e.parameters = params_;
@@ -259,7 +259,7 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   if (o.training) {
     mem.gradients = paramBytes_;
     mem.optimizerState = paramBytes_ * o.optimizerStates;
-    bool oneF1B = o.schedule == "1f1b" && numStages > 1;
+    bool oneF1B = o.schedule == "1f1b";
     e.inFlight = oneF1B ? std::min(numStages - stage, o.microBatches) : o.microBatches;
   }
   const double inflight = e.inFlight;

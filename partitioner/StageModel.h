@@ -69,6 +69,10 @@ struct ChainOptions {
   std::string schedule = "gpipe";
   std::string recompute = "none"; ///< none, full, selective, auto
   int optimizerStates = 0;
+  /// Seconds per trained parameter element per step: gradient accumulation
+  /// over the micro-batches and the optimizer step
+  /// (DeviceProfile::optimizerSecondsPerParameter).
+  double optimizerSecondsPerParameter = 0;
   double memoryBudget = 0; ///< bytes per device
 };
 

@@ -1,4 +1,5 @@
 //===- tests/unit/CostModelTest.cpp - Profiles, roofline, calibration -----===//
+#include "ir/Text.h"
 #include "partitioner/Calibrate.h"
 #include "partitioner/CostModel.h"
 #include "partitioner/DeviceProfile.h"
@@ -119,4 +120,75 @@ TEST(DeviceProfile, GemmCurveInterpolatesInLogFlops) {
   // A descending curve is refused.
   j["gemm_curve"] = {{1e5, 1e9}, {1e3, 1e9}};
   EXPECT_FALSE(parseProfile(j, "test").isOk());
+}
+
+TEST(DeviceProfile, OpCurveInterpolatesInLogLog) {
+  nlohmann::json j = {{"name", "t"},
+                      {"source", "test"},
+                      {"peak_flops", {{"fp32", 1e11}}},
+                      {"memory_bandwidth_bytes_per_s", 1e10},
+                      {"memory_capacity_bytes", 1e9},
+                      {"link_bandwidth_bytes_per_s", 1e9},
+                      {"link_latency_s", 1e-6},
+                      {"node_overhead_s", 1e-6},
+                      {"op_curves", {{"Softmax", {{1e3, 1e-6}, {1e5, 1e-4}}}}}};
+  auto p = parseProfile(j, "test");
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  EXPECT_DOUBLE_EQ(p->opCurveTime("Softmax", 1e2), 1e-6);         // the fixed cost below
+  EXPECT_NEAR(p->opCurveTime("Softmax", 1e4), 1e-5, 1e-18);       // halfway in log-log
+  EXPECT_NEAR(p->opCurveTime("Softmax", 1e6), 1e-3, 1e-15);       // proportional above
+  EXPECT_LT(p->opCurveTime("Relu", 1e4), 0);                      // no curve
+  // The curve survives the JSON round trip.
+  auto again = parseProfile(profileToJson(*p), "again");
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(again->opCurves, p->opCurves);
+  // The cost model uses the curve (plus the per-node overhead) for a node of
+  // that op, and the roofline for others.
+  auto g = ir::parseGraph("graph \"t\" {\n opset \"\" 17\n input %x: f32[50,50]\n"
+                          " node \"s\" Softmax(%x) -> %y: f32[50,50]\n"
+                          " node \"r\" Relu(%y) -> %z: f32[50,50]\n output %z\n}\n");
+  ASSERT_TRUE(g.isOk()) << g.status().message();
+  CostModel m;
+  m.profile = *p;
+  const ir::Node *s = (*g)->findNode("s"), *r = (*g)->findNode("r");
+  EXPECT_NEAR(m.nodeTime(*s), 2e-5 + 1e-6, 1e-12); // 2e4 bytes: 2e-5 s on the curve
+  EXPECT_NEAR(m.nodeTime(*r), m.rooflineTime(forwardCost(*r), DType::F32), 1e-15);
+  // A descending or non-positive curve is refused.
+  j["op_curves"] = {{"Softmax", {{1e5, 1e-6}, {1e3, 1e-6}}}};
+  EXPECT_FALSE(parseProfile(j, "test").isOk());
+  j["op_curves"] = {{"Softmax", {{1e3, 0.0}}}};
+  EXPECT_FALSE(parseProfile(j, "test").isOk());
+}
+
+TEST(Calibrate, TimesEveryKernelNodeAndFitsOneCurvePerOp) {
+  auto g = ir::parseGraph("graph \"t\" {\n opset \"\" 17\n input %x: f32[64,256]\n"
+                          " input %y: f32[16,256]\n input %t: f32[256,64]\n"
+                          " node \"a\" Softmax(%x) -> %a: f32[64,256]\n"
+                          " node \"b\" Softmax(%y) -> %b: f32[16,256]\n"
+                          " node \"m\" MatMul(%a, %t) -> %c: f32[64,64]\n"
+                          " node \"e\" Exp(%b) -> %d: f32[16,256]\n"
+                          " output %c\n output %d\n}\n");
+  ASSERT_TRUE(g.isOk()) << g.status().message();
+  NodeTimingOptions o;
+  o.minSeconds = 1e-4;
+  auto t = timeGraphNodes(**g, o);
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  // The GEMM is left to the GEMM curve.
+  ASSERT_EQ(t->size(), 3u);
+  for (const NodeTiming &n : *t) {
+    EXPECT_GT(n.seconds, 0);
+    EXPECT_NE(n.key, "MatMul");
+  }
+  EXPECT_EQ((*t)[0].key, "Softmax");
+  EXPECT_DOUBLE_EQ((*t)[0].bytes, 2.0 * 64 * 256 * 4);
+  auto curves = fitOpCurves(*t);
+  ASSERT_EQ(curves.size(), 2u);
+  ASSERT_EQ(curves["Softmax"].size(), 2u); // two sizes, two points, ascending
+  EXPECT_LT(curves["Softmax"][0].first, curves["Softmax"][1].first);
+  // Timings of one size share a bin: the median of theirs.
+  std::vector<NodeTiming> same = {{"Relu", 1000, 1e-6}, {"Relu", 1010, 3e-6}, {"Relu", 1020, 2e-6}};
+  auto c = fitOpCurves(same);
+  ASSERT_EQ(c["Relu"].size(), 1u);
+  EXPECT_DOUBLE_EQ(c["Relu"][0].first, 1010);
+  EXPECT_DOUBLE_EQ(c["Relu"][0].second, 2e-6);
 }

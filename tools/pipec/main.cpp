@@ -14,6 +14,7 @@
 #include "partitioner/Calibrate.h"
 #include "passes/PassManager.h"
 #include "pipec/Version.h"
+#include "samples/gen/Models.h"
 #include "support/FileIO.h"
 #include "support/Npy.h"
 
@@ -56,11 +57,51 @@ struct Options {
   int calibrateThreads = 1;
 };
 
+/// The profile's op curves: every kernel of the sample models' training
+/// graphs (samples/gen: MLP, GPT-like and CNN with their losses, default
+/// sizes) timed at micro-batches of 1, 4, 16 and 64 examples.
+Status addOpCurves(partitioner::DeviceProfile &p, int threads) {
+  const int64_t kBatches[] = {1, 4, 16, 64};
+  const char *kModels[] = {"mlp", "gpt", "cnn"};
+  std::vector<partitioner::NodeTiming> all;
+  for (int64_t batch : kBatches)
+    for (const char *name : kModels) {
+      samples::CommonOptions c;
+      c.batch = batch;
+      c.withLoss = true;
+      std::string model = name;
+      Expected<samples::BuiltModel> built = model == "mlp"   ? samples::buildMlp({}, c)
+                                            : model == "gpt" ? samples::buildGpt({}, c)
+                                                             : samples::buildCnn({}, c);
+      PIPEC_TRY(built.status());
+      std::string bytes;
+      if (!built->proto.SerializeToString(&bytes))
+        return errorf("cannot serialize the ", model, " sample");
+      PIPEC_ASSIGN(auto g, frontend::importOnnxBytes(bytes, model + " sample"));
+      codegen::CompileOptions co;
+      co.emit.training = true;
+      PIPEC_TRY(codegen::compileGraph(*g, co).status().withContext("compiling the " + model +
+                                                                  " sample for calibration"));
+      partitioner::NodeTimingOptions to;
+      to.threads = threads;
+      PIPEC_ASSIGN(std::vector<partitioner::NodeTiming> t, partitioner::timeGraphNodes(*g, to));
+      std::cerr << "calibrate: " << model << " sample, micro-batch " << batch << ": " << t.size()
+                << " kernels timed\n";
+      all.insert(all.end(), t.begin(), t.end());
+    }
+  p.opCurves = partitioner::fitOpCurves(all);
+  p.source += "; op_curves = median kernel time per op against bytes moved, over the nodes of the "
+              "training graphs of the sample models (mlp, gpt, cnn with loss) at micro-batches of "
+              "1, 4, 16 and 64";
+  return Status::ok();
+}
+
 /// --calibrate [-o FILE.json]: measure this machine, print or write a profile.
 Status runCalibrate(const Options &o) {
   partitioner::CalibrateOptions co;
   co.threads = o.calibrateThreads;
   PIPEC_ASSIGN(partitioner::DeviceProfile p, partitioner::calibrate(co));
+  PIPEC_TRY(addOpCurves(p, o.calibrateThreads));
   std::string text = partitioner::profileToJson(p).dump(2) + "\n";
   if (o.output.empty()) {
     std::cout << text;
@@ -275,8 +316,8 @@ int main(int argc, char **argv) {
                  "with --calibrate: kernel threads of one device (piperun --threads-per-device; "
                  "default 1)");
   app.add_flag("--calibrate", o.calibrate,
-               "measure this machine (sgemm, memcpy, thread handoff) and print its device "
-               "profile, or write it to -o FILE.json");
+               "measure this machine (sgemm, memcpy, thread handoff, the kernels of the sample "
+               "models) and print its device profile, or write it to -o FILE.json");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {

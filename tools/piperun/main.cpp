@@ -141,16 +141,31 @@ Status writeOpProfile(const std::string &path, const runtime::Session &session, 
                       bool quiet) {
   const plan::Plan &p = session.plan();
   nlohmann::json nodes = nlohmann::json::array();
-  std::map<std::string, double> byOp;
-  double total = 0;
+  // Measured and predicted seconds per step by op type.
+  std::map<std::string, std::pair<double, double>> byOp;
+  double total = 0, totalPredicted = 0;
   for (int d = 0; d < p.devices_size(); ++d) {
+    const plan::Device &dev = p.devices(d);
     const std::vector<double> &sec = session.devices()[d]->nodeSeconds();
-    for (int i = 0; i < p.devices(d).nodes_size() && i < static_cast<int>(sec.size()); ++i) {
-      const plan::Node &n = p.devices(d).nodes(i);
+    // How often each node runs per step (once per micro-batch, or once for
+    // the optimizer's nodes), to scale its predicted time.
+    std::vector<int> runs(static_cast<size_t>(dev.nodes_size()), 0);
+    for (const plan::Instruction &ins : dev.program())
+      for (int32_t ni : ins.nodes())
+        ++runs[static_cast<size_t>(ni)];
+    for (int i = 0; i < dev.nodes_size() && i < static_cast<int>(sec.size()); ++i) {
+      const plan::Node &n = dev.nodes(i);
       double perStep = sec[i] / steps;
-      nodes.push_back({{"device", d}, {"node", n.name()}, {"op", n.op_type()}, {"seconds", perStep}});
-      byOp[n.op_type()] += perStep;
+      double predicted = n.predicted_seconds() * runs[static_cast<size_t>(i)];
+      nodes.push_back({{"device", d},
+                       {"node", n.name()},
+                       {"op", n.op_type()},
+                       {"seconds", perStep},
+                       {"predicted_seconds", predicted}});
+      byOp[n.op_type()].first += perStep;
+      byOp[n.op_type()].second += predicted;
       total += perStep;
+      totalPredicted += predicted;
     }
   }
   nlohmann::json j;
@@ -163,12 +178,20 @@ Status writeOpProfile(const std::string &path, const runtime::Session &session, 
     return Status::ok();
   std::vector<std::pair<double, std::string>> ops;
   for (const auto &[op, s] : byOp)
-    ops.emplace_back(s, op);
+    ops.emplace_back(s.first, op);
   std::sort(ops.rbegin(), ops.rend());
-  std::printf("%-28s %12s %8s\n", "op", "ms/step", "share");
-  for (size_t i = 0; i < ops.size() && i < 12; ++i)
-    std::printf("%-28s %12.3f %7.1f%%\n", ops[i].second.c_str(), ops[i].first * 1e3,
-                total > 0 ? 100 * ops[i].first / total : 0.0);
+  std::printf("%-30s %10s %7s %10s %10s\n", "op", "ms/step", "share", "predicted", "meas/pred");
+  auto row = [](const char *name, double meas, double share, double pred) {
+    char ratio[32] = "-";
+    if (pred > 0)
+      std::snprintf(ratio, sizeof ratio, "%.2f", meas / pred);
+    std::printf("%-30s %10.3f %6.1f%% %10.3f %10s\n", name, meas * 1e3, share, pred * 1e3, ratio);
+  };
+  for (size_t i = 0; i < ops.size() && i < 16; ++i) {
+    const auto &[meas, pred] = byOp[ops[i].second];
+    row(ops[i].second.c_str(), meas, total > 0 ? 100 * meas / total : 0.0, pred);
+  }
+  row("all nodes", total, 100, totalPredicted);
   std::printf("per-node times written to %s\n", path.c_str());
   return Status::ok();
 }
