@@ -3,12 +3,14 @@
 // Checks of the elementwise and reduction CPU kernels that ONNX's node tests
 // do not cover: broadcasting patterns against a naive reference, results
 // bitwise independent of the OpenMP thread count, Dropout's counter-based
-// masks, integer and cast corner cases, and errors (not crashes) on bad
-// descriptions.
+// masks, integer and cast corner cases, errors (not crashes) on bad
+// descriptions, and the accuracy of the float exp, tanh and erf
+// approximations (VecMath.h) against double-precision libm.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/kernels/ElementwiseRandom.h"
+#include "runtime/cpu/kernels/VecMath.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -545,4 +547,151 @@ TEST(ElementwiseUnary, FloatErfIsWithinFourTenMillionthsOfDoubleErf) {
     }
     EXPECT_LE(worst, 1.0) << op << ": error reaches " << worst << " times the tolerance";
   }
+}
+
+// ---- VecMath.h: float exp and tanh against double-precision libm.
+
+namespace {
+
+/// Error of `a` against the exact `ref` in units in the last place of float
+/// at `ref` (2^-149 below 2^-126, where floats are denormal). Infinity
+/// counts as +-2^128, one ulp past FLT_MAX; a `ref` beyond it needs an
+/// infinite `a`.
+double ulpError(float a, double ref) {
+  if (std::isnan(a) || std::isnan(ref))
+    return std::isnan(a) && std::isnan(ref) ? 0 : HUGE_VAL;
+  const double mag = std::fabs(ref);
+  if (mag >= 0x1p128)
+    return std::isinf(a) && std::signbit(a) == std::signbit(ref) ? 0 : HUGE_VAL;
+  const double av = std::isinf(a) ? std::copysign(0x1p128, a) : a;
+  int e = 0;
+  std::frexp(mag, &e);
+  const double ulp = mag < 0x1p-126 ? 0x1p-149 : std::ldexp(1.0, e - 24);
+  return std::fabs(av - ref) / ulp;
+}
+
+float floatOfBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/// Worst ulp error of `approx` against `exact` (double), kept apart for
+/// results in the normal and in the denormal range.
+struct UlpSweep {
+  double normal = 0, denormal = 0;
+  float normalAt = 0, denormalAt = 0;
+
+  template <typename F, typename G> void check(F approx, G exact, float x) {
+    const double ref = exact(static_cast<double>(x));
+    const double err = ulpError(approx(x), ref);
+    if (ref != 0 && std::fabs(ref) < 0x1p-126) {
+      if (err > denormal) {
+        denormal = err;
+        denormalAt = x;
+      }
+    } else if (err > normal || std::isnan(err)) {
+      normal = err;
+      normalAt = x;
+    }
+  }
+  /// Every `stride`-th float bit pattern (an odd stride visits every
+  /// residue of the low mantissa bits), then every float in each of
+  /// `dense`, then the single inputs `points`.
+  template <typename F, typename G>
+  void run(F approx, G exact, uint32_t stride, std::vector<std::pair<float, float>> dense,
+           std::vector<float> points) {
+    for (uint64_t u = 0; u < (uint64_t(1) << 32); u += stride)
+      check(approx, exact, floatOfBits(static_cast<uint32_t>(u)));
+    for (auto [lo, hi] : dense)
+      for (float x = lo; x <= hi; x = std::nextafter(x, HUGE_VALF))
+        check(approx, exact, x);
+    for (float x : points)
+      check(approx, exact, x);
+  }
+};
+
+double expRef(double x) { return std::exp(x); }
+double tanhRef(double x) { return std::tanh(x); }
+
+} // namespace
+
+TEST(VecMath, ExpApproxIsWithinOneUlpOfDoubleExp) {
+  // Measured over all 2^32 floats: at most 1.009 ulp where exp(x) is a
+  // normal float (at x = -27.3791351, listed below) and 0.749 ulp of 2^-149
+  // where it is denormal. The bounds leave a little room for other compilers.
+  UlpSweep s;
+  s.run(expApprox, expRef, 257, {{-104.5f, -86.5f}, {88.5f, 89.0f}, {0.3f, 0.4f}},
+        {-27.3791351f, -88.0257721f});
+  EXPECT_LE(s.normal, 1.1) << "at x = " << s.normalAt;
+  EXPECT_LE(s.denormal, 0.8) << "at x = " << s.denormalAt;
+  EXPECT_GT(s.normal, 0.5) << "the sweep should find an incorrectly rounded result";
+
+  // Overflow and underflow happen exactly where the correctly rounded float
+  // becomes inf or 0.
+  for (float x = 88.5f; x <= 89.0f; x = std::nextafter(x, HUGE_VALF))
+    ASSERT_EQ(std::isinf(expApprox(x)), std::isinf(static_cast<float>(std::exp(double(x))))) << x;
+  for (float x = -104.5f; x <= -103.0f; x = std::nextafter(x, HUGE_VALF))
+    ASSERT_EQ(expApprox(x) == 0, static_cast<float>(std::exp(double(x))) == 0) << x;
+  EXPECT_EQ(expApprox(88.7228317f), 0x1.ffff08p+127f); // the largest finite
+  EXPECT_EQ(expApprox(88.7228394f), HUGE_VALF);
+  EXPECT_EQ(expApprox(-103.972076f), 0x1p-149f); // the last nonzero
+  EXPECT_EQ(expApprox(std::nextafter(-103.972076f, -HUGE_VALF)), 0.0f);
+
+  EXPECT_EQ(expApprox(0.0f), 1.0f);
+  EXPECT_EQ(expApprox(-0.0f), 1.0f);
+  EXPECT_EQ(expApprox(1.0f), 0x1.5bf0a8p+1f); // e, correctly rounded
+  EXPECT_EQ(expApprox(HUGE_VALF), HUGE_VALF);
+  EXPECT_EQ(expApprox(-HUGE_VALF), 0.0f);
+  EXPECT_FALSE(std::signbit(expApprox(-HUGE_VALF)));
+  EXPECT_TRUE(std::isnan(expApprox(NAN)));
+  EXPECT_TRUE(std::isnan(expApprox(-NAN)));
+}
+
+TEST(VecMath, TanhApproxIsWithinOneAndAHalfUlpOfDoubleTanh) {
+  // Measured over all 2^32 floats: at most 1.332 ulp (at x = 0.631044209,
+  // just past the switch from the polynomial to the exp form at 0.625).
+  UlpSweep s;
+  s.run(tanhApprox, tanhRef, 257, {{0.55f, 0.7f}, {-0.7f, -0.55f}, {8.9f, 9.1f}},
+        {0.631044209f, -0.631044209f});
+  EXPECT_LE(s.normal, 1.5) << "at x = " << s.normalAt;
+  EXPECT_LE(s.denormal, 0.5) << "at x = " << s.denormalAt;
+  EXPECT_GT(s.normal, 0.5) << "the sweep should find an incorrectly rounded result";
+
+  EXPECT_EQ(tanhApprox(0.0f), 0.0f);
+  EXPECT_FALSE(std::signbit(tanhApprox(0.0f)));
+  EXPECT_TRUE(std::signbit(tanhApprox(-0.0f)));
+  EXPECT_EQ(tanhApprox(1e-30f), 1e-30f);
+  EXPECT_EQ(tanhApprox(0x1p-149f), 0x1p-149f);
+  EXPECT_EQ(tanhApprox(9.1f), 1.0f);
+  EXPECT_EQ(tanhApprox(-20.0f), -1.0f);
+  EXPECT_EQ(tanhApprox(HUGE_VALF), 1.0f);
+  EXPECT_EQ(tanhApprox(-HUGE_VALF), -1.0f);
+  EXPECT_TRUE(std::isnan(tanhApprox(NAN)));
+  EXPECT_TRUE(std::isnan(tanhApprox(-NAN)));
+}
+
+TEST(VecMath, FloatKernelsUseTheApproximations) {
+  // Exp, Tanh and Sigmoid on f32 compute exactly the VecMath.h functions,
+  // special values included; on f64 they stay std::exp / std::tanh.
+  const std::vector<float> v = {0.f, -0.f, 0.5f, -3.f, 40.f, 100.f, -100.f, -110.f,
+                                HUGE_VALF, -HUGE_VALF, NAN};
+  const int64_t n = static_cast<int64_t>(v.size());
+  Tensor x = fromVec<float>(DType::F32, {n}, v);
+  Tensor e = eval(makeDesc("Exp", {x.desc()}, {x.desc()}), {x})[0];
+  Tensor t = eval(makeDesc("Tanh", {x.desc()}, {x.desc()}), {x})[0];
+  Tensor sg = eval(makeDesc("Sigmoid", {x.desc()}, {x.desc()}), {x})[0];
+  auto same = [](float a, float b) {
+    return std::isnan(a) ? std::isnan(b) : std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(same(e.data<float>()[i], expApprox(v[i]))) << "Exp " << v[i];
+    EXPECT_TRUE(same(t.data<float>()[i], tanhApprox(v[i]))) << "Tanh " << v[i];
+    EXPECT_TRUE(same(sg.data<float>()[i], 1.0f / (1.0f + expApprox(-v[i])))) << "Sigmoid " << v[i];
+  }
+  std::vector<double> dv(v.begin(), v.end());
+  Tensor xd = fromVec<double>(DType::F64, {n}, dv);
+  Tensor ed = eval(makeDesc("Exp", {xd.desc()}, {xd.desc()}), {xd})[0];
+  for (int64_t i = 0; i + 1 < n; ++i)
+    EXPECT_EQ(ed.data<double>()[i], std::exp(dv[i])) << dv[i];
 }

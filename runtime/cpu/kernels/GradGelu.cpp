@@ -4,10 +4,12 @@
 //   gelu'(x) = Phi(x) + x * phi(x)
 // or "tanh": with u = sqrt(2/pi) (x + 0.044715 x^3), t = tanh(u),
 //   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-// Elementwise over fixed chunks: thread-count independent.
+// Elementwise over fixed chunks: thread-count independent. Float tanh, erf
+// and exp are VecMath.h's vectorizable approximations, as in the forward Gelu.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
+#include "runtime/cpu/kernels/VecMath.h"
 
 #include <cmath>
 
@@ -34,11 +36,11 @@ private:
   static T derivative(T x) {
     if constexpr (Tanh) {
       const T k = static_cast<T>(0.7978845608028654), c = static_cast<T>(0.044715);
-      const T t = std::tanh(k * (x + c * x * x * x));
+      const T t = tanhOf(k * (x + c * x * x * x));
       return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
     } else {
-      const T cdf = T(0.5) * (T(1) + std::erf(x * static_cast<T>(0.7071067811865476)));
-      const T pdf = static_cast<T>(0.3989422804014327) * std::exp(T(-0.5) * x * x);
+      const T cdf = T(0.5) * (T(1) + erfOf(x * static_cast<T>(0.7071067811865476)));
+      const T pdf = static_cast<T>(0.3989422804014327) * expOf(T(-0.5) * x * x);
       return cdf + x * pdf;
     }
   }

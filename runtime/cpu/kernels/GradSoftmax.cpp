@@ -5,10 +5,12 @@
 //   LogSoftmaxGrad: dX = dY - exp(Y) * sum(dY)
 // With coerce2d = 1 (forward opset < 13) the axis spans every later
 // dimension, as the forward op. Each [outer, inner] column is one sum in
-// axis order, so the result does not depend on the thread count.
+// axis order, so the result does not depend on the thread count. Float exp
+// is VecMath.h's expApprox (vectorized).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
+#include "runtime/cpu/kernels/VecMath.h"
 
 #include <cmath>
 
@@ -35,7 +37,7 @@ public:
         s += Log ? dy[base + j * I] : dy[base + j * I] * y[base + j * I];
       for (int64_t j = 0; j < L; ++j) {
         const int64_t e = base + j * I;
-        dx[e] = Log ? dy[e] - std::exp(y[e]) * s : y[e] * (dy[e] - s);
+        dx[e] = Log ? dy[e] - expOf(y[e]) * s : y[e] * (dy[e] - s);
       }
     });
     return Status::ok();

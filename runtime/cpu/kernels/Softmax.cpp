@@ -7,10 +7,12 @@
 // -1). Rows (inner = 1) are contiguous loops; otherwise tiles of up to
 // kTile inner columns advance together so the inner loop is contiguous.
 // Rows and tiles are independent tasks, each summed in a fixed order, so
-// the result does not depend on the thread count.
+// the result does not depend on the thread count. Float exp is VecMath.h's
+// expApprox (vectorized).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
+#include "runtime/cpu/kernels/VecMath.h"
 
 #include <cmath>
 
@@ -51,11 +53,13 @@ private:
     T m = x[0];
     for (int64_t i = 1; i < n; ++i)
       m = x[i] > m ? x[i] : m;
+    // The exps first (a loop that vectorizes), then their sum in index
+    // order: a serial reduction, as GCC may not reorder a float sum.
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = expOf(x[i] - m);
     T s = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      y[i] = std::exp(x[i] - m);
+    for (int64_t i = 0; i < n; ++i)
       s += y[i];
-    }
     if constexpr (Log) {
       const T shift = m + std::log(s);
       for (int64_t i = 0; i < n; ++i)
@@ -83,7 +87,7 @@ private:
       const T *xr = x + j * inner_;
       T *yr = y + j * inner_;
       for (int64_t k = 0; k < w; ++k) {
-        yr[k] = std::exp(xr[k] - m[k]);
+        yr[k] = expOf(xr[k] - m[k]);
         s[k] += yr[k];
       }
     }

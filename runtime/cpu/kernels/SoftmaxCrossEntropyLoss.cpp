@@ -9,10 +9,12 @@
 // block keeps its max and sum of exponentials per position on the stack and
 // walks the class axis outermost, so both [N, C] and [N, C, D] layouts read
 // memory in order. Block sums are added in block order: the result does not
-// depend on the thread count. Labels are checked before any work.
+// depend on the thread count. Labels are checked before any work. Float
+// exp is VecMath.h's expApprox (vectorized); the sums stay in class order.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "runtime/cpu/kernels/VecMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +23,9 @@
 namespace pipec::cpu {
 
 namespace {
+/// Classes whose exps are buffered at once when a block has one position.
+constexpr int64_t kExpChunk = 256;
+
 class SceKernel final : public Kernel {
 public:
   SceKernel(std::string where, dm::LossLayout l, bool logProb)
@@ -59,9 +64,23 @@ private:
       for (int64_t c = 0; c < C; ++c)
         for (int64_t j = 0; j < len; ++j)
           mx[j] = std::max(mx[j], xb[c * D + j]);
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t j = 0; j < len; ++j)
-          lse[j] += std::exp(xb[c * D + j] - mx[j]);
+      if (len == 1) {
+        // One position ([N, C] scores): the loop over j cannot vectorize, so
+        // the exps go through a stack buffer, computed in a loop that does,
+        // and are then added in class order as below.
+        T e[kExpChunk];
+        for (int64_t c0 = 0; c0 < C; c0 += kExpChunk) {
+          const int64_t m = std::min(kExpChunk, C - c0);
+          for (int64_t c = 0; c < m; ++c)
+            e[c] = expOf(xb[(c0 + c) * D] - mx[0]);
+          for (int64_t c = 0; c < m; ++c)
+            lse[0] += e[c];
+        }
+      } else {
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t j = 0; j < len; ++j)
+            lse[j] += expOf(xb[c * D + j] - mx[j]);
+      }
       for (int64_t j = 0; j < len; ++j)
         lse[j] = mx[j] + std::log(lse[j]);
       if (lp) {

@@ -4,10 +4,13 @@
 // IsInf, IsNaN, Not) as one kernel template over a functor table: the
 // factory picks the functor and its attributes by OpDesc::opType, run() is a
 // flat loop over fixed chunks (parallel, thread-count independent). Float
-// math uses the std:: functions in the element's own precision.
+// math uses the std:: functions in the element's own precision, except exp,
+// tanh and erf on float (Exp, Tanh, Erf, Sigmoid, Elu, Selu, Celu, Gelu,
+// Mish's tanh), which use VecMath.h's vectorizable approximations.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
+#include "runtime/cpu/kernels/VecMath.h"
 
 #include <cmath>
 #include <limits>
@@ -61,55 +64,27 @@ struct Round {
   template <typename T> T operator()(T x) const { return std::nearbyint(x); }
 };
 
-#define PIPEC_STD_UNARY(Name, fn)                                               \
+#define PIPEC_UNARY_FN(Name, fn)                                                \
   struct Name {                                                                \
     template <typename T> T operator()(T x) const { return fn(x); }            \
   };
-PIPEC_STD_UNARY(Acos, std::acos)
-PIPEC_STD_UNARY(Acosh, std::acosh)
-PIPEC_STD_UNARY(Asin, std::asin)
-PIPEC_STD_UNARY(Asinh, std::asinh)
-PIPEC_STD_UNARY(Atan, std::atan)
-PIPEC_STD_UNARY(Atanh, std::atanh)
-PIPEC_STD_UNARY(Cos, std::cos)
-PIPEC_STD_UNARY(Cosh, std::cosh)
-PIPEC_STD_UNARY(Sin, std::sin)
-PIPEC_STD_UNARY(Sinh, std::sinh)
-PIPEC_STD_UNARY(Tan, std::tan)
-PIPEC_STD_UNARY(Tanh, std::tanh)
-PIPEC_STD_UNARY(Exp, std::exp)
-PIPEC_STD_UNARY(Log, std::log)
-PIPEC_STD_UNARY(Sqrt, std::sqrt)
-#undef PIPEC_STD_UNARY
+PIPEC_UNARY_FN(Acos, std::acos)
+PIPEC_UNARY_FN(Acosh, std::acosh)
+PIPEC_UNARY_FN(Asin, std::asin)
+PIPEC_UNARY_FN(Asinh, std::asinh)
+PIPEC_UNARY_FN(Atan, std::atan)
+PIPEC_UNARY_FN(Atanh, std::atanh)
+PIPEC_UNARY_FN(Cos, std::cos)
+PIPEC_UNARY_FN(Cosh, std::cosh)
+PIPEC_UNARY_FN(Sin, std::sin)
+PIPEC_UNARY_FN(Sinh, std::sinh)
+PIPEC_UNARY_FN(Tan, std::tan)
+PIPEC_UNARY_FN(Tanh, tanhOf)
+PIPEC_UNARY_FN(Exp, expOf)
+PIPEC_UNARY_FN(Log, std::log)
+PIPEC_UNARY_FN(Sqrt, std::sqrt)
+#undef PIPEC_UNARY_FN
 
-/// erf for float as a rational function of x on [-4, 4] (erf(4) rounds to
-/// 1 in float): branch-free, so the loop vectorizes, where libm's erff is a
-/// scalar call of about 20 ns. Largest error against erf in double: 3.8e-7
-/// absolute, measured over [-10, 10] in steps of 5e-6 (ElementwiseKernelsTest
-/// checks it). Doubles use std::erf.
-inline float erfRational(float x) {
-  x = std::min(4.0f, std::max(-4.0f, x));
-  const float x2 = x * x;
-  float p = -2.72614225801306e-10f;
-  p = p * x2 + 2.77068142495902e-08f;
-  p = p * x2 - 2.10102402082508e-06f;
-  p = p * x2 - 5.69250639462346e-05f;
-  p = p * x2 - 7.34990630326855e-04f;
-  p = p * x2 - 2.95459980854025e-03f;
-  p = p * x2 - 1.60960333262415e-02f;
-  float q = -1.45660718464996e-05f;
-  q = q * x2 - 2.13374055278905e-04f;
-  q = q * x2 - 1.68282697438203e-03f;
-  q = q * x2 - 7.37332916720468e-03f;
-  q = q * x2 - 1.42647390514189e-02f;
-  return x * p / q;
-}
-template <typename T> inline T erfOf(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return erfRational(x);
-  else
-    return std::erf(x);
-}
 struct Erf {
   template <typename T> T operator()(T x) const { return erfOf(x); }
 };
@@ -118,7 +93,7 @@ struct Reciprocal {
   template <typename T> T operator()(T x) const { return T(1) / x; }
 };
 struct Sigmoid {
-  template <typename T> T operator()(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+  template <typename T> T operator()(T x) const { return T(1) / (T(1) + expOf(-x)); }
 };
 /// log(1 + exp(x)) without overflow for large x.
 template <typename T> inline T softplus(T x) {
@@ -131,25 +106,25 @@ struct Softsign {
   template <typename T> T operator()(T x) const { return x / (T(1) + std::fabs(x)); }
 };
 struct Mish {
-  template <typename T> T operator()(T x) const { return x * std::tanh(softplus(x)); }
+  template <typename T> T operator()(T x) const { return x * tanhOf(softplus(x)); }
 };
 struct Celu {
   double alpha;
   template <typename T> T operator()(T x) const {
     T a = T(alpha);
-    return std::max(T(0), x) + std::min(T(0), a * (std::exp(x / a) - T(1)));
+    return std::max(T(0), x) + std::min(T(0), a * (expOf(x / a) - T(1)));
   }
 };
 struct Elu {
   double alpha;
   template <typename T> T operator()(T x) const {
-    return x >= T(0) ? x : T(alpha) * (std::exp(x) - T(1));
+    return x >= T(0) ? x : T(alpha) * (expOf(x) - T(1));
   }
 };
 struct Selu {
   double alpha, gamma;
   template <typename T> T operator()(T x) const {
-    return x > T(0) ? T(gamma) * x : T(gamma) * (T(alpha) * std::exp(x) - T(alpha));
+    return x > T(0) ? T(gamma) * x : T(gamma) * (T(alpha) * expOf(x) - T(alpha));
   }
 };
 struct LeakyRelu {
@@ -179,7 +154,7 @@ struct GeluErf {
 struct GeluTanh {
   template <typename T> T operator()(T x) const {
     const T k = T(0.79788456080286535588); // sqrt(2/pi)
-    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+    return T(0.5) * x * (T(1) + tanhOf(k * (x + T(0.044715) * x * x * x)));
   }
 };
 struct IsNaN {
