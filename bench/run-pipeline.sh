@@ -9,8 +9,8 @@
 # each run times 30 steps after 3 warm-up steps with piperun and reports its
 # median step; the table shows the median over rounds, the speed-up of K=2
 # over K=1 against the ideal 2M/(M+1), and the runtime's own cost per
-# instruction measured on K=1: (mean step - kernel time - optimizer) /
-# instructions, all averaged over the same steps.
+# instruction (and per kernel) measured on K=1: (mean step - kernel time -
+# optimizer) / instructions (kernels), all averaged over the same steps.
 # Usage: bash bench/run-pipeline.sh [BUILD_DIR] [MODEL]
 set -euo pipefail
 BUILD=${1:-build}
@@ -37,8 +37,9 @@ import json, sys
 j = json.load(sys.stdin)
 d = j['devices']
 busy = sum(x['busy_seconds_per_step'] + x['optimizer_seconds_per_step'] for x in d)
-ins = sum(x['instructions'] for x in d) / 33
-print('$c', $m, j['median_step_seconds'], j['predicted_step_seconds'], j['mean_step_seconds'] - busy, ins)" >> "$OUT/times.txt"
+ins = sum(x['instructions'] for x in d) / j['steps']
+nodes = sum(x['nodes_run'] for x in d) / j['steps']
+print('$c', $m, j['median_step_seconds'], j['predicted_step_seconds'], j['mean_step_seconds'] - busy, ins, nodes)" >> "$OUT/times.txt"
     done
   done
 done
@@ -46,18 +47,19 @@ done
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    c, m, step, pred, rest, ins = line.split()
-    rows.setdefault((c, int(m)), []).append((float(step), float(pred), float(rest), float(ins)))
+    c, m, step, pred, rest, ins, nodes = line.split()
+    rows.setdefault((c, int(m)), []).append((float(step), float(pred), float(rest), float(ins), float(nodes)))
 med = lambda v, i: statistics.median(x[i] for x in v)
-print(f"{'M':>3} {'K=1 ms':>8} {'1f1b ms':>8} {'gpipe ms':>9} {'meas ms':>8} {'1f1b x':>7} {'gpipe x':>8} {'meas x':>7} {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred meas':>10} {'K=1 us/instr':>12}")
+print(f"{'M':>3} {'K=1 ms':>8} {'1f1b ms':>8} {'gpipe ms':>9} {'meas ms':>8} {'1f1b x':>7} {'gpipe x':>8} {'meas x':>7} {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13}")
 for m in sorted({m for _, m in rows}):
     k1, a, g, e = rows[('k1', m)], rows[('k2-1f1b', m)], rows[('k2-gpipe', m)], rows[('k2-meas', m)]
     ideal = 2 * m / (m + 1)
     s1, sa, sg, se = med(k1, 0), med(a, 0), med(g, 0), med(e, 0)
     over = med(k1, 2) / med(k1, 3) * 1e6
+    overKernel = med(k1, 2) / med(k1, 4) * 1e6
     # Speed-ups as the median of each round's ratio (runs of one round are
     # seconds apart, so the machine's drift cancels), best of the three.
     ratio = lambda v: statistics.median(k1[i][0] / v[i][0] for i in range(min(len(k1), len(v))))
     best = max(ratio(a), ratio(g), ratio(e))
-    print(f"{m:3d} {s1*1e3:8.2f} {sa*1e3:8.2f} {sg*1e3:9.2f} {se*1e3:8.2f} {ratio(a):7.2f} {ratio(g):8.2f} {ratio(e):7.2f} {ideal:8.2f} {best/ideal:10.2f} {med(a, 1)*1e3:10.2f} {med(e, 1)*1e3:10.2f} {over:12.1f}")
+    print(f"{m:3d} {s1*1e3:8.2f} {sa*1e3:8.2f} {sg*1e3:9.2f} {se*1e3:8.2f} {ratio(a):7.2f} {ratio(g):8.2f} {ratio(e):7.2f} {ideal:8.2f} {best/ideal:10.2f} {med(a, 1)*1e3:10.2f} {med(e, 1)*1e3:10.2f} {over:12.1f} {overKernel:13.2f}")
 PY

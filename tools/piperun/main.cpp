@@ -333,6 +333,7 @@ nlohmann::json deviceReport(const runtime::Session &session) {
                     : 0.0;
     dj["bytes_sent_per_step"] = static_cast<double>(st.bytesSent) / n;
     dj["instructions"] = st.instructions;
+    dj["nodes_run"] = st.nodesRun;
     dj["arena_bytes"] = st.arenaBytes;
     dj["peak_memory_bytes"] = st.arenaHighWater + pd.weight_bytes() + train;
     dj["planned_peak_memory_bytes"] = pd.arena_bytes() + pd.weight_bytes() + train;
