@@ -24,11 +24,14 @@ public:
     const From *__restrict x = static_cast<const From *>(in[0]);
     To *__restrict y = static_cast<To *>(out[0]);
     parallelChunks(n_, kChunk, [&](int64_t lo, int64_t hi) {
+      // Local copies (see ew::parallelChunks): the loop vectorizes.
+      const From *__restrict xv = x;
+      To *__restrict yv = y;
       for (int64_t i = lo; i < hi; ++i) {
         if constexpr (ToBool)
-          y[i] = x[i] != From(0) ? 1 : 0;
+          yv[i] = xv[i] != From(0) ? 1 : 0;
         else
-          y[i] = convertValue<To>(x[i]);
+          yv[i] = convertValue<To>(xv[i]);
       }
     });
     return Status::ok();

@@ -33,9 +33,13 @@ public:
     const T *__restrict x = static_cast<const T *>(in[0]);
     T *__restrict y = static_cast<T *>(out[0]);
     parallelChunks(n_, kChunk, [&](int64_t b, int64_t e) {
+      // Local copies (see ew::parallelChunks): the loop vectorizes.
+      const T *__restrict xv = x;
+      T *__restrict yv = y;
+      const T l = lo, h = hi;
       for (int64_t i = b; i < e; ++i) {
-        T v = x[i] < lo ? lo : x[i];
-        y[i] = v > hi ? hi : v;
+        T v = xv[i] < l ? l : xv[i];
+        yv[i] = v > h ? h : v;
       }
     });
     return Status::ok();
