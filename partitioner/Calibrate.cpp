@@ -260,7 +260,7 @@ Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeT
   std::vector<NodeTiming> out;
   uint64_t seed = 1;
   for (const ir::Node *n : g.nodes()) {
-    if (!cpu::hasKernel(n->domain(), n->opType()) || forwardCost(*n).gemm)
+    if (!cpu::hasKernel(n->domain(), n->opType()))
       continue;
     bool typed = true;
     for (const ir::Value *v : n->outputs())
@@ -275,16 +275,13 @@ Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeT
     std::vector<Tensor> ins, outs;
     std::vector<const void *> inPtrs;
     std::vector<void *> outPtrs;
-    double bytes = 0;
     for (const ir::Value *v : n->inputs()) {
       ins.push_back(v ? timingInput(*v, seed++) : Tensor());
       inPtrs.push_back(v ? ins.back().raw() : nullptr);
-      bytes += v ? static_cast<double>(v->type().bytes()) : 0;
     }
     for (const ir::Value *v : n->outputs()) {
       outs.emplace_back(v->type());
       outPtrs.push_back(outs.back().raw());
-      bytes += static_cast<double>(v->type().bytes());
     }
     Tensor workspace;
     if (size_t ws = (*kernel)->workspaceBytes())
@@ -304,29 +301,31 @@ Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeT
       if (!st.isOk())
         return st;
     }
-    out.push_back({opCurveKey(*n), bytes, median(t)});
+    NodeCost c = forwardCost(*n);
+    out.push_back({opCurveKey(*n), opCurveSize(c),
+                   median(t) / (c.gemm ? std::max(1.0, c.calls) : 1.0)});
   }
   return out;
 }
 
 std::map<std::string, std::vector<std::pair<double, double>>>
 fitOpCurves(const std::vector<NodeTiming> &timings) {
-  // key -> half-octave bin -> (bytes, seconds) of its timings.
+  // key -> half-octave bin -> (sizes, seconds) of its timings.
   std::map<std::string, std::map<long, std::pair<std::vector<double>, std::vector<double>>>> bins;
   for (const NodeTiming &t : timings) {
-    if (!(t.bytes > 0) || !(t.seconds > 0))
+    if (!(t.size > 0) || !(t.seconds > 0))
       continue;
-    auto &b = bins[t.key][std::lround(2 * std::log2(t.bytes))];
-    b.first.push_back(t.bytes);
+    auto &b = bins[t.key][std::lround(2 * std::log2(t.size))];
+    b.first.push_back(t.size);
     b.second.push_back(t.seconds);
   }
   std::map<std::string, std::vector<std::pair<double, double>>> curves;
   for (auto &[key, byBin] : bins) {
     std::vector<std::pair<double, double>> &c = curves[key];
     for (auto &[bin, v] : byBin) {
-      double bytes = median(v.first);
-      if (c.empty() || bytes > c.back().first)
-        c.emplace_back(bytes, median(v.second));
+      double size = median(v.first);
+      if (c.empty() || size > c.back().first)
+        c.emplace_back(size, median(v.second));
     }
   }
   return curves;

@@ -12,7 +12,7 @@
 // Op curves (DeviceProfile::opCurves) come from timing the CPU kernels of
 // whole graphs node by node: timeGraphNodes() runs each node's kernel on
 // random inputs of the node's shapes, fitOpCurves() turns the timings into
-// one curve of seconds against bytes per op. `pipec --calibrate` feeds it the
+// one curve of seconds against size per op. `pipec --calibrate` feeds it the
 // training graphs of the sample models at several batch sizes.
 //
 // The partitioner links OpenBLAS for this (the CPU kernels already do; the
@@ -43,8 +43,8 @@ struct CalibrateOptions {
 /// One node's kernel time.
 struct NodeTiming {
   std::string key;    ///< opCurveKey() of the node (CostModel.h)
-  double bytes = 0;   ///< inputs plus outputs
-  double seconds = 0; ///< median of the runs
+  double size = 0;    ///< opCurveSize() (bytes; FLOPs per call for GEMMs)
+  double seconds = 0; ///< median of the runs (per GEMM call for GEMMs)
 };
 
 struct NodeTimingOptions {
@@ -53,16 +53,16 @@ struct NodeTimingOptions {
   int minRuns = 5;           ///< and at least this many runs
 };
 
-/// Times the kernel of every node of `g` that has a CPU kernel and is not
-/// GEMM-like (those are costed by the GEMM curve): constants as they are,
+/// Times the kernel of every node of `g` that has a CPU kernel: constants
+/// as they are,
 /// other float inputs uniform in [-1, 1], integer and bool inputs zero
 /// (valid indices and labels). A node whose kernel refuses such inputs is
 /// left out. Medians over at least `minRuns` runs after a warm-up.
 Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g,
                                                  const NodeTimingOptions &opts = {});
 
-/// Per key, the timings in half-octave bins of bytes, each bin the median of
-/// its bytes and of its seconds, ascending (DeviceProfile::opCurves).
+/// Per key, the timings in half-octave bins of size, each bin the median of
+/// its sizes and of its seconds, ascending (DeviceProfile::opCurves).
 std::map<std::string, std::vector<std::pair<double, double>>>
 fitOpCurves(const std::vector<NodeTiming> &timings);
 

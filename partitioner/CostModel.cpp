@@ -55,6 +55,15 @@ NodeCost forwardCost(const ir::Node &n) {
       k = a[0];
     c.flops = 2.0 * numel(out) * static_cast<double>(k);
     c.gemm = true;
+    // runtime/cpu/kernels/MatMul.cpp folds A's batch into one GEMM when B
+    // has no batch; otherwise it makes one GEMM per output matrix.
+    const Shape &b = n.input(1)->shape();
+    const Shape &o = out->shape();
+    double bBatch = 1;
+    for (size_t i = 0; i + 2 < b.size(); ++i)
+      bBatch *= static_cast<double>(b[i]);
+    if (op == "MatMul" && bBatch > 1 && o.size() >= 2)
+      c.calls = numel(out) / (static_cast<double>(o[o.size() - 2]) * static_cast<double>(o.back()));
   } else if (n.domain() == "pipec" && (op == "ConvGradInput" || op == "ConvGradWeight")) {
     // dX = ConvGradInput(dY, W), dW = ConvGradWeight(X, dY): the forward
     // convolution's multiply-adds, once each. The forward output (dY) has
@@ -95,9 +104,14 @@ NodeCost forwardCost(const ir::Node &n) {
   return c;
 }
 
+double opCurveSize(const NodeCost &c) {
+  return c.gemm ? c.flops / std::max(1.0, c.calls) : c.bytesRead + c.bytesWritten;
+}
+
 double CostModel::rooflineTime(const NodeCost &c, DType dtype) const {
   double compute =
-      c.flops / (c.gemm ? profile.gemmRate(c.flops, dtype) : profile.flopsFor(dtype));
+      c.flops / (c.gemm ? profile.gemmRate(c.flops / std::max(1.0, c.calls), dtype)
+                        : profile.flopsFor(dtype));
   double memory = (c.bytesRead + c.bytesWritten) / profile.memoryBandwidth;
   return std::max(compute, memory) + profile.nodeOverhead;
 }
@@ -113,10 +127,10 @@ double CostModel::nodeTime(const ir::Node &n) const {
       return it->second;
   }
   NodeCost c = forwardCost(n);
-  if (!c.gemm && !profile.opCurves.empty()) {
-    double t = profile.opCurveTime(opCurveKey(n), c.bytesRead + c.bytesWritten);
+  if (!profile.opCurves.empty()) {
+    double t = profile.opCurveTime(opCurveKey(n), opCurveSize(c));
     if (t >= 0)
-      return t + profile.nodeOverhead;
+      return (c.gemm ? std::max(1.0, c.calls) : 1.0) * t + profile.nodeOverhead;
   }
   DType dt = n.numOutputs() ? n.output(0)->dtype() : DType::F32;
   return rooflineTime(c, dt);

@@ -27,6 +27,9 @@ struct NodeCost {
   double bytesWritten = 0;
   /// A GEMM or convolution: timed at the profile's GEMM rate for its size.
   bool gemm = false;
+  /// GEMM calls the node makes (a MatMul whose B has batch dimensions runs
+  /// one GEMM per batch element): each runs at the rate of its own size.
+  double calls = 1;
 };
 
 /// Forward cost of one node: multiply-adds count 2 FLOPs (GEMM, convolution,
@@ -37,6 +40,11 @@ NodeCost forwardCost(const ir::Node &n);
 /// The key of a node's op in DeviceProfile::opCurves: its op type,
 /// "domain.Op" outside ai.onnx.
 std::string opCurveKey(const ir::Node &n);
+
+/// Where a node sits on its op's curve: FLOPs per GEMM call for GEMM-like
+/// nodes (whose curves give seconds per call), else bytes read plus
+/// written (curves give seconds per node).
+double opCurveSize(const NodeCost &c);
 
 /// Times nodes and transfers on one device profile.
 struct CostModel {

@@ -42,21 +42,21 @@ double DeviceProfile::gemmRate(double flops, DType dtype) const {
   return r0 + t * (r1 - r0);
 }
 
-double DeviceProfile::opCurveTime(const std::string &key, double bytes) const {
+double DeviceProfile::opCurveTime(const std::string &key, double size) const {
   auto it = opCurves.find(key);
   if (it == opCurves.end() || it->second.empty())
     return -1;
   const std::vector<std::pair<double, double>> &c = it->second;
-  if (!(bytes > c.front().first))
+  if (!(size > c.front().first))
     return c.front().second;
-  if (bytes >= c.back().first)
-    return c.back().second * bytes / c.back().first;
+  if (size >= c.back().first)
+    return c.back().second * size / c.back().first;
   size_t i = 1;
-  while (c[i].first < bytes)
+  while (c[i].first < size)
     ++i;
   const auto &[b0, t0] = c[i - 1];
   const auto &[b1, t1] = c[i];
-  double f = (std::log(bytes) - std::log(b0)) / (std::log(b1) - std::log(b0));
+  double f = (std::log(size) - std::log(b0)) / (std::log(b1) - std::log(b0));
   return std::exp(std::log(t0) + f * (std::log(t1) - std::log(t0)));
 }
 
@@ -149,17 +149,17 @@ Expected<DeviceProfile> parseProfile(const json &j, const std::string &what) {
   if (j.contains("op_curves")) {
     const json &oc = j["op_curves"];
     if (!oc.is_object())
-      return errorf(what, ": op_curves must map op names to lists of [bytes, seconds] pairs");
+      return errorf(what, ": op_curves must map op names to lists of [size, seconds] pairs");
     for (const auto &[op, c] : oc.items()) {
       std::vector<std::pair<double, double>> &curve = p.opCurves[op];
       if (!c.is_array() || c.empty())
-        return errorf(what, ": op_curves.", op, " must be a non-empty list of [bytes, seconds]");
+        return errorf(what, ": op_curves.", op, " must be a non-empty list of [size, seconds]");
       for (const json &e : c) {
         if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number() ||
             !(e[0].get<double>() > 0) || !(e[1].get<double>() > 0))
-          return errorf(what, ": op_curves.", op, " entries must be [bytes, seconds], both positive");
+          return errorf(what, ": op_curves.", op, " entries must be [size, seconds], both positive");
         if (!curve.empty() && !(e[0].get<double>() > curve.back().first))
-          return errorf(what, ": op_curves.", op, " must be ascending in bytes");
+          return errorf(what, ": op_curves.", op, " must be ascending in size");
         curve.emplace_back(e[0].get<double>(), e[1].get<double>());
       }
     }

@@ -42,12 +42,15 @@ struct DeviceProfile {
   /// ...] ascending): small GEMMs run far below peak, and a pipeline stage
   /// of small layers is made of them.
   std::vector<std::pair<double, double>> gemmCurve;
-  /// Measured kernel times by op (optional, "op_curves": {KEY: [[bytes,
+  /// Measured kernel times by op (optional, "op_curves": {KEY: [[size,
   /// seconds], ...] ascending}; KEY is the op type, "domain.Op" outside
-  /// ai.onnx; bytes are the node's inputs plus outputs). `pipec --calibrate`
-  /// times this CPU's kernels on the training graphs of the sample models:
-  /// elementwise, normalisation and data-movement kernels run far from the
-  /// roofline at the sizes of a micro-batch, each in its own way.
+  /// ai.onnx; size is opCurveSize() of CostModel.h: bytes read plus written,
+  /// or for GEMM-like ops FLOPs per GEMM call with seconds per call).
+  /// `pipec --calibrate` times this CPU's kernels on the training graphs of
+  /// the sample models: small GEMMs, elementwise, normalisation and
+  /// data-movement kernels run far from the roofline at the sizes of a
+  /// micro-batch, each in its own way, and a GEMM's shape matters as well as
+  /// its FLOPs.
   std::map<std::string, std::vector<std::pair<double, double>>> opCurves;
   /// Measured seconds per parameter element of the runtime's work around an
   /// update (optional): adding one micro-batch's gradient into the
@@ -68,11 +71,11 @@ struct DeviceProfile {
   /// interpolated in log(FLOPs) (clamped to its ends) for the default
   /// precision when the profile has one, else flopsFor(dtype).
   double gemmRate(double flops, DType dtype) const;
-  /// Seconds of one run of a node of op `key` moving `bytes`, from its op
-  /// curve: interpolated in log(bytes) and log(seconds) between measured
-  /// sizes, the smallest size's time below them (a fixed cost dominates),
-  /// proportional to bytes above them. Negative when `key` has no curve.
-  double opCurveTime(const std::string &key, double bytes) const;
+  /// Seconds of a node (or GEMM call) of op `key` and curve size `size`:
+  /// interpolated in log(size) and log(seconds) between measured sizes, the
+  /// smallest size's time below them (a fixed cost dominates), proportional
+  /// to size above them. Negative when `key` has no curve.
+  double opCurveTime(const std::string &key, double size) const;
   /// Seconds per parameter element per training step for the optimizer
   /// `kind` with `states` state tensors and M micro-batches: M gradient
   /// accumulations and one step, measured when the profile has the figures,

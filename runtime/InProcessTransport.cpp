@@ -2,12 +2,14 @@
 //
 // One mailbox per destination device: a map from (source, tag) to the
 // message bytes, under a mutex, with a condition variable the receiver
-// waits on. A send copies the tensor into a buffer it owns, so the sender's
-// arena slot is free as soon as send() returns.
+// waits on after spinning for a while. A send copies the tensor into a
+// buffer it owns (recycled from delivered messages), so the sender's arena
+// slot is free as soon as send() returns.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -21,16 +23,34 @@ namespace pipec::runtime {
 
 namespace {
 
+/// A message's bytes. Buffers are recycled (InProcessTransport::pool_):
+/// allocating a fresh one per message costs page faults for every large
+/// tensor, on the sender's critical path.
+struct Buffer {
+  std::unique_ptr<char[]> data;
+  size_t capacity = 0, size = 0;
+};
+
 class InProcessTransport final : public Transport {
 public:
-  explicit InProcessTransport(int n) : boxes_(static_cast<size_t>(n)), slots_(static_cast<size_t>(n)) {}
+  InProcessTransport(int n, double spinSeconds)
+      : spin_(std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::duration<double>(std::max(0.0, spinSeconds)))),
+        boxes_(static_cast<size_t>(n)), slots_(static_cast<size_t>(n)) {}
 
   int numDevices() const override { return static_cast<int>(boxes_.size()); }
 
   Status send(int from, int to, uint64_t tag, const void *data, size_t bytes) override {
     if (to < 0 || to >= numDevices())
       return errorf("send to device ", to, " of ", numDevices());
-    std::string msg(static_cast<const char *>(data), bytes);
+    Buffer msg;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_)
+        return abortStatus_;
+      msg = takeBuffer(bytes);
+    }
+    std::memcpy(msg.data.get(), data, bytes); // outside the lock
     Mailbox &box = boxes_[to];
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -50,23 +70,33 @@ public:
     auto key = std::make_pair(from, tag);
     std::unique_lock<std::mutex> lock(mu_);
     if (!aborted_ && !box.messages.count(key)) {
-      const uint64_t seen = box.posted.load(std::memory_order_acquire);
-      lock.unlock();
-      const auto until = std::chrono::steady_clock::now() + kSpin;
-      while (box.posted.load(std::memory_order_acquire) == seen && !abortFlag_.load() &&
-             std::chrono::steady_clock::now() < until) {
+      // Spin on the mailbox's counter (without the lock) until the message
+      // is there or the spin time is over, then sleep.
+      const auto until = std::chrono::steady_clock::now() + spin_;
+      for (;;) {
+        const uint64_t seen = box.posted.load(std::memory_order_acquire);
+        lock.unlock();
+        while (box.posted.load(std::memory_order_acquire) == seen && !abortFlag_.load() &&
+               std::chrono::steady_clock::now() < until) {
+        }
+        lock.lock();
+        if (aborted_ || box.messages.count(key) || std::chrono::steady_clock::now() >= until)
+          break;
       }
-      lock.lock();
     }
     cv_.wait(lock, [&] { return aborted_ || box.messages.count(key); });
     if (aborted_)
       return abortStatus_;
     auto it = box.messages.find(key);
-    if (it->second.size() != bytes)
+    if (it->second.size != bytes)
       return errorf("device ", to, " expected ", bytes, " bytes from device ", from, ", got ",
-                    it->second.size());
-    std::memcpy(data, it->second.data(), bytes);
+                    it->second.size);
+    Buffer msg = std::move(it->second);
     box.messages.erase(it);
+    lock.unlock();
+    std::memcpy(data, msg.data.get(), bytes);
+    lock.lock();
+    pool_.push_back(std::move(msg));
     return Status::ok();
   }
 
@@ -120,12 +150,35 @@ public:
   }
 
 private:
+  /// A buffer of at least `bytes` from the pool (the smallest that fits),
+  /// or a new one. Called under mu_.
+  Buffer takeBuffer(size_t bytes) {
+    size_t best = pool_.size();
+    for (size_t i = 0; i < pool_.size(); ++i)
+      if (pool_[i].capacity >= bytes &&
+          (best == pool_.size() || pool_[i].capacity < pool_[best].capacity))
+        best = i;
+    Buffer b;
+    if (best < pool_.size()) {
+      b = std::move(pool_[best]);
+      pool_[best] = std::move(pool_.back());
+      pool_.pop_back();
+    } else {
+      b.data.reset(new char[std::max<size_t>(bytes, 1)]);
+      b.capacity = bytes;
+    }
+    b.size = bytes;
+    return b;
+  }
+
   /// How long a receiver spins before it sleeps.
-  static constexpr std::chrono::microseconds kSpin{200};
+  const std::chrono::nanoseconds spin_;
   struct Mailbox {
-    std::map<std::pair<int, uint64_t>, std::string> messages;
+    std::map<std::pair<int, uint64_t>, Buffer> messages;
     std::atomic<uint64_t> posted{0}; ///< messages delivered so far
   };
+  /// Buffers of delivered messages, for reuse.
+  std::vector<Buffer> pool_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Mailbox> boxes_;
@@ -140,8 +193,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Transport> makeInProcessTransport(int numDevices) {
-  return std::make_unique<InProcessTransport>(numDevices);
+std::unique_ptr<Transport> makeInProcessTransport(int numDevices, double spinSeconds) {
+  return std::make_unique<InProcessTransport>(numDevices, spinSeconds);
 }
 
 } // namespace pipec::runtime

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 namespace pipec::runtime {
 
@@ -38,7 +39,14 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   // One device runs on the caller's thread; several get a thread each and
   // a transport between them.
   if (K > 1) {
-    s->transport_ = makeInProcessTransport(K);
+    double spin = opts.spinSeconds;
+    if (spin < 0) {
+      const unsigned cores = std::thread::hardware_concurrency();
+      spin = cores > 0 && static_cast<unsigned>(K * std::max(1, opts.threadsPerDevice)) <= cores
+                 ? kAutoSpinSeconds
+                 : 0.0;
+    }
+    s->transport_ = makeInProcessTransport(K, spin);
     s->threads_ = std::make_unique<DeviceThreads>(K, opts.threadsPerDevice);
   }
   if (s->isTraining())

@@ -40,8 +40,12 @@ public:
   virtual void reset() = 0;
 };
 
-/// Threads of one process.
-std::unique_ptr<Transport> makeInProcessTransport(int numDevices);
+/// Threads of one process. A receiver whose message has not arrived spins
+/// for up to `spinSeconds` before it sleeps: a sleeping thread's core may
+/// be halted, and waking it (on this kind of virtual machine, an
+/// interrupt to a descheduled virtual CPU) can cost more than the wait.
+/// Spin only when every device thread has a core of its own.
+std::unique_ptr<Transport> makeInProcessTransport(int numDevices, double spinSeconds = 200e-6);
 
 /// The tag of a tensor instance: tensor id and micro-batch.
 inline uint64_t messageTag(int32_t tensor, uint32_t microBatch) {

@@ -163,26 +163,31 @@ TEST(DeviceProfile, OpCurveInterpolatesInLogLog) {
 TEST(Calibrate, TimesEveryKernelNodeAndFitsOneCurvePerOp) {
   auto g = ir::parseGraph("graph \"t\" {\n opset \"\" 17\n input %x: f32[64,256]\n"
                           " input %y: f32[16,256]\n input %t: f32[256,64]\n"
+                          " input %p: f32[8,16,32]\n input %q: f32[8,32,16]\n"
                           " node \"a\" Softmax(%x) -> %a: f32[64,256]\n"
                           " node \"b\" Softmax(%y) -> %b: f32[16,256]\n"
                           " node \"m\" MatMul(%a, %t) -> %c: f32[64,64]\n"
+                          " node \"bm\" MatMul(%p, %q) -> %r: f32[8,16,16]\n"
                           " node \"e\" Exp(%b) -> %d: f32[16,256]\n"
-                          " output %c\n output %d\n}\n");
+                          " output %c\n output %d\n output %r\n}\n");
   ASSERT_TRUE(g.isOk()) << g.status().message();
   NodeTimingOptions o;
   o.minSeconds = 1e-4;
   auto t = timeGraphNodes(**g, o);
   ASSERT_TRUE(t.isOk()) << t.status().message();
-  // The GEMM is left to the GEMM curve.
-  ASSERT_EQ(t->size(), 3u);
-  for (const NodeTiming &n : *t) {
+  ASSERT_EQ(t->size(), 5u);
+  for (const NodeTiming &n : *t)
     EXPECT_GT(n.seconds, 0);
-    EXPECT_NE(n.key, "MatMul");
-  }
+  // Bytes moved for the others, FLOPs per GEMM call for MatMul: the batched
+  // one makes 8 calls of 2*16*16*32.
   EXPECT_EQ((*t)[0].key, "Softmax");
-  EXPECT_DOUBLE_EQ((*t)[0].bytes, 2.0 * 64 * 256 * 4);
+  EXPECT_DOUBLE_EQ((*t)[0].size, 2.0 * 64 * 256 * 4);
+  EXPECT_EQ((*t)[2].key, "MatMul");
+  EXPECT_DOUBLE_EQ((*t)[2].size, 2.0 * 64 * 64 * 256);
+  EXPECT_EQ((*t)[3].key, "MatMul");
+  EXPECT_DOUBLE_EQ((*t)[3].size, 2.0 * 16 * 16 * 32);
   auto curves = fitOpCurves(*t);
-  ASSERT_EQ(curves.size(), 2u);
+  ASSERT_EQ(curves.size(), 3u);
   ASSERT_EQ(curves["Softmax"].size(), 2u); // two sizes, two points, ascending
   EXPECT_LT(curves["Softmax"][0].first, curves["Softmax"][1].first);
   // Timings of one size share a bin: the median of theirs.
@@ -190,5 +195,20 @@ TEST(Calibrate, TimesEveryKernelNodeAndFitsOneCurvePerOp) {
   auto c = fitOpCurves(same);
   ASSERT_EQ(c["Relu"].size(), 1u);
   EXPECT_DOUBLE_EQ(c["Relu"][0].first, 1010);
+  // The cost model times a batched MatMul as its calls on the curve.
+  nlohmann::json j = {{"name", "t"},
+                      {"source", "test"},
+                      {"peak_flops", {{"fp32", 1e11}}},
+                      {"memory_bandwidth_bytes_per_s", 1e10},
+                      {"memory_capacity_bytes", 1e9},
+                      {"link_bandwidth_bytes_per_s", 1e9},
+                      {"link_latency_s", 1e-6},
+                      {"node_overhead_s", 1e-7},
+                      {"op_curves", {{"MatMul", {{16384.0, 2e-6}}}}}};
+  auto p = parseProfile(j, "test");
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  CostModel m;
+  m.profile = *p;
+  EXPECT_NEAR(m.nodeTime(*(*g)->findNode("bm")), 8 * 2e-6 + 1e-7, 1e-15);
   EXPECT_DOUBLE_EQ(c["Relu"][0].second, 2e-6);
 }

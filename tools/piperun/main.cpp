@@ -44,6 +44,7 @@ struct Options {
   int threads = 1;
   bool json = false;
   std::string profileOps;
+  double spinMicroseconds = -1;
   std::string dataDir;
   bool synthetic = false;
   std::string metrics;
@@ -487,6 +488,7 @@ Status runPlan(const Options &o) {
     return errorf("--warmup must not be negative");
   runtime::SessionOptions so;
   so.threadsPerDevice = o.threads;
+  so.spinSeconds = o.spinMicroseconds < 0 ? -1.0 : o.spinMicroseconds * 1e-6;
   so.seed = o.seed;
   so.trace = !o.trace.empty();
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
@@ -660,6 +662,9 @@ int main(int argc, char **argv) {
   app.add_option("--warmup", o.warmup, "untimed steps before the timed ones (default 0)");
   app.add_option("--seed", o.seed, "seed of the random inputs (default 0)");
   app.add_option("--threads-per-device", o.threads, "kernel threads of each device (default 1)");
+  app.add_option("--spin-us", o.spinMicroseconds,
+                 "microseconds a device waiting for a message spins before it sleeps (default: "
+                 "20000 when devices x threads fit the cores, else 0)");
   app.add_flag("--json", o.json, "print the summary as JSON");
   app.add_option("--data", o.dataDir,
                  "training: a directory of NAME.npy files, one per graph input (first axis: examples)");
