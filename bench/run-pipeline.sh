@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # bench/run-pipeline.sh - pipelined training on this machine: the sample
 # GPT-like model, mini-batch 32 in M micro-batches of 32/M, K=1 against K=2
-# stages (one thread per device, 1F1B and GPipe), M in {1,2,4,8,16}.
-# A fourth case is K=2 1F1B balanced and predicted by the node times that
+# stages (one thread per device, 1F1B, GPipe and ZB-H1), M in {1,2,4,8,16}.
+# A fifth case is K=2 1F1B balanced and predicted by the node times that
 # piperun --profile-ops measured on the K=1 plan (pipec --op-times).
-# Cases run interleaved (K=1, K=2 1f1b, K=2 gpipe, K=2 measured, then
-# again), five rounds;
+# Cases run interleaved (K=1, K=2 1f1b, gpipe, zbh1, measured, then again),
+# ROUNDS rounds (default 5);
 # each run times 30 steps after 3 warm-up steps with piperun and reports its
 # median step; the table shows the median over rounds, the speed-up of K=2
 # over K=1 against the ideal 2M/(M+1), and the runtime's own cost per
@@ -23,6 +23,7 @@ for m in $MS; do
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 1 -m $m --train -o "$OUT/k1-$m.plan" -q
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule 1f1b -o "$OUT/k2-1f1b-$m.plan" -q
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule gpipe -o "$OUT/k2-gpipe-$m.plan" -q
+  "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule zbh1 -o "$OUT/k2-zbh1-$m.plan" -q
   # Balanced (and predicted) by the node times measured on one device.
   "$BUILD/bin/piperun" "$OUT/k1-$m.plan" --steps 10 --warmup 3 --profile-ops "$OUT/ops-$m.json" --json > /dev/null
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule 1f1b --op-times "$OUT/ops-$m.json" \
@@ -30,7 +31,7 @@ for m in $MS; do
 done
 for round in $(seq 1 ${ROUNDS:-5}); do
   for m in $MS; do
-    for c in k1 k2-1f1b k2-gpipe k2-meas; do
+    for c in k1 k2-1f1b k2-gpipe k2-zbh1 k2-meas; do
       "$BUILD/bin/piperun" "$OUT/$c-$m.plan" --steps 30 --warmup 3 --threads-per-device 1 --json \
         | /usr/bin/python3 -c "
 import json, sys
@@ -50,16 +51,22 @@ for line in open(sys.argv[1]):
     c, m, step, pred, rest, ins, nodes = line.split()
     rows.setdefault((c, int(m)), []).append((float(step), float(pred), float(rest), float(ins), float(nodes)))
 med = lambda v, i: statistics.median(x[i] for x in v)
-print(f"{'M':>3} {'K=1 ms':>8} {'1f1b ms':>8} {'gpipe ms':>9} {'meas ms':>8} {'1f1b x':>7} {'gpipe x':>8} {'meas x':>7} {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13}")
+cases = ['k2-1f1b', 'k2-gpipe', 'k2-zbh1', 'k2-meas']
+names = ['1f1b', 'gpipe', 'zbh1', 'meas']
+print(f"{'M':>3} {'K=1 ms':>8} " + " ".join(f"{n + ' ms':>9}" for n in names) + " " +
+      " ".join(f"{n + ' x':>8}" for n in names) +
+      f" {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred zbh1':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13}")
 for m in sorted({m for _, m in rows}):
-    k1, a, g, e = rows[('k1', m)], rows[('k2-1f1b', m)], rows[('k2-gpipe', m)], rows[('k2-meas', m)]
+    k1 = rows[('k1', m)]
     ideal = 2 * m / (m + 1)
-    s1, sa, sg, se = med(k1, 0), med(a, 0), med(g, 0), med(e, 0)
     over = med(k1, 2) / med(k1, 3) * 1e6
     overKernel = med(k1, 2) / med(k1, 4) * 1e6
     # Speed-ups as the median of each round's ratio (runs of one round are
-    # seconds apart, so the machine's drift cancels), best of the three.
+    # seconds apart, so the machine's drift cancels).
     ratio = lambda v: statistics.median(k1[i][0] / v[i][0] for i in range(min(len(k1), len(v))))
-    best = max(ratio(a), ratio(g), ratio(e))
-    print(f"{m:3d} {s1*1e3:8.2f} {sa*1e3:8.2f} {sg*1e3:9.2f} {se*1e3:8.2f} {ratio(a):7.2f} {ratio(g):8.2f} {ratio(e):7.2f} {ideal:8.2f} {best/ideal:10.2f} {med(a, 1)*1e3:10.2f} {med(e, 1)*1e3:10.2f} {over:12.1f} {overKernel:13.2f}")
+    ratios = [ratio(rows[(c, m)]) for c in cases]
+    print(f"{m:3d} {med(k1, 0)*1e3:8.2f} " + " ".join(f"{med(rows[(c, m)], 0)*1e3:9.2f}" for c in cases) + " " +
+          " ".join(f"{r:8.2f}" for r in ratios) +
+          f" {ideal:8.2f} {max(ratios)/ideal:10.2f} {med(rows[('k2-1f1b', m)], 1)*1e3:10.2f}"
+          f" {med(rows[('k2-zbh1', m)], 1)*1e3:10.2f} {med(rows[('k2-meas', m)], 1)*1e3:10.2f} {over:12.1f} {overKernel:13.2f}")
 PY

@@ -6,7 +6,7 @@
 namespace pipec::codegen {
 
 const std::vector<std::string> &scheduleNames() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b"};
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "zbh1"};
   return names;
 }
 
@@ -16,12 +16,35 @@ void backward(std::vector<Slot> &out, unsigned mb) {
   out.push_back({Work::Backward, mb});
   out.push_back({Work::WeightGrad, mb});
 }
+
+/// Moves each W(mb) after B(mb + defer), or to the end: the stage's
+/// weight gradients wait while the input gradients a previous stage needs
+/// go first. W keeps its ascending micro-batch order.
+std::vector<Slot> deferWeightGrads(const std::vector<Slot> &in, unsigned defer) {
+  std::vector<Slot> out, pending;
+  long lastBackward = -1;
+  for (const Slot &s : in) {
+    if (s.work == Work::WeightGrad)
+      pending.push_back(s);
+    else
+      out.push_back(s);
+    if (s.work == Work::Backward)
+      lastBackward = static_cast<long>(s.microBatch);
+    size_t done = 0;
+    while (done < pending.size() &&
+           static_cast<long>(pending[done].microBatch + defer) <= lastBackward)
+      out.push_back(pending[done++]);
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(done));
+  }
+  out.insert(out.end(), pending.begin(), pending.end());
+  return out;
+}
 } // namespace
 
 Expected<std::vector<std::vector<Slot>>> buildSchedule(const std::string &name, unsigned K,
                                                        unsigned M, bool training) {
   if (std::find(scheduleNames().begin(), scheduleNames().end(), name) == scheduleNames().end())
-    return errorf("unknown pipeline schedule '", name, "' (known: gpipe, 1f1b)");
+    return errorf("unknown pipeline schedule '", name, "' (known: gpipe, 1f1b, zbh1)");
   if (K < 1 || M < 1)
     return errorf("a schedule needs at least one stage and one micro-batch (got K=", K, ", M=", M,
                   ")");
@@ -44,6 +67,8 @@ Expected<std::vector<std::vector<Slot>>> buildSchedule(const std::string &name, 
       }
       for (unsigned mb = M - warmup; mb < M; ++mb)
         backward(out, mb);
+      if (name == "zbh1")
+        out = deferWeightGrads(out, s);
     }
     if (training)
       out.push_back({Work::Optimizer, 0});
@@ -54,6 +79,8 @@ Expected<std::vector<std::vector<Slot>>> buildSchedule(const std::string &name, 
 unsigned microBatchesInFlight(const std::string &name, unsigned K, unsigned stage, unsigned M) {
   if (name == "1f1b")
     return std::min(K - stage, M);
+  if (name == "zbh1") // 1F1B's K - i, plus the i deferred weight gradients
+    return std::min(K, M);
   return M;
 }
 

@@ -13,9 +13,17 @@
 //   1f1b   PipeDream-Flush: stage i runs min(K-i-1, M) warm-up forwards,
 //          then alternates one forward and one backward, then drains; at
 //          most min(K-i, M) micro-batches are in flight on stage i.
+//   zbh1   1F1B whose stage i runs each W(mb) after B(mb + i) (ZB-H1 of
+//          Qi et al., "Zero Bubble Pipeline Parallelism", 2023): a later
+//          stage sends the input gradients of its last micro-batches
+//          without first computing weight gradients, which shortens the
+//          drain by about (K-1) W passes; stage i keeps the W inputs of up
+//          to i more micro-batches, min(K, M) in all, no more than stage 0
+//          keeps under 1F1B.
 //
-// Backwards run in ascending micro-batch order in both, so weight
-// gradients accumulate in ascending order whatever K and the schedule are.
+// Backwards and weight gradients run in ascending micro-batch order in all
+// three, so weight gradients accumulate in ascending order whatever K and
+// the schedule are.
 // Inference plans run the forwards only.
 //
 //===----------------------------------------------------------------------===//

@@ -259,8 +259,10 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   if (o.training) {
     mem.gradients = paramBytes_;
     mem.optimizerState = paramBytes_ * o.optimizerStates;
-    bool oneF1B = o.schedule == "1f1b";
-    e.inFlight = oneF1B ? std::min(numStages - stage, o.microBatches) : o.microBatches;
+    // codegen/Schedule.h: microBatchesInFlight.
+    e.inFlight = o.schedule == "1f1b"   ? std::min(numStages - stage, o.microBatches)
+                 : o.schedule == "zbh1" ? std::min(numStages, o.microBatches)
+                                        : o.microBatches;
   }
   const double inflight = e.inFlight;
   auto activations = [&](const std::string &policy) {

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
+#include "codegen/Schedule.h"
 #include "frontend/OnnxImporter.h"
 #include "runtime/Session.h"
 #include "runtime/Transport.h"
@@ -181,7 +182,7 @@ TEST(Pipeline, TrainingIsBitwiseIndependentOfStagesAndSchedule) {
     RunResult ref = run(compile(m.name, m.microBatch, base), m.steps, true);
     ASSERT_FALSE(ref.weights.empty()) << m.name;
     for (int K : {2, 4})
-      for (const char *schedule : {"gpipe", "1f1b"}) {
+      for (const char *schedule : {"gpipe", "1f1b", "zbh1"}) {
         Config c;
         c.K = K;
         c.schedule = schedule;
@@ -240,7 +241,7 @@ TEST(Pipeline, FewerMicroBatchesThanStagesCompletes) {
   Config c;
   c.K = 4;
   c.M = 1;
-  for (const char *schedule : {"gpipe", "1f1b"}) {
+  for (const char *schedule : {"gpipe", "1f1b", "zbh1"}) {
     c.schedule = schedule;
     Config base = c;
     base.K = 1;
@@ -420,7 +421,7 @@ TEST(Pipeline, TiedWeightsAndLongSkipConnections) {
     RunResult ref = run(build(1, "1f1b", clip), 8, true);
     ASSERT_FALSE(ref.weights.empty());
     for (int K : {2, 3, 5})
-      for (const char *schedule : {"gpipe", "1f1b"})
+      for (const char *schedule : {"gpipe", "1f1b", "zbh1"})
         expectSame(ref, run(build(K, schedule, clip), 8, true),
                    cat("tied K=", K, " ", schedule, " clip ", clip));
   }
@@ -468,4 +469,30 @@ TEST(Pipeline, InProcessTransportDeliversAndAborts) {
     ASSERT_FALSE(s.isOk());
     EXPECT_NE(s.message().find("device 0 failed"), std::string::npos);
   }
+}
+
+// ZB-H1: stage i runs W(mb) after B(mb + i); stage 0 is 1F1B; every stage
+// runs B and W in ascending micro-batch order.
+TEST(Pipeline, ZeroBubbleH1DefersWeightGradientsOnLaterStages) {
+  auto str = [](const std::vector<codegen::Slot> &v) {
+    std::string out;
+    for (const codegen::Slot &s : v) {
+      if (s.work == codegen::Work::Recompute)
+        continue;
+      const char *k = s.work == codegen::Work::Forward    ? "F"
+                      : s.work == codegen::Work::Backward ? "B"
+                      : s.work == codegen::Work::WeightGrad ? "W"
+                                                            : "O";
+      out += cat(out.empty() ? "" : " ", k, s.work == codegen::Work::Optimizer ? "" : cat(s.microBatch));
+    }
+    return out;
+  };
+  auto zb = codegen::buildSchedule("zbh1", 3, 4, true);
+  auto one = codegen::buildSchedule("1f1b", 3, 4, true);
+  ASSERT_TRUE(zb.isOk() && one.isOk());
+  EXPECT_EQ(str((*zb)[0]), str((*one)[0]));
+  EXPECT_EQ(str((*zb)[1]), "F0 F1 B0 F2 B1 W0 F3 B2 W1 B3 W2 W3 O");
+  EXPECT_EQ(str((*zb)[2]), "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3 O");
+  EXPECT_EQ(codegen::microBatchesInFlight("zbh1", 3, 2, 4), 3u);
+  EXPECT_EQ(codegen::microBatchesInFlight("1f1b", 3, 2, 4), 1u);
 }

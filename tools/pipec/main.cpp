@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
 #include "codegen/Report.h"
+#include "codegen/Schedule.h"
 #include "frontend/OnnxExport.h"
 #include "frontend/OnnxImporter.h"
 #include "ir/Text.h"
@@ -20,6 +21,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <iostream>
@@ -164,8 +166,9 @@ Status compile(const Options &o, const std::string &commandLine) {
   if (trainFlags && !o.train)
     return errorf("--loss, --loss-output, --optimizer, --lr, --lr-schedule and --clip-grad-norm "
                   "need --train");
-  if (o.schedule != "gpipe" && o.schedule != "1f1b")
-    return errorf("--schedule must be gpipe or 1f1b (got '", o.schedule, "')");
+  const std::vector<std::string> &schedules = codegen::scheduleNames();
+  if (std::find(schedules.begin(), schedules.end(), o.schedule) == schedules.end())
+    return errorf("--schedule must be gpipe, 1f1b or zbh1 (got '", o.schedule, "')");
   if (o.microBatches < 1)
     return errorf("-m/--micro-batches must be at least 1 (got ", o.microBatches, ")");
   if (o.stages < 1)
@@ -265,8 +268,9 @@ int main(int argc, char **argv) {
   app.add_option("-k,--stages", o.stages, "number of pipeline stages K (one device each)");
   app.add_option("-m,--micro-batches", o.microBatches, "micro-batches M per step");
   app.add_option("--schedule", o.schedule,
-                 "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b "
-                 "(PipeDream-Flush: one forward, one backward; default)");
+                 "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b "
+                 "(PipeDream-Flush: one forward, one backward; default) or zbh1 (1F1B whose "
+                 "later stages defer weight gradients: a shorter drain)");
   app.add_option("-b,--batch", o.batch,
                  "bind the leading symbolic dimension of every input (the micro-batch size)");
   app.add_option("--dim", o.dims, "bind a symbolic dimension: name=value (repeatable)");
