@@ -23,6 +23,15 @@ namespace pipec::runtime {
 
 namespace {
 
+/// A spin-wait hint: the core idles its pipeline (and leaves its sibling
+/// hyperthread and the package's power budget to the others) for a few
+/// dozen cycles.
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 /// A message's bytes. Buffers are recycled (InProcessTransport::pool_):
 /// allocating a fresh one per message costs page faults for every large
 /// tensor, on the sender's critical path.
@@ -78,6 +87,7 @@ public:
         lock.unlock();
         while (box.posted.load(std::memory_order_acquire) == seen && !abortFlag_.load() &&
                std::chrono::steady_clock::now() < until) {
+          cpuRelax();
         }
         lock.lock();
         if (aborted_ || box.messages.count(key) || std::chrono::steady_clock::now() >= until)
