@@ -332,7 +332,7 @@ fitOpCurves(const std::vector<NodeTiming> &timings) {
 }
 
 Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
-  if (o.gemmSize < 16 || o.repeats < 1 || o.copyBytes < 4096)
+  if (o.gemmSize < 16 || o.repeats < 1 || o.copyBytes < 4096 || o.optimizerElements < 1)
     return errorf("calibration sizes too small (gemm ", o.gemmSize, ", repeats ", o.repeats,
                   ", copy ", o.copyBytes, " bytes)");
   if (o.threads < 1)
@@ -356,10 +356,8 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
     curve.push_back({2 * dm * dm * dm, sgemmRate(m, o.repeats)});
   }
   curve.push_back({2 * n * n * n, flops});
-  // The optimizer's work per parameter element, on 1 MiB per array (a
-  // mid-sized model's parameters per device spread over layers of that
-  // order).
-  const int64_t optElems = int64_t(1) << 18;
+  // The optimizer's work per parameter element.
+  const int64_t optElems = o.optimizerElements;
   double accumulate = timeAccumulate(optElems, o.repeats);
   nlohmann::json stepCost = nlohmann::json::object();
   for (const char *kind : {"sgd", "adam", "adamw", "rmsprop"}) {
@@ -390,7 +388,7 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
                 "through shared memory; node overhead = median 4x4 sgemm call; gemm_curve = square sgemm "
                 "rates from 16^3 up; capacity = MemTotal; optimizer figures = median seconds per "
                 "element of the runtime's gradient accumulation and of scaling, squared sum and "
-                "update per optimizer kind, on 2^18 elements";
+                "update per optimizer kind, on " + std::to_string(optElems) + " elements";
   j["measured"] = {{"threads", threads},
                    {"gemm_n", o.gemmSize},
                    {"gemm_median_s", gemmSec},

@@ -34,6 +34,10 @@ struct CalibrateOptions {
   int gemmSize = 2048;          ///< n of the n x n x n sgemm
   int repeats = 7;              ///< medians over this many runs
   size_t copyBytes = 256u << 20;    ///< memcpy and thread-handoff buffer
+  /// Parameter elements of the optimizer measurements (1 MiB per array: a
+  /// mid-sized model's parameters per device spread over layers of that
+  /// order).
+  int64_t optimizerElements = int64_t(1) << 18;
   std::string name = "this-cpu";
   /// Kernel threads of one device (piperun --threads-per-device): the
   /// profile describes one device, so GEMM and copies run with this many.

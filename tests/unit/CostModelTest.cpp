@@ -85,6 +85,7 @@ TEST(Calibrate, SmallRunGivesAValidProfile) {
   o.gemmSize = 128;
   o.repeats = 3;
   o.copyBytes = 1 << 20;
+  o.optimizerElements = 4096;
   auto p = calibrate(o);
   ASSERT_TRUE(p.isOk()) << p.status().message();
   EXPECT_GT(p->peakFlops.at("fp32"), 1e8);
