@@ -345,7 +345,8 @@ nlohmann::json deviceReport(const runtime::Session &session) {
   return devs;
 }
 
-void printDeviceTable(const nlohmann::json &devs, const runtime::Session &session) {
+void printDeviceTable(const nlohmann::json &devs, const runtime::Session &session,
+                      double medianStep) {
   const plan::Plan &p = session.plan();
   const double stepSec = session.stepSeconds() / std::max(1.0, static_cast<double>(session.stepsRun()));
   std::printf("\n%-6s %12s %12s %8s %12s %14s %14s %14s\n", "device", "busy ms/step", "pred ms/step",
@@ -360,8 +361,9 @@ void printDeviceTable(const nlohmann::json &devs, const runtime::Session &sessio
                 formatBytes(dj["planned_peak_memory_bytes"].get<double>()).c_str(),
                 formatBytes(dj["predicted_memory_bytes"].get<double>()).c_str());
   }
-  std::printf("step %.3f ms measured (mean over %llu steps), %.3f ms predicted; schedule %s, K=%d, M=%u\n",
-              stepSec * 1e3, static_cast<unsigned long long>(session.stepsRun()),
+  std::printf("step %.3f ms measured (median; mean %.3f ms over %llu steps), %.3f ms predicted; "
+              "schedule %s, K=%d, M=%u\n",
+              medianStep * 1e3, stepSec * 1e3, static_cast<unsigned long long>(session.stepsRun()),
               p.pipeline().predicted_step_seconds() * 1e3, p.pipeline().schedule().c_str(),
               p.devices_size(), p.pipeline().num_micro_batches());
 }
@@ -469,7 +471,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   } else {
     std::printf("trained %d step(s): loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n",
                 o.steps - first, firstLoss, lastLoss, med * 1e3, examples / med);
-    printDeviceTable(devs, session);
+    printDeviceTable(devs, session, med);
     if (!o.checkpoint.empty())
       std::printf("checkpoint after step %d in %s\n", o.steps, o.checkpoint.c_str());
   }
@@ -640,7 +642,7 @@ Status runPlan(const Options &o) {
   std::printf("%d step(s), %lld examples/step, median step %.3f ms, %.1f samples/s (%d thread%s per device)\n",
               o.steps, static_cast<long long>(examplesPerStep), med * 1e3, examplesPerStep / med,
               o.threads, o.threads == 1 ? "" : "s");
-  printDeviceTable(devs, *session);
+  printDeviceTable(devs, *session, med);
   if (!o.outputsDir.empty())
     std::printf("outputs written to %s\n", o.outputsDir.c_str());
   return Status::ok();
