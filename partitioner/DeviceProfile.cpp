@@ -26,6 +26,21 @@ double DeviceProfile::flopsFor(DType dtype) const {
   return it == peakFlops.end() ? peakFlops.begin()->second : it->second;
 }
 
+namespace {
+using Curve = std::vector<std::pair<double, double>>;
+
+/// For x strictly inside an ascending curve: the index i of the point
+/// right of x and where x lies between points i-1 and i, as a fraction of
+/// their distance in log(x).
+std::pair<size_t, double> logSegment(const Curve &c, double x) {
+  size_t i = 1;
+  while (c[i].first < x)
+    ++i;
+  const double x0 = c[i - 1].first, x1 = c[i].first;
+  return {i, (std::log(x) - std::log(x0)) / (std::log(x1) - std::log(x0))};
+}
+} // namespace
+
 double DeviceProfile::gemmRate(double flops, DType dtype) const {
   if (gemmCurve.empty() || dtype == DType::F16 || dtype == DType::BF16 || !(flops > 0))
     return flopsFor(dtype);
@@ -33,12 +48,8 @@ double DeviceProfile::gemmRate(double flops, DType dtype) const {
     return gemmCurve.front().second;
   if (flops >= gemmCurve.back().first)
     return gemmCurve.back().second;
-  size_t i = 1;
-  while (gemmCurve[i].first < flops)
-    ++i;
-  const auto &[f0, r0] = gemmCurve[i - 1];
-  const auto &[f1, r1] = gemmCurve[i];
-  double t = (std::log(flops) - std::log(f0)) / (std::log(f1) - std::log(f0));
+  auto [i, t] = logSegment(gemmCurve, flops);
+  const double r0 = gemmCurve[i - 1].second, r1 = gemmCurve[i].second;
   return r0 + t * (r1 - r0);
 }
 
@@ -46,17 +57,13 @@ double DeviceProfile::opCurveTime(const std::string &key, double size) const {
   auto it = opCurves.find(key);
   if (it == opCurves.end() || it->second.empty())
     return -1;
-  const std::vector<std::pair<double, double>> &c = it->second;
+  const Curve &c = it->second;
   if (!(size > c.front().first))
     return c.front().second;
   if (size >= c.back().first)
     return c.back().second * size / c.back().first;
-  size_t i = 1;
-  while (c[i].first < size)
-    ++i;
-  const auto &[b0, t0] = c[i - 1];
-  const auto &[b1, t1] = c[i];
-  double f = (std::log(size) - std::log(b0)) / (std::log(b1) - std::log(b0));
+  auto [i, f] = logSegment(c, size);
+  const double t0 = c[i - 1].second, t1 = c[i].second;
   return std::exp(std::log(t0) + f * (std::log(t1) - std::log(t0)));
 }
 
@@ -94,6 +101,24 @@ std::vector<std::string> listProfiles() {
 }
 
 namespace {
+/// A list of [x, y] pairs, both positive, ascending in x; `what` names the
+/// profile, `name` the curve and `units` its pair ("[FLOPs, FLOP/s]").
+Expected<Curve> parseCurve(const json &c, const std::string &what, const std::string &name,
+                           const char *units) {
+  if (!c.is_array() || c.empty())
+    return errorf(what, ": ", name, " must be a non-empty list of ", units, " pairs");
+  Curve out;
+  for (const json &e : c) {
+    if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number() ||
+        !(e[0].get<double>() > 0) || !(e[1].get<double>() > 0))
+      return errorf(what, ": ", name, " entries must be ", units, ", both positive");
+    if (!out.empty() && !(e[0].get<double>() > out.back().first))
+      return errorf(what, ": ", name, " must be ascending in its first value");
+    out.emplace_back(e[0].get<double>(), e[1].get<double>());
+  }
+  return out;
+}
+
 Expected<double> positive(const json &j, const char *key, const std::string &what) {
   if (!j.contains(key) || !j[key].is_number())
     return errorf(what, ": the profile has no number '", key, "'");
@@ -134,34 +159,14 @@ Expected<DeviceProfile> parseProfile(const json &j, const std::string &what) {
   PIPEC_ASSIGN(p.linkLatency, positive(j, "link_latency_s", what));
   PIPEC_ASSIGN(p.nodeOverhead, positive(j, "node_overhead_s", what));
   if (j.contains("gemm_curve")) {
-    const json &c = j["gemm_curve"];
-    if (!c.is_array())
-      return errorf(what, ": gemm_curve must be a list of [FLOPs, FLOP/s] pairs");
-    for (const json &e : c) {
-      if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number() ||
-          !(e[0].get<double>() > 0) || !(e[1].get<double>() > 0))
-        return errorf(what, ": gemm_curve entries must be [FLOPs, FLOP/s], both positive");
-      if (!p.gemmCurve.empty() && !(e[0].get<double>() > p.gemmCurve.back().first))
-        return errorf(what, ": gemm_curve must be ascending in FLOPs");
-      p.gemmCurve.emplace_back(e[0].get<double>(), e[1].get<double>());
-    }
+    PIPEC_ASSIGN(p.gemmCurve, parseCurve(j["gemm_curve"], what, "gemm_curve", "[FLOPs, FLOP/s]"));
   }
   if (j.contains("op_curves")) {
     const json &oc = j["op_curves"];
     if (!oc.is_object())
       return errorf(what, ": op_curves must map op names to lists of [size, seconds] pairs");
     for (const auto &[op, c] : oc.items()) {
-      std::vector<std::pair<double, double>> &curve = p.opCurves[op];
-      if (!c.is_array() || c.empty())
-        return errorf(what, ": op_curves.", op, " must be a non-empty list of [size, seconds]");
-      for (const json &e : c) {
-        if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number() ||
-            !(e[0].get<double>() > 0) || !(e[1].get<double>() > 0))
-          return errorf(what, ": op_curves.", op, " entries must be [size, seconds], both positive");
-        if (!curve.empty() && !(e[0].get<double>() > curve.back().first))
-          return errorf(what, ": op_curves.", op, " must be ascending in size");
-        curve.emplace_back(e[0].get<double>(), e[1].get<double>());
-      }
+      PIPEC_ASSIGN(p.opCurves[op], parseCurve(c, what, "op_curves." + op, "[size, seconds]"));
     }
   }
   if (j.contains("gradient_accumulate_seconds_per_element")) {

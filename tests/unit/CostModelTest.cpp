@@ -10,6 +10,20 @@
 using namespace pipec;
 using namespace pipec::partitioner;
 
+namespace {
+/// A valid profile with round figures and the given per-node overhead.
+nlohmann::json testProfile(double nodeOverhead) {
+  return {{"name", "t"},
+          {"source", "test"},
+          {"peak_flops", {{"fp32", 1e11}}},
+          {"memory_bandwidth_bytes_per_s", 1e10},
+          {"memory_capacity_bytes", 1e9},
+          {"link_bandwidth_bytes_per_s", 1e9},
+          {"link_latency_s", 1e-6},
+          {"node_overhead_s", nodeOverhead}};
+}
+} // namespace
+
 TEST(DeviceProfile, EveryCheckedInProfileLoadsAndCitesASource) {
   std::vector<std::string> names = listProfiles();
   for (const char *want : {"this-cpu", "v100-sxm2-16gb", "v100-sxm2-32gb", "a100-sxm-40gb",
@@ -97,15 +111,8 @@ TEST(Calibrate, SmallRunGivesAValidProfile) {
 }
 
 TEST(DeviceProfile, GemmCurveInterpolatesInLogFlops) {
-  nlohmann::json j = {{"name", "t"},
-                      {"source", "test"},
-                      {"peak_flops", {{"fp32", 1e11}}},
-                      {"memory_bandwidth_bytes_per_s", 1e10},
-                      {"memory_capacity_bytes", 1e9},
-                      {"link_bandwidth_bytes_per_s", 1e9},
-                      {"link_latency_s", 1e-6},
-                      {"node_overhead_s", 1e-6},
-                      {"gemm_curve", {{1e3, 1e9}, {1e5, 3e9}, {1e7, 5e10}}}};
+  nlohmann::json j = testProfile(1e-6);
+  j["gemm_curve"] = {{1e3, 1e9}, {1e5, 3e9}, {1e7, 5e10}};
   auto p = parseProfile(j, "test");
   ASSERT_TRUE(p.isOk()) << p.status().message();
   EXPECT_DOUBLE_EQ(p->gemmRate(1e2, DType::F32), 1e9);    // clamped below
@@ -124,15 +131,8 @@ TEST(DeviceProfile, GemmCurveInterpolatesInLogFlops) {
 }
 
 TEST(DeviceProfile, OpCurveInterpolatesInLogLog) {
-  nlohmann::json j = {{"name", "t"},
-                      {"source", "test"},
-                      {"peak_flops", {{"fp32", 1e11}}},
-                      {"memory_bandwidth_bytes_per_s", 1e10},
-                      {"memory_capacity_bytes", 1e9},
-                      {"link_bandwidth_bytes_per_s", 1e9},
-                      {"link_latency_s", 1e-6},
-                      {"node_overhead_s", 1e-6},
-                      {"op_curves", {{"Softmax", {{1e3, 1e-6}, {1e5, 1e-4}}}}}};
+  nlohmann::json j = testProfile(1e-6);
+  j["op_curves"] = {{"Softmax", {{1e3, 1e-6}, {1e5, 1e-4}}}};
   auto p = parseProfile(j, "test");
   ASSERT_TRUE(p.isOk()) << p.status().message();
   EXPECT_DOUBLE_EQ(p->opCurveTime("Softmax", 1e2), 1e-6);         // the fixed cost below
@@ -197,15 +197,8 @@ TEST(Calibrate, TimesEveryKernelNodeAndFitsOneCurvePerOp) {
   ASSERT_EQ(c["Relu"].size(), 1u);
   EXPECT_DOUBLE_EQ(c["Relu"][0].first, 1010);
   // The cost model times a batched MatMul as its calls on the curve.
-  nlohmann::json j = {{"name", "t"},
-                      {"source", "test"},
-                      {"peak_flops", {{"fp32", 1e11}}},
-                      {"memory_bandwidth_bytes_per_s", 1e10},
-                      {"memory_capacity_bytes", 1e9},
-                      {"link_bandwidth_bytes_per_s", 1e9},
-                      {"link_latency_s", 1e-6},
-                      {"node_overhead_s", 1e-7},
-                      {"op_curves", {{"MatMul", {{16384.0, 2e-6}}}}}};
+  nlohmann::json j = testProfile(1e-7);
+  j["op_curves"] = {{"MatMul", {{16384.0, 2e-6}}}};
   auto p = parseProfile(j, "test");
   ASSERT_TRUE(p.isOk()) << p.status().message();
   CostModel m;

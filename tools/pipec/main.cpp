@@ -167,8 +167,12 @@ Status compile(const Options &o, const std::string &commandLine) {
     return errorf("--loss, --loss-output, --optimizer, --lr, --lr-schedule and --clip-grad-norm "
                   "need --train");
   const std::vector<std::string> &schedules = codegen::scheduleNames();
-  if (std::find(schedules.begin(), schedules.end(), o.schedule) == schedules.end())
-    return errorf("--schedule must be gpipe, 1f1b or zbh1 (got '", o.schedule, "')");
+  if (std::find(schedules.begin(), schedules.end(), o.schedule) == schedules.end()) {
+    std::string known;
+    for (size_t i = 0; i < schedules.size(); ++i)
+      known += (i == 0 ? "" : i + 1 == schedules.size() ? " or " : ", ") + schedules[i];
+    return errorf("--schedule must be ", known, " (got '", o.schedule, "')");
+  }
   if (o.microBatches < 1)
     return errorf("-m/--micro-batches must be at least 1 (got ", o.microBatches, ")");
   if (o.stages < 1)
