@@ -2,8 +2,20 @@
 #include "runtime/DeviceThreads.h"
 
 #include <omp.h>
+#include <sched.h>
 
 namespace pipec::runtime {
+
+unsigned usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0)
+      return static_cast<unsigned>(n);
+  }
+  return std::thread::hardware_concurrency();
+}
 
 DeviceThreads::DeviceThreads(int devices, int threadsPerDevice)
     : results_(static_cast<size_t>(devices)) {

@@ -41,7 +41,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   if (K > 1) {
     double spin = opts.spinSeconds;
     if (spin < 0) {
-      const unsigned cores = std::thread::hardware_concurrency();
+      const unsigned cores = usableCores();
       spin = cores > 0 && static_cast<unsigned>(K * std::max(1, opts.threadsPerDevice)) <= cores
                  ? kAutoSpinSeconds
                  : 0.0;

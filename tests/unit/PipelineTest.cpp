@@ -12,6 +12,7 @@
 #include "codegen/Driver.h"
 #include "codegen/Schedule.h"
 #include "frontend/OnnxImporter.h"
+#include "runtime/DeviceThreads.h"
 #include "runtime/Session.h"
 #include "runtime/Transport.h"
 #include "runtime/plan/PlanIO.h"
@@ -24,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <sched.h>
 #include <thread>
 
 using namespace pipec;
@@ -469,6 +471,23 @@ TEST(Pipeline, InProcessTransportDeliversAndAborts) {
     ASSERT_FALSE(s.isOk());
     EXPECT_NE(s.message().find("device 0 failed"), std::string::npos);
   }
+}
+
+// The spin decision counts the cores the affinity mask allows: under
+// `taskset -c 0` two spinning devices would share one core.
+TEST(Pipeline, UsableCoresFollowTheAffinityMask) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  EXPECT_EQ(runtime::usableCores(), static_cast<unsigned>(CPU_COUNT(&saved)));
+  int first = 0;
+  while (!CPU_ISSET(first, &saved))
+    ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  EXPECT_EQ(runtime::usableCores(), 1u);
+  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
 // ZB-H1: stage i runs W(mb) after B(mb + i); stage 0 is 1F1B; every stage

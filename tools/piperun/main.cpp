@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Version.h"
+#include "runtime/DeviceThreads.h"
 #include "runtime/Session.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
@@ -500,11 +501,11 @@ Status runPlan(const Options &o) {
   }
   // Every device has its own threads; more than the cores share them, which
   // keeps results exact but makes timings say little about the pipeline.
-  const unsigned cores = std::thread::hardware_concurrency();
+  const unsigned cores = runtime::usableCores();
   const long want = static_cast<long>(session->devices().size()) * o.threads;
   if (cores > 0 && want > static_cast<long>(cores) && !o.json)
     std::fprintf(stderr,
-                 "piperun: note: %zu devices x %d thread(s) = %ld threads on %u cores; devices share "
+                 "piperun: note: %zu devices x %d thread(s) = %ld threads on %u usable core(s); devices share "
                  "cores, so times are not those of %zu separate devices\n",
                  session->devices().size(), o.threads, want, cores, session->devices().size());
   if (!o.profileOps.empty())
