@@ -1,5 +1,6 @@
 //===- runtime/train/Clip.cpp - Gradient clipping by global norm ----------===//
 #include "runtime/train/Clip.h"
+#include "support/Parallel.h"
 
 #include "runtime/train/Optimizer.h"
 
@@ -13,8 +14,7 @@ double gradSquaredSum(const float *g, int64_t n) {
     return 0.0;
   int64_t chunks = (n + kTrainChunk - 1) / kTrainChunk;
   std::vector<double> partial(static_cast<size_t>(chunks));
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
+  parallelFor(chunks, chunks > 1, [&](int64_t c) {
     int64_t lo = c * kTrainChunk, hi = std::min(n, lo + kTrainChunk);
     // Left to right: the compiler may not reassociate (no -ffast-math), so
     // this sum is the same for every build and thread count.
@@ -24,7 +24,7 @@ double gradSquaredSum(const float *g, int64_t n) {
       s += x * x;
     }
     partial[static_cast<size_t>(c)] = s;
-  }
+  });
   double total = 0.0;
   for (double s : partial)
     total += s;
@@ -33,12 +33,11 @@ double gradSquaredSum(const float *g, int64_t n) {
 
 void scaleGrad(float *g, int64_t n, float scale) {
   int64_t chunks = (n + kTrainChunk - 1) / kTrainChunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
+  parallelFor(chunks, chunks > 1, [&](int64_t c) {
     int64_t lo = c * kTrainChunk, hi = std::min(n, lo + kTrainChunk);
     for (int64_t i = lo; i < hi; ++i)
       g[i] = g[i] * scale;
-  }
+  });
 }
 
 double clipCoefficient(double totalNorm, double maxNorm) {

@@ -9,6 +9,7 @@
 #include "runtime/train/Optimizer.h"
 
 #include "runtime/train/Spec.h"
+#include "support/Parallel.h"
 
 #include <algorithm>
 #include <array>
@@ -35,9 +36,9 @@ std::string num(double v) {
 /// more than one chunk.
 template <typename F> void forChunks(int64_t n, F body) {
   int64_t chunks = (n + kTrainChunk - 1) / kTrainChunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c)
+  parallelFor(chunks, true, [&](int64_t c) {
     body(c * kTrainChunk, std::min(n, (c + 1) * kTrainChunk));
+  });
 }
 
 /// torch.lerp(a, b, w) as ATen's CPU kernel computes it.

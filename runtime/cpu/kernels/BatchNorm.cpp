@@ -24,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
+#include "support/Parallel.h"
 
 #include <cmath>
 
@@ -55,8 +56,7 @@ public:
     T *runVar = hasRunning ? static_cast<T *>(out[2]) : nullptr;
     T *savedMean = hasSaved ? static_cast<T *>(out[3]) : nullptr;
     T *savedVar = hasSaved ? static_cast<T *>(out[4]) : nullptr;
-#pragma omp parallel for schedule(static) if (N * C * inner > 16384)
-    for (int64_t c = 0; c < C; ++c) {
+    parallelFor(C, N * C * inner > 16384, [&](int64_t c) {
       double m, v;
       if (training) {
         linalgChannelStats(x, N, C, inner, c, m, v);
@@ -88,7 +88,7 @@ public:
         for (int64_t i = 0; i < inner; ++i)
           yp[i] = xp[i] * ta + tb;
       }
-    }
+    });
     return Status::ok();
   }
 };

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "support/Parallel.h"
 
 namespace pipec::cpu {
 
@@ -31,8 +32,7 @@ struct ConvGeom {
 template <typename T> void im2col(const ConvGeom &g, const T *x, int64_t channels, T *col) {
   size_t nd = g.dims.size();
   int64_t rows = channels * g.kernelSize;
-#pragma omp parallel for schedule(static) if (rows * g.outSpatial > 32768)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallelFor(rows, rows * g.outSpatial > 32768, [&](int64_t r) {
     int64_t c = r / g.kernelSize, kidx = r % g.kernelSize;
     // Kernel offset per dimension.
     int64_t koff[8], rem = kidx;
@@ -57,7 +57,7 @@ template <typename T> void im2col(const ConvGeom &g, const T *x, int64_t channel
           drow[ow] = iw >= 0 && iw < w.in ? xrow[iw] : T(0);
         }
       }
-      continue;
+      return;
     }
     int64_t o[8] = {0};
     for (int64_t p = 0; p < g.outSpatial; ++p) {
@@ -75,7 +75,7 @@ template <typename T> void im2col(const ConvGeom &g, const T *x, int64_t channel
         o[k] = 0;
       }
     }
-  }
+  });
 }
 
 template <typename T> class ConvLoopKernel final : public Kernel {
@@ -116,13 +116,12 @@ public:
     }
     if (bias) {
       int64_t planes = g_.N * g_.M;
-#pragma omp parallel for schedule(static) if (planes * g_.outSpatial > 32768)
-      for (int64_t p = 0; p < planes; ++p) {
+      parallelFor(planes, planes * g_.outSpatial > 32768, [&](int64_t p) {
         T bv = bias[p % g_.M];
         T *yp = y + p * g_.outSpatial;
         for (int64_t i = 0; i < g_.outSpatial; ++i)
           yp[i] += bv;
-      }
+      });
     }
     return Status::ok();
   }

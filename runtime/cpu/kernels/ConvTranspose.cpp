@@ -18,6 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "support/Parallel.h"
 
 namespace pipec::cpu {
 
@@ -62,8 +63,7 @@ public:
       gemm_.run(w, x + n * g_.C * g_.inSpatial, col);
       T *yn = y + n * g_.M * g_.outSpatial;
       // col2im: each output channel gathers its own rows of col.
-#pragma omp parallel for schedule(static) if (g_.M * g_.kernelSize * g_.inSpatial > 32768)
-      for (int64_t m = 0; m < g_.M; ++m) {
+      parallelFor(g_.M, g_.M * g_.kernelSize * g_.inSpatial > 32768, [&](int64_t m) {
         T *ym = yn + m * g_.outSpatial;
         std::fill(ym, ym + g_.outSpatial, bias ? bias[m] : T(0));
         for (int64_t kidx = 0; kidx < g_.kernelSize; ++kidx) {
@@ -91,7 +91,7 @@ public:
             }
           }
         }
-      }
+      });
     }
     return Status::ok();
   }

@@ -200,7 +200,7 @@ void copyRows(char *dst, int64_t dstPitch, const char *src, int64_t srcPitch,
   const size_t total = static_cast<size_t>(rows) * rowBytes;
   if (total == 0)
     return;
-  if (total < kParallelBytes) {
+  if (total < kParallelBytes || !threadsAvailable()) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(dst + r * dstPitch, src + r * srcPitch, rowBytes);
     return;
@@ -294,7 +294,7 @@ void StridedCopy::run(void *dst, const void *src) const {
   };
 
   const size_t total = static_cast<size_t>(rows_) * rowBytes;
-  if (total < kParallelBytes || rows_ == 1) {
+  if (total < kParallelBytes || rows_ == 1 || !threadsAvailable()) {
     if (rows_ == 1 && runStride == 1 && total >= kParallelBytes)
       copyRows(out, 0, in, 0, 1, rowBytes);
     else

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "runtime/cpu/Kernel.h"
+#include "support/Parallel.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
+#include "support/Parallel.h"
 
 #include <array>
 #include <string>
@@ -56,8 +57,7 @@ template <typename T> void runGather(const EinsumGather &g, const T *src, T *dst
   int64_t total = numElements(g.outSizes), red = numElements(g.redSizes);
   size_t ro = g.outSizes.size(), rr = g.redSizes.size();
   bool parallel = total * std::max<int64_t>(red, 1) > 32768;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t o = 0; o < total; ++o) {
+  parallelFor(total, parallel, [&](int64_t o) {
     int64_t off = 0, rem = o;
     for (size_t k = ro; k-- > 0;) {
       off += (rem % g.outSizes[k]) * g.outStrides[k];
@@ -65,7 +65,7 @@ template <typename T> void runGather(const EinsumGather &g, const T *src, T *dst
     }
     if (rr == 0) {
       dst[o] = src[off];
-      continue;
+      return;
     }
     // Odometer over the reduce dims, innermost dim in a tight loop.
     LinalgAcc<T> acc = 0;
@@ -90,7 +90,7 @@ template <typename T> void runGather(const EinsumGather &g, const T *src, T *dst
       }
     }
     dst[o] = static_cast<T>(acc);
-  }
+  });
 }
 
 template <typename T> class EinsumKernel final : public Kernel {

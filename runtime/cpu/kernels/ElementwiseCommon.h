@@ -14,6 +14,7 @@
 #pragma once
 
 #include "runtime/cpu/Kernel.h"
+#include "support/Parallel.h"
 
 #include <algorithm>
 #include <array>
@@ -128,7 +129,9 @@ template <typename F> void parallelChunks(int64_t n, int64_t chunk, F &&f) {
   if (n <= 0)
     return;
   int64_t chunks = (n + chunk - 1) / chunk;
-  if (chunks == 1) {
+  if (chunks == 1 || !threadsAvailable()) {
+    // One thread: one call over everything, the same elements in the same
+    // order as the chunks would visit them.
     f(int64_t(0), n);
     return;
   }
@@ -142,7 +145,7 @@ template <typename F> void parallelChunks(int64_t n, int64_t chunk, F &&f) {
 template <typename F> void parallelTasks(int64_t n, int64_t work, F &&f) {
   if (n <= 0)
     return;
-  if (n == 1 || work < kChunk) {
+  if (n == 1 || work < kChunk || !threadsAvailable()) {
     for (int64_t i = 0; i < n; ++i)
       f(i);
     return;

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/Parallel.h"
 
 #include <cstring>
 
@@ -47,12 +48,11 @@ public:
     }
     const size_t rowBytes = static_cast<size_t>(innerElems_) * esize_;
     const int64_t rows = outer_ * count_;
-#pragma omp parallel for schedule(static) if (rows * rowBytes >= dm::kParallelBytes && rows > 1)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallelFor(rows, rows * rowBytes >= dm::kParallelBytes && rows > 1, [&](int64_t r) {
       const int64_t o = r / count_;
       const int64_t v = normalized(idx, r % count_);
       std::memcpy(dst + r * rowBytes, src + (o * dim_ + v) * rowBytes, rowBytes);
-    }
+    });
     return Status::ok();
   }
 
@@ -69,9 +69,9 @@ private:
     auto *o = reinterpret_cast<Elem<S> *>(dst);
     const auto *s = reinterpret_cast<const Elem<S> *>(src);
     const int64_t rows = outer_ * count_;
-#pragma omp parallel for schedule(static) if (rows * S >= dm::kParallelBytes)
-    for (int64_t r = 0; r < rows; ++r)
+    parallelFor(rows, rows * S >= dm::kParallelBytes, [&](int64_t r) {
       o[r] = s[(r / count_) * dim_ + normalized(idx, r % count_)];
+    });
     return Status::ok();
   }
 

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/Parallel.h"
 
 #include <cstring>
 
@@ -64,8 +65,7 @@ private:
     const int64_t rank = static_cast<int64_t>(indShape_.size());
     const int64_t axisStride = dataStrides_[axis_];
     const bool alongLast = axis_ == rank - 1;
-#pragma omp parallel for schedule(static) if (count_ * S >= dm::kParallelBytes && rows_ > 1)
-    for (int64_t r = 0; r < rows_; ++r) {
+    parallelFor(rows_, count_ * S >= dm::kParallelBytes && rows_ > 1, [&](int64_t r) {
       // Data offset of the row, without the axis' own contribution.
       int64_t base = 0;
       for (int64_t k = rank - 2, q = r; k >= 0; --k) {
@@ -82,7 +82,7 @@ private:
         for (int64_t j = 0; j < last_; ++j)
           o[first + j] = s[base + j + normalized(idx, first + j) * axisStride];
       }
-    }
+    });
   }
 
   std::string where_;

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
+#include "support/Parallel.h"
 
 #include <cmath>
 
@@ -66,8 +67,7 @@ public:
     T *mu = static_cast<T *>(out[0]);
     T *rstd = static_cast<T *>(out[1]);
     const bool training = g_.training(ctx);
-#pragma omp parallel for schedule(static) if (training && g_.parallel())
-    for (int64_t c = 0; c < g_.C; ++c) {
+    parallelFor(g_.C, training && g_.parallel(), [&](int64_t c) {
       double m, v;
       if (training) {
         linalgChannelStats(x, g_.N, g_.C, g_.inner, c, m, v);
@@ -77,7 +77,7 @@ public:
       }
       mu[c] = static_cast<T>(m);
       rstd[c] = static_cast<T>(1.0 / std::sqrt(v + g_.epsilon));
-    }
+    });
     return Status::ok();
   }
 
@@ -98,15 +98,14 @@ public:
     const T *rstd = static_cast<const T *>(in[3]);
     T *dscale = static_cast<T *>(out[0]);
     T *dbias = static_cast<T *>(out[1]);
-#pragma omp parallel for schedule(static) if (g_.parallel())
-    for (int64_t c = 0; c < g_.C; ++c) {
+    parallelFor(g_.C, g_.parallel(), [&](int64_t c) {
       double sdy, sdyx;
       channelSums(g_, dy, x, c, mu[c], rstd[c], sdy, sdyx);
       if (dbias)
         dbias[c] = static_cast<T>(sdy);
       if (dscale)
         dscale[c] = static_cast<T>(sdyx);
-    }
+    });
     return Status::ok();
   }
 
@@ -129,8 +128,7 @@ public:
     T *dx = static_cast<T *>(out[0]);
     const bool training = g_.training(ctx);
     const int64_t count = g_.N * g_.inner;
-#pragma omp parallel for schedule(static) if (g_.parallel())
-    for (int64_t c = 0; c < g_.C; ++c) {
+    parallelFor(g_.C, g_.parallel(), [&](int64_t c) {
       const double m = mu[c], r = rstd[c], a = scale[c] * r;
       double mdy = 0, mdyx = 0;
       if (training && count) {
@@ -152,7 +150,7 @@ public:
           op[i] = static_cast<T>(a * (gp[i] - mdy - xhat * mdyx));
         }
       }
-    }
+    });
     return Status::ok();
   }
 

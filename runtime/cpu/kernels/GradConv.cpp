@@ -27,6 +27,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "support/Parallel.h"
 
 #include <algorithm>
 #include <memory>
@@ -88,8 +89,7 @@ public:
     const int64_t inSp = D.in * H.in * W.in, outSp = D.out * H.out * W.out;
     const int64_t ks = D.kernel * H.kernel * W.kernel;
     const int64_t planes = g_.N * g_.C;
-#pragma omp parallel for schedule(static) if (planes * inSp * mg * ks > 32768)
-    for (int64_t p = 0; p < planes; ++p) {
+    parallelFor(planes, planes * inSp * mg * ks > 32768, [&](int64_t p) {
       const int64_t n = p / g_.C, c = p % g_.C, grp = c / cg, cl = c % cg;
       std::vector<LinalgAcc<T>> acc(static_cast<size_t>(inSp), 0);
       for (int64_t m = grp * mg; m < (grp + 1) * mg; ++m) {
@@ -121,7 +121,7 @@ public:
       T *o = dx + p * inSp;
       for (int64_t i = 0; i < inSp; ++i)
         o[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
-    }
+    });
     return Status::ok();
   }
 
@@ -141,8 +141,7 @@ public:
     const int64_t inSp = D.in * H.in * W.in, outSp = D.out * H.out * W.out;
     const int64_t ks = D.kernel * H.kernel * W.kernel;
     const int64_t filters = g_.M * cg;
-#pragma omp parallel for schedule(static) if (filters * ks * g_.N * outSp > 32768)
-    for (int64_t f = 0; f < filters; ++f) {
+    parallelFor(filters, filters * ks * g_.N * outSp > 32768, [&](int64_t f) {
       const int64_t m = f / cg, cl = f % cg, c = (m / mg) * cg + cl;
       for (int64_t kd = 0; kd < D.kernel; ++kd)
         for (int64_t kh = 0; kh < H.kernel; ++kh)
@@ -171,7 +170,7 @@ public:
             }
             dw[f * ks + (kd * H.kernel + kh) * W.kernel + kw] = static_cast<T>(s);
           }
-    }
+    });
     return Status::ok();
   }
 
@@ -379,13 +378,12 @@ public:
     }
     for (const Status &s : st)
       PIPEC_TRY(s);
-#pragma omp parallel for schedule(static) if (wElems_ * chunks_ > 65536)
-    for (int64_t i = 0; i < wElems_; ++i) {
+    parallelFor(wElems_, wElems_ * chunks_ > 65536, [&](int64_t i) {
       double s = 0;
       for (int64_t k = 0; k < chunks_; ++k)
         s += reinterpret_cast<const float *>(parts + k * partBytes_)[i];
       dw[i] = static_cast<float>(s);
-    }
+    });
     return Status::ok();
   }
 

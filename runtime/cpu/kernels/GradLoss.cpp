@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/Parallel.h"
 #include "runtime/cpu/kernels/VecMath.h"
 
 #include <algorithm>
@@ -63,8 +64,7 @@ private:
       }
     }
     const bool none = l_.reduction == dm::Reduction::None;
-#pragma omp parallel for schedule(static) if (N * C * D >= 16384)
-    for (int64_t n = 0; n < N; ++n) {
+    parallelFor(N, N * C * D >= 16384, [&](int64_t n) {
       for (int64_t d = 0; d < D; ++d) {
         const int64_t p = n * D + d;
         const T *xp = x + n * C * D + d;
@@ -95,7 +95,7 @@ private:
         if (wt != T(0))
           gp[t * D] -= g;
       }
-    }
+    });
   }
 
   std::string where_;

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
+#include "support/Parallel.h"
 
 #include <limits>
 #include <vector>
@@ -41,8 +42,7 @@ public:
     const T *x = kind_ == PoolGradKind::Max ? static_cast<const T *>(in[1]) : nullptr;
     T *dx = static_cast<T *>(out[0]);
     const size_t nd = dims_.size();
-#pragma omp parallel for schedule(static) if (planes_ * outSp_ > 4096)
-    for (int64_t plane = 0; plane < planes_; ++plane) {
+    parallelFor(planes_, planes_ * outSp_ > 4096, [&](int64_t plane) {
       std::vector<LinalgAcc<T>> acc(static_cast<size_t>(inSp_), 0);
       const T *xp = x ? x + plane * inSp_ : nullptr;
       const T *gp = dy + plane * outSp_;
@@ -113,7 +113,7 @@ public:
       T *op = dx + plane * inSp_;
       for (int64_t i = 0; i < inSp_; ++i)
         op[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
-    }
+    });
     return Status::ok();
   }
 

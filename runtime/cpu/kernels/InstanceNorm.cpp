@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
+#include "support/Parallel.h"
 
 #include <cmath>
 
@@ -26,8 +27,7 @@ public:
     if (!scale || !bias)
       return errorf("InstanceNormalization: scale or B is missing at run time");
     T *y = static_cast<T *>(out[0]);
-#pragma omp parallel for schedule(static) if (planes_ * spatial_ > 16384)
-    for (int64_t p = 0; p < planes_; ++p) {
+    parallelFor(planes_, planes_ * spatial_ > 16384, [&](int64_t p) {
       const T *xp = x + p * spatial_;
       T *yp = y + p * spatial_;
       double m = spatial_ ? linalgSum(xp, spatial_) / spatial_ : 0.0;
@@ -37,7 +37,7 @@ public:
       T ta = static_cast<T>(a), tb = static_cast<T>(bias[c] - m * a);
       for (int64_t i = 0; i < spatial_; ++i)
         yp[i] = xp[i] * ta + tb;
-    }
+    });
     return Status::ok();
   }
 

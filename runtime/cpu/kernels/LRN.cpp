@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "support/Parallel.h"
 
 #include <cmath>
 
@@ -29,8 +30,7 @@ public:
     T *y = static_cast<T *>(out[0]);
     int64_t before = (size - 1) / 2, after = size - 1 - before;
     T scale = static_cast<T>(alpha / size), tb = static_cast<T>(bias), nb = static_cast<T>(-beta);
-#pragma omp parallel for schedule(static) if (N * C * spatial > 8192)
-    for (int64_t p = 0; p < N * C; ++p) {
+    parallelFor(N * C, N * C * spatial > 8192, [&](int64_t p) {
       int64_t n = p / C, c = p % C;
       int64_t lo = std::max<int64_t>(0, c - before), hi = std::min<int64_t>(C - 1, c + after);
       T *yp = y + p * spatial;
@@ -44,7 +44,7 @@ public:
       }
       for (int64_t s = 0; s < spatial; ++s)
         yp[s] = xp[s] * std::pow(tb + scale * yp[s], nb);
-    }
+    });
     return Status::ok();
   }
 };

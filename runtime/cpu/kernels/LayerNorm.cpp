@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "support/Parallel.h"
 
 #include <cmath>
 
@@ -46,8 +47,7 @@ public:
     scale = expand(scale, scaleIdx, reinterpret_cast<T *>(ws));
     if (bias)
       bias = expand(bias, biasIdx, reinterpret_cast<T *>(ws + linalgRoundUp(cols * sizeof(T))));
-#pragma omp parallel for schedule(static) if (rows * cols > 16384)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallelFor(rows, rows * cols > 16384, [&](int64_t r) {
       const T *xr = x + r * cols;
       T *yr = y + r * cols;
       double m = cols ? linalgSum(xr, cols) / cols : 0.0;
@@ -64,7 +64,7 @@ public:
         meanOut[r] = static_cast<U>(m);
       if (invOut)
         invOut[r] = static_cast<U>(inv);
-    }
+    });
     return Status::ok();
   }
 

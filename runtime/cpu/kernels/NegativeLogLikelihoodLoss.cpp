@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/Parallel.h"
 
 #include <algorithm>
 
@@ -40,8 +41,7 @@ private:
     auto *o = static_cast<T *>(out[0]);
     const int64_t bpe = l_.blocksPerExample(), blocks = l_.numBlocks();
     const bool none = l_.reduction == dm::Reduction::None;
-#pragma omp parallel for schedule(static) if (l_.n * l_.d >= 16384)
-    for (int64_t b = 0; b < blocks; ++b) {
+    parallelFor(blocks, l_.n * l_.d >= 16384, [&](int64_t b) {
       const int64_t n = b / bpe, d0 = (b % bpe) * dm::LossLayout::kBlock;
       const int64_t d1 = std::min(l_.d, d0 + dm::LossLayout::kBlock);
       double loss = 0.0, weight = 0.0;
@@ -63,7 +63,7 @@ private:
         sums[2 * b] = loss;
         sums[2 * b + 1] = weight;
       }
-    }
+    });
     if (!none)
       dm::finishLoss(l_, sums, o);
   }

@@ -87,7 +87,7 @@ public:
       }
     };
 
-    if (static_cast<size_t>(rows_ * rowBytes) < dm::kParallelBytes) {
+    if (static_cast<size_t>(rows_ * rowBytes) < dm::kParallelBytes || !threadsAvailable()) {
       padRows(0, rows_);
       return Status::ok();
     }

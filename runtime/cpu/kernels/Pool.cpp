@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "support/Parallel.h"
 
 #include <limits>
 
@@ -88,8 +89,7 @@ public:
       return Status::ok();
     }
     size_t nd = g_.dims.size();
-#pragma omp parallel for schedule(static) if (g_.planes * g_.outSpatial > 4096)
-    for (int64_t plane = 0; plane < g_.planes; ++plane) {
+    parallelFor(g_.planes, g_.planes * g_.outSpatial > 4096, [&](int64_t plane) {
       const T *xp = x + plane * g_.inSpatial;
       int64_t o[8] = {0};
       for (int64_t p = 0; p < g_.outSpatial; ++p) {
@@ -150,7 +150,7 @@ public:
           o[dd] = 0;
         }
       }
-    }
+    });
     return Status::ok();
   }
 
@@ -161,8 +161,7 @@ private:
     T lowest = std::numeric_limits<T>::lowest();
     if constexpr (std::numeric_limits<T>::has_infinity)
       lowest = -std::numeric_limits<T>::infinity();
-#pragma omp parallel for schedule(static) if (g_.planes * g_.outSpatial > 4096)
-    for (int64_t plane = 0; plane < g_.planes; ++plane) {
+    parallelFor(g_.planes, g_.planes * g_.outSpatial > 4096, [&](int64_t plane) {
       const T *xp = x + plane * g_.inSpatial;
       T *yp = y + plane * g_.outSpatial;
       for (int64_t oh = 0; oh < H.out; ++oh) {
@@ -209,7 +208,7 @@ private:
           }
         }
       }
-    }
+    });
   }
 
   std::vector<int64_t> inShape() const {
@@ -352,8 +351,7 @@ public:
   Status run(ExecContext &, const void *const *in, void *const *out) override {
     const T *x = static_cast<const T *>(in[0]);
     T *y = static_cast<T *>(out[0]);
-#pragma omp parallel for schedule(static) if (planes_ * spatial_ > 32768)
-    for (int64_t p = 0; p < planes_; ++p) {
+    parallelFor(planes_, planes_ * spatial_ > 32768, [&](int64_t p) {
       const T *xp = x + p * spatial_;
       if (isMax_) {
         T best = spatial_ ? xp[0] : T(0);
@@ -363,7 +361,7 @@ public:
       } else {
         y[p] = spatial_ ? static_cast<T>(linalgSum(xp, spatial_) / spatial_) : T(0);
       }
-    }
+    });
     return Status::ok();
   }
 

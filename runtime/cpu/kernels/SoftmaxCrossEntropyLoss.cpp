@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/Parallel.h"
 #include "runtime/cpu/kernels/VecMath.h"
 
 #include <algorithm>
@@ -52,8 +53,7 @@ private:
     const int64_t C = l_.c, D = l_.d;
     const int64_t bpe = l_.blocksPerExample(), blocks = l_.numBlocks();
     const bool none = l_.reduction == dm::Reduction::None;
-#pragma omp parallel for schedule(static) if (l_.n * C * D >= 16384)
-    for (int64_t b = 0; b < blocks; ++b) {
+    parallelFor(blocks, l_.n * C * D >= 16384, [&](int64_t b) {
       const int64_t n = b / bpe, d0 = (b % bpe) * kBlock;
       const int64_t len = std::min(D, d0 + kBlock) - d0;
       const T *xb = x + n * C * D + d0;
@@ -108,7 +108,7 @@ private:
         sums[2 * b] = loss;
         sums[2 * b + 1] = weight;
       }
-    }
+    });
     if (!none)
       dm::finishLoss(l_, sums, o);
   }

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/Parallel.h"
 
 #include <algorithm>
 
@@ -61,8 +62,7 @@ private:
     auto *out = static_cast<Elem<S> *>(dst);
     const int64_t tasks = batches_ * tilesR_ * tilesC_;
     const int64_t bytes = batches_ * rows_ * cols_ * static_cast<int64_t>(S);
-#pragma omp parallel for schedule(static) if (bytes >= int64_t(dm::kParallelBytes) && tasks > 1)
-    for (int64_t t = 0; t < tasks; ++t) {
+    parallelFor(tasks, bytes >= int64_t(dm::kParallelBytes) && tasks > 1, [&](int64_t t) {
       int64_t b = t / (tilesR_ * tilesC_), tile = t % (tilesR_ * tilesC_);
       const int64_t r0 = (tile / tilesC_) * kTile, c0 = (tile % tilesC_) * kTile;
       const int64_t r1 = std::min(rows_, r0 + kTile), c1 = std::min(cols_, c0 + kTile);
@@ -81,7 +81,7 @@ private:
         for (int64_t c = c0; c < c1; ++c)
           o[c] = i[c * colStrideIn_];
       }
-    }
+    });
   }
 
   size_t esize_;

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/Parallel.h"
 
 #include <algorithm>
 #include <cstring>
@@ -25,8 +26,7 @@ public:
     auto *dst = static_cast<char *>(out[0]);
     const int64_t total = batches_ * rows_;
     const size_t rowBytes = static_cast<size_t>(cols_) * esize_;
-#pragma omp parallel for schedule(static) if (total * rowBytes >= dm::kParallelBytes)
-    for (int64_t r = 0; r < total; ++r) {
+    parallelFor(total, total * rowBytes >= dm::kParallelBytes, [&](int64_t r) {
       const int64_t i = r % rows_;
       // Columns [lo, hi) are kept. Clamp before adding so that huge k
       // cannot overflow.
@@ -40,7 +40,7 @@ public:
         std::memcpy(o + lo * esize_, s + lo * esize_, static_cast<size_t>(hi - lo) * esize_);
       std::memset(o + std::max(lo, hi) * esize_, 0,
                   static_cast<size_t>(cols_ - std::max(lo, hi)) * esize_);
-    }
+    });
     return Status::ok();
   }
 

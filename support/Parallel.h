@@ -1,0 +1,39 @@
+//===- support/Parallel.h - Kernel loops on the device's threads -*- C++ -*-===//
+//
+// A kernel's parallel loop runs on the OpenMP budget of the device thread
+// that calls it (piperun --threads-per-device). With a budget of one, an
+// OpenMP region is pure cost: libgomp still builds a team of one and ends
+// it with a futex system call, whether or not an `if` clause disabled the
+// region (1.3 us per region measured here; 240 regions per training step of
+// the GPT-like sample). parallelFor opens a region only when the budget has
+// more than one thread and the caller says the work is worth it.
+//
+// Iterations must be independent: results are then the same on any number
+// of threads.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <omp.h>
+
+#include <cstdint>
+
+namespace pipec {
+
+/// Whether the calling thread's OpenMP budget has more than one thread.
+inline bool threadsAvailable() { return omp_get_max_threads() > 1; }
+
+/// Runs body(i) for i in [0, n): in an OpenMP region (static schedule) when
+/// `worthThreads`, n > 1 and the budget allows, else in a plain loop.
+template <typename F> void parallelFor(int64_t n, bool worthThreads, F &&body) {
+  if (n > 1 && worthThreads && threadsAvailable()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      body(i);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    body(i);
+}
+
+} // namespace pipec
