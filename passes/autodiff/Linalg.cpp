@@ -10,6 +10,13 @@
 // as matrices ([K] -> [1,K] on the left, [K,1] on the right), then
 //   dA = dY B^T, dB = A^T dY
 // summed over broadcast batch dimensions and reshaped back.
+// The common case of an activation times a weight matrix, A [..., M, K]
+// and B [K, N], is two Gemms on A and dY viewed as [P, K] and [P, N]
+// (P = the product of A's leading dimensions):
+//   dA = Gemm(dY, B, transB) viewed as A,  dB = Gemm(A, dY, transA).
+// The batched form would transpose A and B, run one GEMM per batch entry
+// and sum the batch of weight gradients (ReduceSum): on the GPT-like
+// sample those Transposes and ReduceSums took a quarter of the step.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/autodiff/GradRules.h"
@@ -38,6 +45,41 @@ Expected<ir::Value *> transposeLast2(GradContext &c, ir::Value *x) {
   return c.transpose(x, perm);
 }
 
+/// Gemm(x, y) with transposes folded into the flags, scaled by alpha.
+/// Before opset 11 Gemm needs C: a scalar zero with beta 0 stands in.
+Expected<ir::Value *> emitGemm(GradContext &c, ir::Value *x, ir::Value *y, bool tx, bool ty,
+                               double alpha) {
+  AttrMap attrs = gemmAttrs(tx, ty, alpha);
+  if (c.opset() < 11) {
+    attrs["beta"] = Attribute::ofFloat(0.0f);
+    return c.emit("Gemm", {x, y, c.scalar(0.0, x->dtype())}, std::move(attrs));
+  }
+  return c.emit("Gemm", {x, y}, std::move(attrs));
+}
+
+/// MatMul of A [..., M, K] by a matrix B [K, N]: both gradients as Gemms
+/// of the flattened A and dY (see the file comment).
+Status matMulByMatrixGrad(GradContext &c) {
+  ir::Value *a = c.input(0), *b = c.input(1), *dy = c.outGrad(0);
+  const Shape &as = a->shape();
+  const int64_t K = as.back(), N = b->shape().back();
+  int64_t P = 1;
+  for (size_t i = 0; i + 1 < as.size(); ++i)
+    P *= as[i];
+  PIPEC_ASSIGN(ir::Value * dy2, c.reshape(dy, {P, N}));
+  if (c.needsGrad(0)) {
+    PIPEC_ASSIGN(ir::Value * g, emitGemm(c, dy2, b, false, true, 1.0));
+    PIPEC_ASSIGN(g, c.reshape(g, as));
+    c.setGrad(0, g);
+  }
+  if (c.needsGrad(1)) {
+    PIPEC_ASSIGN(ir::Value * a2, c.reshape(a, {P, K}));
+    PIPEC_ASSIGN(ir::Value * g, emitGemm(c, a2, dy2, true, false, 1.0));
+    c.setGrad(1, g);
+  }
+  return Status::ok();
+}
+
 } // namespace
 
 Status gemmGrad(GradContext &c) {
@@ -46,14 +88,8 @@ Status gemmGrad(GradContext &c) {
   const double alpha = attrFloat(c.attrs(), "alpha", 1.0f);
   const double beta = attrFloat(c.attrs(), "beta", 1.0f);
   ir::Value *dy = c.outGrad(0), *a = c.input(0), *b = c.input(1);
-  // Before opset 11 Gemm needs C: a scalar zero with beta 0 stands in.
-  auto gemm = [&](ir::Value *x, ir::Value *y, bool tx, bool ty) -> Expected<ir::Value *> {
-    AttrMap attrs = gemmAttrs(tx, ty, alpha);
-    if (c.opset() < 11) {
-      attrs["beta"] = Attribute::ofFloat(0.0f);
-      return c.emit("Gemm", {x, y, c.scalar(0.0, dy->dtype())}, std::move(attrs));
-    }
-    return c.emit("Gemm", {x, y}, std::move(attrs));
+  auto gemm = [&](ir::Value *x, ir::Value *y, bool tx, bool ty) {
+    return emitGemm(c, x, y, tx, ty, alpha);
   };
   if (c.needsGrad(0)) {
     PIPEC_ASSIGN(ir::Value * g, ta ? gemm(b, dy, tb, true) : gemm(dy, b, false, !tb));
@@ -74,6 +110,8 @@ Status gemmGrad(GradContext &c) {
 Status matMulGrad(GradContext &c) {
   ir::Value *a = c.input(0), *b = c.input(1), *dy = c.outGrad(0);
   Shape as = a->shape(), bs = b->shape(), ys = dy->shape();
+  if (as.size() >= 2 && bs.size() == 2)
+    return matMulByMatrixGrad(c);
   // View 1-D operands as matrices and dY with the dropped dimensions back.
   if (as.size() == 1) {
     as = {1, as[0]};
