@@ -3,6 +3,8 @@
 
 #include <omp.h>
 #include <sched.h>
+#include <pthread.h>
+#include <cstdlib>
 
 namespace pipec::runtime {
 
@@ -47,6 +49,10 @@ std::vector<Status> DeviceThreads::run(const std::function<Status(int)> &fn) {
 void DeviceThreads::loop(int device, int threadsPerDevice) {
   // The OpenMP budget is per thread: kernels this device runs use it.
   omp_set_num_threads(threadsPerDevice);
+  if (std::getenv("PIPEC_PIN")) {
+    cpu_set_t set; CPU_ZERO(&set); CPU_SET(device, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
   uint64_t seen = 0;
   for (;;) {
     const std::function<Status(int)> *job;

@@ -457,6 +457,10 @@ TEST(OptimizerTest, BitwiseIndependentOfThreadCount) {
   omp_set_num_threads(2);
   double s2 = gradSquaredSum(g.data(), n);
   EXPECT_EQ(std::memcmp(&s1, &s2, sizeof s1), 0);
+  long double exact = 0;
+  for (int64_t i = 0; i < n; ++i)
+    exact += static_cast<long double>(g[i]) * g[i];
+  EXPECT_NEAR(s1, static_cast<double>(exact), 1e-13 * static_cast<double>(exact));
 }
 
 // --- Schedules -----------------------------------------------------------------

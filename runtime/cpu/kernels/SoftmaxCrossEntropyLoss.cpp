@@ -14,8 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
-#include "support/Parallel.h"
 #include "runtime/cpu/kernels/VecMath.h"
+#include "support/Parallel.h"
 
 #include <algorithm>
 #include <cmath>
