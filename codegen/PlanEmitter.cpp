@@ -3,12 +3,13 @@
 
 #include "codegen/MemoryPlanner.h"
 #include "codegen/Schedule.h"
-#include "runtime/plan/ScheduleCheck.h"
 #include "pipec/Version.h"
 #include "runtime/plan/PlanIO.h"
+#include "runtime/plan/ScheduleCheck.h"
 #include "support/FileIO.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <unordered_map>
 
@@ -222,22 +223,45 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
       if (keep[t])
         at(t, mb).end = std::max(at(t, mb).end, last);
   }
-  std::vector<BufferRequest> requests;
-  std::vector<std::pair<int32_t, unsigned>> owners;
-  for (int32_t t = 0; t < p.tensors_size(); ++t)
-    for (unsigned mb = 0; mb < M; ++mb) {
-      const Interval &iv = at(t, mb);
-      if (iv.start < 0)
+  // A view's output shares its input's buffer: the two instances are one
+  // request, live from the first start to the last end of either.
+  std::vector<size_t> root(live.size());
+  for (size_t k = 0; k < root.size(); ++k)
+    root[k] = k;
+  auto find = [&](size_t k) {
+    while (root[k] != k)
+      k = root[k] = root[root[k]];
+    return k;
+  };
+  for (const plan::Instruction &ins : dev.program())
+    for (int32_t ni : ins.nodes()) {
+      const plan::Node &pn = dev.nodes(ni);
+      if (!pn.view())
         continue;
-      requests.push_back({p.tensors(t).bytes(), iv.start, iv.end});
-      owners.emplace_back(t, mb);
+      size_t in = find(static_cast<size_t>(pn.inputs(0)) * M + ins.micro_batch());
+      size_t out = find(static_cast<size_t>(pn.outputs(0)) * M + ins.micro_batch());
+      if (in == out)
+        continue;
+      root[out] = in;
+      live[in].start = std::min(live[in].start, live[out].start);
+      live[in].end = std::max(live[in].end, live[out].end);
     }
+  std::vector<BufferRequest> requests;
+  std::vector<size_t> requestOf(live.size(), SIZE_MAX);
+  for (size_t k = 0; k < live.size(); ++k) {
+    if (live[k].start < 0 || find(k) != k)
+      continue;
+    requestOf[k] = requests.size();
+    requests.push_back({p.tensors(static_cast<int32_t>(k / M)).bytes(), live[k].start, live[k].end});
+  }
   MemoryPlan mp = planMemory(requests);
-  for (size_t i = 0; i < requests.size(); ++i) {
+  for (size_t k = 0; k < live.size(); ++k) {
+    if (live[k].start < 0)
+      continue;
     plan::Allocation *a = dev.add_allocations();
-    a->set_tensor(owners[i].first);
-    a->set_micro_batch(owners[i].second);
-    a->set_offset(mp.offsets[i]);
+    a->set_tensor(static_cast<int32_t>(k / M));
+    a->set_micro_batch(static_cast<unsigned>(k % M));
+    a->set_offset(mp.offsets[requestOf[find(k)]]);
   }
   dev.set_arena_bytes(mp.peak);
   return mp;
@@ -358,6 +382,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       }
       for (const ir::Value *v : n->outputs())
         pn->add_outputs(table.id(v));
+      pn->set_view(ir::isView(*n));
     }
     // Graph outputs that are weights are read from the last device.
     if (s + 1 == K)

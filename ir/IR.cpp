@@ -345,4 +345,12 @@ Status Graph::topoSort() {
   return Status::ok();
 }
 
+bool isView(const Node &n) {
+  if (!n.is("Reshape") && !n.is("Flatten") && !n.is("Squeeze") && !n.is("Unsqueeze"))
+    return false;
+  if (n.numInputs() < 1 || n.numOutputs() != 1 || !n.input(0) || n.input(0)->isConstant())
+    return false;
+  return n.input(0)->type().bytes() == n.output(0)->type().bytes();
+}
+
 } // namespace pipec::ir

@@ -220,4 +220,10 @@ private:
   std::unordered_map<std::string, int> nameCounter_;
 };
 
+/// Whether the node's output is its input 0's bytes under another shape: a
+/// reshape-like op (Reshape, Flatten, Squeeze, Unsqueeze) of a computed
+/// value. Plans place such an output on its input's memory and run nothing
+/// (plan::Node::view); the cost model charges nothing for it.
+bool isView(const Node &n);
+
 } // namespace pipec::ir

@@ -114,6 +114,16 @@ Status checkDevice(const Plan &p, int d) {
   };
   std::vector<Life> life(T * M);
   std::vector<char> written(T * M, 0);
+  // A view's output is its input's buffer: both instances live as one,
+  // under the instance that came first.
+  std::vector<size_t> root(T * M);
+  for (size_t k = 0; k < root.size(); ++k)
+    root[k] = k;
+  auto find = [&](size_t k) {
+    while (root[k] != k)
+      k = root[k] = root[root[k]];
+    return k;
+  };
   int64_t time = 0;
   auto read = [&](int32_t t, unsigned mb, int i, const std::string &what) -> Status {
     const TensorInfo &ti = p.tensors(t);
@@ -132,7 +142,8 @@ Status checkDevice(const Plan &p, int d) {
                     " reads '", ti.name(), "' of micro-batch ", mb, " before it is written");
     if (offset[k] < 0)
       return errorf(where, ": '", ti.name(), "' of micro-batch ", mb, " has no arena allocation");
-    life[k].end = std::max(life[k].end, time);
+    Life &l = life[find(k)];
+    l.end = std::max(l.end, time);
     return Status::ok();
   };
   auto write = [&](int32_t t, unsigned mb, int i) -> Status {
@@ -145,7 +156,28 @@ Status checkDevice(const Plan &p, int d) {
     if (!written[k])
       life[k].start = time;
     written[k] = 1;
-    life[k].end = std::max(life[k].end, time);
+    Life &l = life[find(k)];
+    l.end = std::max(l.end, time);
+    return Status::ok();
+  };
+  // A view node: its input must be an arena instance at the same offset,
+  // of the same size as the output, which then joins the input's lifetime.
+  auto view = [&](const Node &n, unsigned mb, int i) -> Status {
+    if (n.inputs_size() < 1 || n.outputs_size() != 1 || n.inputs(0) < 0)
+      return errorf(where, ": view node '", n.name(), "' needs an input 0 and one output");
+    const int32_t in = n.inputs(0), out = n.outputs(0);
+    const size_t ki = in * M + mb, ko = out * M + mb;
+    if (resident[in] || p.tensors(in).bytes() != p.tensors(out).bytes() || offset[ki] != offset[ko])
+      return errorf(where, ": view node '", n.name(), "' must map '", p.tensors(in).name(),
+                    "' of micro-batch ", mb, " (", p.tensors(in).bytes(), " bytes in the arena at ",
+                    offset[ki], ") onto '", p.tensors(out).name(), "' (", p.tensors(out).bytes(),
+                    " bytes at ", offset[ko], ")");
+    PIPEC_TRY(write(out, mb, i));
+    size_t ri = find(ki), ro = find(ko);
+    if (ri != ro) {
+      root[ro] = ri;
+      life[ri].end = std::max(life[ri].end, life[ro].end);
+    }
     return Status::ok();
   };
   for (int i = 0; i < dev.program_size(); ++i) {
@@ -167,8 +199,11 @@ Status checkDevice(const Plan &p, int d) {
         for (int32_t t : n.inputs())
           if (t >= 0)
             PIPEC_TRY(read(t, mb, i, cat("node '", n.name(), "'")));
-        for (int32_t t : n.outputs())
-          PIPEC_TRY(write(t, mb, i));
+        if (n.view())
+          PIPEC_TRY(view(n, mb, i));
+        else
+          for (int32_t t : n.outputs())
+            PIPEC_TRY(write(t, mb, i));
         ++time;
       }
     }
@@ -177,7 +212,7 @@ Status checkDevice(const Plan &p, int d) {
   // instances by start time against those still live.
   std::vector<size_t> order;
   for (size_t k = 0; k < T * M; ++k)
-    if (life[k].start >= 0)
+    if (life[k].start >= 0 && find(k) == k)
       order.push_back(k);
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return life[a].start < life[b].start; });

@@ -16,7 +16,8 @@
 //    input feed, resident weight);
 //  - memory: every instance touched has an arena allocation, and two
 //    instances whose lifetimes (first write to last read) overlap never
-//    share bytes.
+//    share bytes; a view node's output and input are one instance, at one
+//    offset, of one size.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -339,6 +339,44 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
     ASSERT_FALSE(s.isOk());
     EXPECT_NE(s.message().find("share arena bytes"), std::string::npos) << s.message();
   }
+  // Views: the GPT-like sample's reshapes run as views, their outputs on
+  // their inputs' bytes.
+  const plan::Plan gpt = loadedPlan(compile("gpt-train", 4, c));
+  ASSERT_TRUE(plan::checkSchedule(gpt).isOk());
+  int views = 0;
+  for (const plan::Device &d : gpt.devices())
+    for (const plan::Node &n : d.nodes())
+      views += n.view();
+  EXPECT_GT(views, 10);
+  { // A view whose output is elsewhere in the arena than its input.
+    plan::Plan p = gpt;
+    plan::Device *d0 = p.mutable_devices(0);
+    int32_t out = -1;
+    for (const plan::Node &n : d0->nodes())
+      if (n.view()) {
+        out = n.outputs(0);
+        break;
+      }
+    ASSERT_GE(out, 0);
+    for (plan::Allocation &a : *d0->mutable_allocations())
+      if (a.tensor() == out)
+        a.set_offset(a.offset() + 64);
+    Status s = plan::checkSchedule(p);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("view node"), std::string::npos) << s.message();
+  }
+  { // A view of a different size.
+    plan::Plan p = gpt;
+    plan::Device *d0 = p.mutable_devices(0);
+    for (const plan::Node &n : d0->nodes())
+      if (n.view()) {
+        p.mutable_tensors(n.outputs(0))->set_bytes(p.tensors(n.inputs(0)).bytes() / 2);
+        break;
+      }
+    Status s = plan::checkSchedule(p);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("view node"), std::string::npos) << s.message();
+  }
 }
 
 TEST(Pipeline, OneFOneBHoldsLessOnTheFirstStageThanGPipe) {
