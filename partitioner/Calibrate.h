@@ -10,8 +10,9 @@
 // capacity (MemTotal in /proc/meminfo).
 //
 // Op curves (DeviceProfile::opCurves) come from timing the CPU kernels of
-// whole graphs node by node: timeGraphNodes() runs each node's kernel on
-// random inputs of the node's shapes, fitOpCurves() turns the timings into
+// whole graphs node by node: timeGraphNodes() runs the graph's kernels in
+// order, pass after pass, each reading its producers' outputs, and times
+// every kernel in every pass; fitOpCurves() turns the timings into
 // one curve of seconds against size per op. `pipec --calibrate` feeds it the
 // training graphs of the sample models at several batch sizes.
 //
@@ -57,11 +58,13 @@ struct NodeTimingOptions {
   int minRuns = 5;           ///< and at least this many runs
 };
 
-/// Times the kernel of every node of `g` that has a CPU kernel: constants
-/// as they are,
-/// other float inputs uniform in [-1, 1], integer and bool inputs zero
-/// (valid indices and labels). A node whose kernel refuses such inputs is
-/// left out. Medians over at least `minRuns` runs after a warm-up.
+/// Times the kernel of every node of `g` that has a CPU kernel (views
+/// excepted: plans run none), in graph order, reading its producers'
+/// outputs. Values no timed node produces: constants as they are, other
+/// float inputs uniform in [-1, 1], integer and bool inputs zero (valid
+/// indices and labels). A node whose kernel refuses its data is left out.
+/// Medians over at least `minRuns` passes after a warm-up pass, and passes
+/// until the nodes took `minSeconds` each on average.
 Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g,
                                                  const NodeTimingOptions &opts = {});
 
