@@ -96,6 +96,7 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   r["device_profile"] = {{"name", est.model.profile.name},
                          {"description", est.model.profile.description},
                          {"source", est.model.profile.source},
+                         {"measured_at", est.model.profile.measuredAt},
                          {"measured_node_times", est.model.measured.size()}};
   r["memory_budget_bytes"] = est.memoryBudget;
 
@@ -227,7 +228,9 @@ std::string renderReportText(const json &r) {
      << r["schedule"].get<std::string>() << (r["training"].get<bool>() ? ", training" : ", inference")
      << "\n";
   const double budget = r["memory_budget_bytes"].get<double>();
-  os << "device profile " << r["device_profile"]["name"].get<std::string>() << ", memory budget "
+  const std::string measuredAt = r["device_profile"]["measured_at"].get<std::string>();
+  os << "device profile " << r["device_profile"]["name"].get<std::string>()
+     << (measuredAt.empty() ? "" : " (measured " + measuredAt + ")") << ", memory budget "
      << formatBytes(budget) << " per device, recompute " << r["recompute"].get<std::string>()
      << "\n";
   char line[640];

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -208,6 +209,16 @@ double memTotalBytes() {
   if (p == std::string::npos)
     return 0;
   return std::stod(text->substr(p + 9)) * 1024.0; // the file gives kB (KiB)
+}
+
+/// "2026-11-25 07:20 UTC".
+std::string utcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
 }
 
 std::string cpuModel() {
@@ -432,6 +443,7 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
                 "rates from 16^3 up; capacity = MemTotal; optimizer figures = median seconds per "
                 "element of the runtime's gradient accumulation and of scaling, squared sum and "
                 "update per optimizer kind, on " + std::to_string(optElems) + " elements";
+  j["measured_at"] = utcNow();
   j["measured"] = {{"threads", threads},
                    {"gemm_n", o.gemmSize},
                    {"gemm_median_s", gemmSec},

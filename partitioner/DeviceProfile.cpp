@@ -90,6 +90,27 @@ std::string profileDirectory() {
   return PIPEC_PROFILE_DIR;
 }
 
+std::string userProfileDirectory() {
+  if (const char *env = std::getenv("PIPEC_USER_PROFILE_DIR"); env && *env)
+    return env;
+  if (const char *xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg)
+    return joinPath(joinPath(xdg, "pipec"), "profiles");
+  if (const char *home = std::getenv("HOME"); home && *home)
+    return joinPath(joinPath(joinPath(home, ".config"), "pipec"), "profiles");
+  return "";
+}
+
+std::string profileFile(const std::string &name) {
+  for (const std::string &dir : {userProfileDirectory(), profileDirectory()}) {
+    if (dir.empty())
+      continue;
+    std::string file = joinPath(dir, name + ".json");
+    if (fileExists(file))
+      return file;
+  }
+  return "";
+}
+
 std::vector<std::string> listProfiles() {
   std::vector<std::string> names;
   std::error_code ec;
@@ -143,6 +164,7 @@ Expected<DeviceProfile> parseProfile(const json &j, const std::string &what) {
   if (p.source.empty())
     return errorf(what, ": the profile has no 'source' (a data sheet or a measurement)");
   p.assumptions = j.value("assumptions", "");
+  p.measuredAt = j.value("measured_at", "");
   p.defaultPrecision = j.value("default_precision", "fp32");
   if (!j.contains("peak_flops") || !j["peak_flops"].is_object() || j["peak_flops"].empty())
     return errorf(what, ": the profile has no 'peak_flops' object (e.g. {\"fp32\": 1.57e13})");
@@ -207,6 +229,8 @@ json profileToJson(const DeviceProfile &p) {
   if (!p.optimizerStepSeconds.empty())
     j["optimizer_step_seconds_per_element"] = p.optimizerStepSeconds;
   j["source"] = p.source;
+  if (!p.measuredAt.empty())
+    j["measured_at"] = p.measuredAt;
   if (!p.assumptions.empty())
     j["assumptions"] = p.assumptions;
   return j;
@@ -227,10 +251,9 @@ Expected<DeviceProfile> loadProfile(const std::string &nameOrPath) {
                 (nameOrPath.size() > 5 && nameOrPath.compare(nameOrPath.size() - 5, 5, ".json") == 0);
   if (isPath)
     return loadFile(nameOrPath);
-  std::string dir = profileDirectory();
-  std::string file = joinPath(dir, nameOrPath + ".json");
-  if (fileExists(file))
+  if (std::string file = profileFile(nameOrPath); !file.empty())
     return loadFile(file);
+  std::string dir = profileDirectory();
   std::vector<std::string> names = listProfiles();
   for (const std::string &n : names) {
     auto text = readFile(joinPath(dir, n + ".json"));

@@ -60,6 +60,9 @@ struct DeviceProfile {
   double accumulateSecondsPerElement = 0;
   std::map<std::string, double> optimizerStepSeconds;
   std::string source;         ///< data sheet or measurement
+  /// When a measured profile was measured ("2026-11-25 07:20 UTC"); empty
+  /// for data sheets. The machine's speed drifts: a profile is a snapshot.
+  std::string measuredAt;
   std::string assumptions;    ///< figures no data sheet gives, and why
   /// The JSON it was read from (the report shows it).
   nlohmann::json raw;
@@ -83,18 +86,26 @@ struct DeviceProfile {
   double optimizerSecondsPerParameter(const std::string &kind, int states, int microBatches) const;
 };
 
-/// Name of the profile used when none is given: the checked-in measurement
-/// of the CI machine (partitioner/profiles/this-cpu.json).
+/// Name of the profile used when none is given: this machine, as
+/// `pipec --calibrate --install` measured it (userProfileDirectory()), else
+/// the checked-in measurement of the development machine
+/// (partitioner/profiles/this-cpu.json).
 inline constexpr const char *kDefaultProfile = "this-cpu";
 
 /// Directory of the checked-in profiles.
 std::string profileDirectory();
+/// Directory of the profiles measured on this machine: $PIPEC_USER_PROFILE_DIR,
+/// else $XDG_CONFIG_HOME/pipec/profiles, else $HOME/.config/pipec/profiles;
+/// empty when none of these is set.
+std::string userProfileDirectory();
 /// Names of the checked-in profiles, sorted.
 std::vector<std::string> listProfiles();
-/// Loads a profile by name (a file NAME.json in profileDirectory(), or a
-/// profile whose "aliases" list the name) or by path (anything ending in
-/// .json or containing '/').
+/// Loads a profile by name (a file NAME.json in userProfileDirectory(), else
+/// in profileDirectory(), else a checked-in profile whose "aliases" list the
+/// name) or by path (anything ending in .json or containing '/').
 Expected<DeviceProfile> loadProfile(const std::string &nameOrPath);
+/// Where loadProfile finds a name ("" for a path or an alias).
+std::string profileFile(const std::string &name);
 /// Parses and validates a profile (every figure positive, a source given).
 Expected<DeviceProfile> parseProfile(const nlohmann::json &j, const std::string &what);
 /// The JSON form (parses back with parseProfile).

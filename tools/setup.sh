@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/setup.sh - install pipec's dependencies from Debian packages and build
 # it (Release) into ./build. Run as root on Debian 12. Idempotent.
-#   bash tools/setup.sh            # install + configure + build
+#   bash tools/setup.sh            # install + configure + build + calibrate
 #   PIPEC_BUILD_DIR=out bash tools/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,3 +27,12 @@ fi
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD_DIR" -j "$(nproc)"
+
+# Measure this machine (about 10 s) for the cost model's default profile
+# (pipec --calibrate --install: ~/.config/pipec/profiles/this-cpu.json), so
+# that predictions are of this machine, not of the one the checked-in
+# partitioner/profiles/this-cpu.json was measured on. PIPEC_NO_CALIBRATE=1
+# skips it.
+if [ "${PIPEC_NO_CALIBRATE:-0}" != 1 ]; then
+  "$BUILD_DIR/bin/pipec" --calibrate --install
+fi

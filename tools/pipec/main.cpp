@@ -56,6 +56,7 @@ struct Options {
   std::string opTimes;
   std::string recompute = "none";
   bool calibrate = false;
+  bool install = false;
   int calibrateThreads = 1;
 };
 
@@ -98,13 +99,26 @@ Status addOpCurves(partitioner::DeviceProfile &p, int threads) {
   return Status::ok();
 }
 
-/// --calibrate [-o FILE.json]: measure this machine, print or write a profile.
+/// --calibrate [-o FILE.json | --install]: measure this machine, print or
+/// write a profile, or install it as this machine's default.
 Status runCalibrate(const Options &o) {
   partitioner::CalibrateOptions co;
   co.threads = o.calibrateThreads;
   PIPEC_ASSIGN(partitioner::DeviceProfile p, partitioner::calibrate(co));
   PIPEC_TRY(addOpCurves(p, o.calibrateThreads));
   std::string text = partitioner::profileToJson(p).dump(2) + "\n";
+  if (o.install) {
+    const std::string dir = partitioner::userProfileDirectory();
+    if (dir.empty())
+      return errorf("--install: no directory for this machine's profiles (set HOME, "
+                    "XDG_CONFIG_HOME or PIPEC_USER_PROFILE_DIR)");
+    PIPEC_TRY(makeDirs(dir));
+    const std::string file = joinPath(dir, p.name + ".json");
+    PIPEC_TRY(writeFileAtomic(file, text));
+    std::cerr << "profile written to " << file << " (pipec's default profile '" << p.name
+              << "' on this machine from now on)\n";
+    return Status::ok();
+  }
   if (o.output.empty()) {
     std::cout << text;
     return Status::ok();
@@ -326,6 +340,10 @@ int main(int argc, char **argv) {
   app.add_flag("--calibrate", o.calibrate,
                "measure this machine (sgemm, memcpy, thread handoff, the kernels of the sample "
                "models) and print its device profile, or write it to -o FILE.json");
+  app.add_flag("--install", o.install,
+               "with --calibrate: save the profile as this machine's this-cpu "
+               "(~/.config/pipec/profiles, or $XDG_CONFIG_HOME/pipec/profiles or "
+               "$PIPEC_USER_PROFILE_DIR), which compiles here then use by default");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -342,7 +360,10 @@ int main(int argc, char **argv) {
       continue;
     commandLine += (commandLine.empty() ? "" : " ") + a;
   }
-  Status s = o.calibrate ? runCalibrate(o)
+  Status s = o.install && !o.calibrate ? errorf("--install goes with --calibrate")
+              : o.install && !o.output.empty()
+                  ? errorf("--calibrate writes to -o FILE or installs (--install), not both")
+              : o.calibrate     ? runCalibrate(o)
               : o.model.empty() ? errorf("no model given (pipec MODEL.onnx -o MODEL.plan)")
                                 : compile(o, commandLine);
   if (!s) {
