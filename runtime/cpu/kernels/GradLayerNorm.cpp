@@ -1,13 +1,16 @@
 //===- runtime/cpu/kernels/GradLayerNorm.cpp - pipec:LayerNormalizationGrad
 //
 // dX of LayerNormalization over the dimensions [axis, rank) from dY, X and
-// scale (statistics recomputed from X in double, as the forward): with
+// scale (statistics recomputed from X in double with linalgSum's lanes, as
+// the forward's own loop computes them): with
 // xhat = (x - mean) * rstd and g = dY * scale,
 //   dX = rstd * (g - mean(g) - xhat * mean(g * xhat)).
-// Rows are independent tasks summed in order: thread-count independent.
+// Rows are independent tasks, each summed in laneSum's fixed order:
+// thread-count independent.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
+#include "runtime/cpu/kernels/LinalgCommon.h"
 
 #include <cmath>
 
@@ -29,22 +32,17 @@ public:
     parallelTasks(rows_, rows_ * C, [&](int64_t r) {
       const T *xr = x + r * C, *gr = dy + r * C;
       T *o = dx + r * C;
-      double mean = 0, var = 0;
-      for (int64_t i = 0; i < C; ++i)
-        mean += xr[i];
-      mean /= static_cast<double>(C);
-      for (int64_t i = 0; i < C; ++i)
-        var += (xr[i] - mean) * (xr[i] - mean);
-      var /= static_cast<double>(C);
+      const double mean = linalgSum(xr, C) / static_cast<double>(C);
+      const double var = linalgSumSqDev(xr, C, mean) / static_cast<double>(C);
       const double rstd = 1.0 / std::sqrt(var + eps_);
-      double mg = 0, mgx = 0;
-      for (int64_t i = 0; i < C; ++i) {
-        const double g = static_cast<double>(gr[i]) * scale[i];
-        mg += g;
-        mgx += g * (xr[i] - mean) * rstd;
-      }
-      mg /= static_cast<double>(C);
-      mgx /= static_cast<double>(C);
+      const double mg = laneSum(C, [&](int64_t i) {
+                          return static_cast<double>(gr[i]) * scale[i];
+                        }) /
+                        static_cast<double>(C);
+      const double mgx = laneSum(C, [&](int64_t i) {
+                           return static_cast<double>(gr[i]) * scale[i] * (xr[i] - mean) * rstd;
+                         }) /
+                         static_cast<double>(C);
       for (int64_t i = 0; i < C; ++i) {
         const double g = static_cast<double>(gr[i]) * scale[i];
         const double xhat = (xr[i] - mean) * rstd;

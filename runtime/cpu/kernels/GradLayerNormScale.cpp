@@ -1,13 +1,15 @@
 //===- runtime/cpu/kernels/GradLayerNormScale.cpp - pipec:LayerNormalizationScaleGrad
 //
 // dScale of LayerNormalization: sum over rows of dY * xhat, xhat the
-// normalized X (statistics recomputed from X). Statistics are per row; the
-// column sums run over rows in order, so the result does not depend on the
-// thread count.
+// normalized X (statistics recomputed from X with linalgSum's lanes).
+// Statistics are per row; the column sums run over rows in order, so the
+// result does not depend on the thread count.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
+#include "runtime/cpu/kernels/LinalgCommon.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -28,23 +30,30 @@ public:
     std::vector<double> mean(static_cast<size_t>(rows_)), rstd(static_cast<size_t>(rows_));
     parallelTasks(rows_, rows_ * C, [&](int64_t r) {
       const T *xr = x + r * C;
-      double m = 0, v = 0;
-      for (int64_t i = 0; i < C; ++i)
-        m += xr[i];
-      m /= static_cast<double>(C);
-      for (int64_t i = 0; i < C; ++i)
-        v += (xr[i] - m) * (xr[i] - m);
-      v /= static_cast<double>(C);
+      const double m = linalgSum(xr, C) / static_cast<double>(C);
+      const double v = linalgSumSqDev(xr, C, m) / static_cast<double>(C);
       mean[static_cast<size_t>(r)] = m;
       rstd[static_cast<size_t>(r)] = 1.0 / std::sqrt(v + eps_);
     });
-    parallelChunks(C, 256, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        double s = 0;
-        for (int64_t r = 0; r < rows_; ++r)
-          s += static_cast<double>(dy[r * C + i]) * (x[r * C + i] - mean[static_cast<size_t>(r)]) *
-               rstd[static_cast<size_t>(r)];
-        ds[i] = static_cast<T>(s);
+    // Column sums over the rows in ascending order, a row at a time so
+    // that the loop over columns vectorizes.
+    // (parallelChunks may pass one range of all columns on one thread: the
+    // accumulators cover kBlock columns at a time.)
+    constexpr int64_t kBlock = 256;
+    parallelChunks(C, kBlock, [&](int64_t lo, int64_t hi) {
+      double acc[kBlock];
+      for (int64_t b = lo; b < hi; b += kBlock) {
+        const int64_t n = std::min(kBlock, hi - b);
+        std::fill(acc, acc + n, 0.0);
+        for (int64_t r = 0; r < rows_; ++r) {
+          const T *__restrict dyr = dy + r * C + b;
+          const T *__restrict xr = x + r * C + b;
+          const double m = mean[static_cast<size_t>(r)], rs = rstd[static_cast<size_t>(r)];
+          for (int64_t i = 0; i < n; ++i)
+            acc[i] += static_cast<double>(dyr[i]) * (xr[i] - m) * rs;
+        }
+        for (int64_t i = 0; i < n; ++i)
+          ds[b + i] = static_cast<T>(acc[i]);
       }
     });
     return Status::ok();
