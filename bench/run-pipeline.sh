@@ -11,6 +11,9 @@
 # over K=1 against the ideal 2M/(M+1), and the runtime's own cost per
 # instruction (and per kernel) measured on K=1: (mean step - kernel time -
 # optimizer) / instructions (kernels), all averaged over the same steps.
+# A control in every round: two K=1 runs at once, one pinned to each core;
+# "2-core x" is their step over the K=1 step alone (1.00: both cores run
+# at full speed together; the machine's share of a pipeline's loss).
 # Usage: bash bench/run-pipeline.sh [BUILD_DIR] [MODEL]
 set -euo pipefail
 BUILD=${1:-build}
@@ -29,18 +32,28 @@ for m in $MS; do
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule 1f1b --op-times "$OUT/ops-$m.json" \
     -o "$OUT/k2-meas-$m.plan" -q
 done
-for round in $(seq 1 ${ROUNDS:-5}); do
-  for m in $MS; do
-    for c in k1 k2-1f1b k2-gpipe k2-zbh1 k2-meas; do
-      "$BUILD/bin/piperun" "$OUT/$c-$m.plan" --steps 30 --warmup 3 --threads-per-device 1 --json \
-        | /usr/bin/python3 -c "
+measure() { # CASE M: one run's median step and its figures, appended to times.txt
+  /usr/bin/python3 -c "
 import json, sys
 j = json.load(sys.stdin)
 d = j['devices']
 busy = sum(x['busy_seconds_per_step'] + x['optimizer_seconds_per_step'] for x in d)
 ins = sum(x['instructions'] for x in d) / j['steps']
 nodes = sum(x['nodes_run'] for x in d) / j['steps']
-print('$c', $m, j['median_step_seconds'], j['predicted_step_seconds'], j['mean_step_seconds'] - busy, ins, nodes)" >> "$OUT/times.txt"
+print('$1', $2, j['median_step_seconds'], j['predicted_step_seconds'], j['mean_step_seconds'] - busy, ins, nodes)" >> "$OUT/times.txt"
+}
+for round in $(seq 1 ${ROUNDS:-5}); do
+  for m in $MS; do
+    # Control: two K=1 runs at once, one per core. What they lose against
+    # one alone is what this machine loses when both cores compute; the
+    # pipeline cannot beat the ideal by less.
+    taskset -c 0 "$BUILD/bin/piperun" "$OUT/k1-$m.plan" --steps 30 --warmup 3 --json > "$OUT/c0.json" &
+    taskset -c 1 "$BUILD/bin/piperun" "$OUT/k1-$m.plan" --steps 30 --warmup 3 --json > "$OUT/c1.json"
+    wait
+    for f in c0 c1; do measure k1x2 $m < "$OUT/$f.json"; done
+    for c in k1 k2-1f1b k2-gpipe k2-zbh1 k2-meas; do
+      "$BUILD/bin/piperun" "$OUT/$c-$m.plan" --steps 30 --warmup 3 --threads-per-device 1 --json \
+        | measure $c $m
     done
   done
 done
@@ -55,7 +68,7 @@ cases = ['k2-1f1b', 'k2-gpipe', 'k2-zbh1', 'k2-meas']
 names = ['1f1b', 'gpipe', 'zbh1', 'meas']
 print(f"{'M':>3} {'K=1 ms':>8} " + " ".join(f"{n + ' ms':>9}" for n in names) + " " +
       " ".join(f"{n + ' x':>8}" for n in names) +
-      f" {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred zbh1':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13}")
+      f" {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred zbh1':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13} {'2-core x':>10}")
 for m in sorted({m for _, m in rows}):
     k1 = rows[('k1', m)]
     ideal = 2 * m / (m + 1)
@@ -64,9 +77,16 @@ for m in sorted({m for _, m in rows}):
     # Speed-ups as the median of each round's ratio (runs of one round are
     # seconds apart, so the machine's drift cancels).
     ratio = lambda v: statistics.median(k1[i][0] / v[i][0] for i in range(min(len(k1), len(v))))
+    # Two-core slowdown of the round: the mean of the two concurrent K=1
+    # runs over the K=1 run alone.
+    def slowdown(m):
+        both = rows[('k1x2', m)]
+        return statistics.median((both[2 * i][0] + both[2 * i + 1][0]) / 2 / k1[i][0]
+                                 for i in range(min(len(k1), len(both) // 2)))
     ratios = [ratio(rows[(c, m)]) for c in cases]
     print(f"{m:3d} {med(k1, 0)*1e3:8.2f} " + " ".join(f"{med(rows[(c, m)], 0)*1e3:9.2f}" for c in cases) + " " +
           " ".join(f"{r:8.2f}" for r in ratios) +
           f" {ideal:8.2f} {max(ratios)/ideal:10.2f} {med(rows[('k2-1f1b', m)], 1)*1e3:10.2f}"
-          f" {med(rows[('k2-zbh1', m)], 1)*1e3:10.2f} {med(rows[('k2-meas', m)], 1)*1e3:10.2f} {over:12.1f} {overKernel:13.2f}")
+          f" {med(rows[('k2-zbh1', m)], 1)*1e3:10.2f} {med(rows[('k2-meas', m)], 1)*1e3:10.2f} {over:12.1f} {overKernel:13.2f}"
+          f" {slowdown(m):10.2f}")
 PY

@@ -3,12 +3,12 @@
 
 #include "partitioner/CostModel.h"
 #include "passes/NodeEval.h"
+#include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/train/Clip.h"
 #include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -50,8 +50,7 @@ struct SquareSgemm {
     }
   }
   void operator()() {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
+    cpu::sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   }
 };
 
@@ -436,8 +435,9 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   j["gemm_curve"] = curve;
   j["gradient_accumulate_seconds_per_element"] = accumulate;
   j["optimizer_step_seconds_per_element"] = stepCost;
-  j["source"] = "measured by pipec --calibrate on this machine: peak_flops.fp32 = median cblas_sgemm "
-                "(OpenBLAS) " + std::to_string(o.gemmSize) + "^3 FLOP rate; memory bandwidth = (read + "
+  j["source"] = "measured by pipec --calibrate on this machine: peak_flops.fp32 = median "
+                "cpu::sgemm (the kernels' GEMM: oneDNN, OpenBLAS below 8192 multiply-adds) " +
+                std::to_string(o.gemmSize) + "^3 FLOP rate; memory bandwidth = (read + "
                 "written bytes) / median memcpy time; link = handoff of a buffer between two threads "
                 "through shared memory; node overhead = median 4x4 sgemm call; gemm_curve = square sgemm "
                 "rates from 16^3 up; capacity = MemTotal; optimizer figures = median seconds per "

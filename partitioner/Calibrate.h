@@ -1,8 +1,8 @@
 //===- partitioner/Calibrate.h - Measuring this machine --------*- C++ -*-===//
 //
 // `pipec --calibrate` measures the CPU it runs on and writes a device
-// profile (DeviceProfile.h): sgemm FLOP/s through OpenBLAS (cblas_sgemm on
-// large square matrices, median of repeats), memory bandwidth (a large
+// profile (DeviceProfile.h): sgemm FLOP/s of the kernels' GEMM (cpu::sgemm
+// on large square matrices, median of repeats), memory bandwidth (a large
 // memcpy; read + written bytes per second, the unit the cost model uses),
 // the handoff between two threads through shared memory (latency of a
 // ping-pong, bandwidth of a large buffer copied by the receiving thread),
@@ -16,8 +16,9 @@
 // one curve of seconds against size per op. `pipec --calibrate` feeds it the
 // training graphs of the sample models at several batch sizes.
 //
-// The partitioner links OpenBLAS for this (the CPU kernels already do; the
-// library is in every pipec binary), so tests can calibrate with small sizes.
+// GEMMs are timed through cpu::sgemm (runtime/cpu/Gemm.h), the call the
+// kernels make; the partitioner links the CPU kernels for this (they are in
+// every pipec binary), so tests can calibrate with small sizes.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

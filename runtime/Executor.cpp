@@ -1,6 +1,7 @@
 //===- runtime/Executor.cpp - Runs one device's instruction stream --------===//
 #include "runtime/Executor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -168,6 +169,15 @@ Status DeviceExecutor::prepare() {
     }
   }
   return Status::ok();
+}
+
+void DeviceExecutor::resetMeasurements() {
+  const uint64_t arena = stats_.arenaBytes, high = stats_.arenaHighWater;
+  stats_ = DeviceStats{};
+  stats_.arenaBytes = arena;
+  stats_.arenaHighWater = high;
+  std::fill(nodeSeconds_.begin(), nodeSeconds_.end(), 0.0);
+  trace_.clear();
 }
 
 void *DeviceExecutor::address(int32_t tensor, unsigned mb) {

@@ -78,6 +78,9 @@ public:
   int index() const { return index_; }
 
   const DeviceStats &stats() const { return stats_; }
+  /// Forgets what the runs so far measured (times, counts, node times,
+  /// trace), as after warm-up steps; the arena high-water mark stays.
+  void resetMeasurements();
   /// Times every node run from now on (a clock read per node).
   void enableNodeProfile() { nodeSeconds_.assign(kernels_.size(), 0.0); }
   /// Seconds spent in each node (index into the device's nodes) so far;

@@ -54,6 +54,13 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   return s;
 }
 
+void Session::resetMeasurements() {
+  stepSeconds_ = 0;
+  measuredSteps_ = 0;
+  for (auto &d : devices_)
+    d->resetMeasurements();
+}
+
 Status Session::prepareTraining() {
   const plan::Training &t = lp_.plan.training();
   PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(t.optimizer()));
@@ -410,6 +417,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     }
   }
   stepSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++measuredSteps_;
   if (training) {
     double total = 0.0;
     for (double v : sq)

@@ -79,10 +79,16 @@ public:
   Expected<Tensor> weight(const std::string &name) const;
 
   const std::vector<std::unique_ptr<DeviceExecutor>> &devices() const { return devices_; }
+  /// Steps run so far (with a resumed checkpoint's).
   uint64_t stepsRun() const { return steps_; }
-  /// Wall-clock seconds of the steps run so far, each measured from the
-  /// start of the first device to the end of the last.
+  /// Wall-clock seconds of the steps measured so far (since the session
+  /// opened or resetMeasurements()), each from the start of the first
+  /// device to the end of the last, and how many steps that was.
   double stepSeconds() const { return stepSeconds_; }
+  uint64_t measuredSteps() const { return measuredSteps_; }
+  /// Starts the measurements afresh (after warm-up steps): step times and
+  /// every device's stats, node times and trace.
+  void resetMeasurements();
   /// Bytes the device holds outside its arena and weights for training:
   /// the gradient accumulator and optimizer state of the parameters it
   /// updates.
@@ -115,7 +121,7 @@ private:
   std::unique_ptr<DeviceThreads> threads_;
   /// Set when a step failed: the devices' state is undefined afterwards.
   Status broken_ = Status::ok();
-  uint64_t steps_ = 0;
+  uint64_t steps_ = 0, measuredSteps_ = 0;
   double stepSeconds_ = 0;
   /// The first device holding each tensor (weights, outputs), -1 if none.
   int deviceHolding(int32_t tensor, unsigned mb) const;

@@ -9,6 +9,7 @@
 // prints GEMM throughput of the MatMul kernel next to raw cblas_sgemm.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
 
 #include <cblas.h>
@@ -123,6 +124,9 @@ bool sameWithThreads(const OpDesc &d, const std::vector<Tensor> &in, ExecContext
 // Gemm, MatMul, Einsum
 
 TEST(LinalgKernels, GemmMatchesReference) {
+  // oneDNN's sgemm from kOneDnnMinMacs multiply-adds, OpenBLAS below; with
+  // PIPEC_LINALG_NO_DNNL OpenBLAS throughout.
+  bothPaths([](const std::string &path) {
   std::mt19937 rng(7);
   const int64_t sizes[] = {1, 3, 17, 33, 64, 127};
   int cases = 0;
@@ -176,8 +180,45 @@ TEST(LinalgKernels, GemmMatchesReference) {
             scale[m * N + n] = std::fabs(alpha) * a + std::fabs(beta * c);
           }
         expectClose(out[0], want, scale, dt == DType::F32 ? 1e-5 : 1e-12,
-                    cat("Gemm ", M, "x", N, "x", K, " ta=", ta, " tb=", tb, " c=", cKind));
+                    cat(path, " Gemm ", M, "x", N, "x", K, " ta=", ta, " tb=", tb, " c=", cKind));
       }
+  });
+}
+
+// Plans place a tensor at different arena offsets for different K, and the
+// results must be bitwise those of one device: the GEMM's bits may not
+// depend on where its operands are.
+TEST(LinalgKernels, SgemmBitsDoNotDependOnAlignment) {
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  for (const Shape3 &sh : {Shape3{64, 192, 64}, Shape3{17, 33, 129}, Shape3{16, 16, 8},
+                           Shape3{128, 64, 256}})
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const int64_t M = sh.M, N = sh.N, K = sh.K;
+      std::vector<float> a(M * K), b(K * N);
+      std::mt19937 rng(static_cast<unsigned>(M * 131 + N * 7 + K + t));
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (float &v : a)
+        v = u(rng);
+      for (float &v : b)
+        v = u(rng);
+      std::vector<float> first;
+      for (int64_t shift : {0, 1, 3, 16}) {
+        std::vector<float> A(a.size() + 16), B(b.size() + 16), C(M * N + 16, 0.0f);
+        std::copy(a.begin(), a.end(), A.begin() + shift);
+        std::copy(b.begin(), b.end(), B.begin() + shift);
+        cpu::sgemm(ta, tb, M, N, K, 1.0f, A.data() + shift, ta ? M : K, B.data() + shift,
+                   tb ? K : N, 0.0f, C.data() + shift, N);
+        std::vector<float> got(C.begin() + shift, C.begin() + shift + M * N);
+        if (first.empty())
+          first = got;
+        else
+          EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0)
+              << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb << " shift " << shift;
+      }
+    }
 }
 
 /// numpy matmul in double, for rank >= 1 operands.

@@ -316,11 +316,12 @@ void printPrograms(const plan::Plan &p) {
 nlohmann::json deviceReport(const runtime::Session &session) {
   const plan::Plan &p = session.plan();
   nlohmann::json devs = nlohmann::json::array();
-  const double stepSec = session.stepSeconds() / std::max(1.0, static_cast<double>(session.stepsRun()));
+  const double stepSec =
+      session.stepSeconds() / std::max(1.0, static_cast<double>(session.measuredSteps()));
   for (size_t d = 0; d < session.devices().size(); ++d) {
     const runtime::DeviceStats &st = session.devices()[d]->stats();
     const plan::Device &pd = p.devices(static_cast<int>(d));
-    const double n = std::max(1.0, static_cast<double>(session.stepsRun()));
+    const double n = std::max(1.0, static_cast<double>(session.measuredSteps()));
     const uint64_t train = session.trainingStateBytes(static_cast<int>(d));
     nlohmann::json dj;
     dj["device"] = d;
@@ -349,7 +350,8 @@ nlohmann::json deviceReport(const runtime::Session &session) {
 void printDeviceTable(const nlohmann::json &devs, const runtime::Session &session,
                       double medianStep) {
   const plan::Plan &p = session.plan();
-  const double stepSec = session.stepSeconds() / std::max(1.0, static_cast<double>(session.stepsRun()));
+  const double stepSec =
+      session.stepSeconds() / std::max(1.0, static_cast<double>(session.measuredSteps()));
   std::printf("\n%-6s %12s %12s %8s %12s %14s %14s %14s\n", "device", "busy ms/step", "pred ms/step",
               "idle", "sent/step", "peak memory", "planned peak", "model memory");
   for (const auto &dj : devs) {
@@ -364,7 +366,7 @@ void printDeviceTable(const nlohmann::json &devs, const runtime::Session &sessio
   }
   std::printf("step %.3f ms measured (median; mean %.3f ms over %llu steps), %.3f ms predicted; "
               "schedule %s, K=%d, M=%u\n",
-              medianStep * 1e3, stepSec * 1e3, static_cast<unsigned long long>(session.stepsRun()),
+              medianStep * 1e3, stepSec * 1e3, static_cast<unsigned long long>(session.measuredSteps()),
               p.pipeline().predicted_step_seconds() * 1e3, p.pipeline().schedule().c_str(),
               p.devices_size(), p.pipeline().num_micro_batches());
 }
@@ -426,12 +428,21 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   auto start = std::chrono::steady_clock::now();
   double lastPrint = -1;
   bool tty = isatty(STDERR_FILENO);
+  // Warm-up steps are the first of the steps to run; what they measured
+  // (first-call costs: oneDNN compiles a GEMM kernel per shape) is dropped.
+  if (o.warmup > 0 && first + o.warmup >= o.steps)
+    return errorf("--warmup ", o.warmup, " leaves none of the ", o.steps - first,
+                  " training steps to time (warm-up steps are the first of --steps)");
+  const int timedFrom = first + o.warmup;
   for (int s = first; s < o.steps; ++s) {
+    if (s == timedFrom && o.warmup > 0)
+      session.resetMeasurements();
     std::vector<Tensor> inputs = feed.batch(s);
     auto t0 = std::chrono::steady_clock::now();
     PIPEC_ASSIGN(runtime::Session::TrainStep r, session.train(inputs));
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stepSeconds.push_back(dt);
+    if (s >= timedFrom)
+      stepSeconds.push_back(dt);
     if (!std::isfinite(r.loss))
       return errorf("step ", s + 1, ": the loss is ", r.loss, " (diverged; lower --lr or clip gradients)");
     if (s == first)
@@ -460,12 +471,12 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   if (!o.trace.empty())
     PIPEC_TRY(writeTrace(o.trace, session));
   if (!o.profileOps.empty())
-    PIPEC_TRY(writeOpProfile(o.profileOps, session, o.steps - first, o.json));
+    PIPEC_TRY(writeOpProfile(o.profileOps, session, o.steps - timedFrom, o.json));
   if (o.json) {
     std::cout << nlohmann::json{{"steps", o.steps}, {"first_loss", firstLoss}, {"last_loss", lastLoss},
                                 {"median_step_seconds", med}, {"samples_per_second", examples / med},
                                 {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
-                                {"mean_step_seconds", session.stepSeconds() / std::max<double>(1, session.stepsRun())},
+                                {"mean_step_seconds", session.stepSeconds() / std::max<double>(1, session.measuredSteps())},
                                 {"devices", devs}}
                      .dump(2)
               << "\n";
@@ -557,6 +568,8 @@ Status runPlan(const Options &o) {
   bool tty = isatty(STDERR_FILENO);
   double lastPrint = -1;
   for (int s = 0; s < total; ++s) {
+    if (s == o.warmup && o.warmup > 0)
+      session->resetMeasurements();
     auto t0 = std::chrono::steady_clock::now();
     PIPEC_ASSIGN(outputs, session->run(inputs));
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -619,11 +632,11 @@ Status runPlan(const Options &o) {
   j["devices"] = devs;
   j["predicted_step_seconds"] = p.pipeline().predicted_step_seconds();
   // Over every step run (warm-up included), like the per-device figures.
-  j["mean_step_seconds"] = session->stepSeconds() / std::max<double>(1, session->stepsRun());
+  j["mean_step_seconds"] = session->stepSeconds() / std::max<double>(1, session->measuredSteps());
   if (!o.trace.empty())
     PIPEC_TRY(writeTrace(o.trace, *session));
   if (!o.profileOps.empty())
-    PIPEC_TRY(writeOpProfile(o.profileOps, *session, total, o.json));
+    PIPEC_TRY(writeOpProfile(o.profileOps, *session, o.steps, o.json));
   if (o.json) {
     std::cout << j.dump(2) << "\n";
     return Status::ok();
@@ -662,7 +675,10 @@ int main(int argc, char **argv) {
                  "seeded random data)");
   app.add_option("--outputs", o.outputsDir, "write each graph output to DIR/NAME.npy");
   app.add_option("--steps", o.steps, "steps to run and time (default 1)");
-  app.add_option("--warmup", o.warmup, "untimed steps before the timed ones (default 0)");
+  app.add_option("--warmup", o.warmup,
+                 "untimed steps before the timed ones (default 0): run before --steps for "
+                 "inference; the first of --steps for training. Their times, stats, node times and "
+                 "trace are dropped");
   app.add_option("--seed", o.seed, "seed of the random inputs (default 0)");
   app.add_option("--threads-per-device", o.threads, "kernel threads of each device (default 1)");
   app.add_option("--spin-us", o.spinMicroseconds,

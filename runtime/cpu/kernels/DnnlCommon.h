@@ -42,10 +42,7 @@ inline dnnl::stream &linalgDnnlStream() {
 /// False when the environment sets PIPEC_LINALG_NO_DNNL (to anything but
 /// "0"): factories then prepare their loop fallbacks, which tests compare
 /// with the oneDNN path. Read at prepare time only.
-inline bool linalgDnnlEnabled() {
-  const char *v = std::getenv("PIPEC_LINALG_NO_DNNL");
-  return !v || !*v || (v[0] == '0' && !v[1]);
-}
+inline bool linalgDnnlEnabled() { return oneDnnEnabled(); }
 
 template <typename T> constexpr bool linalgDnnlSupports() { return std::is_same_v<T, float>; }
 

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
 
 #include <cblas.h>
@@ -124,12 +125,13 @@ void linalgGemmLoop(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, 
     }
 }
 
-/// One row-major GEMM call: cblas_sgemm / cblas_dgemm for floating point,
-/// the loop above otherwise. Kernels use LinalgBatchedGemm, which makes
-/// sure BLAS runs this call on the calling thread only.
+/// One row-major GEMM call: cpu::sgemm (oneDNN or OpenBLAS, runtime/cpu/Gemm.h)
+/// for f32, cblas_dgemm for f64, the loop above otherwise. Kernels use
+/// LinalgBatchedGemm, which makes sure the call runs on the calling thread
+/// only.
 template <typename T>
 void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda,
-                const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
+                const T *B, int64_t ldb, T beta, T *C, int64_t ldc, bool oneDnn = true) {
   if (M == 0 || N == 0)
     return;
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -146,7 +148,7 @@ void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
     ldb = std::max<int64_t>(ldb, 1);
     ldc = std::max<int64_t>(ldc, 1);
     if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, oneDnn);
     else
       cblas_dgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   } else {
@@ -168,6 +170,9 @@ void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
 /// 94% of a single call, 128x256 tiles of 128x1024x1024 at 96%.
 template <typename T> struct LinalgBatchedGemm {
   bool ta = false, tb = false;
+  /// Whether f32 calls may go to oneDNN (runtime/cpu/Gemm.h), fixed when
+  /// the kernel is prepared.
+  bool oneDnn = oneDnnEnabled();
   int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
   T alpha = T(1), beta = T(0);
   std::vector<int64_t> aOff, bOff, cOff;
@@ -195,7 +200,7 @@ template <typename T> struct LinalgBatchedGemm {
       if (tiny)
         linalgGemmLoop<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc);
       else
-        linalgGemm<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc);
+        linalgGemm<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc, oneDnn);
     };
     int threads = omp_get_max_threads();
     if (total == 1 || threads == 1 || double(batch) * work < 65536.0) {

@@ -1,0 +1,33 @@
+//===- runtime/cpu/Gemm.cpp - The f32 GEMM the CPU kernels use ------------===//
+#include "runtime/cpu/Gemm.h"
+
+#include <cblas.h>
+#include <dnnl.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace pipec::cpu {
+
+bool oneDnnEnabled() {
+  const char *v = std::getenv("PIPEC_LINALG_NO_DNNL");
+  return !v || !*v || (v[0] == '0' && !v[1]);
+}
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+           int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+           bool oneDnn) {
+  // Both libraries require leading dimensions >= 1 even for 1-wide operands.
+  lda = std::max<int64_t>(lda, 1);
+  ldb = std::max<int64_t>(ldb, 1);
+  ldc = std::max<int64_t>(ldc, 1);
+  if (oneDnn &&
+      static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kOneDnnMinMacs &&
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) ==
+          dnnl_success)
+    return;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+} // namespace pipec::cpu

@@ -1,0 +1,45 @@
+//===- runtime/cpu/Gemm.h - The f32 GEMM the CPU kernels use ----*- C++ -*-===//
+//
+// One row-major single-precision GEMM call, C = alpha op(A) op(B) + beta C,
+// on the calling thread (kernels run it inside LinalgBatchedGemm, which sets
+// a one-thread OpenMP budget around every call, so results do not depend on
+// the thread count). From kOneDnnMinMacs multiply-adds up it is oneDNN's
+// sgemm, below that OpenBLAS's:
+//
+//  - OpenBLAS 0.3.21 (Debian 12) does not know this machine's CPU (AMD
+//    family 26) and runs its AVX2 kernels; oneDNN's JIT uses AVX-512. One
+//    thread, same minutes: 64x192x64 17.5 us (OpenBLAS) against 8.3 us
+//    (oneDNN), 256^3 354 us against 177 us.
+//  - OpenBLAS's buffer allocator takes a lock and writes shared state on
+//    every call: two device threads calling 16x16x8 products at once took
+//    0.25 us a call each, one thread alone 0.12 us. oneDNN's calls do not
+//    contend (0.44 us either way), so it wins from about 8K multiply-adds
+//    up when two devices compute, where OpenBLAS's calls are cheaper alone.
+//
+// pipec --calibrate measures this function, so the cost model sees the GEMM
+// the runtime runs.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+
+namespace pipec::cpu {
+
+/// Multiply-adds (M * N * K) from which sgemm() calls oneDNN.
+inline constexpr double kOneDnnMinMacs = 8192;
+
+/// False when the environment sets PIPEC_LINALG_NO_DNNL (to anything but
+/// "0"): kernels prepared then use their non-oneDNN paths (OpenBLAS for
+/// GEMMs, loops elsewhere), which tests and benchmarks compare. Kernel
+/// factories read it, so a prepared kernel keeps its choice.
+bool oneDnnEnabled();
+
+/// Row-major C = alpha op(A) op(B) + beta C (op: transpose when ta / tb),
+/// with M, N >= 1 and K >= 1; leading dimensions as BLAS takes them.
+/// `oneDnn` false keeps every size on OpenBLAS.
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+           int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+           bool oneDnn = true);
+
+} // namespace pipec::cpu
