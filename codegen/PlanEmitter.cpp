@@ -6,6 +6,7 @@
 #include "pipec/Version.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/plan/ScheduleCheck.h"
+#include "support/DisjointSets.h"
 #include "support/FileIO.h"
 
 #include <algorithm>
@@ -225,14 +226,8 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
   }
   // A view's output shares its input's buffer: the two instances are one
   // request, live from the first start to the last end of either.
-  std::vector<size_t> root(live.size());
-  for (size_t k = 0; k < root.size(); ++k)
-    root[k] = k;
-  auto find = [&](size_t k) {
-    while (root[k] != k)
-      k = root[k] = root[root[k]];
-    return k;
-  };
+  DisjointSets buffers(live.size());
+  auto find = [&](size_t k) { return buffers.find(k); };
   for (const plan::Instruction &ins : dev.program())
     for (int32_t ni : ins.nodes()) {
       const plan::Node &pn = dev.nodes(ni);
@@ -242,7 +237,7 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
       size_t out = find(static_cast<size_t>(pn.outputs(0)) * M + ins.micro_batch());
       if (in == out)
         continue;
-      root[out] = in;
+      buffers.join(in, out);
       live[in].start = std::min(live[in].start, live[out].start);
       live[in].end = std::max(live[in].end, live[out].end);
     }

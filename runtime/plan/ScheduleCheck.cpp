@@ -1,6 +1,8 @@
 //===- runtime/plan/ScheduleCheck.cpp - Proving a plan's programs ---------===//
 #include "runtime/plan/ScheduleCheck.h"
 
+#include "support/DisjointSets.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -116,14 +118,8 @@ Status checkDevice(const Plan &p, int d) {
   std::vector<char> written(T * M, 0);
   // A view's output is its input's buffer: both instances live as one,
   // under the instance that came first.
-  std::vector<size_t> root(T * M);
-  for (size_t k = 0; k < root.size(); ++k)
-    root[k] = k;
-  auto find = [&](size_t k) {
-    while (root[k] != k)
-      k = root[k] = root[root[k]];
-    return k;
-  };
+  DisjointSets instances(T * M);
+  auto find = [&](size_t k) { return instances.find(k); };
   int64_t time = 0;
   auto read = [&](int32_t t, unsigned mb, int i, const std::string &what) -> Status {
     const TensorInfo &ti = p.tensors(t);
@@ -175,7 +171,7 @@ Status checkDevice(const Plan &p, int d) {
     PIPEC_TRY(write(out, mb, i));
     size_t ri = find(ki), ro = find(ko);
     if (ri != ro) {
-      root[ro] = ri;
+      instances.join(ri, ro);
       life[ri].end = std::max(life[ri].end, life[ro].end);
     }
     return Status::ok();
