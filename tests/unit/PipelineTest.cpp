@@ -291,6 +291,11 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
   Config c;
   c.K = 2;
   const plan::Plan good = loadedPlan(compile("mlp-train", 4, c));
+  auto expectRejected = [](const plan::Plan &p, const char *why) {
+    Status s = plan::checkSchedule(p);
+    ASSERT_FALSE(s.isOk()) << "accepted a plan that should fail with: " << why;
+    EXPECT_NE(s.message().find(why), std::string::npos) << s.message();
+  };
   ASSERT_TRUE(plan::checkSchedule(good).isOk());
 
   { // A send without its receive.
@@ -299,9 +304,7 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
     int r = findInstruction(*d1, plan::Instruction::RECV);
     ASSERT_GE(r, 0);
     d1->mutable_program()->DeleteSubrange(r, 1);
-    Status s = plan::checkSchedule(p);
-    ASSERT_FALSE(s.isOk());
-    EXPECT_NE(s.message().find("never received"), std::string::npos) << s.message();
+    expectRejected(p, "never received");
   }
   { // Device 0 waits for a gradient before sending the activation device
     // 1 needs to compute it: a deadlock.
@@ -316,9 +319,7 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
     *d0->mutable_program()->Add() = r;
     for (int i = d0->program_size() - 1; i > 0; --i)
       d0->mutable_program()->SwapElements(i, i - 1);
-    Status s = plan::checkSchedule(p);
-    ASSERT_FALSE(s.isOk());
-    EXPECT_NE(s.message().find("deadlock"), std::string::npos) << s.message();
+    expectRejected(p, "deadlock");
   }
   { // A tensor read before it is written: move device 1's first receive
     // after the instruction that reads it.
@@ -326,18 +327,14 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
     plan::Device *d1 = p.mutable_devices(1);
     int r = findInstruction(*d1, plan::Instruction::RECV);
     d1->mutable_program()->SwapElements(r, r + 1);
-    Status s = plan::checkSchedule(p);
-    ASSERT_FALSE(s.isOk());
-    EXPECT_NE(s.message().find("before it is written"), std::string::npos) << s.message();
+    expectRejected(p, "before it is written");
   }
   { // Two live instances sharing arena bytes.
     plan::Plan p = good;
     plan::Device *d0 = p.mutable_devices(0);
     for (plan::Allocation &a : *d0->mutable_allocations())
       a.set_offset(0);
-    Status s = plan::checkSchedule(p);
-    ASSERT_FALSE(s.isOk());
-    EXPECT_NE(s.message().find("share arena bytes"), std::string::npos) << s.message();
+    expectRejected(p, "share arena bytes");
   }
   // Views: the GPT-like sample's reshapes run as views, their outputs on
   // their inputs' bytes.
@@ -361,9 +358,7 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
     for (plan::Allocation &a : *d0->mutable_allocations())
       if (a.tensor() == out)
         a.set_offset(a.offset() + 64);
-    Status s = plan::checkSchedule(p);
-    ASSERT_FALSE(s.isOk());
-    EXPECT_NE(s.message().find("view node"), std::string::npos) << s.message();
+    expectRejected(p, "view node");
   }
   { // A view of a different size.
     plan::Plan p = gpt;
@@ -373,9 +368,7 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
         p.mutable_tensors(n.outputs(0))->set_bytes(p.tensors(n.inputs(0)).bytes() / 2);
         break;
       }
-    Status s = plan::checkSchedule(p);
-    ASSERT_FALSE(s.isOk());
-    EXPECT_NE(s.message().find("view node"), std::string::npos) << s.message();
+    expectRejected(p, "view node");
   }
 }
 
