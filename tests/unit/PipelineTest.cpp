@@ -501,6 +501,26 @@ TEST(Pipeline, InProcessTransportDeliversAndAborts) {
     aborter.join();
     ASSERT_FALSE(s.isOk());
     EXPECT_NE(s.message().find("device 0 failed"), std::string::npos);
+    // Collectives and sends after the abort fail with it too.
+    double v = 1;
+    Status c = t->allReduceSum(0, &v, 1);
+    ASSERT_FALSE(c.isOk());
+    EXPECT_NE(c.message().find("device 0 failed"), std::string::npos);
+    EXPECT_FALSE(t->send(0, 1, 7, &x, 4).isOk());
+    // A device waiting in a collective is woken by an abort.
+    t->reset();
+    std::thread aborter2([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      t->abort(errorf("device 1 failed"));
+    });
+    Status w = t->allReduceSum(0, &v, 1); // device 1 never joins
+    aborter2.join();
+    ASSERT_FALSE(w.isOk());
+    EXPECT_NE(w.message().find("device 1 failed"), std::string::npos);
+    t->reset();
+    // After a reset the transport delivers again.
+    ASSERT_TRUE(t->send(0, 1, 8, &x, 4).isOk());
+    ASSERT_TRUE(t->recv(1, 0, 8, &x, 4).isOk());
   }
 }
 
