@@ -168,6 +168,24 @@ Status DeviceExecutor::prepare() {
       }
     }
   }
+  // The operand addresses of every compute instruction's nodes (views
+  // excepted), inputs then outputs, node after node: resolved once here
+  // rather than at every node run.
+  operands_.assign(dev.program_size(), {});
+  for (int i = 0; i < dev.program_size(); ++i) {
+    const plan::Instruction &ins = dev.program(i);
+    if (ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV)
+      continue;
+    for (int32_t ni : ins.nodes()) {
+      if (!kernels_[ni])
+        continue;
+      const plan::Node &n = dev.nodes(ni);
+      for (int32_t t : n.inputs())
+        operands_[i].push_back(t < 0 ? nullptr : address(t, ins.micro_batch()));
+      for (int32_t t : n.outputs())
+        operands_[i].push_back(address(t, ins.micro_batch()));
+    }
+  }
   return Status::ok();
 }
 
@@ -192,8 +210,6 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   using Clock = std::chrono::steady_clock;
   const plan::Device &dev = lp_.plan.devices(index_);
   const plan::Plan &p = lp_.plan;
-  std::vector<const void *> in;
-  std::vector<void *> out;
   ctx.workspace = workspace_.data();
   auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
@@ -238,18 +254,15 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     case plan::Instruction::BACKWARD:
     case plan::Instruction::WEIGHT_GRAD:
     case plan::Instruction::RECOMPUTE: {
+      void *const *operands = operands_[i].data();
       for (int32_t ni : ins.nodes()) {
-        const plan::Node &n = dev.nodes(ni);
         if (!kernels_[ni])
           continue; // a view
-        in.clear();
-        out.clear();
-        for (int32_t t : n.inputs())
-          in.push_back(t < 0 ? nullptr : address(t, mb));
-        for (int32_t t : n.outputs())
-          out.push_back(address(t, mb));
+        const plan::Node &n = dev.nodes(ni);
+        void *const *in = operands, *const *out = operands + n.inputs_size();
+        operands = out + n.outputs_size();
         auto n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
-        Status s = kernels_[ni]->run(ctx, in.data(), out.data());
+        Status s = kernels_[ni]->run(ctx, in, out);
         if (!s)
           return s.withContext(cat("device ", index_, " micro-batch ", mb));
         if (!nodeSeconds_.empty())

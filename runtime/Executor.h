@@ -102,6 +102,8 @@ private:
   std::vector<unsigned char> workspace_;
   /// Per instruction: inputs to feed before it and outputs to collect after.
   std::vector<std::vector<int32_t>> feedBefore_, collectAfter_;
+  /// Per compute instruction: its nodes' operand addresses (prepare()).
+  std::vector<std::vector<void *>> operands_;
   /// Per instruction: the highest arena byte its tensor instances reach.
   std::vector<uint64_t> highWater_;
   DeviceStats stats_;
