@@ -17,6 +17,9 @@
 // The batched form would transpose A and B, run one GEMM per batch entry
 // and sum the batch of weight gradients (ReduceSum): on the GPT-like
 // sample those Transposes and ReduceSums took a quarter of the step.
+// When A and B have the same batch dimensions (attention), each gradient
+// is an Einsum whose batched GEMM reads its operand transposed, without a
+// Transpose node.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/autodiff/GradRules.h"
@@ -80,6 +83,35 @@ Status matMulByMatrixGrad(GradContext &c) {
   return Status::ok();
 }
 
+/// MatMul of A [..., M, K] by B [..., K, N] with the same batch dimensions
+/// (attention's scores and context): each gradient is one Einsum whose
+/// operand is read transposed by the batched GEMM, instead of a Transpose
+/// node and a MatMul.
+Status matMulSameBatchGrad(GradContext &c) {
+  ir::Value *a = c.input(0), *b = c.input(1), *dy = c.outGrad(0);
+  const size_t batch = a->shape().size() - 2;
+  std::string lead;
+  for (size_t i = 0; i < batch; ++i)
+    lead += static_cast<char>('a' + i);
+  auto spec = [&](const char *x, const char *y, const char *z) {
+    return lead + x + "," + lead + y + "->" + lead + z;
+  };
+  auto einsum = [&](ir::Value *x, ir::Value *y, const std::string &eq) {
+    AttrMap attrs;
+    attrs["equation"] = Attribute::ofString(eq);
+    return c.emit("Einsum", {x, y}, std::move(attrs));
+  };
+  if (c.needsGrad(0)) { // dA = dY B^T
+    PIPEC_ASSIGN(ir::Value * g, einsum(dy, b, spec("mn", "kn", "mk")));
+    c.setGrad(0, g);
+  }
+  if (c.needsGrad(1)) { // dB = A^T dY
+    PIPEC_ASSIGN(ir::Value * g, einsum(a, dy, spec("mk", "mn", "kn")));
+    c.setGrad(1, g);
+  }
+  return Status::ok();
+}
+
 } // namespace
 
 Status gemmGrad(GradContext &c) {
@@ -112,6 +144,10 @@ Status matMulGrad(GradContext &c) {
   Shape as = a->shape(), bs = b->shape(), ys = dy->shape();
   if (as.size() >= 2 && bs.size() == 2)
     return matMulByMatrixGrad(c);
+  // Einsum is ONNX from opset 12; its letters cap the batch rank.
+  if (as.size() >= 3 && as.size() == bs.size() && as.size() <= 12 && c.opset() >= 12 &&
+      std::equal(as.begin(), as.end() - 2, bs.begin()))
+    return matMulSameBatchGrad(c);
   // View 1-D operands as matrices and dY with the dropped dimensions back.
   if (as.size() == 1) {
     as = {1, as[0]};
