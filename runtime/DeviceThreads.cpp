@@ -2,22 +2,8 @@
 #include "runtime/DeviceThreads.h"
 
 #include <omp.h>
-#include <sched.h>
-#include <pthread.h>
-#include <cstdlib>
 
 namespace pipec::runtime {
-
-unsigned usableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0)
-      return static_cast<unsigned>(n);
-  }
-  return std::thread::hardware_concurrency();
-}
 
 DeviceThreads::DeviceThreads(int devices, int threadsPerDevice)
     : results_(static_cast<size_t>(devices)) {
@@ -49,10 +35,6 @@ std::vector<Status> DeviceThreads::run(const std::function<Status(int)> &fn) {
 void DeviceThreads::loop(int device, int threadsPerDevice) {
   // The OpenMP budget is per thread: kernels this device runs use it.
   omp_set_num_threads(threadsPerDevice);
-  if (std::getenv("PIPEC_PIN")) {
-    cpu_set_t set; CPU_ZERO(&set); CPU_SET(device, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-  }
   uint64_t seen = 0;
   for (;;) {
     const std::function<Status(int)> *job;

@@ -17,11 +17,6 @@
 
 namespace pipec::runtime {
 
-/// Cores this process may run on: its CPU affinity mask (taskset, cgroup
-/// cpusets), not the machine's core count. Device threads that spin while
-/// they wait only pay off when each has one of these to itself.
-unsigned usableCores();
-
 class DeviceThreads {
 public:
   /// Starts `devices` threads, each with an OpenMP budget of

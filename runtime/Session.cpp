@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include "runtime/DeviceThreads.h"
+#include "support/Parallel.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/Clip.h"
 

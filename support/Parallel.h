@@ -15,10 +15,26 @@
 #pragma once
 
 #include <omp.h>
+#include <sched.h>
 
 #include <cstdint>
+#include <thread>
 
 namespace pipec {
+
+/// Cores this process may run on: its CPU affinity mask (taskset, cgroup
+/// cpusets), not the machine's core count. Device threads that spin while
+/// they wait only pay off when each has one of these to itself.
+inline unsigned usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0)
+      return static_cast<unsigned>(n);
+  }
+  return std::thread::hardware_concurrency();
+}
 
 /// Whether the calling thread's OpenMP budget has more than one thread.
 inline bool threadsAvailable() { return omp_get_max_threads() > 1; }

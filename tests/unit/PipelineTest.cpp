@@ -12,12 +12,12 @@
 #include "codegen/Driver.h"
 #include "codegen/Schedule.h"
 #include "frontend/OnnxImporter.h"
-#include "runtime/DeviceThreads.h"
 #include "runtime/Session.h"
 #include "runtime/Transport.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/plan/ScheduleCheck.h"
 #include "support/FileIO.h"
+#include "support/Parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -529,7 +529,7 @@ TEST(Pipeline, InProcessTransportDeliversAndAborts) {
 TEST(Pipeline, UsableCoresFollowTheAffinityMask) {
   cpu_set_t saved;
   ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
-  EXPECT_EQ(runtime::usableCores(), static_cast<unsigned>(CPU_COUNT(&saved)));
+  EXPECT_EQ(usableCores(), static_cast<unsigned>(CPU_COUNT(&saved)));
   int first = 0;
   while (!CPU_ISSET(first, &saved))
     ++first;
@@ -537,7 +537,7 @@ TEST(Pipeline, UsableCoresFollowTheAffinityMask) {
   CPU_ZERO(&one);
   CPU_SET(first, &one);
   ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
-  EXPECT_EQ(runtime::usableCores(), 1u);
+  EXPECT_EQ(usableCores(), 1u);
   ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 

@@ -6,11 +6,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Version.h"
-#include "runtime/DeviceThreads.h"
 #include "runtime/Session.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
 #include "support/Npy.h"
+#include "support/Parallel.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -512,7 +512,7 @@ Status runPlan(const Options &o) {
   }
   // Every device has its own threads; more than the cores share them, which
   // keeps results exact but makes timings say little about the pipeline.
-  const unsigned cores = runtime::usableCores();
+  const unsigned cores = usableCores();
   const long want = static_cast<long>(session->devices().size()) * o.threads;
   if (cores > 0 && want > static_cast<long>(cores) && !o.json)
     std::fprintf(stderr,
