@@ -361,6 +361,42 @@ Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeT
   return out;
 }
 
+Expected<double> measureConcurrentSlowdown(const ir::Graph &g, int devices,
+                                           const NodeTimingOptions &o, int trials) {
+  if (devices < 2)
+    return 1.0;
+  auto total = [](const std::vector<NodeTiming> &t) {
+    double s = 0;
+    for (const NodeTiming &x : t)
+      s += x.seconds;
+    return s;
+  };
+  std::vector<double> ratios;
+  for (int trial = 0; trial < std::max(1, trials); ++trial) {
+    PIPEC_ASSIGN(std::vector<NodeTiming> alone, timeGraphNodes(g, o));
+    std::vector<Expected<std::vector<NodeTiming>>> each(static_cast<size_t>(devices),
+                                                        errorf("not run"));
+    {
+      std::vector<std::thread> threads;
+      for (int d = 0; d < devices; ++d)
+        threads.emplace_back([&, d] { each[static_cast<size_t>(d)] = timeGraphNodes(g, o); });
+      for (std::thread &t : threads)
+        t.join();
+    }
+    double sum = 0;
+    for (auto &e : each) {
+      PIPEC_TRY(e.status());
+      sum += total(*e);
+    }
+    const double lone = total(alone);
+    if (lone > 0)
+      ratios.push_back(sum / devices / lone);
+  }
+  if (ratios.empty())
+    return errorf("the concurrent timing measured nothing");
+  return std::max(1.0, median(ratios));
+}
+
 std::map<std::string, std::vector<std::pair<double, double>>>
 fitOpCurves(const std::vector<NodeTiming> &timings) {
   // key -> half-octave bin -> (sizes, seconds) of its timings.

@@ -69,6 +69,14 @@ struct NodeTimingOptions {
 Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g,
                                                  const NodeTimingOptions &opts = {});
 
+/// What a device's kernels lose while the other devices of a pipeline
+/// compute: the in-order pass of `g` (timeGraphNodes) run on `devices`
+/// threads at once against one thread alone, the mean of the concurrent
+/// totals over the lone one, median of `trials` interleaved trials; 1 when
+/// `devices` < 2. The total is the sum of the node medians.
+Expected<double> measureConcurrentSlowdown(const ir::Graph &g, int devices,
+                                           const NodeTimingOptions &opts = {}, int trials = 3);
+
 /// Per key, the timings in half-octave bins of size, each bin the median of
 /// its sizes and of its seconds, ascending (DeviceProfile::opCurves).
 std::map<std::string, std::vector<std::pair<double, double>>>

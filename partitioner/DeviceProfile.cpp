@@ -165,6 +165,12 @@ Expected<DeviceProfile> parseProfile(const json &j, const std::string &what) {
     return errorf(what, ": the profile has no 'source' (a data sheet or a measurement)");
   p.assumptions = j.value("assumptions", "");
   p.measuredAt = j.value("measured_at", "");
+  if (j.contains("concurrent_slowdown")) {
+    const json &c = j["concurrent_slowdown"];
+    if (!c.is_number() || !(c.get<double>() >= 0.5 && c.get<double>() <= 4))
+      return errorf(what, ": 'concurrent_slowdown' must be a number in [0.5, 4]");
+    p.concurrentSlowdown = c.get<double>();
+  }
   p.defaultPrecision = j.value("default_precision", "fp32");
   if (!j.contains("peak_flops") || !j["peak_flops"].is_object() || j["peak_flops"].empty())
     return errorf(what, ": the profile has no 'peak_flops' object (e.g. {\"fp32\": 1.57e13})");
@@ -231,6 +237,8 @@ json profileToJson(const DeviceProfile &p) {
   j["source"] = p.source;
   if (!p.measuredAt.empty())
     j["measured_at"] = p.measuredAt;
+  if (p.concurrentSlowdown != 1)
+    j["concurrent_slowdown"] = p.concurrentSlowdown;
   if (!p.assumptions.empty())
     j["assumptions"] = p.assumptions;
   return j;

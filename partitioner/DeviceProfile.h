@@ -59,6 +59,11 @@ struct DeviceProfile {
   /// the update ("optimizer_step_seconds_per_element": {"adam": s, ...}).
   double accumulateSecondsPerElement = 0;
   std::map<std::string, double> optimizerStepSeconds;
+  /// How much longer a kernel takes while every other device of a pipeline
+  /// computes too ("concurrent_slowdown", optional, default 1): cores share
+  /// power, caches and memory. Stage times of K > 1 pipelines are scaled by
+  /// it; a single device's are not.
+  double concurrentSlowdown = 1;
   std::string source;         ///< data sheet or measurement
   /// When a measured profile was measured ("2026-11-25 07:20 UTC"); empty
   /// for data sheets. The machine's speed drifts: a profile is a snapshot.

@@ -296,6 +296,15 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   e.recompute = policy;
   mem.activations = activations(policy);
   e.recomputeTime = recomputeTime(policy);
+  if (numStages > 1) {
+    // Every device computes while the others do: each kernel takes the
+    // profile's measured two-core time.
+    const double f = m_.cost_.profile.concurrentSlowdown;
+    e.forwardTime *= f;
+    e.backwardTime *= f;
+    e.recomputeTime *= f;
+    e.optimizerTime *= f;
+  }
   return e;
 }
 

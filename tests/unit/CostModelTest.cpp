@@ -3,6 +3,7 @@
 #include "partitioner/Calibrate.h"
 #include "partitioner/CostModel.h"
 #include "partitioner/DeviceProfile.h"
+#include "partitioner/StageModel.h"
 #include "support/FileIO.h"
 
 #include <gtest/gtest.h>
@@ -205,4 +206,47 @@ TEST(Calibrate, TimesEveryKernelNodeAndFitsOneCurvePerOp) {
   m.profile = *p;
   EXPECT_NEAR(m.nodeTime(*(*g)->findNode("bm")), 8 * 2e-6 + 1e-7, 1e-15);
   EXPECT_DOUBLE_EQ(c["Relu"][0].second, 2e-6);
+}
+
+// A pipeline's devices compute at once: stage times of K > 1 are the
+// profile's two-core times; a single device's are not.
+TEST(CostModel, ConcurrentSlowdownScalesPipelineStagesOnly) {
+  auto g = ir::parseGraph("graph \"t\" {\n opset \"\" 17\n input %x: f32[64,256]\n"
+                          " node \"a\" Softmax(%x) -> %a: f32[64,256]\n"
+                          " node \"b\" Exp(%a) -> %b: f32[64,256]\n"
+                          " output %b\n}\n");
+  ASSERT_TRUE(g.isOk()) << g.status().message();
+  std::vector<const ir::Node *> order = {(*g)->findNode("a"), (*g)->findNode("b")};
+  nlohmann::json j = testProfile(1e-6);
+  j["concurrent_slowdown"] = 1.5;
+  auto p = parseProfile(j, "test");
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  EXPECT_DOUBLE_EQ(p->concurrentSlowdown, 1.5);
+  auto again = parseProfile(profileToJson(*p), "again");
+  ASSERT_TRUE(again.isOk());
+  EXPECT_DOUBLE_EQ(again->concurrentSlowdown, 1.5);
+  CostModel m;
+  m.profile = *p;
+  auto chain = ChainModel::build(**g, order, m, ChainOptions{});
+  ASSERT_TRUE(chain.isOk()) << chain.status().message();
+  const double alone = chain->evaluate(0, 2, 0, 1).forwardTime;
+  EXPECT_GT(alone, 0);
+  EXPECT_DOUBLE_EQ(chain->evaluate(0, 1, 0, 2).forwardTime +
+                       chain->evaluate(1, 2, 1, 2).forwardTime,
+                   1.5 * alone);
+  for (double bad : {0.1, 9.0}) {
+    j["concurrent_slowdown"] = bad;
+    auto q = parseProfile(j, "bad");
+    ASSERT_FALSE(q.isOk());
+    EXPECT_NE(q.status().message().find("concurrent_slowdown"), std::string::npos);
+  }
+  // One device has nobody to share with.
+  auto one = measureConcurrentSlowdown(**g, 1);
+  ASSERT_TRUE(one.isOk());
+  EXPECT_EQ(*one, 1.0);
+  NodeTimingOptions o;
+  o.minSeconds = 1e-5;
+  auto two = measureConcurrentSlowdown(**g, 2, o, 1);
+  ASSERT_TRUE(two.isOk()) << two.status().message();
+  EXPECT_GE(*two, 1.0);
 }

@@ -18,6 +18,7 @@
 #include "samples/gen/Models.h"
 #include "support/FileIO.h"
 #include "support/Npy.h"
+#include "support/Parallel.h"
 
 #include <CLI/CLI.hpp>
 
@@ -67,6 +68,7 @@ Status addOpCurves(partitioner::DeviceProfile &p, int threads) {
   const int64_t kBatches[] = {1, 4, 16, 64};
   const char *kModels[] = {"mlp", "gpt", "cnn"};
   std::vector<partitioner::NodeTiming> all;
+  std::unique_ptr<ir::Graph> gptAt4; // for the two-core measurement
   for (int64_t batch : kBatches)
     for (const char *name : kModels) {
       samples::CommonOptions c;
@@ -91,8 +93,22 @@ Status addOpCurves(partitioner::DeviceProfile &p, int threads) {
       std::cerr << "calibrate: " << model << " sample, micro-batch " << batch << ": " << t.size()
                 << " kernels timed\n";
       all.insert(all.end(), t.begin(), t.end());
+      if (model == "gpt" && batch == 4)
+        gptAt4 = std::move(g);
     }
   p.opCurves = partitioner::fitOpCurves(all);
+  // Devices of this thread count that fit the cores compute at once in a
+  // pipeline; what that costs each of them.
+  const int devices = static_cast<int>(usableCores()) / std::max(1, threads);
+  partitioner::NodeTimingOptions to;
+  to.threads = threads;
+  PIPEC_ASSIGN(p.concurrentSlowdown,
+               partitioner::measureConcurrentSlowdown(*gptAt4, devices, to));
+  std::cerr << "calibrate: " << devices << " devices computing at once: kernels "
+            << p.concurrentSlowdown << "x as long\n";
+  p.source += "; concurrent_slowdown = the GPT-like sample's kernels (micro-batch 4) timed on " +
+              std::to_string(devices) +
+              " threads at once against one alone, median of 3 interleaved trials (at least 1)";
   p.source += "; op_curves = median kernel time per op against bytes moved, over the nodes of the "
               "training graphs of the sample models (mlp, gpt, cnn with loss) at micro-batches of "
               "1, 4, 16 and 64";
