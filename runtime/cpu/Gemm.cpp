@@ -6,12 +6,29 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
+#include <vector>
 
 namespace pipec::cpu {
 
 bool oneDnnEnabled() {
   const char *v = std::getenv("PIPEC_LINALG_NO_DNNL");
   return !v || !*v || (v[0] == '0' && !v[1]);
+}
+
+bool prepareSgemm() {
+  if (!oneDnnEnabled())
+    return false;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Each transposition on the smallest product oneDNN gets (16x16x32).
+    std::vector<float> a(16 * 32, 0.0f), b(32 * 16, 0.0f), c(16 * 16);
+    for (char ta : {'N', 'T'})
+      for (char tb : {'N', 'T'})
+        (void)dnnl_sgemm(ta, tb, 16, 16, 32, 1.0f, a.data(), ta == 'N' ? 32 : 16, b.data(),
+                         tb == 'N' ? 16 : 32, 0.0f, c.data(), 16);
+  });
+  return true;
 }
 
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,

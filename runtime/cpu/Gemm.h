@@ -35,6 +35,11 @@ inline constexpr double kOneDnnMinMacs = 8192;
 /// factories read it, so a prepared kernel keeps its choice.
 bool oneDnnEnabled();
 
+/// oneDnnEnabled(), and when it is true, oneDNN's one-time GEMM setup done
+/// on the first call (its JIT, about 40 ms here), so that kernels pay it
+/// when they are prepared, not in the first step a run times.
+bool prepareSgemm();
+
 /// Row-major C = alpha op(A) op(B) + beta C (op: transpose when ta / tb),
 /// with M, N >= 1 and K >= 1; leading dimensions as BLAS takes them.
 /// `oneDnn` false keeps every size on OpenBLAS.

@@ -171,8 +171,8 @@ void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
 template <typename T> struct LinalgBatchedGemm {
   bool ta = false, tb = false;
   /// Whether f32 calls may go to oneDNN (runtime/cpu/Gemm.h), fixed when
-  /// the kernel is prepared.
-  bool oneDnn = oneDnnEnabled();
+  /// the kernel is prepared (which also runs oneDNN's one-time setup).
+  bool oneDnn = std::is_same_v<T, float> ? prepareSgemm() : oneDnnEnabled();
   int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
   T alpha = T(1), beta = T(0);
   std::vector<int64_t> aOff, bOff, cOff;
