@@ -9,7 +9,7 @@
 // more than one thread and the caller says the work is worth it.
 //
 // Iterations must be independent: results are then the same on any number
-// of threads.
+// of threads. usableCores() tells how many cores the process may use.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
