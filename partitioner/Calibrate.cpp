@@ -306,7 +306,8 @@ Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeT
       continue;
     Entry e{n, std::move(*kernel), {}, {}, {}, {}};
     for (const ir::Value *v : n->inputs())
-      e.in.push_back(v ? buffer(v) : nullptr);
+      if (v)
+        buffer(v); // input pointers are taken once views are aliased, below
     for (const ir::Value *v : n->outputs())
       e.out.push_back(buffer(v));
     if (size_t ws = e.kernel->workspaceBytes())
@@ -317,11 +318,9 @@ Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeT
   for (const ir::Node *n : g.nodes())
     if (ir::isView(*n))
       data[n->output(0)] = Tensor(n->output(0)->type(), buffer(n->input(0)), nullptr);
-  for (Entry &e : entries) {
-    for (size_t i = 0; i < e.in.size(); ++i)
-      if (e.node->input(i))
-        e.in[i] = data.at(e.node->input(i)).raw();
-  }
+  for (Entry &e : entries)
+    for (const ir::Value *v : e.node->inputs())
+      e.in.push_back(v ? data.at(v).raw() : nullptr);
   cpu::ExecContext ctx;
   ctx.training = true;
   auto pass = [&](bool timed) -> double {

@@ -73,7 +73,8 @@ Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g,
 /// compute: the in-order pass of `g` (timeGraphNodes) run on `devices`
 /// threads at once against one thread alone, the mean of the concurrent
 /// totals over the lone one, median of `trials` interleaved trials; 1 when
-/// `devices` < 2. The total is the sum of the node medians.
+/// `devices` < 2. A pass's total is the sum of its NodeTiming seconds (per
+/// GEMM call for GEMM-like nodes), the same measure on both sides.
 Expected<double> measureConcurrentSlowdown(const ir::Graph &g, int devices,
                                            const NodeTimingOptions &opts = {}, int trials = 3);
 

@@ -128,6 +128,7 @@ Status DeviceExecutor::prepare() {
   feedBefore_.assign(dev.program_size(), {});
   collectAfter_.assign(dev.program_size(), {});
   highWater_.assign(dev.program_size(), 0);
+  operands_.assign(dev.program_size(), {});
   auto reach = [&](int i, int32_t t, unsigned mb) {
     int64_t off = offsetOf_[static_cast<size_t>(t) * M + mb];
     if (off >= 0)
@@ -146,7 +147,12 @@ Status DeviceExecutor::prepare() {
     }
     for (int32_t ni : ins.nodes()) {
       const plan::Node &n = dev.nodes(ni);
+      // The node's operand addresses, inputs then outputs, resolved once
+      // here rather than at every run; a view runs nothing and has none.
+      const bool runs = kernels_[ni] != nullptr;
       for (int32_t t : n.inputs()) {
+        if (runs)
+          operands_[i].push_back(t < 0 ? nullptr : address(t, mb));
         if (t < 0)
           continue;
         if (!address(t, mb))
@@ -162,28 +168,12 @@ Status DeviceExecutor::prepare() {
         if (!address(t, mb))
           return errorf("device ", index_, ": node '", n.name(), "' writes '", p.tensors(t).name(),
                         "' of micro-batch ", mb, ", which has no memory in the plan");
+        if (runs)
+          operands_[i].push_back(address(t, mb));
         reach(i, t, mb);
         if (isOutput[t])
           collectAfter_[i].push_back(t);
       }
-    }
-  }
-  // The operand addresses of every compute instruction's nodes (views
-  // excepted), inputs then outputs, node after node: resolved once here
-  // rather than at every node run.
-  operands_.assign(dev.program_size(), {});
-  for (int i = 0; i < dev.program_size(); ++i) {
-    const plan::Instruction &ins = dev.program(i);
-    if (ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV)
-      continue;
-    for (int32_t ni : ins.nodes()) {
-      if (!kernels_[ni])
-        continue;
-      const plan::Node &n = dev.nodes(ni);
-      for (int32_t t : n.inputs())
-        operands_[i].push_back(t < 0 ? nullptr : address(t, ins.micro_batch()));
-      for (int32_t t : n.outputs())
-        operands_[i].push_back(address(t, ins.micro_batch()));
     }
   }
   return Status::ok();

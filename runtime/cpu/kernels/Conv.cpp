@@ -190,7 +190,7 @@ LinalgDnnlPrim makeDnnlConv(const ConvGeom &g, const OpDesc &d, bool hasBias) {
 
 template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, ConvGeom g, bool hasBias) {
   if constexpr (linalgDnnlSupports<T>()) {
-    if (linalgDnnlEnabled()) {
+    if (oneDnnEnabled()) {
       LinalgDnnlPrim p = makeDnnlConv(g, d, hasBias);
       if (p.valid())
         return KernelPtr(new ConvDnnlKernel(std::move(p), hasBias));

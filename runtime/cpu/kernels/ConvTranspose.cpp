@@ -241,7 +241,7 @@ Status resolveDeconv(const OpDesc &d, DeconvGeom &g, const Shape &in,
 
 template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, DeconvGeom g, bool hasBias) {
   if constexpr (linalgDnnlSupports<T>()) {
-    if (linalgDnnlEnabled()) {
+    if (oneDnnEnabled()) {
       LinalgDnnlPrim p = makeDnnlDeconv(g, hasBias);
       if (p.valid())
         return KernelPtr(new ConvTransposeDnnlKernel(std::move(p), hasBias));

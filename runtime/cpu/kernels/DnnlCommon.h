@@ -39,11 +39,6 @@ inline dnnl::stream &linalgDnnlStream() {
   return stream;
 }
 
-/// False when the environment sets PIPEC_LINALG_NO_DNNL (to anything but
-/// "0"): factories then prepare their loop fallbacks, which tests compare
-/// with the oneDNN path. Read at prepare time only.
-inline bool linalgDnnlEnabled() { return oneDnnEnabled(); }
-
 template <typename T> constexpr bool linalgDnnlSupports() { return std::is_same_v<T, float>; }
 
 inline dnnl::memory::dims linalgDnnlDims(const std::vector<int64_t> &v) {

@@ -415,10 +415,10 @@ Expected<KernelPtr> makeConvGrad(const OpDesc &d, bool weight) {
   return linalgDispatchFloat(d, dy.dtype, [&](auto tag) -> Expected<KernelPtr> {
     using T = decltype(tag);
     if constexpr (linalgDnnlSupports<T>()) {
-      if (linalgDnnlEnabled() && weight) {
+      if (oneDnnEnabled() && weight) {
         if (auto k = ConvGradWeightDnnlKernel::make(g))
           return KernelPtr(std::move(k));
-      } else if (linalgDnnlEnabled()) {
+      } else if (oneDnnEnabled()) {
         DnnlConvGradPlan p = makeDnnlConvGrad(g, false, g.N);
         if (p.valid())
           return KernelPtr(new ConvGradInputDnnlKernel(std::move(p)));

@@ -95,7 +95,7 @@ Expected<KernelPtr> makeLRNKernel(const OpDesc &d) {
     return errorf(d.where(), ": attribute 'size' is ", size, ", must be >= 1");
   float alpha = attrFloat(d.attrs, "alpha", 1e-4f), beta = attrFloat(d.attrs, "beta", 0.75f),
         bias = attrFloat(d.attrs, "bias", 1.0f);
-  if (x.dtype == DType::F32 && linalgDnnlEnabled()) {
+  if (x.dtype == DType::F32 && oneDnnEnabled()) {
     LinalgDnnlPrim p = makeDnnlLRN(x.shape, size, alpha, beta, bias);
     if (p.valid())
       return KernelPtr(new LRNDnnlKernel(std::move(p)));

@@ -230,7 +230,7 @@ template <typename T, typename U> Expected<KernelPtr> makeTyped(const OpDesc &d,
       return errorf(d.where(), ": output ", i, " ", d.outputs[i].str(), " is not shaped ",
                     shapeStr(statShape));
   if constexpr (std::is_same_v<T, float> && std::is_same_v<U, float>) {
-    if (linalgDnnlEnabled()) {
+    if (oneDnnEnabled()) {
       auto dk = makeDnnlLayerNorm(k->rows, k->cols, static_cast<float>(k->epsilon), k->hasBias,
                                   k->hasMean, k->hasInvStd);
       if (dk) {

@@ -294,7 +294,7 @@ template <typename T>
 Expected<KernelPtr> makeWindowTyped(const OpDesc &d, PoolGeom g, bool indices, int64_t N,
                                     int64_t C) {
   if constexpr (linalgDnnlSupports<T>()) {
-    if (!indices && linalgDnnlEnabled()) {
+    if (!indices && oneDnnEnabled()) {
       LinalgDnnlPrim p = makeDnnlPool(g, N, C);
       if (p.valid())
         return KernelPtr(new PoolDnnlKernel(std::move(p)));
