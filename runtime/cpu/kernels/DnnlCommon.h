@@ -59,14 +59,36 @@ inline dnnl::primitive_attr linalgDnnlAttr() {
   return attr;
 }
 
-/// A primitive with its argument descriptors; run() wraps raw pointers in
-/// memory objects (cheap, no copies) and executes on the thread's stream.
+/// A primitive with its argument descriptors. The first run() wraps the raw
+/// pointers in memory objects; later runs only point those objects at the
+/// new buffers (dnnl_memory_create allocates, about a microsecond a call,
+/// which is most of a small LayerNormalization). So one object must not run
+/// on two threads at once: a kernel that runs a primitive on several threads
+/// holds a copy per thread (GradConv.cpp); a copy starts with no memory
+/// objects bound.
 struct LinalgDnnlPrim {
   dnnl::primitive prim;
   /// (DNNL_ARG_*, descriptor) per argument, in the order run() takes them.
   std::vector<std::pair<int, dnnl::memory::desc>> args;
   dnnl::memory::desc scratchpad;
   size_t scratchBytes = 0;
+
+  LinalgDnnlPrim() = default;
+  LinalgDnnlPrim(const LinalgDnnlPrim &o)
+      : prim(o.prim), args(o.args), scratchpad(o.scratchpad), scratchBytes(o.scratchBytes) {}
+  LinalgDnnlPrim(LinalgDnnlPrim &&) = default;
+  LinalgDnnlPrim &operator=(const LinalgDnnlPrim &o) {
+    if (this != &o) {
+      prim = o.prim;
+      args = o.args;
+      scratchpad = o.scratchpad;
+      scratchBytes = o.scratchBytes;
+      bound_.clear();
+      mems_.clear();
+    }
+    return *this;
+  }
+  LinalgDnnlPrim &operator=(LinalgDnnlPrim &&) = default;
 
   bool valid() const { return static_cast<bool>(prim); }
 
@@ -75,25 +97,45 @@ struct LinalgDnnlPrim {
     prim = Prim(pd);
     scratchpad = pd.scratchpad_desc();
     scratchBytes = scratchpad.get_size();
+    bound_.clear();
+    mems_.clear();
   }
 
   /// `ptrs[i]` is the buffer of args[i]; `scratch` has scratchBytes bytes.
   Status run(const void *const *ptrs, void *scratch) const {
     try {
-      dnnl::engine &eng = linalgDnnlEngine();
-      std::unordered_map<int, dnnl::memory> m;
-      for (size_t i = 0; i < args.size(); ++i)
-        m.emplace(args[i].first, dnnl::memory(args[i].second, eng, const_cast<void *>(ptrs[i])));
-      if (scratchBytes)
-        m.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad, eng, scratch));
+      if (bound_.empty()) {
+        dnnl::engine &eng = linalgDnnlEngine();
+        for (size_t i = 0; i < args.size(); ++i) {
+          mems_.emplace_back(args[i].second, eng, const_cast<void *>(ptrs[i]));
+          bound_.emplace(args[i].first, mems_.back());
+        }
+        if (scratchBytes) {
+          mems_.emplace_back(scratchpad, eng, scratch);
+          bound_.emplace(DNNL_ARG_SCRATCHPAD, mems_.back());
+        }
+      } else {
+        for (size_t i = 0; i < args.size(); ++i)
+          mems_[i].set_data_handle(const_cast<void *>(ptrs[i]));
+        if (scratchBytes)
+          mems_.back().set_data_handle(scratch);
+      }
       dnnl::stream &s = linalgDnnlStream();
-      prim.execute(s, m);
+      prim.execute(s, bound_);
       s.wait();
     } catch (const dnnl::error &e) {
+      bound_.clear();
+      mems_.clear();
       return errorf("oneDNN: ", e.what());
     }
     return Status::ok();
   }
+
+private:
+  /// The memory objects of args (then the scratchpad), and the same objects
+  /// by argument, as execute() takes them.
+  mutable std::vector<dnnl::memory> mems_;
+  mutable std::unordered_map<int, dnnl::memory> bound_;
 };
 
 /// oneDNN's dimensions of a convolution of `images` images with C input and

@@ -342,6 +342,12 @@ public:
         return nullptr;
       planBytes = std::max(planBytes, p.bytes);
     }
+    // Chunks run on several threads at once, and a prepared primitive binds
+    // its buffers in place (LinalgDnnlPrim): a copy of the plan per chunk.
+    std::vector<DnnlConvGradPlan> perChunk;
+    for (int64_t c = 0; c < k->chunks_; ++c)
+      perChunk.push_back(k->plans_[c + 1 < k->chunks_ || k->plans_.size() == 1 ? 0 : 1]);
+    k->plans_ = std::move(perChunk);
     int64_t inSp = 1, outSp = 1, ks = 1;
     for (const LinalgWindowDim &w : g.dims) {
       inSp *= w.in;
@@ -371,7 +377,7 @@ public:
     // a one-thread team), where oneDNN does not split it further.
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < chunks_; ++k) {
-      const DnnlConvGradPlan &p = plans_[k + 1 < chunks_ || plans_.size() == 1 ? 0 : 1];
+      const DnnlConvGradPlan &p = plans_[static_cast<size_t>(k)];
       const void *ptrs[3] = {dy + k * per_ * dyImage_, x + k * per_ * xImage_,
                              parts + k * partBytes_};
       st[static_cast<size_t>(k)] = p.run(ptrs, planWs + k * planBytes_);
@@ -389,7 +395,7 @@ public:
 
 private:
   ConvGradWeightDnnlKernel() = default;
-  std::vector<DnnlConvGradPlan> plans_; ///< chunks of per_ images, then the last if smaller
+  std::vector<DnnlConvGradPlan> plans_; ///< one per chunk (of per_ images; the last may be smaller)
   int64_t per_ = 1, chunks_ = 1, xImage_ = 0, dyImage_ = 0, wElems_ = 0;
   size_t partBytes_ = 0, planBytes_ = 0;
 };

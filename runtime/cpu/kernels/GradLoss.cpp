@@ -64,37 +64,66 @@ private:
       }
     }
     const bool none = l_.reduction == dm::Reduction::None;
-    parallelFor(N, N * C * D >= 16384, [&](int64_t n) {
-      for (int64_t d = 0; d < D; ++d) {
-        const int64_t p = n * D + d;
-        const T *xp = x + n * C * D + d;
-        T *gp = dx + n * C * D + d;
+    // Positions in the forward's blocks (up to kBlock of one example), the
+    // class axis outermost: with D > 1 every inner loop runs over adjacent
+    // positions and vectorizes; each position still sums its exps in class
+    // order, so the bits are those of a per-position loop.
+    constexpr int64_t kBlock = dm::LossLayout::kBlock;
+    const int64_t bpe = l_.blocksPerExample();
+    parallelFor(l_.numBlocks(), N * C * D >= 16384, [&](int64_t b) {
+      const int64_t n = b / bpe, d0 = (b % bpe) * kBlock;
+      const int64_t len = std::min(D, d0 + kBlock) - d0;
+      const T *xb = x + n * C * D + d0;
+      T *gb = dx + n * C * D + d0;
+      T g[kBlock];
+      int64_t t[kBlock];
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t p = n * D + d0 + j;
         const T wt = weightAt(p);
-        const T g = (none ? dl[p] : scale) * wt;
-        const int64_t t = dm::targetAt(l_, target, p);
-        if (!softmax_) {
-          for (int64_t c = 0; c < C; ++c)
-            gp[c * D] = T(0);
-          if (wt != T(0))
-            gp[t * D] = -g;
-          continue;
-        }
-        T mx = -std::numeric_limits<T>::infinity();
+        g[j] = (none ? dl[p] : scale) * wt;
+        // A zero weight (ignored or weighted out) adds no one-hot term.
+        t[j] = wt != T(0) ? dm::targetAt(l_, target, p) : -1;
+      }
+      if (!softmax_) {
         for (int64_t c = 0; c < C; ++c)
-          mx = std::max(mx, xp[c * D]);
-        // The exps into dx first (a loop that vectorizes), then their sum in
-        // class order (a serial reduction), then the scaling.
+          std::fill(gb + c * D, gb + c * D + len, T(0));
+      } else if (len == 1) {
+        // One position ([N, C] scores): the classes are adjacent.
+        const T mx = *std::max_element(xb, xb + C);
         for (int64_t c = 0; c < C; ++c)
-          gp[c * D] = expOf(xp[c * D] - mx);
+          gb[c] = expOf(xb[c] - mx);
         T sum = 0;
         for (int64_t c = 0; c < C; ++c)
-          sum += gp[c * D];
-        const T r = T(1) / sum;
+          sum += gb[c];
+        const T s = g[0], rs = T(1) / sum;
         for (int64_t c = 0; c < C; ++c)
-          gp[c * D] = g * gp[c * D] * r;
-        if (wt != T(0))
-          gp[t * D] -= g;
+          gb[c] = s * gb[c] * rs;
+      } else {
+        T mx[kBlock], sum[kBlock], r[kBlock];
+        std::fill(mx, mx + len, -std::numeric_limits<T>::infinity());
+        std::fill(sum, sum + len, T(0));
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t j = 0; j < len; ++j) {
+            // std::max on values: GCC does not vectorize the reference it
+            // returns.
+            const T v = xb[c * D + j];
+            mx[j] = mx[j] < v ? v : mx[j];
+          }
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t j = 0; j < len; ++j) {
+            const T e = expOf(xb[c * D + j] - mx[j]);
+            gb[c * D + j] = e;
+            sum[j] += e;
+          }
+        for (int64_t j = 0; j < len; ++j)
+          r[j] = T(1) / sum[j];
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t j = 0; j < len; ++j)
+            gb[c * D + j] = g[j] * gb[c * D + j] * r[j];
       }
+      for (int64_t j = 0; j < len; ++j)
+        if (t[j] >= 0)
+          gb[t[j] * D + j] -= g[j];
     });
   }
 

@@ -62,8 +62,12 @@ private:
       std::fill(mx, mx + len, -std::numeric_limits<T>::infinity());
       std::fill(lse, lse + len, 0.0);
       for (int64_t c = 0; c < C; ++c)
-        for (int64_t j = 0; j < len; ++j)
-          mx[j] = std::max(mx[j], xb[c * D + j]);
+        for (int64_t j = 0; j < len; ++j) {
+          // std::max on values: GCC does not vectorize the reference it
+          // returns.
+          const T v = xb[c * D + j];
+          mx[j] = mx[j] < v ? v : mx[j];
+        }
       if (len == 1) {
         // One position ([N, C] scores): the loop over j cannot vectorize, so
         // the exps go through a stack buffer, computed in a loop that does,
