@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Transport.h"
+#include "support/Parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -21,15 +22,6 @@
 namespace pipec::runtime {
 
 namespace {
-
-/// A spin-wait hint: the core idles its pipeline (and leaves its sibling
-/// hyperthread and the package's power budget to the others) for a few
-/// dozen cycles.
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 /// A message's bytes. Buffers are recycled (InProcessTransport::pool_):
 /// allocating a fresh one per message costs page faults for every large

@@ -37,8 +37,8 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
       ex->enableTrace(epoch);
     s->devices_.push_back(std::move(ex));
   }
-  // One device runs on the caller's thread; several get a thread each and
-  // a transport between them.
+  // One device runs on the caller's thread; with several, the others get a
+  // thread each and a transport connects them.
   if (K > 1) {
     double spin = opts.spinSeconds;
     if (spin < 0) {
@@ -48,7 +48,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
                  : 0.0;
     }
     s->transport_ = makeInProcessTransport(K, spin);
-    s->threads_ = std::make_unique<DeviceThreads>(K, opts.threadsPerDevice);
+    s->threads_ = std::make_unique<DeviceThreads>(K, opts.threadsPerDevice, spin);
   }
   if (s->isTraining())
     PIPEC_TRY(s->prepareTraining().withContext(cat("plan '", planDir, "'")));

@@ -30,13 +30,14 @@ struct SessionOptions {
   /// instruction `failAtInstruction` in every step.
   int failDevice = -1;
   int failAtInstruction = -1;
-  /// How long a device waiting for a message spins before it sleeps
-  /// (makeInProcessTransport); negative: kAutoSpinSeconds when the
-  /// devices' threads fit the machine's cores, else none.
+  /// How long a device waiting for a message, or for the next step, spins
+  /// before it sleeps (makeInProcessTransport, DeviceThreads); negative:
+  /// kAutoSpinSeconds when the devices' threads fit the machine's cores,
+  /// else none.
   double spinSeconds = -1;
 };
 
-/// The automatic spin of a receiving device whose thread has a core to itself.
+/// The automatic spin of a waiting device whose thread has a core to itself.
 inline constexpr double kAutoSpinSeconds = 20e-3;
 
 class DeviceThreads;

@@ -9,7 +9,8 @@
 // more than one thread and the caller says the work is worth it.
 //
 // Iterations must be independent: results are then the same on any number
-// of threads. usableCores() tells how many cores the process may use.
+// of threads. usableCores() tells how many cores the process may use, and
+// cpuRelax() is the pause of a spin-wait loop.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -36,6 +37,15 @@ inline unsigned usableCores() {
   return std::thread::hardware_concurrency();
 }
 
+/// A spin-wait hint: the core idles its pipeline (and leaves its sibling
+/// hyperthread and the package's power budget to the others) for a few
+/// dozen cycles.
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 /// Whether the calling thread's OpenMP budget has more than one thread.
 inline bool threadsAvailable() { return omp_get_max_threads() > 1; }
 
@@ -43,7 +53,9 @@ inline bool threadsAvailable() { return omp_get_max_threads() > 1; }
 /// `worthThreads`, n > 1 and the budget allows, else in a plain loop.
 template <typename F> void parallelFor(int64_t n, bool worthThreads, F &&body) {
   if (n > 1 && worthThreads && threadsAvailable()) {
+#ifdef _OPENMP // tools that only read usableCores() build without OpenMP
 #pragma omp parallel for schedule(static)
+#endif
     for (int64_t i = 0; i < n; ++i)
       body(i);
     return;

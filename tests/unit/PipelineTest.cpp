@@ -12,6 +12,7 @@
 #include "codegen/Driver.h"
 #include "codegen/Schedule.h"
 #include "frontend/OnnxImporter.h"
+#include "runtime/DeviceThreads.h"
 #include "runtime/Session.h"
 #include "runtime/Transport.h"
 #include "runtime/plan/PlanIO.h"
@@ -21,6 +22,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -521,6 +523,39 @@ TEST(Pipeline, InProcessTransportDeliversAndAborts) {
     // After a reset the transport delivers again.
     ASSERT_TRUE(t->send(0, 1, 8, &x, 4).isOk());
     ASSERT_TRUE(t->recv(1, 0, 8, &x, 4).isOk());
+  }
+}
+
+// DeviceThreads, spinning between steps or sleeping: every run calls each
+// device once, device 0 on the caller's thread and the others each on a
+// thread of its own that stays the same from step to step; each device's
+// status comes back in its slot.
+TEST(Pipeline, DeviceThreadsRunEveryDeviceOncePerStep) {
+  for (double spin : {0.0, 0.05}) {
+    constexpr int kDevices = 3;
+    runtime::DeviceThreads threads(kDevices, 1, spin);
+    std::vector<std::thread::id> first(kDevices);
+    for (int step = 0; step < 100; ++step) {
+      std::vector<std::atomic<int>> calls(kDevices);
+      std::vector<std::thread::id> ids(kDevices);
+      std::vector<Status> st = threads.run([&](int d) -> Status {
+        calls[static_cast<size_t>(d)].fetch_add(1);
+        ids[static_cast<size_t>(d)] = std::this_thread::get_id();
+        if (d == 2 && step % 7 == 3)
+          return errorf("device 2 failed at step ", step);
+        return Status::ok();
+      });
+      ASSERT_EQ(st.size(), static_cast<size_t>(kDevices));
+      for (int d = 0; d < kDevices; ++d) {
+        EXPECT_EQ(calls[static_cast<size_t>(d)].load(), 1) << "spin " << spin << " step " << step;
+        EXPECT_EQ(st[static_cast<size_t>(d)].isOk(), d != 2 || step % 7 != 3) << "step " << step;
+      }
+      EXPECT_EQ(ids[0], std::this_thread::get_id());
+      EXPECT_NE(ids[1], ids[2]);
+      if (step == 0)
+        first = ids;
+      EXPECT_EQ(ids, first) << "spin " << spin << " step " << step;
+    }
   }
 }
 
