@@ -129,6 +129,8 @@ Status DeviceExecutor::prepare() {
   collectAfter_.assign(dev.program_size(), {});
   highWater_.assign(dev.program_size(), 0);
   operands_.assign(dev.program_size(), {});
+  accumulates_.assign(dev.nodes_size(), 0);
+  runsThisStep_.assign(dev.nodes_size(), 0);
   auto reach = [&](int i, int32_t t, unsigned mb) {
     int64_t off = offsetOf_[static_cast<size_t>(t) * M + mb];
     if (off >= 0)
@@ -179,6 +181,53 @@ Status DeviceExecutor::prepare() {
   return Status::ok();
 }
 
+bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
+  const plan::Plan &p = lp_.plan;
+  const plan::Device &dev = p.devices(index_);
+  if (tensor < 0 || tensor >= p.tensors_size() || !dst)
+    return false;
+  for (int32_t t : p.outputs())
+    if (t == tensor)
+      return false;
+  int producer = -1;
+  for (int ni = 0; ni < dev.nodes_size(); ++ni) {
+    const plan::Node &n = dev.nodes(ni);
+    for (int32_t t : n.inputs())
+      if (t == tensor)
+        return false;
+    for (int32_t t : n.outputs())
+      if (t == tensor) {
+        if (producer >= 0 || n.outputs_size() != 1)
+          return false;
+        producer = ni;
+      }
+  }
+  if (producer < 0 || !kernels_[producer] || !kernels_[producer]->canAccumulate())
+    return false;
+  for (const plan::Instruction &ins : dev.program())
+    if ((ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV) &&
+        ins.tensor() == tensor)
+      return false;
+  // Point the producer's output operand at `dst` in every instruction that
+  // runs it, and collect the tensor no more.
+  for (int i = 0; i < dev.program_size(); ++i) {
+    const plan::Instruction &ins = dev.program(i);
+    size_t at = 0;
+    for (int32_t ni : ins.nodes()) {
+      if (!kernels_[ni])
+        continue;
+      const plan::Node &n = dev.nodes(ni);
+      if (ni == producer)
+        operands_[i][at + static_cast<size_t>(n.inputs_size())] = dst;
+      at += static_cast<size_t>(n.inputs_size() + n.outputs_size());
+    }
+    auto &c = collectAfter_[i];
+    c.erase(std::remove(c.begin(), c.end(), tensor), c.end());
+  }
+  accumulates_[producer] = 1;
+  return true;
+}
+
 void DeviceExecutor::resetMeasurements() {
   const uint64_t arena = stats_.arenaBytes, high = stats_.arenaHighWater;
   stats_ = DeviceStats{};
@@ -201,6 +250,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   const plan::Device &dev = lp_.plan.devices(index_);
   const plan::Plan &p = lp_.plan;
   ctx.workspace = workspace_.data();
+  std::fill(runsThisStep_.begin(), runsThisStep_.end(), 0u);
   auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
@@ -252,6 +302,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
         void *const *in = operands, *const *out = operands + n.inputs_size();
         operands = out + n.outputs_size();
         auto n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
+        ctx.accumulate = accumulates_[ni] && runsThisStep_[ni]++ > 0;
         Status s = kernels_[ni]->run(ctx, in, out);
         if (!s)
           return s.withContext(cat("device ", index_, " micro-batch ", mb));

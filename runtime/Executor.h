@@ -89,6 +89,15 @@ public:
   /// Address of a tensor instance (arena or weights); null if not resident.
   void *address(int32_t tensor, unsigned mb);
 
+  /// Sums a parameter gradient over the step's micro-batches in place: the
+  /// node that computes `tensor` writes its first run of a step into `dst`
+  /// and adds every later run to it (cpu::ExecContext::accumulate), so the
+  /// gradient is no longer collected per micro-batch. Possible when that
+  /// kernel canAccumulate(), the tensor is its only output and nothing else
+  /// on the device reads, sends or returns it; returns whether it was done.
+  /// Runs in micro-batch order add in micro-batch order, as collect() does.
+  bool accumulateInto(int32_t tensor, void *dst);
+
 private:
   DeviceExecutor(const plan::LoadedPlan &lp, int index) : lp_(lp), index_(index) {}
   Status prepare();
@@ -104,6 +113,10 @@ private:
   std::vector<std::vector<int32_t>> feedBefore_, collectAfter_;
   /// Per compute instruction: its nodes' operand addresses (prepare()).
   std::vector<std::vector<void *>> operands_;
+  /// Per node: whether it accumulates its output in place
+  /// (accumulateInto), and its runs in the current step.
+  std::vector<char> accumulates_;
+  std::vector<uint32_t> runsThisStep_;
   /// Per instruction: the highest arena byte its tensor instances reach.
   std::vector<uint64_t> highWater_;
   DeviceStats stats_;

@@ -108,6 +108,18 @@ Status Session::prepareTraining() {
     paramOfGrad_[pp.grad()] = static_cast<int>(params_.size());
     params_.push_back(std::move(ps));
   }
+  // Where the kernel that computes a gradient can add into its output (the
+  // weight-gradient GEMMs), it sums the micro-batches straight into the
+  // parameter's accumulator: collect() then has no copy and no pass over
+  // the gradient per micro-batch (about 5% of a GPT-like sample's step).
+  for (ParamState &ps : params_) {
+    if (!opts_.accumulateInPlace)
+      break;
+    const plan::TensorInfo &g = lp_.plan.tensors(ps.grad);
+    if (g.dtype() == static_cast<int32_t>(DType::F32) &&
+        g.bytes() == static_cast<uint64_t>(ps.n) * sizeof(float))
+      ps.inPlace = devices_[ps.device]->accumulateInto(ps.grad, ps.accum.data());
+  }
   return Status::ok();
 }
 

@@ -35,6 +35,10 @@ struct SessionOptions {
   /// kAutoSpinSeconds when the devices' threads fit the machine's cores,
   /// else none.
   double spinSeconds = -1;
+  /// Let the kernels that compute parameter gradients sum the micro-batches
+  /// in place where they can (DeviceExecutor::accumulateInto); off: every
+  /// gradient is collected and added per micro-batch (tests compare both).
+  bool accumulateInPlace = true;
 };
 
 /// The automatic spin of a waiting device whose thread has a core to itself.
@@ -47,6 +51,13 @@ public:
   static Expected<std::unique_ptr<Session>> open(const std::string &planDir,
                                                  const SessionOptions &opts);
   const plan::Plan &plan() const { return lp_.plan; }
+  /// Parameters whose gradient kernel sums the micro-batches in place.
+  int gradientsAccumulatedInPlace() const {
+    int n = 0;
+    for (const ParamState &ps : params_)
+      n += ps.inPlace;
+    return n;
+  }
 
   /// Descriptions of the step's inputs and outputs (micro-batches stacked).
   std::vector<TensorDesc> stepInputDescs() const;
@@ -112,6 +123,9 @@ private:
     float *data = nullptr; ///< the resident weight, updated in place
     int64_t n = 0;
     std::vector<float> accum;
+    /// The gradient's kernel sums into accum itself
+    /// (DeviceExecutor::accumulateInto); collect() never sees it.
+    bool inPlace = false;
     std::vector<std::vector<float>> state;
   };
 

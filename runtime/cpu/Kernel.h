@@ -60,6 +60,10 @@ struct ExecContext {
   bool training = false;
   /// Scratch memory of at least the kernel's workspaceBytes().
   void *workspace = nullptr;
+  /// Add the result to what out[0] holds instead of overwriting it; set
+  /// only for kernels that canAccumulate() (gradients summed over
+  /// micro-batches in place, DeviceExecutor::accumulateInto).
+  bool accumulate = false;
 };
 
 class Kernel {
@@ -69,6 +73,8 @@ public:
   /// inputs unless the kernel says so.
   virtual Status run(ExecContext &ctx, const void *const *in, void *const *out) = 0;
   virtual size_t workspaceBytes() const { return 0; }
+  /// Whether run() honours ExecContext::accumulate.
+  virtual bool canAccumulate() const { return false; }
   /// A stable id for the node, used to key random streams.
   uint64_t nodeId = 0;
 };

@@ -4,7 +4,9 @@
 // [N,K] with transB), and the optional C (required before opset 11) is
 // unidirectionally broadcast to [M,N]. Y is first filled with the broadcast
 // C, then one sgemm/dgemm call accumulates alpha * A'B' + beta * Y. Integer
-// types (opset 9+) use a plain loop.
+// types (opset 9+) use a plain loop. Without C the kernel can also add A'B'
+// to what Y holds (ExecContext::accumulate: weight gradients summed over
+// micro-batches in place).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
@@ -20,14 +22,20 @@ public:
   T alpha = T(1), beta = T(0);
   bool hasC = false;
   int64_t cStrideM = 0, cStrideN = 0;   ///< strides of C broadcast to [M,N]
-  LinalgBatchedGemm<T> gemm, gemmWithC; ///< beta 0, and beta for Y = C
+  /// beta 0; beta for Y = C; beta 1 for Y += A'B' (ExecContext::accumulate)
+  LinalgBatchedGemm<T> gemm, gemmWithC, gemmAccumulate;
 
-  Status run(ExecContext &, const void *const *in, void *const *out) override {
+  /// Without C: the GEMM adds into Y itself (beta 1), with no extra pass.
+  bool canAccumulate() const override { return !hasC || beta == T(0); }
+
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     const T *A = static_cast<const T *>(in[0]);
     const T *B = static_cast<const T *>(in[1]);
     const T *C = hasC ? static_cast<const T *>(in[2]) : nullptr;
     T *Y = static_cast<T *>(out[0]);
-    if (hasC && beta != T(0)) {
+    if (ctx.accumulate && canAccumulate()) {
+      gemmAccumulate.run(A, B, Y);
+    } else if (hasC && beta != T(0)) {
       if (!C)
         return errorf("Gemm: input C is missing at run time");
       for (int64_t m = 0; m < M; ++m) {
@@ -90,6 +98,8 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
   g.aOff = g.bOff = g.cOff = {0};
   k->gemmWithC = g;
   k->gemmWithC.beta = k->beta;
+  k->gemmAccumulate = g;
+  k->gemmAccumulate.beta = T(1);
   return KernelPtr(std::move(k));
 }
 
