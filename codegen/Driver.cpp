@@ -75,6 +75,17 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     PIPEC_ASSIGN(train::Optimizer optimizer, train::Optimizer::create(oc));
     po.optimizerStates = static_cast<int>(optimizer.stateTensors());
     po.optimizer = oc.kind;
+    // The runtime sums these gradients in their GEMM (beta 1) rather than
+    // in a pass per micro-batch (DeviceExecutor::accumulateInto: a kernel
+    // that can, whose output nothing else reads).
+    for (const auto &[param, grad] : emit.train.paramGrads) {
+      const ir::Node *n = grad->producer();
+      const bool noC = n && (n->inputs().size() < 3 || !n->inputs()[2] ||
+                             attrFloat(n->attrs(), "beta", 1.0f) == 0.0f);
+      if (n && n->is("Gemm") && noC && n->outputs().size() == 1 && grad->users().empty() &&
+          !grad->isGraphOutput() && grad->type().dtype == DType::F32)
+        po.accumulatedInPlace.insert(param);
+    }
   }
   PIPEC_ASSIGN(c.partition, partitioner::partitionGraph(g, po));
   if (po.recompute != "none") {

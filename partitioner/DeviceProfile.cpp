@@ -67,21 +67,21 @@ double DeviceProfile::opCurveTime(const std::string &key, double size) const {
   return std::exp(std::log(t0) + f * (std::log(t1) - std::log(t0)));
 }
 
-double DeviceProfile::optimizerSecondsPerParameter(const std::string &kind, int states,
-                                                   int microBatches) const {
-  const double M = std::max(1, microBatches);
-  // Bytes per element: accumulate reads the gradient and the sum and
-  // writes the sum; the step scales the sum (read, write), reads it for the
-  // norm, and reads parameter, gradient and states, writing parameter and
-  // states.
-  const double f = sizeof(float);
-  double accumulate = accumulateSecondsPerElement > 0 ? accumulateSecondsPerElement
-                                                      : 3 * f / memoryBandwidth;
+double DeviceProfile::gradientAccumulateSecondsPerElement() const {
+  // Reads the gradient and the sum, writes the sum.
+  return accumulateSecondsPerElement > 0 ? accumulateSecondsPerElement
+                                         : 3 * sizeof(float) / memoryBandwidth;
+}
+
+double DeviceProfile::optimizerStepSecondsPerParameter(const std::string &kind, int states) const {
   auto it = optimizerStepSeconds.find(kind);
-  double step = it != optimizerStepSeconds.end()
-                    ? it->second
-                    : (3 * f + (2 + states) * f + (1 + states) * f) / memoryBandwidth;
-  return M * accumulate + step;
+  if (it != optimizerStepSeconds.end())
+    return it->second;
+  // Bytes per element: the step scales the sum (read, write), reads it for
+  // the norm, and reads parameter, gradient and states, writing parameter
+  // and states.
+  const double f = sizeof(float);
+  return (3 * f + (2 + states) * f + (1 + states) * f) / memoryBandwidth;
 }
 
 std::string profileDirectory() {

@@ -84,11 +84,12 @@ struct DeviceProfile {
   /// smallest size's time below them (a fixed cost dominates), proportional
   /// to size above them. Negative when `key` has no curve.
   double opCurveTime(const std::string &key, double size) const;
-  /// Seconds per parameter element per training step for the optimizer
-  /// `kind` with `states` state tensors and M micro-batches: M gradient
-  /// accumulations and one step, measured when the profile has the figures,
-  /// else the bytes they move at the memory bandwidth.
-  double optimizerSecondsPerParameter(const std::string &kind, int states, int microBatches) const;
+  /// Seconds per parameter element of one step of the optimizer `kind`
+  /// with `states` state tensors, and of the runtime adding one
+  /// micro-batch's gradient to the sum: measured when the profile has the
+  /// figures, else the bytes they move at the memory bandwidth.
+  double optimizerStepSecondsPerParameter(const std::string &kind, int states) const;
+  double gradientAccumulateSecondsPerElement() const;
 };
 
 /// Name of the profile used when none is given: this machine, as

@@ -264,9 +264,13 @@ Expected<Partition> partitionGraph(const ir::Graph &g, const PartitionOptions &o
   co.schedule = opts.schedule;
   co.recompute = opts.recompute;
   co.optimizerStates = opts.optimizerStates;
-  if (opts.training)
-    co.optimizerSecondsPerParameter = cost.profile.optimizerSecondsPerParameter(
-        opts.optimizer, opts.optimizerStates, opts.microBatches);
+  if (opts.training) {
+    co.optimizerSecondsPerParameter =
+        cost.profile.optimizerStepSecondsPerParameter(opts.optimizer, opts.optimizerStates);
+    co.accumulateSecondsPerParameter =
+        std::max(1, opts.microBatches) * cost.profile.gradientAccumulateSecondsPerElement();
+    co.accumulatedInPlace = &opts.accumulatedInPlace;
+  }
   co.memoryBudget = opts.memoryBudget > 0 ? opts.memoryBudget : cost.profile.memoryCapacity;
   PIPEC_ASSIGN(ChainModel chain, ChainModel::build(g, p.order, cost, co));
   const size_t N = chain.size();

@@ -29,6 +29,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace pipec::partitioner {
@@ -58,6 +59,10 @@ struct PartitionOptions {
   int optimizerStates = 0;
   /// The optimizer's kind (sgd, adam, adamw, rmsprop): the step's cost.
   std::string optimizer = "adam";
+  /// Parameters whose gradient kernel sums the micro-batches in place
+  /// (the runtime's DeviceExecutor::accumulateInto): no per-micro-batch
+  /// accumulation pass is charged for them.
+  std::unordered_set<const ir::Value *> accumulatedInPlace;
   /// "auto" (exact below a size limit), "exact" or "bisect" (for tests).
   std::string search = "auto";
 };

@@ -108,6 +108,8 @@ Expected<ChainModel> ChainModel::build(const ir::Graph &g, std::vector<const ir:
         bool p = isParam(*v);
         c.constants.push_back({idOf(v), bytesOf(v), p ? 1 : 0});
         c.paramElems.push_back(p ? static_cast<double>(v->type().numel()) : 0.0);
+        const bool inPlace = opts.accumulatedInPlace && opts.accumulatedInPlace->count(v);
+        c.collectedElems.push_back(inPlace ? 0.0 : c.paramElems.back());
       }
     switch (n->phase()) {
     case ir::Phase::Forward: {
@@ -197,6 +199,7 @@ void ChainModel::Sweep::push() {
     if (u.producer) {
       paramBytes_ += u.bytes;
       params_ += c.paramElems[k];
+      collected_ += c.collectedElems[k];
     }
   }
   // Values this stage stops sending: their last forward use is here.
@@ -244,7 +247,9 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   e.end = end_;
   e.forwardTime = fwd_;
   e.backwardTime = o.training ? bwd_ : 0;
-  e.optimizerTime = opt_ + (o.training ? params_ * o.optimizerSecondsPerParameter : 0);
+  e.optimizerTime = opt_ + (o.training ? params_ * o.optimizerSecondsPerParameter +
+                                             collected_ * o.accumulateSecondsPerParameter
+                                       : 0);
   e.forwardFlops = fwdFlops_;
   e.backwardFlops = bwdFlops_;
   e.parameters = params_;

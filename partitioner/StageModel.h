@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace pipec::partitioner {
@@ -69,10 +70,13 @@ struct ChainOptions {
   std::string schedule = "gpipe";
   std::string recompute = "none"; ///< none, full, selective, auto
   int optimizerStates = 0;
-  /// Seconds per trained parameter element per step: gradient accumulation
-  /// over the micro-batches and the optimizer step
-  /// (DeviceProfile::optimizerSecondsPerParameter).
+  /// Seconds per trained parameter element per step: the optimizer step
+  /// (DeviceProfile::optimizerStepSecondsPerParameter), and the runtime's
+  /// gradient accumulation over the micro-batches, charged to the
+  /// parameters not in accumulatedInPlace.
   double optimizerSecondsPerParameter = 0;
+  double accumulateSecondsPerParameter = 0;
+  const std::unordered_set<const ir::Value *> *accumulatedInPlace = nullptr;
   double memoryBudget = 0; ///< bytes per device
 };
 
@@ -105,7 +109,7 @@ public:
     size_t begin_, end_;
     int tag_;
     double fwd_ = 0, bwd_ = 0, opt_ = 0, cheapFwd_ = 0, fwdFlops_ = 0, bwdFlops_ = 0;
-    double weights_ = 0, params_ = 0, paramBytes_ = 0;
+    double weights_ = 0, params_ = 0, collected_ = 0, paramBytes_ = 0;
     double out_ = 0, in_ = 0, stash_ = 0, keptStash_ = 0, stageInputs_ = 0, workspace_ = 0;
     /// Selective: kept values only the recomputed nodes read.
     double chainStash_ = 0;
@@ -130,6 +134,9 @@ private:
     std::vector<Use> chainReads;
     std::vector<Use> lastUses;   ///< values whose last forward use is this node
     std::vector<double> paramElems; ///< elements per constants[] entry
+    /// Of those, elements whose gradient the runtime accumulates (not in
+    /// ChainOptions::accumulatedInPlace).
+    std::vector<double> collectedElems;
   };
   ChainOptions opts_;
   CostModel cost_;
