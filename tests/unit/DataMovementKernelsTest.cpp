@@ -443,6 +443,58 @@ TEST(DataMovementKernels, LossesAreThreadCountInvariant) {
   }
 }
 
+// The loss gradients (pipec:SoftmaxCrossEntropyLossGrad and
+// NegativeLogLikelihoodLossGrad) against a float64 reference of
+//   dx[n,c,d] = g * w_t * (softmax(x)[n,c,d] - [c == t])   (NLL: no softmax)
+// on [N, C] scores and on [N, C, D] with D = 65: a block of 64 positions and
+// one of a single position, whose classes are D apart.
+TEST(DataMovementKernels, LossGradientsMatchReference) {
+  for (const char *op : {"SoftmaxCrossEntropyLossGrad", "NegativeLogLikelihoodLossGrad"}) {
+    const bool softmax = std::string(op) == "SoftmaxCrossEntropyLossGrad";
+    for (const Shape &xs : {Shape{6, 5}, Shape{3, 5, 65}}) {
+      const int64_t N = xs[0], C = xs[1], D = xs.size() > 2 ? xs[2] : 1;
+      Tensor x = randomF(DType::F32, xs, 51);
+      Shape ts = xs;
+      ts.erase(ts.begin() + 1);
+      Tensor target(DType::I64, ts);
+      std::mt19937 g(9);
+      for (int64_t i = 0; i < target.numel(); ++i)
+        target.data<int64_t>()[i] = static_cast<int64_t>(g() % 6); // 5 is ignored
+      Tensor w = randomF(DType::F32, {C}, 52, 0.1, 2.0);
+      Tensor dl(DType::F32, {});
+      dl.data<float>()[0] = 0.75f;
+      OpDesc d = makeDesc(op, {dl.desc(), x.desc(), target.desc(), w.desc()}, {x.desc()}, 13);
+      d.domain = "pipec";
+      d.attrs["reduction"] = Attribute::ofString("mean");
+      d.attrs["ignore_index"] = Attribute::ofInt(5);
+      std::vector<Tensor> out = eval(d, {dl, x, target, w});
+      ASSERT_EQ(out.size(), 1u);
+      double total = 0;
+      for (int64_t p = 0; p < N * D; ++p)
+        if (target.getInt(p) != 5)
+          total += w.getDouble(target.getInt(p));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < D; ++k) {
+          const int64_t t = target.getInt(n * D + k);
+          const double wt = t == 5 ? 0.0 : w.getDouble(t), scale = 0.75 * wt / total;
+          double mx = -INFINITY, s = 0;
+          for (int64_t c = 0; c < C; ++c)
+            mx = std::max(mx, x.getDouble((n * C + c) * D + k));
+          for (int64_t c = 0; c < C; ++c)
+            s += std::exp(x.getDouble((n * C + c) * D + k) - mx);
+          for (int64_t c = 0; c < C; ++c) {
+            const int64_t at = (n * C + c) * D + k;
+            double want = softmax ? scale * std::exp(x.getDouble(at) - mx) / s : 0.0;
+            if (c == t)
+              want -= scale;
+            EXPECT_NEAR(out[0].getDouble(at), want, 1e-6)
+                << op << " " << shapeStr(xs) << " n " << n << " c " << c << " d " << k;
+          }
+        }
+    }
+  }
+}
+
 TEST(DataMovementKernels, LossTargetOutOfRangeIsAnError) {
   Tensor x = randomF(DType::F32, {2, 3}, 41);
   Tensor target = ints({1, 3});

@@ -87,9 +87,11 @@ private:
       if (!softmax_) {
         for (int64_t c = 0; c < C; ++c)
           std::fill(gb + c * D, gb + c * D + len, T(0));
-      } else if (len == 1) {
-        // One position ([N, C] scores): the classes are adjacent.
-        const T mx = *std::max_element(xb, xb + C);
+      } else if (D == 1) {
+        // [N, C] scores: one position per block, its classes adjacent.
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t c = 0; c < C; ++c)
+          mx = mx < xb[c] ? xb[c] : mx;
         for (int64_t c = 0; c < C; ++c)
           gb[c] = expOf(xb[c] - mx);
         T sum = 0;
