@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench/run-pipeline.sh - pipelined training on this machine: the sample
 # GPT-like model, mini-batch 32 in M micro-batches of 32/M, K=1 against K=2
-# stages (one thread per device, 1F1B, GPipe and ZB-H1), M in {1,2,4,8,16}.
+# stages (one thread per device, 1F1B, GPipe, ZB-H1 and ZB-H2), M in {1,2,4,8,16}.
 # A fifth case is K=2 1F1B balanced and predicted by the node times that
 # piperun --profile-ops measured on the K=1 plan (pipec --op-times).
-# Cases run interleaved (K=1, K=2 1f1b, gpipe, zbh1, measured, then again),
+# Cases run interleaved (K=1, K=2 1f1b, gpipe, zbh1, zbh2, measured, then again),
 # ROUNDS rounds (default 5);
 # each run times 30 steps after 3 warm-up steps with piperun and reports its
 # median step; the table shows the median over rounds, the speed-up of K=2
@@ -27,6 +27,7 @@ for m in $MS; do
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule 1f1b -o "$OUT/k2-1f1b-$m.plan" -q
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule gpipe -o "$OUT/k2-gpipe-$m.plan" -q
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule zbh1 -o "$OUT/k2-zbh1-$m.plan" -q
+  "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule zbh2 -o "$OUT/k2-zbh2-$m.plan" -q
   # Balanced (and predicted) by the node times measured on one device.
   "$BUILD/bin/piperun" "$OUT/k1-$m.plan" --steps 10 --warmup 3 --profile-ops "$OUT/ops-$m.json" --json > /dev/null
   "$BUILD/bin/pipec" "$MODEL" -b $b -k 2 -m $m --train --schedule 1f1b --op-times "$OUT/ops-$m.json" \
@@ -51,7 +52,7 @@ for round in $(seq 1 ${ROUNDS:-5}); do
     taskset -c 1 "$BUILD/bin/piperun" "$OUT/k1-$m.plan" --steps 30 --warmup 3 --json > "$OUT/c1.json"
     wait
     for f in c0 c1; do measure k1x2 $m < "$OUT/$f.json"; done
-    for c in k1 k2-1f1b k2-gpipe k2-zbh1 k2-meas; do
+    for c in k1 k2-1f1b k2-gpipe k2-zbh1 k2-zbh2 k2-meas; do
       "$BUILD/bin/piperun" "$OUT/$c-$m.plan" --steps 30 --warmup 3 --threads-per-device 1 --json \
         | measure $c $m
     done
@@ -64,11 +65,11 @@ for line in open(sys.argv[1]):
     c, m, step, pred, rest, ins, nodes = line.split()
     rows.setdefault((c, int(m)), []).append((float(step), float(pred), float(rest), float(ins), float(nodes)))
 med = lambda v, i: statistics.median(x[i] for x in v)
-cases = ['k2-1f1b', 'k2-gpipe', 'k2-zbh1', 'k2-meas']
-names = ['1f1b', 'gpipe', 'zbh1', 'meas']
+cases = ['k2-1f1b', 'k2-gpipe', 'k2-zbh1', 'k2-zbh2', 'k2-meas']
+names = ['1f1b', 'gpipe', 'zbh1', 'zbh2', 'meas']
 print(f"{'M':>3} {'K=1 ms':>8} " + " ".join(f"{n + ' ms':>9}" for n in names) + " " +
       " ".join(f"{n + ' x':>8}" for n in names) +
-      f" {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred zbh1':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13} {'2-core x':>10}")
+      f" {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred zbh1':>10} {'pred zbh2':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13} {'2-core x':>10}")
 for m in sorted({m for _, m in rows}):
     k1 = rows[('k1', m)]
     ideal = 2 * m / (m + 1)
@@ -87,6 +88,7 @@ for m in sorted({m for _, m in rows}):
     print(f"{m:3d} {med(k1, 0)*1e3:8.2f} " + " ".join(f"{med(rows[(c, m)], 0)*1e3:9.2f}" for c in cases) + " " +
           " ".join(f"{r:8.2f}" for r in ratios) +
           f" {ideal:8.2f} {max(ratios)/ideal:10.2f} {med(rows[('k2-1f1b', m)], 1)*1e3:10.2f}"
-          f" {med(rows[('k2-zbh1', m)], 1)*1e3:10.2f} {med(rows[('k2-meas', m)], 1)*1e3:10.2f} {over:12.1f} {overKernel:13.2f}"
+          f" {med(rows[('k2-zbh1', m)], 1)*1e3:10.2f} {med(rows[('k2-zbh2', m)], 1)*1e3:10.2f}"
+          f" {med(rows[('k2-meas', m)], 1)*1e3:10.2f} {over:12.1f} {overKernel:13.2f}"
           f" {slowdown(m):10.2f}")
 PY

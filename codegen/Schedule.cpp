@@ -1,12 +1,14 @@
 //===- codegen/Schedule.cpp - Pipeline schedules as data ------------------===//
 #include "codegen/Schedule.h"
 
+#include "partitioner/PipelineSim.h"
+
 #include <algorithm>
 
 namespace pipec::codegen {
 
 const std::vector<std::string> &scheduleNames() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "zbh1"};
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "zbh1", "zbh2"};
   return names;
 }
 
@@ -44,44 +46,37 @@ std::vector<Slot> deferWeightGrads(const std::vector<Slot> &in, unsigned defer) 
 Expected<std::vector<std::vector<Slot>>> buildSchedule(const std::string &name, unsigned K,
                                                        unsigned M, bool training) {
   if (std::find(scheduleNames().begin(), scheduleNames().end(), name) == scheduleNames().end())
-    return errorf("unknown pipeline schedule '", name, "' (known: gpipe, 1f1b, zbh1)");
+    return errorf("unknown pipeline schedule '", name, "' (known: gpipe, 1f1b, zbh1, zbh2)");
   if (K < 1 || M < 1)
     return errorf("a schedule needs at least one stage and one micro-batch (got K=", K, ", M=", M,
                   ")");
   std::vector<std::vector<Slot>> stages(K);
   for (unsigned s = 0; s < K; ++s) {
     std::vector<Slot> &out = stages[s];
-    if (!training || name == "gpipe") {
+    if (!training) {
       for (unsigned mb = 0; mb < M; ++mb)
         out.push_back({Work::Forward, mb});
-      if (training)
-        for (unsigned mb = 0; mb < M; ++mb)
-          backward(out, mb);
-    } else {
-      const unsigned warmup = std::min(K - s - 1, M);
-      for (unsigned mb = 0; mb < warmup; ++mb)
-        out.push_back({Work::Forward, mb});
-      for (unsigned i = 0; i + warmup < M; ++i) {
-        out.push_back({Work::Forward, warmup + i});
-        backward(out, i);
-      }
-      for (unsigned mb = M - warmup; mb < M; ++mb)
-        backward(out, mb);
-      if (name == "zbh1")
-        out = deferWeightGrads(out, s);
+      continue;
     }
-    if (training)
-      out.push_back({Work::Optimizer, 0});
+    // GPipe's warm-up is every forward: the loop below then drains.
+    const unsigned warmup = partitioner::scheduleWarmupForwards(name, K, s, M);
+    for (unsigned mb = 0; mb < warmup; ++mb)
+      out.push_back({Work::Forward, mb});
+    for (unsigned i = 0; i + warmup < M; ++i) {
+      out.push_back({Work::Forward, warmup + i});
+      backward(out, i);
+    }
+    for (unsigned mb = M - warmup; mb < M; ++mb)
+      backward(out, mb);
+    if (unsigned defer = partitioner::scheduleWeightGradDefer(name, s))
+      out = deferWeightGrads(out, defer);
+    out.push_back({Work::Optimizer, 0});
   }
   return stages;
 }
 
 unsigned microBatchesInFlight(const std::string &name, unsigned K, unsigned stage, unsigned M) {
-  if (name == "1f1b")
-    return std::min(K - stage, M);
-  if (name == "zbh1") // 1F1B's K - i, plus the i deferred weight gradients
-    return std::min(K, M);
-  return M;
+  return partitioner::scheduleMicroBatchesInFlight(name, K, stage, M);
 }
 
 } // namespace pipec::codegen

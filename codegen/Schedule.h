@@ -20,10 +20,15 @@
 //          drain by about (K-1) W passes; stage i keeps the W inputs of up
 //          to i more micro-batches, min(K, M) in all, no more than stage 0
 //          keeps under 1F1B.
+//   zbh2   zbh1 whose stage i runs min(2(K-i)-2, M) warm-up forwards, K-i-1
+//          more (the warm-up of ZB-H2 in the same paper): stage 0 holds up
+//          to 2K-1 micro-batches, and a stage is up to K-i-1 forwards ahead
+//          of the next, so a late backward there stalls it less.
 //
 // Backwards and weight gradients run in ascending micro-batch order in all
-// three, so weight gradients accumulate in ascending order whatever K and
-// the schedule are.
+// four, so weight gradients accumulate in ascending order whatever K and
+// the schedule are. The warm-up counts and the in-flight bounds are
+// partitioner/PipelineSim.h's, which the cost model uses too.
 // Inference plans run the forwards only.
 //
 //===----------------------------------------------------------------------===//

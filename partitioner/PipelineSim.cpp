@@ -88,6 +88,33 @@ Expected<SimResult> simulate(const std::vector<SimProgram> &programs) {
   return r;
 }
 
+bool isScheduleName(const std::string &s) {
+  return s == "gpipe" || s == "1f1b" || s == "zbh1" || s == "zbh2";
+}
+
+unsigned scheduleWarmupForwards(const std::string &schedule, unsigned K, unsigned s, unsigned M) {
+  if (schedule == "1f1b" || schedule == "zbh1")
+    return std::min(K - s - 1, M);
+  if (schedule == "zbh2") // ZB-H2: K - s - 1 more, to fill the warm-up bubble
+    return std::min(2 * (K - s) - 2, M);
+  return M;
+}
+
+unsigned scheduleWeightGradDefer(const std::string &schedule, unsigned s) {
+  return schedule == "zbh1" || schedule == "zbh2" ? s : 0;
+}
+
+unsigned scheduleMicroBatchesInFlight(const std::string &schedule, unsigned K, unsigned s,
+                                      unsigned M) {
+  if (schedule == "gpipe" || !isScheduleName(schedule))
+    return M;
+  // The warm-up forwards and the one before each backward, plus the inputs
+  // of the weight gradients still deferred.
+  return std::min(scheduleWarmupForwards(schedule, K, s, M) + 1 +
+                      scheduleWeightGradDefer(schedule, s),
+                  M);
+}
+
 Expected<std::vector<SimProgram>> idealSchedule(const std::string &schedule, int M, bool training,
                                                 const std::vector<StageTimes> &t) {
   const int K = static_cast<int>(t.size());
@@ -95,11 +122,10 @@ Expected<std::vector<SimProgram>> idealSchedule(const std::string &schedule, int
     return errorf("a schedule needs at least one stage and one micro-batch (got K=", K, ", M=", M,
                   ")");
   // Stage times do not separate weight gradients from input gradients, so
-  // zbh1 (1F1B with deferred weight gradients) is simulated as 1F1B here;
-  // the report simulates the emitted programs, where W has its own time.
-  bool oneF1B = schedule == "1f1b" || schedule == "zbh1";
-  if (!oneF1B && schedule != "gpipe" && schedule != "single")
-    return errorf("unknown schedule '", schedule, "' (gpipe, 1f1b, zbh1)");
+  // zbh1 and zbh2 are simulated without deferring them here; the report
+  // simulates the emitted programs, where W has its own time.
+  if (!isScheduleName(schedule) && schedule != "single")
+    return errorf("unknown schedule '", schedule, "' (gpipe, 1f1b, zbh1, zbh2)");
   // Tags: 0 activations (forward), 1 gradients (backward).
   std::vector<SimProgram> progs(static_cast<size_t>(K));
   for (int s = 0; s < K; ++s) {
@@ -126,22 +152,16 @@ Expected<std::vector<SimProgram>> idealSchedule(const std::string &schedule, int
         fwd(mb);
       continue;
     }
-    if (!oneF1B) {
-      for (int mb = 0; mb < M; ++mb)
-        fwd(mb);
-      for (int mb = 0; mb < M; ++mb)
-        bwd(mb);
-    } else {
-      int warm = std::min(K - s - 1, M);
-      for (int mb = 0; mb < warm; ++mb)
-        fwd(mb);
-      for (int i = 0; i + warm < M; ++i) {
-        fwd(warm + i);
-        bwd(i);
-      }
-      for (int mb = M - warm; mb < M; ++mb)
-        bwd(mb);
+    const int warm = static_cast<int>(scheduleWarmupForwards(
+        schedule, static_cast<unsigned>(K), static_cast<unsigned>(s), static_cast<unsigned>(M)));
+    for (int mb = 0; mb < warm; ++mb)
+      fwd(mb);
+    for (int i = 0; i + warm < M; ++i) {
+      fwd(warm + i);
+      bwd(i);
     }
+    for (int mb = M - warm; mb < M; ++mb)
+      bwd(mb);
     if (st.optimizer > 0)
       p.push_back({SimOp::Optimizer, 0, st.optimizer, -1, 0});
   }

@@ -60,10 +60,25 @@ struct StageTimes {
   double optimizer = 0;    ///< once per step
 };
 
-/// Programs of `schedule` ("gpipe" or "1f1b"; "single" for one stage) for
-/// K = times.size() stages and M micro-batches. 1F1B stage s runs
-/// min(K - s - 1, M) warm-up forwards, so it keeps at most K - s
-/// micro-batches in flight; GPipe keeps M. Inference runs forwards only.
+/// The shapes of the pipeline schedules (codegen/Schedule.h builds them),
+/// shared by the cost model, the simulator and codegen:
+///   scheduleWarmupForwards: forwards stage s runs before its first backward
+///     in a 1F1B-like schedule: 1f1b and zbh1 min(K - s - 1, M), zbh2
+///     min(2(K - s) - 2, M), gpipe M;
+///   scheduleWeightGradDefer: zbh1 and zbh2 run W(mb) after B(mb + s), the
+///     others right after B(mb);
+///   scheduleMicroBatchesInFlight: micro-batches whose activations (or
+///     weight-gradient inputs) stage s holds at most at once.
+bool isScheduleName(const std::string &schedule);
+unsigned scheduleWarmupForwards(const std::string &schedule, unsigned K, unsigned s, unsigned M);
+unsigned scheduleWeightGradDefer(const std::string &schedule, unsigned s);
+unsigned scheduleMicroBatchesInFlight(const std::string &schedule, unsigned K, unsigned s,
+                                      unsigned M);
+
+/// Programs of `schedule` (gpipe, 1f1b, zbh1, zbh2; "single" for one stage)
+/// for K = times.size() stages and M micro-batches, forwards and then
+/// backwards in the order scheduleWarmupForwards gives. Inference runs
+/// forwards only.
 Expected<std::vector<SimProgram>> idealSchedule(const std::string &schedule, int microBatches,
                                                 bool training,
                                                 const std::vector<StageTimes> &times);

@@ -1,6 +1,8 @@
 //===- partitioner/StageModel.cpp - Time and memory of a stage ------------===//
 #include "partitioner/StageModel.h"
 
+#include "partitioner/PipelineSim.h"
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -264,10 +266,9 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   if (o.training) {
     mem.gradients = paramBytes_;
     mem.optimizerState = paramBytes_ * o.optimizerStates;
-    // codegen/Schedule.h: microBatchesInFlight.
-    e.inFlight = o.schedule == "1f1b"   ? std::min(numStages - stage, o.microBatches)
-                 : o.schedule == "zbh1" ? std::min(numStages, o.microBatches)
-                                        : o.microBatches;
+    e.inFlight = static_cast<int>(scheduleMicroBatchesInFlight(
+        o.schedule, static_cast<unsigned>(numStages), static_cast<unsigned>(stage),
+        static_cast<unsigned>(o.microBatches)));
   }
   const double inflight = e.inFlight;
   auto activations = [&](const std::string &policy) {

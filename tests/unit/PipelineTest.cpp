@@ -191,7 +191,7 @@ TEST(Pipeline, TrainingIsBitwiseIndependentOfStagesAndSchedule) {
     RunResult ref = run(compile(m.name, m.microBatch, base), m.steps, true);
     ASSERT_FALSE(ref.weights.empty()) << m.name;
     for (int K : {2, 4})
-      for (const char *schedule : {"gpipe", "1f1b", "zbh1"}) {
+      for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2"}) {
         Config c;
         c.K = K;
         c.schedule = schedule;
@@ -281,7 +281,7 @@ TEST(Pipeline, FewerMicroBatchesThanStagesCompletes) {
   Config c;
   c.K = 4;
   c.M = 1;
-  for (const char *schedule : {"gpipe", "1f1b", "zbh1"}) {
+  for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2"}) {
     c.schedule = schedule;
     Config base = c;
     base.K = 1;
@@ -492,7 +492,7 @@ TEST(Pipeline, TiedWeightsAndLongSkipConnections) {
     RunResult ref = run(build(1, "1f1b", clip), 8, true);
     ASSERT_FALSE(ref.weights.empty());
     for (int K : {2, 3, 5})
-      for (const char *schedule : {"gpipe", "1f1b", "zbh1"})
+      for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2"})
         expectSame(ref, run(build(K, schedule, clip), 8, true),
                    cat("tied K=", K, " ", schedule, " clip ", clip));
   }
@@ -636,4 +636,15 @@ TEST(Pipeline, ZeroBubbleH1DefersWeightGradientsOnLaterStages) {
   EXPECT_EQ(str((*zb)[2]), "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3 O");
   EXPECT_EQ(codegen::microBatchesInFlight("zbh1", 3, 2, 4), 3u);
   EXPECT_EQ(codegen::microBatchesInFlight("1f1b", 3, 2, 4), 1u);
+  // ZB-H2's warm-up: stage i runs 2(K-i)-2 forwards before its first
+  // backward (4, 2, 0 for K=3), weight gradients deferred as in ZB-H1.
+  auto h2 = codegen::buildSchedule("zbh2", 3, 6, true);
+  ASSERT_TRUE(h2.isOk());
+  EXPECT_EQ(str((*h2)[0]), "F0 F1 F2 F3 F4 B0 W0 F5 B1 W1 B2 W2 B3 W3 B4 W4 B5 W5 O");
+  EXPECT_EQ(str((*h2)[1]), "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 B4 W3 B5 W4 W5 O");
+  EXPECT_EQ(str((*h2)[2]), "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 F4 B4 W2 F5 B5 W3 W4 W5 O");
+  EXPECT_EQ(codegen::microBatchesInFlight("zbh2", 3, 0, 6), 5u);
+  EXPECT_EQ(codegen::microBatchesInFlight("zbh2", 3, 1, 6), 4u);
+  EXPECT_EQ(codegen::microBatchesInFlight("zbh2", 3, 2, 6), 3u);
+  EXPECT_EQ(codegen::microBatchesInFlight("zbh2", 3, 0, 2), 2u);
 }

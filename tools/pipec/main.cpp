@@ -303,8 +303,10 @@ int main(int argc, char **argv) {
   app.add_option("-m,--micro-batches", o.microBatches, "micro-batches M per step");
   app.add_option("--schedule", o.schedule,
                  "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b "
-                 "(PipeDream-Flush: one forward, one backward; default) or zbh1 (1F1B whose "
-                 "later stages defer weight gradients: a shorter drain)");
+                 "(PipeDream-Flush: one forward, one backward; default), zbh1 (1F1B whose "
+                 "later stages defer weight gradients: a shorter drain) or zbh2 (zbh1 with "
+                 "K - i - 1 more warm-up forwards on stage i: more memory, a stage slowed "
+                 "for a moment stalls the next less)");
   app.add_option("-b,--batch", o.batch,
                  "bind the leading symbolic dimension of every input (the micro-batch size)");
   app.add_option("--dim", o.dims, "bind a symbolic dimension: name=value (repeatable)");
