@@ -66,6 +66,9 @@ public:
   template <typename T> const T *data() const { return static_cast<const T *>(data_); }
 
   Tensor clone() const;
+  /// Whether this is the only Tensor that holds its storage (nobody else
+  /// can see a write to it).
+  bool soleOwner() const { return storage_ && storage_.use_count() == 1; }
   /// Same storage, new shape of equal element count.
   Tensor reshaped(Shape shape) const;
   /// Element i converted to double / int64 (any numeric dtype).
