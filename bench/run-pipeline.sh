@@ -13,7 +13,8 @@
 # optimizer) / instructions (kernels), all averaged over the same steps.
 # A control in every round: two K=1 runs at once, one pinned to each core;
 # "2-core x" is their step over the K=1 step alone (1.00: both cores run
-# at full speed together; the machine's share of a pipeline's loss).
+# at full speed together; the machine's share of a pipeline's loss), and
+# "core1/core0" is the one on core 1 over the one on core 0.
 # Usage: bash bench/run-pipeline.sh [BUILD_DIR] [MODEL]
 set -euo pipefail
 BUILD=${1:-build}
@@ -69,7 +70,7 @@ cases = ['k2-1f1b', 'k2-gpipe', 'k2-zbh1', 'k2-zbh2', 'k2-meas']
 names = ['1f1b', 'gpipe', 'zbh1', 'zbh2', 'meas']
 print(f"{'M':>3} {'K=1 ms':>8} " + " ".join(f"{n + ' ms':>9}" for n in names) + " " +
       " ".join(f"{n + ' x':>8}" for n in names) +
-      f" {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred zbh1':>10} {'pred zbh2':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13} {'2-core x':>10}")
+      f" {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred zbh1':>10} {'pred zbh2':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13} {'2-core x':>10} {'core1/core0':>11}")
 for m in sorted({m for _, m in rows}):
     k1 = rows[('k1', m)]
     ideal = 2 * m / (m + 1)
@@ -84,11 +85,16 @@ for m in sorted({m for _, m in rows}):
         both = rows[('k1x2', m)]
         return statistics.median((both[2 * i][0] + both[2 * i + 1][0]) / 2 / k1[i][0]
                                  for i in range(min(len(k1), len(both) // 2)))
+    # The two concurrent runs against each other: core 1's step over core
+    # 0's (the cores of this virtual machine need not be equally fast).
+    def asymmetry(m):
+        both = rows[('k1x2', m)]
+        return statistics.median(both[2 * i + 1][0] / both[2 * i][0] for i in range(len(both) // 2))
     ratios = [ratio(rows[(c, m)]) for c in cases]
     print(f"{m:3d} {med(k1, 0)*1e3:8.2f} " + " ".join(f"{med(rows[(c, m)], 0)*1e3:9.2f}" for c in cases) + " " +
           " ".join(f"{r:8.2f}" for r in ratios) +
           f" {ideal:8.2f} {max(ratios)/ideal:10.2f} {med(rows[('k2-1f1b', m)], 1)*1e3:10.2f}"
           f" {med(rows[('k2-zbh1', m)], 1)*1e3:10.2f} {med(rows[('k2-zbh2', m)], 1)*1e3:10.2f}"
           f" {med(rows[('k2-meas', m)], 1)*1e3:10.2f} {over:12.1f} {overKernel:13.2f}"
-          f" {slowdown(m):10.2f}")
+          f" {slowdown(m):10.2f} {asymmetry(m):11.2f}")
 PY
