@@ -12,6 +12,9 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.pipec_binary_dir, "tests", "lit")
 
 bindir = os.path.join(config.pipec_binary_dir, "bin")
+# The default profile this-cpu is the checked-in one, whatever
+# `pipec --calibrate --install` left on the machine running the tests.
+config.environment["PIPEC_USER_PROFILE_DIR"] = os.path.join(config.test_exec_root, "no-user-profiles")
 config.environment["PATH"] = os.pathsep.join(
     [bindir, config.llvm_tools_dir, config.environment.get("PATH", os.environ.get("PATH", ""))])
 config.substitutions.append(("%samples", os.path.join(config.pipec_binary_dir, "samples")))

@@ -240,7 +240,15 @@ TEST(Pipeline, RecomputeGivesBitwiseTheSameTrainingAndLessMemory) {
     base.schedule = "gpipe";
     std::string refDir = compile(m.name, m.microBatch, base);
     RunResult ref = run(refDir, 3, true);
-    uint64_t refArena = plan::loadPlan(refDir)->plan.devices(0).arena_bytes();
+    // Arenas summed over the stages: recomputing adds time, so the cost
+    // model may cut the stages elsewhere than without it.
+    auto totalArena = [](const plan::Plan &p) {
+      uint64_t sum = 0;
+      for (const plan::Device &d : p.devices())
+        sum += d.arena_bytes();
+      return sum;
+    };
+    const uint64_t refArena = totalArena(plan::loadPlan(refDir)->plan);
     for (const char *policy : {"full", "selective"}) {
       Config c = base;
       c.recompute = policy;
@@ -257,9 +265,9 @@ TEST(Pipeline, RecomputeGivesBitwiseTheSameTrainingAndLessMemory) {
       // the peak already (the MLP), and its clones' buffers can place less
       // tightly in the greedy arena layout, so it gets a margin.
       if (std::string(policy) == "full")
-        EXPECT_LT(lp->plan.devices(0).arena_bytes(), refArena) << m.name << " " << policy;
+        EXPECT_LT(totalArena(lp->plan), refArena) << m.name << " " << policy;
       else
-        EXPECT_LE(lp->plan.devices(0).arena_bytes(), refArena * 12 / 10) << m.name << " " << policy;
+        EXPECT_LE(totalArena(lp->plan), refArena * 12 / 10) << m.name << " " << policy;
     }
   }
 }
