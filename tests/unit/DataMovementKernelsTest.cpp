@@ -152,6 +152,8 @@ TEST(DataMovementKernels, TransposeMatchesNaiveLoopOnOddShapes) {
       {{257, 513}, {1, 0}},        // large enough for the parallel path
       {{9, 129, 131}, {1, 2, 0}},  // large, innermost moves
       {{64, 3, 1031}, {1, 0, 2}},  // large, innermost stays
+      {{2, 16, 128}, {0, 2, 1}},   // whole 16x16 blocks (the GPT-like logits)
+      {{2, 16, 4, 16}, {0, 2, 3, 1}},
   };
   for (DType dt : {DType::F32, DType::I64, DType::U8, DType::F16, DType::Bool}) {
     uint32_t seed = 1;
