@@ -471,7 +471,8 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   j["gradient_accumulate_seconds_per_element"] = accumulate;
   j["optimizer_step_seconds_per_element"] = stepCost;
   j["source"] = "measured by pipec --calibrate on this machine: peak_flops.fp32 = median "
-                "cpu::sgemm (the kernels' GEMM: oneDNN, OpenBLAS below 8192 multiply-adds) " +
+                "cpu::sgemm (the kernels' GEMM: oneDNN, OpenBLAS below " +
+                std::to_string(static_cast<int64_t>(cpu::kOneDnnMinMacs)) + " multiply-adds) " +
                 std::to_string(o.gemmSize) + "^3 FLOP rate; memory bandwidth = (read + "
                 "written bytes) / median memcpy time; link = handoff of a buffer between two threads "
                 "through shared memory; node overhead = median 4x4 sgemm call; gemm_curve = square sgemm "

@@ -98,6 +98,10 @@ public:
   /// device to the end of the last, and how many steps that was.
   double stepSeconds() const { return stepSeconds_; }
   uint64_t measuredSteps() const { return measuredSteps_; }
+  /// stepSeconds() over measuredSteps() (0 before any).
+  double meanStepSeconds() const {
+    return measuredSteps_ ? stepSeconds_ / static_cast<double>(measuredSteps_) : 0.0;
+  }
   /// Starts the measurements afresh (after warm-up steps): step times and
   /// every device's stats, node times and trace.
   void resetMeasurements();

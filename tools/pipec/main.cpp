@@ -102,13 +102,15 @@ Status addOpCurves(partitioner::DeviceProfile &p, int threads) {
   const int devices = static_cast<int>(usableCores()) / std::max(1, threads);
   partitioner::NodeTimingOptions to;
   to.threads = threads;
+  constexpr int kTrials = 3;
   PIPEC_ASSIGN(p.concurrentSlowdown,
-               partitioner::measureConcurrentSlowdown(*gptAt4, devices, to));
+               partitioner::measureConcurrentSlowdown(*gptAt4, devices, to, kTrials));
   std::cerr << "calibrate: " << devices << " devices computing at once: kernels "
             << p.concurrentSlowdown << "x as long\n";
   p.source += "; concurrent_slowdown = the GPT-like sample's kernels (micro-batch 4) timed on " +
               std::to_string(devices) +
-              " threads at once against one alone, median of 3 interleaved trials (at least 1)";
+              " threads at once against one alone, median of " + std::to_string(kTrials) +
+              " interleaved trials (at least 1)";
   p.source += "; op_curves = median kernel time per op against bytes moved, over the nodes of the "
               "training graphs of the sample models (mlp, gpt, cnn with loss) at micro-batches of "
               "1, 4, 16 and 64";

@@ -316,8 +316,7 @@ void printPrograms(const plan::Plan &p) {
 nlohmann::json deviceReport(const runtime::Session &session) {
   const plan::Plan &p = session.plan();
   nlohmann::json devs = nlohmann::json::array();
-  const double stepSec =
-      session.stepSeconds() / std::max(1.0, static_cast<double>(session.measuredSteps()));
+  const double stepSec = session.meanStepSeconds();
   for (size_t d = 0; d < session.devices().size(); ++d) {
     const runtime::DeviceStats &st = session.devices()[d]->stats();
     const plan::Device &pd = p.devices(static_cast<int>(d));
@@ -350,8 +349,7 @@ nlohmann::json deviceReport(const runtime::Session &session) {
 void printDeviceTable(const nlohmann::json &devs, const runtime::Session &session,
                       double medianStep) {
   const plan::Plan &p = session.plan();
-  const double stepSec =
-      session.stepSeconds() / std::max(1.0, static_cast<double>(session.measuredSteps()));
+  const double stepSec = session.meanStepSeconds();
   std::printf("\n%-6s %12s %12s %8s %12s %14s %14s %14s\n", "device", "busy ms/step", "pred ms/step",
               "idle", "sent/step", "peak memory", "planned peak", "model memory");
   for (const auto &dj : devs) {
@@ -476,7 +474,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     std::cout << nlohmann::json{{"steps", o.steps}, {"first_loss", firstLoss}, {"last_loss", lastLoss},
                                 {"median_step_seconds", med}, {"samples_per_second", examples / med},
                                 {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
-                                {"mean_step_seconds", session.stepSeconds() / std::max<double>(1, session.measuredSteps())},
+                                {"mean_step_seconds", session.meanStepSeconds()},
                                 {"devices", devs}}
                      .dump(2)
               << "\n";
@@ -631,8 +629,8 @@ Status runPlan(const Options &o) {
   nlohmann::json devs = deviceReport(*session);
   j["devices"] = devs;
   j["predicted_step_seconds"] = p.pipeline().predicted_step_seconds();
-  // Over every step run (warm-up included), like the per-device figures.
-  j["mean_step_seconds"] = session->stepSeconds() / std::max<double>(1, session->measuredSteps());
+  // Over the timed steps (warm-up excluded), like the per-device figures.
+  j["mean_step_seconds"] = session->meanStepSeconds();
   if (!o.trace.empty())
     PIPEC_TRY(writeTrace(o.trace, *session));
   if (!o.profileOps.empty())
