@@ -221,6 +221,68 @@ TEST(LinalgKernels, SgemmBitsDoNotDependOnAlignment) {
     }
 }
 
+// Gemm with transB at a micro-batch's sizes runs as a prepared oneDNN matmul
+// (runtime/cpu/kernels/Gemm.cpp): its bits may not depend on where the
+// operands lie nor on the thread count, and with ExecContext::accumulate it
+// adds to what Y holds.
+TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  for (const Shape3 &sh : {Shape3{32, 64, 256}, Shape3{16, 64, 256}, Shape3{32, 64, 192},
+                           Shape3{64, 10, 784}})
+    for (bool ta : {false, true}) {
+      const int64_t M = sh.M, N = sh.N, K = sh.K;
+      const std::string what = cat(M, "x", N, "x", K, " ta=", ta);
+      Tensor A = randomF32(ta ? Shape{K, M} : Shape{M, K}, static_cast<uint32_t>(M + K + ta));
+      Tensor B = randomF32({N, K}, static_cast<uint32_t>(N + 3 * K));
+      OpDesc d = makeDesc("Gemm", {A.desc(), B.desc()}, {{DType::F32, {M, N}}},
+                          {{"transA", Attribute::ofInt(ta)}, {"transB", Attribute::ofInt(1)}}, 13);
+      EXPECT_TRUE(sameWithThreads(d, {A, B})) << what;
+      auto kernel = createKernel(d);
+      ASSERT_TRUE(kernel.isOk()) << kernel.status().message();
+      std::vector<unsigned char> ws((*kernel)->workspaceBytes() + 64);
+      ExecContext ctx;
+      ctx.workspace = ws.data();
+      // Y = A'B^T at four alignments, then Y += A'B^T twice.
+      std::vector<float> first;
+      for (int64_t shift : {0, 1, 3, 16}) {
+        std::vector<float> a(A.numel() + 16), b(B.numel() + 16), y(M * N + 16, 0.0f);
+        std::memcpy(a.data() + shift, A.raw(), A.bytes());
+        std::memcpy(b.data() + shift, B.raw(), B.bytes());
+        const void *in[2] = {a.data() + shift, b.data() + shift};
+        void *out[1] = {y.data() + shift};
+        ctx.accumulate = false;
+        ASSERT_TRUE((*kernel)->run(ctx, in, out).isOk()) << what;
+        std::vector<float> got(y.begin() + shift, y.begin() + shift + M * N);
+        if (first.empty())
+          first = got;
+        else
+          EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0)
+              << what << " shift " << shift;
+        ctx.accumulate = true;
+        for (int r = 0; r < 2; ++r)
+          ASSERT_TRUE((*kernel)->run(ctx, in, out).isOk()) << what;
+        int bad = 0;
+        for (int64_t m = 0; m < M && bad < 5; ++m)
+          for (int64_t n = 0; n < N && bad < 5; ++n) {
+            double s = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              double x = A.getDouble(ta ? k * M + m : m * K + k) * B.getDouble(n * K + k);
+              s += x;
+              mag += std::fabs(x);
+            }
+            double g = y[shift + m * N + n];
+            if (!(std::fabs(g - 3 * s) <= 3e-5 * 3 * mag + 1e-6)) {
+              ADD_FAILURE() << what << " shift " << shift << ": element " << m << "," << n
+                            << " got " << g << " want " << 3 * s;
+              ++bad;
+            }
+          }
+      }
+    }
+}
+
 /// numpy matmul in double, for rank >= 1 operands.
 std::vector<double> refMatMul(const Tensor &a, const Tensor &b, Shape &outShape,
                               std::vector<double> &scale) {

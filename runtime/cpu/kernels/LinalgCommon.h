@@ -177,17 +177,39 @@ template <typename T> struct LinalgBatchedGemm {
   T alpha = T(1), beta = T(0);
   std::vector<int64_t> aOff, bOff, cOff;
 
+  /// Tiles of C: tm x tn tiles of mc x nc elements (edge tiles smaller).
+  struct Tiling {
+    int64_t tm = 1, tn = 1, mc = 0, nc = 0;
+  };
+  Tiling tiling() const {
+    double work = 2.0 * double(M) * double(N) * double(K);
+    int64_t target = static_cast<int64_t>(std::clamp(work / 32e6, 1.0, 8.0));
+    Tiling t;
+    if (M == 0 || N == 0)
+      return t;
+    t.tm = std::clamp<int64_t>(M / 256, 1, target);
+    t.tn = std::clamp<int64_t>(N / 256, 1, (target + t.tm - 1) / t.tm);
+    t.mc = roundUp16((M + t.tm - 1) / t.tm);
+    t.nc = roundUp16((N + t.tn - 1) / t.tn);
+    t.tm = (M + t.mc - 1) / t.mc;
+    t.tn = (N + t.nc - 1) / t.nc;
+    return t;
+  }
+
+  /// Whether each GEMM of the batch is one call on the whole of C (which
+  /// then runs on one thread, whatever the device's thread count).
+  bool oneTile() const {
+    Tiling t = tiling();
+    return t.tm == 1 && t.tn == 1;
+  }
+
   void run(const T *A, const T *B, T *C) const {
     int64_t batch = static_cast<int64_t>(cOff.size());
     if (batch == 0 || M == 0 || N == 0)
       return;
     double work = 2.0 * double(M) * double(N) * double(K);
-    int64_t target = static_cast<int64_t>(std::clamp(work / 32e6, 1.0, 8.0));
-    int64_t tm = std::clamp<int64_t>(M / 256, 1, target);
-    int64_t tn = std::clamp<int64_t>(N / 256, 1, (target + tm - 1) / tm);
-    int64_t mc = roundUp16((M + tm - 1) / tm), nc = roundUp16((N + tn - 1) / tn);
-    tm = (M + mc - 1) / mc;
-    tn = (N + nc - 1) / nc;
+    const Tiling tl = tiling();
+    const int64_t tm = tl.tm, tn = tl.tn, mc = tl.mc, nc = tl.nc;
     int64_t perGemm = tm * tn, total = batch * perGemm;
     bool tiny = work <= 2048.0;
     auto tile = [&](int64_t t) {
