@@ -283,6 +283,45 @@ TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
     }
 }
 
+// A batch of small products runs as one oneDNN matmul primitive
+// (runtime/cpu/kernels/DnnlGemm.cpp): its bits may not depend on where the
+// operands lie (plans place tensors at other offsets for other K) nor on the
+// thread count.
+TEST(LinalgKernels, BatchedMatMulBitsDoNotDependOnPlacementOrThreads) {
+  struct Case {
+    Shape a, b, out;
+  };
+  for (const Case &c : {Case{{2, 4, 16, 16}, {2, 4, 16, 16}, {2, 4, 16, 16}},
+                        Case{{8, 16, 64}, {8, 64, 16}, {8, 16, 16}},
+                        Case{{5, 7}, {4, 7, 3}, {4, 5, 3}}}) {
+    Tensor A = randomF32(c.a, 91), B = randomF32(c.b, 92);
+    OpDesc d = makeDesc("MatMul", {A.desc(), B.desc()}, {{DType::F32, c.out}});
+    const std::string what = cat(shapeStr(c.a), " x ", shapeStr(c.b));
+    EXPECT_TRUE(sameWithThreads(d, {A, B})) << what;
+    auto kernel = createKernel(d);
+    ASSERT_TRUE(kernel.isOk()) << kernel.status().message();
+    std::vector<unsigned char> ws((*kernel)->workspaceBytes() + 64);
+    ExecContext ctx;
+    ctx.workspace = ws.data();
+    const int64_t outN = numElements(c.out);
+    std::vector<float> first;
+    for (int64_t shift : {0, 1, 3, 16}) {
+      std::vector<float> a(A.numel() + 16), b(B.numel() + 16), y(outN + 16, 0.0f);
+      std::memcpy(a.data() + shift, A.raw(), A.bytes());
+      std::memcpy(b.data() + shift, B.raw(), B.bytes());
+      const void *in[2] = {a.data() + shift, b.data() + shift};
+      void *out[1] = {y.data() + shift};
+      ASSERT_TRUE((*kernel)->run(ctx, in, out).isOk()) << what;
+      std::vector<float> got(y.begin() + shift, y.begin() + shift + outN);
+      if (first.empty())
+        first = got;
+      else
+        EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0)
+            << what << " shift " << shift;
+    }
+  }
+}
+
 /// numpy matmul in double, for rank >= 1 operands.
 std::vector<double> refMatMul(const Tensor &a, const Tensor &b, Shape &outShape,
                               std::vector<double> &scale) {

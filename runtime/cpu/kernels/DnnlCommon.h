@@ -138,57 +138,6 @@ private:
   mutable std::unordered_map<int, dnnl::memory> bound_;
 };
 
-/// Runs `f()` with a one-thread OpenMP budget, the caller's restored after.
-template <typename F> auto linalgWithOneThread(F &&f) {
-  struct Scope {
-    int previous = omp_get_max_threads();
-    Scope() {
-      if (previous != 1)
-        omp_set_num_threads(1);
-    }
-    ~Scope() {
-      if (previous != 1)
-        omp_set_num_threads(previous);
-    }
-  } scope;
-  return f();
-}
-
-/// A oneDNN matmul for one row-major f32 GEMM, C = op(A) op(B) + beta C
-/// (beta 0, or a sum post-op), with leading dimensions lda, ldb and ldc;
-/// run() takes A, B and C in that order. oneDNN chooses the primitive's
-/// blocking from the thread count it sees when the primitive is created:
-/// this one is created for one thread and must be run on one
-/// (linalgWithOneThread), so that every element is reduced in the same
-/// order whatever the device's thread count. Invalid when oneDNN declines.
-inline LinalgDnnlPrim linalgDnnlMatmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                                       int64_t lda, int64_t ldb, int64_t ldc, float beta) {
-  LinalgDnnlPrim p;
-  try {
-    using namespace dnnl;
-    using dims = memory::dims;
-    const auto f32 = memory::data_type::f32;
-    memory::desc a({M, K}, f32, ta ? dims{1, lda} : dims{lda, 1});
-    memory::desc b({K, N}, f32, tb ? dims{1, ldb} : dims{ldb, 1});
-    memory::desc c({M, N}, f32, dims{ldc, 1});
-    primitive_attr attr = linalgDnnlAttr();
-    if (beta != 0.0f) {
-      post_ops po;
-      po.append_sum(beta);
-      attr.set_post_ops(po);
-    }
-    linalgWithOneThread([&] {
-      matmul::primitive_desc pd(matmul::desc(a, b, c), attr, linalgDnnlEngine());
-      p.init<matmul>(pd);
-      return 0;
-    });
-    p.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-  } catch (const dnnl::error &) {
-    return LinalgDnnlPrim();
-  }
-  return p;
-}
-
 /// oneDNN's dimensions of a convolution of `images` images with C input and
 /// M output channels in G groups over the spatial `dims`: source, destination
 /// and weights shapes ([G, M/G, C/G, k...] when grouped), strides, dilations

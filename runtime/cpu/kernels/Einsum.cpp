@@ -102,6 +102,7 @@ public:
   };
   int numInputs = 0;
   std::vector<size_t> bufOffsets; ///< byte offsets of slots numInputs+1...
+  size_t gemmScratch = 0;          ///< byte offset of the GEMMs' scratch memory
   size_t wsBytes = 0;
   std::vector<Step> steps;
 
@@ -120,7 +121,8 @@ public:
       ptr[numInputs + 1 + i] = reinterpret_cast<T *>(ws + bufOffsets[i]);
     for (const Step &s : steps) {
       if (s.isGemm)
-        s.contract.gemm.run(ptr[s.contract.a], ptr[s.contract.b], ptr[s.contract.c]);
+        PIPEC_TRY(s.contract.gemm.runPrepared(ptr[s.contract.a], ptr[s.contract.b],
+                                              ptr[s.contract.c], ws + gemmScratch));
       else
         runGather<T>(s.gather, ptr[s.gather.src], ptr[s.gather.dst]);
     }
@@ -299,7 +301,13 @@ public:
     }
     if (cur.src != n || cur.labels != outLabels)
       gather(cur, outLabels, n);
-    kernel_->wsBytes = wsBytes_;
+    // The GEMMs run one after the other: one scratch area serves them all.
+    size_t scratch = 0;
+    for (const auto &st : kernel_->steps)
+      if (st.isGemm)
+        scratch = std::max(scratch, st.contract.gemm.workspaceBytes());
+    kernel_->gemmScratch = wsBytes_;
+    kernel_->wsBytes = wsBytes_ + linalgRoundUp(scratch);
     return KernelPtr(std::move(kernel_));
   }
 
@@ -426,6 +434,7 @@ private:
       g.bOff.push_back(b * K * N);
       g.cOff.push_back(b * M * N);
     }
+    g.prepare();
     typename EinsumKernel<T>::Step s;
     s.isGemm = true;
     s.contract = std::move(c);

@@ -8,16 +8,12 @@
 // to what Y holds (ExecContext::accumulate: weight gradients summed over
 // micro-batches in place).
 //
-// With transB (the input gradients of MatMul layers, dA = dY B^T) an f32
-// product that is one tile of LinalgBatchedGemm runs as a oneDNN matmul
-// primitive prepared for its shape instead of through oneDNN's sgemm, which
-// is 1.3-1.9x slower there at a micro-batch's sizes (one thread, same
-// minutes: 32x64x256 10.3 -> 6.7 us, 32x64x192 7.8 -> 5.1 us, 16x64x256
-// 7.9 -> 4.1 us; never slower from 32x64x64 to 1024x128x1024; without
-// transB the two are within about 10% either way, so those stay on sgemm).
+// The three GEMMs (beta 0, beta for C, beta 1 to accumulate) are prepared
+// once: with transB an f32 product may run as a oneDNN matmul primitive
+// (runtime/cpu/kernels/DnnlGemm.cpp).
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/cpu/kernels/DnnlCommon.h"
+#include "runtime/cpu/kernels/LinalgCommon.h"
 
 namespace pipec::cpu {
 
@@ -32,14 +28,13 @@ public:
   int64_t cStrideM = 0, cStrideN = 0;   ///< strides of C broadcast to [M,N]
   /// beta 0; beta for Y = C; beta 1 for Y += A'B' (ExecContext::accumulate)
   LinalgBatchedGemm<T> gemm, gemmWithC, gemmAccumulate;
-  /// The same three as oneDNN matmuls (transB, f32, one tile); else invalid.
-  LinalgDnnlPrim dnnl, dnnlWithC, dnnlAccumulate;
 
   /// Without C: the GEMM adds into Y itself (beta 1), with no extra pass.
   bool canAccumulate() const override { return !hasC || beta == T(0); }
 
   size_t workspaceBytes() const override {
-    return std::max({dnnl.scratchBytes, dnnlWithC.scratchBytes, dnnlAccumulate.scratchBytes});
+    return std::max({gemm.workspaceBytes(), gemmWithC.workspaceBytes(),
+                     gemmAccumulate.workspaceBytes()});
   }
 
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
@@ -47,16 +42,8 @@ public:
     const T *B = static_cast<const T *>(in[1]);
     const T *C = hasC ? static_cast<const T *>(in[2]) : nullptr;
     T *Y = static_cast<T *>(out[0]);
-    auto product = [&](const LinalgBatchedGemm<T> &g, const LinalgDnnlPrim &p) {
-      if (!p.valid()) {
-        g.run(A, B, Y);
-        return Status::ok();
-      }
-      const void *ptrs[3] = {A, B, Y};
-      return linalgWithOneThread([&] { return p.run(ptrs, linalgAlign(ctx.workspace)); });
-    };
     if (ctx.accumulate && canAccumulate())
-      return product(gemmAccumulate, dnnlAccumulate);
+      return gemmAccumulate.runPrepared(A, B, Y, ctx.workspace);
     if (hasC && beta != T(0)) {
       if (!C)
         return errorf("Gemm: input C is missing at run time");
@@ -68,9 +55,9 @@ public:
         else
           std::copy(crow, crow + N, row);
       }
-      return product(gemmWithC, dnnlWithC);
+      return gemmWithC.runPrepared(A, B, Y, ctx.workspace);
     }
-    return product(gemm, dnnl);
+    return gemm.runPrepared(A, B, Y, ctx.workspace);
   }
 };
 
@@ -120,19 +107,11 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
   k->gemmWithC.beta = k->beta;
   k->gemmAccumulate = g;
   k->gemmAccumulate.beta = T(1);
-  if constexpr (linalgDnnlSupports<T>()) {
-    if (g.oneDnn && k->tb && k->alpha == T(1) && g.oneTile() &&
-        double(k->M) * double(k->N) * double(k->K) >= kOneDnnMinMacs) {
-      auto matmul = [&](T beta) {
-        return linalgDnnlMatmul(g.ta, g.tb, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, beta);
-      };
-      k->dnnl = matmul(T(0));
-      if (k->hasC && k->beta != T(0))
-        k->dnnlWithC = matmul(k->beta);
-      if (k->canAccumulate())
-        k->dnnlAccumulate = matmul(T(1));
-    }
-  }
+  k->gemm.prepare();
+  if (k->hasC && k->beta != T(0))
+    k->gemmWithC.prepare();
+  if (k->canAccumulate())
+    k->gemmAccumulate.prepare();
   return KernelPtr(std::move(k));
 }
 

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -156,6 +157,47 @@ void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
   }
 }
 
+/// A oneDNN matmul primitive for a whole batch of f32 GEMMs
+/// (runtime/cpu/kernels/DnnlGemm.cpp), so that only that file includes
+/// oneDNN's header.
+struct LinalgDnnlGemm;
+struct LinalgDnnlGemmDeleter {
+  void operator()(LinalgDnnlGemm *p) const;
+};
+LinalgDnnlGemm *linalgDnnlGemmClone(const LinalgDnnlGemm &p);
+size_t linalgDnnlGemmScratchBytes(const LinalgDnnlGemm &p);
+Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B, float *C,
+                         void *scratch);
+/// The primitive for a batch of `batch` GEMMs whose operands lie sa, sb and
+/// sc elements apart, or null where it would not be faster than the sgemm
+/// calls or is not one primitive (DnnlGemm.cpp says which).
+LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                      int64_t lda, int64_t ldb, int64_t ldc, float alpha,
+                                      float beta, int64_t batch, int64_t sa, int64_t sb,
+                                      int64_t sc);
+
+/// Owns a LinalgDnnlGemm; a copy holds a copy of its own (a primitive's
+/// memory objects are bound per object, and copies of a kernel's GEMM may
+/// run on different threads at once).
+class LinalgDnnlGemmHolder {
+public:
+  LinalgDnnlGemmHolder() = default;
+  LinalgDnnlGemmHolder(const LinalgDnnlGemmHolder &o)
+      : p_(o.p_ ? linalgDnnlGemmClone(*o.p_) : nullptr) {}
+  LinalgDnnlGemmHolder(LinalgDnnlGemmHolder &&) = default;
+  LinalgDnnlGemmHolder &operator=(const LinalgDnnlGemmHolder &o) {
+    if (this != &o)
+      p_.reset(o.p_ ? linalgDnnlGemmClone(*o.p_) : nullptr);
+    return *this;
+  }
+  LinalgDnnlGemmHolder &operator=(LinalgDnnlGemmHolder &&) = default;
+  void reset(LinalgDnnlGemm *p) { p_.reset(p); }
+  const LinalgDnnlGemm *get() const { return p_.get(); }
+
+private:
+  std::unique_ptr<LinalgDnnlGemm, LinalgDnnlGemmDeleter> p_;
+};
+
 /// A batch of GEMMs C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] with
 /// per-batch element offsets, run deterministically in parallel.
 ///
@@ -201,6 +243,59 @@ template <typename T> struct LinalgBatchedGemm {
   bool oneTile() const {
     Tiling t = tiling();
     return t.tm == 1 && t.tn == 1;
+  }
+
+  /// For f32 with oneDNN enabled, prepares one oneDNN matmul primitive for
+  /// the whole batch where that is faster than the sgemm calls
+  /// (DnnlGemm.cpp); runPrepared() then uses it. Call once the fields are
+  /// set; a later change of them needs another prepare().
+  void prepare() {
+    dnnl_.reset(nullptr);
+    if constexpr (std::is_same_v<T, float>) {
+      const int64_t batch = static_cast<int64_t>(cOff.size());
+      if (!oneDnn || batch == 0 || M == 0 || N == 0 || K == 0 || !oneTile())
+        return;
+      // One primitive needs the operands of every GEMM equally far apart.
+      const int64_t sa = batch > 1 ? aOff[1] - aOff[0] : 0;
+      const int64_t sb = batch > 1 ? bOff[1] - bOff[0] : 0;
+      const int64_t sc = batch > 1 ? cOff[1] - cOff[0] : 0;
+      if (sa < 0 || sb < 0 || sc < 0)
+        return;
+      for (int64_t b = 0; b < batch; ++b)
+        if (aOff[b] != aOff[0] + b * sa || bOff[b] != bOff[0] + b * sb ||
+            cOff[b] != cOff[0] + b * sc)
+          return;
+      dnnlOffsets_[0] = aOff[0];
+      dnnlOffsets_[1] = bOff[0];
+      dnnlOffsets_[2] = cOff[0];
+      dnnl_.reset(linalgDnnlGemmPrepare(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, batch, sa,
+                                        sb, sc));
+    }
+  }
+
+  /// Scratch memory runPrepared() needs (its `workspace`, 64-byte aligned).
+  size_t workspaceBytes() const {
+    return dnnl_.get() ? linalgDnnlGemmScratchBytes(*dnnl_.get()) : 0;
+  }
+
+  /// run(), through the prepared primitive when there is one, on one
+  /// thread (the primitive was made for one: each element is reduced in
+  /// the same order whatever the device's thread count).
+  Status runPrepared(const T *A, const T *B, T *C, void *workspace) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (const LinalgDnnlGemm *p = dnnl_.get()) {
+        const int threads = omp_get_max_threads();
+        if (threads != 1)
+          omp_set_num_threads(1);
+        Status st = linalgDnnlGemmRun(*p, A + dnnlOffsets_[0], B + dnnlOffsets_[1],
+                                      C + dnnlOffsets_[2], workspace);
+        if (threads != 1)
+          omp_set_num_threads(threads);
+        return st;
+      }
+    }
+    run(A, B, C);
+    return Status::ok();
   }
 
   void run(const T *A, const T *B, T *C) const {
@@ -249,6 +344,8 @@ template <typename T> struct LinalgBatchedGemm {
 
 private:
   static int64_t roundUp16(int64_t v) { return (v + 15) / 16 * 16; }
+  LinalgDnnlGemmHolder dnnl_;
+  int64_t dnnlOffsets_[3] = {0, 0, 0};
 };
 
 /// Broadcasts batch shapes `a` and `b` (numpy rules, right-aligned) into

@@ -2,12 +2,15 @@
 //
 // ONNX MatMul, opsets 1-13: numpy matmul semantics, with 1-D operands
 // promoted (A to [1,K], B to [K,1]) and the promoted axis removed from the
-// result, and batch dimensions broadcast. Floating point goes to OpenBLAS
-// sgemm/dgemm; integer types use a plain loop.
+// result, and batch dimensions broadcast. Floating point goes through
+// LinalgBatchedGemm (cpu::sgemm, cblas_dgemm); integer types use a plain
+// loop.
 //
 // When B has no batch (the common activation x weight case) the batch of A
 // is folded into M and the whole node is one GEMM. Otherwise the per-batch
-// offsets are computed in the factory and LinalgBatchedGemm runs them.
+// offsets are computed in the factory and LinalgBatchedGemm runs them; an
+// f32 batch of small products (attention's per-head ones) runs as one
+// oneDNN matmul primitive (runtime/cpu/kernels/DnnlGemm.cpp).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
@@ -18,10 +21,11 @@ namespace {
 
 template <typename T> class MatMulKernel final : public Kernel {
 public:
-  explicit MatMulKernel(LinalgBatchedGemm<T> g) : g_(std::move(g)) {}
-  Status run(ExecContext &, const void *const *in, void *const *out) override {
-    g_.run(static_cast<const T *>(in[0]), static_cast<const T *>(in[1]), static_cast<T *>(out[0]));
-    return Status::ok();
+  explicit MatMulKernel(LinalgBatchedGemm<T> g) : g_(std::move(g)) { g_.prepare(); }
+  size_t workspaceBytes() const override { return g_.workspaceBytes(); }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return g_.runPrepared(static_cast<const T *>(in[0]), static_cast<const T *>(in[1]),
+                          static_cast<T *>(out[0]), ctx.workspace);
   }
 
 private:
