@@ -2,7 +2,8 @@
 //
 // Helpers shared by the linear algebra, convolution, pooling and
 // normalization kernels (the "Linalg" family, table Linalg.def): a typed
-// GEMM front end over OpenBLAS (with a plain loop for integer types), output
+// GEMM front end over cpu::sgemm (oneDNN, OpenBLAS), oneDNN matmul
+// primitives and cblas_dgemm (with a plain loop for integer types), output
 // and workspace plumbing, and the window geometry of Conv/ConvTranspose/Pool
 // (auto_pad, pads, ceil_mode) resolved once in the factories.
 //
@@ -157,9 +158,9 @@ void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
   }
 }
 
-/// A oneDNN matmul primitive for a whole batch of f32 GEMMs
-/// (runtime/cpu/kernels/DnnlGemm.cpp), so that only that file includes
-/// oneDNN's header.
+/// A oneDNN matmul primitive for a whole batch of f32 GEMMs, defined in
+/// runtime/cpu/kernels/DnnlGemm.cpp so that the kernels using
+/// LinalgBatchedGemm need not include oneDNN's header.
 struct LinalgDnnlGemm;
 struct LinalgDnnlGemmDeleter {
   void operator()(LinalgDnnlGemm *p) const;
