@@ -14,7 +14,12 @@
 # A control in every round: two K=1 runs at once, one pinned to each core;
 # "2-core x" is their step over the K=1 step alone (1.00: both cores run
 # at full speed together; the machine's share of a pipeline's loss), and
-# "core1/core0" is the one on core 1 over the one on core 0.
+# "core1/core0" is the one on core 1 over the one on core 0. "cores ideal"
+# is the ideal for the two cores as fast as they ran in the control: the
+# K=1 step alone over each concurrent run's, added, times M/(M+1) (the
+# ideal 2M/(M+1) when both keep full speed together), and "best/cores id."
+# the best K=2 speed-up over it (each a median over rounds of the round's
+# figure): how near the pipeline came to what the machine allowed.
 # Usage: bash bench/run-pipeline.sh [BUILD_DIR] [MODEL]
 set -euo pipefail
 BUILD=${1:-build}
@@ -70,7 +75,7 @@ cases = ['k2-1f1b', 'k2-gpipe', 'k2-zbh1', 'k2-zbh2', 'k2-meas']
 names = ['1f1b', 'gpipe', 'zbh1', 'zbh2', 'meas']
 print(f"{'M':>3} {'K=1 ms':>8} " + " ".join(f"{n + ' ms':>9}" for n in names) + " " +
       " ".join(f"{n + ' x':>8}" for n in names) +
-      f" {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred zbh1':>10} {'pred zbh2':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13} {'2-core x':>10} {'core1/core0':>11}")
+      f" {'ideal x':>8} {'best/ideal':>10} {'pred 1f1b':>10} {'pred zbh1':>10} {'pred zbh2':>10} {'pred meas':>10} {'K=1 us/instr':>12} {'K=1 us/kernel':>13} {'2-core x':>10} {'core1/core0':>11} {'cores ideal':>11} {'best/cores id.':>15}")
 for m in sorted({m for _, m in rows}):
     k1 = rows[('k1', m)]
     ideal = 2 * m / (m + 1)
@@ -90,11 +95,26 @@ for m in sorted({m for _, m in rows}):
     def asymmetry(m):
         both = rows[('k1x2', m)]
         return statistics.median(both[2 * i + 1][0] / both[2 * i][0] for i in range(len(both) // 2))
+    # What two devices at this moment's concurrent speeds allow: each
+    # core's K=1 speed while both run (relative to the K=1 run alone), added
+    # up, times the fill and drain's M/(M+1); 2M/(M+1) when both run at full
+    # speed. The best K=2 speed-up of each round over it, median.
+    def coreIdeal(m):
+        both = rows[('k1x2', m)]
+        n = min(len(k1), len(both) // 2)
+        return [(k1[i][0] / both[2 * i][0] + k1[i][0] / both[2 * i + 1][0]) * m / (m + 1)
+                for i in range(n)]
+    def bestOverCoreIdeal(m):
+        adj = coreIdeal(m)
+        n = min([len(adj)] + [len(rows[(c, m)]) for c in cases])
+        return statistics.median(max(k1[i][0] / rows[(c, m)][i][0] for c in cases) / adj[i]
+                                 for i in range(n))
     ratios = [ratio(rows[(c, m)]) for c in cases]
     print(f"{m:3d} {med(k1, 0)*1e3:8.2f} " + " ".join(f"{med(rows[(c, m)], 0)*1e3:9.2f}" for c in cases) + " " +
           " ".join(f"{r:8.2f}" for r in ratios) +
           f" {ideal:8.2f} {max(ratios)/ideal:10.2f} {med(rows[('k2-1f1b', m)], 1)*1e3:10.2f}"
           f" {med(rows[('k2-zbh1', m)], 1)*1e3:10.2f} {med(rows[('k2-zbh2', m)], 1)*1e3:10.2f}"
           f" {med(rows[('k2-meas', m)], 1)*1e3:10.2f} {over:12.1f} {overKernel:13.2f}"
-          f" {slowdown(m):10.2f} {asymmetry(m):11.2f}")
+          f" {slowdown(m):10.2f} {asymmetry(m):11.2f} {statistics.median(coreIdeal(m)):11.2f}"
+          f" {bestOverCoreIdeal(m):15.2f}")
 PY
