@@ -46,9 +46,16 @@ template <typename F> double laneSum(int64_t n, F &&f) {
       acc[j] += f(i + j);
   for (int j = 0; i < n; ++i, ++j)
     acc[j] += f(i);
-  for (int w = 8; w >= 1; w /= 2)
-    for (int j = 0; j < w; ++j)
-      acc[j] += acc[j + w];
+  // The lanes pairwise, halving: written out, since GCC 12 kept the loop
+  // over the width scalar, through the stack (LayerNormalizationGrad of
+  // 32 rows of 64 columns, four sums a row: 4.0 -> 3.2 us, same bits).
+  for (int j = 0; j < 8; ++j)
+    acc[j] += acc[j + 8];
+  for (int j = 0; j < 4; ++j)
+    acc[j] += acc[j + 4];
+  for (int j = 0; j < 2; ++j)
+    acc[j] += acc[j + 2];
+  acc[0] += acc[1];
   return acc[0];
 }
 
