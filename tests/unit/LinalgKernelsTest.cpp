@@ -222,7 +222,7 @@ TEST(LinalgKernels, SgemmBitsDoNotDependOnAlignment) {
 }
 
 // Gemm with transB at a micro-batch's sizes runs as a prepared oneDNN matmul
-// (runtime/cpu/kernels/Gemm.cpp): its bits may not depend on where the
+// (runtime/cpu/kernels/DnnlGemm.cpp): its bits may not depend on where the
 // operands lie nor on the thread count, and with ExecContext::accumulate it
 // adds to what Y holds.
 TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
