@@ -221,6 +221,27 @@ TEST(LinalgKernels, SgemmBitsDoNotDependOnAlignment) {
     }
 }
 
+/// A two-input f32 kernel's operands placed `shift` elements into padded
+/// buffers (plans place tensors at other offsets for other K), with its
+/// output buffer likewise; run() runs the kernel on them.
+struct ShiftedRun {
+  std::vector<float> a, b, y;
+  int64_t shift, outN;
+  ShiftedRun(const Tensor &A, const Tensor &B, int64_t outElems, int64_t s)
+      : a(A.numel() + 16), b(B.numel() + 16), y(outElems + 16, 0.0f), shift(s), outN(outElems) {
+    std::memcpy(a.data() + shift, A.raw(), A.bytes());
+    std::memcpy(b.data() + shift, B.raw(), B.bytes());
+  }
+  Status run(Kernel &k, ExecContext &ctx) {
+    const void *in[2] = {a.data() + shift, b.data() + shift};
+    void *out[1] = {y.data() + shift};
+    return k.run(ctx, in, out);
+  }
+  std::vector<float> output() const {
+    return std::vector<float>(y.begin() + shift, y.begin() + shift + outN);
+  }
+};
+
 // Gemm with transB at a micro-batch's sizes runs as a prepared oneDNN matmul
 // (runtime/cpu/kernels/DnnlGemm.cpp): its bits may not depend on where the
 // operands lie nor on the thread count, and with ExecContext::accumulate it
@@ -247,14 +268,10 @@ TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
       // Y = A'B^T at four alignments, then Y += A'B^T twice.
       std::vector<float> first;
       for (int64_t shift : {0, 1, 3, 16}) {
-        std::vector<float> a(A.numel() + 16), b(B.numel() + 16), y(M * N + 16, 0.0f);
-        std::memcpy(a.data() + shift, A.raw(), A.bytes());
-        std::memcpy(b.data() + shift, B.raw(), B.bytes());
-        const void *in[2] = {a.data() + shift, b.data() + shift};
-        void *out[1] = {y.data() + shift};
+        ShiftedRun sr(A, B, M * N, shift);
         ctx.accumulate = false;
-        ASSERT_TRUE((*kernel)->run(ctx, in, out).isOk()) << what;
-        std::vector<float> got(y.begin() + shift, y.begin() + shift + M * N);
+        ASSERT_TRUE(sr.run(**kernel, ctx).isOk()) << what;
+        std::vector<float> got = sr.output();
         if (first.empty())
           first = got;
         else
@@ -262,7 +279,8 @@ TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
               << what << " shift " << shift;
         ctx.accumulate = true;
         for (int r = 0; r < 2; ++r)
-          ASSERT_TRUE((*kernel)->run(ctx, in, out).isOk()) << what;
+          ASSERT_TRUE(sr.run(**kernel, ctx).isOk()) << what;
+        got = sr.output();
         int bad = 0;
         for (int64_t m = 0; m < M && bad < 5; ++m)
           for (int64_t n = 0; n < N && bad < 5; ++n) {
@@ -272,7 +290,7 @@ TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
               s += x;
               mag += std::fabs(x);
             }
-            double g = y[shift + m * N + n];
+            double g = got[m * N + n];
             if (!(std::fabs(g - 3 * s) <= 3e-5 * 3 * mag + 1e-6)) {
               ADD_FAILURE() << what << " shift " << shift << ": element " << m << "," << n
                             << " got " << g << " want " << 3 * s;
@@ -306,13 +324,9 @@ TEST(LinalgKernels, BatchedMatMulBitsDoNotDependOnPlacementOrThreads) {
     const int64_t outN = numElements(c.out);
     std::vector<float> first;
     for (int64_t shift : {0, 1, 3, 16}) {
-      std::vector<float> a(A.numel() + 16), b(B.numel() + 16), y(outN + 16, 0.0f);
-      std::memcpy(a.data() + shift, A.raw(), A.bytes());
-      std::memcpy(b.data() + shift, B.raw(), B.bytes());
-      const void *in[2] = {a.data() + shift, b.data() + shift};
-      void *out[1] = {y.data() + shift};
-      ASSERT_TRUE((*kernel)->run(ctx, in, out).isOk()) << what;
-      std::vector<float> got(y.begin() + shift, y.begin() + shift + outN);
+      ShiftedRun sr(A, B, outN, shift);
+      ASSERT_TRUE(sr.run(**kernel, ctx).isOk()) << what;
+      std::vector<float> got = sr.output();
       if (first.empty())
         first = got;
       else

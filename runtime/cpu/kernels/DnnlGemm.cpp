@@ -85,16 +85,9 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
       po.append_sum(beta);
       attr.set_post_ops(po);
     }
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    try {
-      matmul::primitive_desc pd(matmul::desc(a, b, c), attr, linalgDnnlEngine());
-      made->prim.init<matmul>(pd);
-    } catch (...) {
-      omp_set_num_threads(threads);
-      throw;
-    }
-    omp_set_num_threads(threads);
+    LinalgOneThread one;
+    matmul::primitive_desc pd(matmul::desc(a, b, c), attr, linalgDnnlEngine());
+    made->prim.init<matmul>(pd);
     made->prim.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
   } catch (const dnnl::error &) {
     return nullptr;

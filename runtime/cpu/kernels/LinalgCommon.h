@@ -165,6 +165,25 @@ void linalgGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
   }
 }
 
+/// While alive, the calling thread's OpenMP budget is one thread (BLAS and
+/// oneDNN calls then run on it alone); the previous budget comes back after.
+class LinalgOneThread {
+public:
+  LinalgOneThread() : previous_(omp_get_max_threads()) {
+    if (previous_ != 1)
+      omp_set_num_threads(1);
+  }
+  ~LinalgOneThread() {
+    if (previous_ != 1)
+      omp_set_num_threads(previous_);
+  }
+  LinalgOneThread(const LinalgOneThread &) = delete;
+  LinalgOneThread &operator=(const LinalgOneThread &) = delete;
+
+private:
+  int previous_;
+};
+
 /// A oneDNN matmul primitive for a whole batch of f32 GEMMs, defined in
 /// runtime/cpu/kernels/DnnlGemm.cpp so that the kernels using
 /// LinalgBatchedGemm need not include oneDNN's header.
@@ -292,14 +311,9 @@ template <typename T> struct LinalgBatchedGemm {
   Status runPrepared(const T *A, const T *B, T *C, void *workspace) const {
     if constexpr (std::is_same_v<T, float>) {
       if (const LinalgDnnlGemm *p = dnnl_.get()) {
-        const int threads = omp_get_max_threads();
-        if (threads != 1)
-          omp_set_num_threads(1);
-        Status st = linalgDnnlGemmRun(*p, A + dnnlOffsets_[0], B + dnnlOffsets_[1],
-                                      C + dnnlOffsets_[2], workspace);
-        if (threads != 1)
-          omp_set_num_threads(threads);
-        return st;
+        LinalgOneThread one;
+        return linalgDnnlGemmRun(*p, A + dnnlOffsets_[0], B + dnnlOffsets_[1],
+                                 C + dnnlOffsets_[2], workspace);
       }
     }
     run(A, B, C);
@@ -330,12 +344,9 @@ template <typename T> struct LinalgBatchedGemm {
     int threads = omp_get_max_threads();
     if (total == 1 || threads == 1 || double(batch) * work < 65536.0) {
       // One thread: keep BLAS from threading the call itself.
-      if (threads != 1)
-        omp_set_num_threads(1);
+      LinalgOneThread one;
       for (int64_t t = 0; t < total; ++t)
         tile(t);
-      if (threads != 1)
-        omp_set_num_threads(threads);
       return;
     }
     int team = static_cast<int>(std::min<int64_t>(threads, total));
