@@ -10,6 +10,8 @@
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/Schedule.h"
 
+#include <cmath>
+
 namespace pipec::codegen {
 
 Status runPasses(ir::Graph &g, const CompileOptions &opts) {
@@ -26,11 +28,11 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   if (emit.training) {
     const TrainOptions &t = opts.train;
     // Validate the optimizer and schedule now, not at the first step.
-    PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(t.optimizer));
-    if (t.lr < 0)
-      return errorf("--lr must be positive (got ", t.lr, ")");
-    if (t.lr > 0)
-      oc.lr = t.lr;
+    if (!std::isfinite(t.lr) || t.lr < 0)
+      return errorf("--lr must be a positive number (got ", t.lr, ")");
+    PIPEC_ASSIGN(train::OptimizerConfig oc,
+                 train::parseOptimizer(t.optimizer, t.lr > 0 ? std::optional<double>(t.lr)
+                                                             : std::nullopt));
     PIPEC_ASSIGN(train::Optimizer optimizer, train::Optimizer::create(oc));
     if (!t.schedule.empty())
       PIPEC_TRY(train::parseSchedule(t.schedule, optimizer.baseLr()).status());

@@ -90,6 +90,11 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   r["micro_batch_size"] = p.pipeline().micro_batch_size();
   r["schedule"] = p.pipeline().schedule();
   r["training"] = p.pipeline().training();
+  if (p.pipeline().training()) {
+    r["optimizer"] = p.training().optimizer();
+    r["lr_schedule"] = p.training().lr_schedule();
+    r["clip_grad_norm"] = p.training().clip_grad_norm();
+  }
   r["nodes"] = g.numNodes();
   r["recompute"] = est.recompute;
   r["partition_search"] = est.search;
@@ -138,8 +143,9 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
         paramBytes += static_cast<double>(p.tensors(w).bytes());
     json js;
     js["index"] = s;
-    js["first_node"] = part.order[st.begin]->name();
-    js["last_node"] = part.order[st.end - 1]->name();
+    // (A graph folded to constants has one stage with no nodes.)
+    js["first_node"] = st.end > st.begin ? part.order[st.begin]->name() : "";
+    js["last_node"] = st.end > st.begin ? part.order[st.end - 1]->name() : "";
     js["forward_nodes"] = st.end - st.begin;
     js["num_nodes"] = numNodes;
     js["parameters"] = e.parameters;
@@ -202,7 +208,9 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   r["predicted_bubble_fraction"] = sim->bubbleFraction;
   r["predicted_samples_per_second"] = sim->makespan > 0 ? samples / sim->makespan : 0;
   r["single_device_step_seconds"] = est.singleDeviceStepTime;
-  r["predicted_speedup"] = sim->makespan > 0 ? est.singleDeviceStepTime / sim->makespan : 0;
+  // A plan with nothing to run (every output a constant) is as fast as one
+  // device.
+  r["predicted_speedup"] = sim->makespan > 0 ? est.singleDeviceStepTime / sim->makespan : 1.0;
   r["bottleneck_stage_seconds"] = est.bottleneck;
   json timeline = json::array();
   for (size_t d = 0; d < progs.size(); ++d) {
@@ -227,6 +235,15 @@ std::string renderReportText(const json &r) {
      << " micro-batches of " << r["micro_batch_size"].get<int64_t>() << ", schedule "
      << r["schedule"].get<std::string>() << (r["training"].get<bool>() ? ", training" : ", inference")
      << "\n";
+  if (r.contains("optimizer"))
+    os << "optimizer " << r["optimizer"].get<std::string>()
+       << (r["lr_schedule"].get<std::string>().empty()
+               ? ""
+               : ", lr schedule " + r["lr_schedule"].get<std::string>())
+       << (r["clip_grad_norm"].get<double>() > 0
+               ? cat(", gradients clipped to norm ", r["clip_grad_norm"].get<double>())
+               : "")
+       << "\n";
   const double budget = r["memory_budget_bytes"].get<double>();
   const std::string measuredAt = r["device_profile"]["measured_at"].get<std::string>();
   os << "device profile " << r["device_profile"]["name"].get<std::string>()
@@ -260,6 +277,10 @@ std::string renderReportText(const json &r) {
                 formatCount(r["total_parameters"].get<double>(), "").c_str(),
                 formatCount(r["total_forward_flops_per_micro_batch"].get<double>(), "FLOP").c_str());
   os << line;
+  if (r["predicted_step_seconds"].get<double>() <= 0) {
+    os << "predicted: nothing to compute (every output is a constant or an input)\n";
+    return os.str();
+  }
   std::snprintf(line, sizeof line,
                 "predicted: step %s, bubble %.1f%%, %.4g samples/s, speed-up %.2fx over one device "
                 "(%s)\n",

@@ -140,6 +140,8 @@ std::string describeMemory(const StageEstimate &e) {
 /// Cuts into K stages within the budget, or says which stages do not fit.
 Expected<std::vector<Stage>> cutWithin(const ChainModel &chain, int K, const std::string &search) {
   const size_t N = chain.size();
+  if (N == 0 && K == 1)
+    return std::vector<Stage>{Stage{}}; // nothing to cut: one empty stage
   if (static_cast<size_t>(K) > N)
     return errorf("cannot cut ", N, " forward nodes into ", K, " stages: -k must be at most ", N);
   std::vector<Stage> st = cut(chain, K, search, true);
@@ -255,8 +257,13 @@ Expected<Partition> partitionGraph(const ir::Graph &g, const PartitionOptions &o
   for (const ir::Node *n : g.nodes())
     if (n->phase() == ir::Phase::Forward)
       p.order.push_back(n);
-  if (p.order.empty())
-    return errorf("the graph has no nodes to place on a stage");
+  // A graph that folded to constants (every output a constant or a graph
+  // input) still gets a plan: one device with no nodes, which holds the
+  // constant outputs.
+  if (p.order.empty() && (opts.maxDevices > 1 || (opts.maxDevices == 0 && opts.numStages > 1)))
+    return errorf("the graph has no nodes left to place on stages (every output folded to a "
+                  "constant or is an input): compile it for one device, not ",
+                  opts.maxDevices > 0 ? opts.maxDevices : opts.numStages);
   PIPEC_ASSIGN(CostModel cost, makeCostModel(opts));
   ChainOptions co;
   co.training = opts.training;

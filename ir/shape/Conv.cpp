@@ -11,6 +11,8 @@
 //===----------------------------------------------------------------------===//
 #include "ir/shape/RuleUtil.h"
 
+#include <algorithm>
+
 namespace pipec::ir::shape {
 
 namespace {
@@ -175,6 +177,18 @@ Status poolRule(const ShapeContext &ctx, Outputs &out) {
   if (out.size() > 1)
     out[1] = {DType::I64, y};
   return Status::ok();
+}
+
+Status averagePoolRule(const ShapeContext &ctx, Outputs &out) {
+  // The attribute exists from opset 19; before, a model that sets it is
+  // malformed (MaxPool has had it since opset 10).
+  if (ctx.opset() < 19 && attrHas(ctx.attrs(), "dilations")) {
+    std::vector<int64_t> d = attrInts(ctx.attrs(), "dilations");
+    if (std::any_of(d.begin(), d.end(), [](int64_t v) { return v != 1; }))
+      return ctx.error(cat("AveragePool-", ctx.opset(), " has no attribute 'dilations' (",
+                           shapeStr(d), "); it was added in opset 19"));
+  }
+  return poolRule(ctx, out);
 }
 
 Status globalPoolRule(const ShapeContext &ctx, Outputs &out) {

@@ -1,8 +1,8 @@
 //===- ir/shape/Norm.cpp - Normalization and softmax-like ops -------------===//
 //
 // BatchNormalization's outputs changed with the opsets: up to five outputs
-// (Y, mean, var, saved_mean, saved_var) before 14, then Y and the running
-// mean and var in training mode; opset 15 lets scale/bias and mean/var have
+// (Y, mean, var, saved_mean, saved_var) before 14, the five-output form being
+// training mode, then Y and the running mean and var in training mode; opset 15 lets scale/bias and mean/var have
 // their own element types. LayerNormalization (17) returns Mean and
 // InvStdDev with the normalized axes reduced to 1, typed by stash_type.
 //
@@ -27,6 +27,9 @@ Status batchNormRule(const ShapeContext &ctx, Outputs &out) {
   } else {
     PIPEC_TRY(expectSameDType(ctx, {0, 1, 2, 3, 4}));
   }
+  if (ctx.opset() >= 14 && out.size() > 3)
+    return ctx.error(cat("has ", out.size(), " outputs; from opset 14 the op gives 1 to 3 (Y, ",
+                         "running_mean, running_var)"));
   if (ctx.opset() >= 14 && out.size() > 1 && attrInt(ctx.attrs(), "training_mode", 0) == 0)
     return ctx.error(cat("has ", out.size(),
                          " outputs, but the running mean and variance outputs exist "

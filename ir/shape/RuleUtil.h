@@ -90,6 +90,7 @@ Status lrnRule(const ShapeContext &, Outputs &);
 Status convRule(const ShapeContext &, Outputs &);
 Status convTransposeRule(const ShapeContext &, Outputs &);
 Status poolRule(const ShapeContext &, Outputs &);
+Status averagePoolRule(const ShapeContext &, Outputs &);
 Status globalPoolRule(const ShapeContext &, Outputs &);
 
 // Reduce.cpp

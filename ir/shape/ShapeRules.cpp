@@ -101,7 +101,7 @@ const RuleEntry kRules[] = {
     {"LRN", lrnRule},
     {"Softmax", softmaxRule},
     // Convolution and pooling.
-    {"AveragePool", poolRule},
+    {"AveragePool", averagePoolRule},
     {"Conv", convRule},
     {"ConvTranspose", convTransposeRule},
     {"GlobalAveragePool", globalPoolRule},

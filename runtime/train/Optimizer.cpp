@@ -258,7 +258,7 @@ std::string OptimizerConfig::str() const {
   return s;
 }
 
-Expected<OptimizerConfig> parseOptimizer(const std::string &text) {
+Expected<OptimizerConfig> parseOptimizer(const std::string &text, std::optional<double> lr) {
   PIPEC_ASSIGN(Spec spec, Spec::parse(text));
   OptimizerConfig c;
   c.kind = spec.kind();
@@ -298,7 +298,10 @@ Expected<OptimizerConfig> parseOptimizer(const std::string &text) {
     accepted += "alpha, eps, momentum, centered";
   }
   PIPEC_TRY(spec.checkAllUsed(accepted));
-  PIPEC_TRY(c.validate().withContext(cat("optimizer spec '", text, "'")));
+  if (lr)
+    c.lr = *lr;
+  PIPEC_TRY(c.validate().withContext(cat("optimizer spec '", text, "'",
+                                         lr ? cat(" with learning rate ", num(*lr)) : "")));
   return c.resolved();
 }
 

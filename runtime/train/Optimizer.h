@@ -75,8 +75,11 @@ struct OptimizerConfig {
 /// Parses a CLI spec in the grammar of runtime/train/Spec.h, e.g.
 /// "adamw:lr=3e-4,weight_decay=0.1,beta2=0.95" or "sgd:lr=0.1,momentum=0.9,
 /// nesterov=true". Keys are the field names in snake_case (weight_decay, or
-/// wd); a key the kind does not use is an error. The result is validated.
-Expected<OptimizerConfig> parseOptimizer(const std::string &spec);
+/// wd); a key the kind does not use is an error. `lr`, when given (pipec's
+/// --lr), replaces the spec's rate before validation, so "sgd" with an lr
+/// is complete. The result is validated.
+Expected<OptimizerConfig> parseOptimizer(const std::string &spec,
+                                         std::optional<double> lr = std::nullopt);
 
 /// A validated optimizer. Stateless itself: the caller owns each parameter's
 /// state buffers (stateTensors() of them, each the parameter's size,

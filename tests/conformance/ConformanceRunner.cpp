@@ -197,24 +197,13 @@ Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
       return {Outcome::Fail, graph.status().message()};
     if (Status s = codegen::runPasses(**graph, {}); !s)
       return {Outcome::Fail, s.message()};
-    if ((*graph)->numNodes() == 0) {
-      // Everything folded away: the outputs are constants to compare.
-      const auto &outs = (*graph)->outputs();
-      for (size_t i = 0; i < expected.size() && i < outs.size(); ++i) {
-        if (!outs[i]->isConstant())
-          return {Outcome::Fail, "an output is neither computed nor constant"};
-        if (Status s = testdata::compareOutput(outs[i]->constant(), expected[i], outs[i]->name()); !s)
-          return {Outcome::Fail, s.message()};
-      }
-      continue;
-    }
     codegen::CompileOptions co;
     co.noPasses = true;
     // --stages K: pipeline the test's graph over up to K devices.
     size_t forward = 0;
     for (const ir::Node *n : (*graph)->nodes())
       forward += n->phase() == ir::Phase::Forward;
-    co.partition.numStages = static_cast<int>(std::min<size_t>(gStages, forward));
+    co.partition.numStages = static_cast<int>(std::max<size_t>(1, std::min<size_t>(gStages, forward)));
     gPipelined += co.partition.numStages > 1;
     auto compiled = codegen::compileGraph(**graph, co);
     if (!compiled)

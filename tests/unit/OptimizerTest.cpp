@@ -291,6 +291,19 @@ TEST(OptimizerConfigTest, ParseSpecs) {
   EXPECT_NE(err("rmsprop:centered=maybe").find("not a boolean"), std::string::npos);
   EXPECT_NE(err("adam:wd=0.1,weight_decay=0.1").find("not both"), std::string::npos);
   EXPECT_NE(err("sgd:lr=0.1,nesterov=true").find("Nesterov"), std::string::npos);
+
+  // A learning rate given apart (pipec --lr) completes the spec before it
+  // is validated, and replaces the spec's own.
+  c = parseOptimizer("sgd", 0.1);
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(*c->lr, 0.1);
+  c = parseOptimizer("sgd:lr=0.5,momentum=0.9", 0.25);
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(*c->lr, 0.25);
+  EXPECT_EQ(c->momentum, 0.9);
+  c = parseOptimizer("adam", -1.0);
+  ASSERT_FALSE(c.isOk());
+  EXPECT_NE(c.status().message().find("learning rate -1"), std::string::npos) << c.status().message();
 }
 
 TEST(OptimizerTest, StateTensorCounts) {

@@ -3,8 +3,9 @@
 // ONNX BatchNormalization, opsets 7-15, inputs X, scale, B, mean, var.
 //
 // Inference: Y = (X - mean) / sqrt(var + epsilon) * scale + B.
-// Training (training_mode = 1, opset 14+; or, with no training_mode
-// attribute, ExecContext::training): the batch's own mean and (biased)
+// Training (training_mode = 1, opset 14+; before 14, the five-output form,
+// which the spec of opsets 9-13 defines as training mode; otherwise, with no
+// training_mode attribute, ExecContext::training): the batch's own mean and (biased)
 // variance over N and the spatial dimensions normalize X, and the running
 // statistics are updated as the spec says,
 //   running_mean = mean * momentum + batch_mean * (1 - momentum)
@@ -110,6 +111,8 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
   k->momentum = attrFloat(d.attrs, "momentum", 0.9f);
   if (attrHas(d.attrs, "training_mode"))
     k->trainingAttr = attrInt(d.attrs, "training_mode", 0) != 0 ? 1 : 0;
+  else if (d.outputs.size() == 5)
+    k->trainingAttr = 1; // opsets 9-13: output case #1 is training mode
   k->hasRunning = linalgHasOutput(d, 1) && linalgHasOutput(d, 2);
   k->hasSaved = linalgHasOutput(d, 3) && linalgHasOutput(d, 4);
   if (linalgHasOutput(d, 1) != linalgHasOutput(d, 2) ||

@@ -2,7 +2,7 @@
 //
 // ONNX MaxPool (opsets 1-12: ceil_mode, dilations, storage_order, optional
 // int64 Indices output; f32/f64 and, from opset 12, i8/u8), AveragePool
-// (count_include_pad, ceil_mode), GlobalAveragePool and GlobalMaxPool, for
+// (count_include_pad, ceil_mode; dilations from opset 19), GlobalAveragePool and GlobalMaxPool, for
 // any number of spatial dimensions.
 //
 // f32 windowed pools use oneDNN pooling_v2_forward when it computes the
@@ -322,9 +322,12 @@ Expected<KernelPtr> makeWindowPool(const OpDesc &d, bool isMax) {
   g.planes = x.shape[0] * x.shape[1];
   Shape in(x.shape.begin() + 2, x.shape.end());
   bool ceil = attrInt(d.attrs, "ceil_mode", 0) != 0;
-  if (!isMax && attrHas(d.attrs, "dilations") &&
+  // AveragePool has dilations from opset 19; before, the attribute does not
+  // exist and a model that sets it is malformed.
+  if (!isMax && d.opset < 19 && attrHas(d.attrs, "dilations") &&
       attrInts(d.attrs, "dilations") != std::vector<int64_t>(in.size(), 1))
-    return errorf(d.where(), ": AveragePool dilations need opset 19");
+    return errorf(d.where(), ": AveragePool-", d.opset,
+                  " has no 'dilations' attribute (it was added in opset 19)");
   PIPEC_TRY(linalgResolveWindow(d, in, {}, ceil, &d.outputs[0].shape, g.dims));
   PIPEC_TRY(linalgCheckSpatialOut(d, d.outputs[0], x.shape[0], x.shape[1], g.dims));
   for (const LinalgWindowDim &w : g.dims) {

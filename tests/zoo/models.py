@@ -1,0 +1,158 @@
+"""tests/zoo/models.py - the model zoo: real PyTorch and torchvision models.
+
+Each entry builds a model with seeded random weights (weights=None: nothing
+is downloaded), says how to feed it (input shapes, dynamic axes, how pipec
+binds them) and how it is trained (a loss pipec attaches to the logits, or
+one the model computes itself). tests/zoo/zoo.py exports them with
+torch.onnx.export and checks pipec against PyTorch.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+
+class Spec:
+    """How one zoo model is built, fed, exported and trained."""
+
+    def __init__(self, name, build, inputs, batch, loss, output_names,
+                 dims=None, num_classes=10, step_micro_batches=2, lr=2.0 ** 20):
+        self.name = name
+        self.build = build          # () -> nn.Module (seeded by the caller)
+        self.inputs = inputs        # [(name, per-example shape, kind)], kind: float | tokens
+        self.batch = batch          # examples per step of the checks
+        self.loss = loss            # 'cross-entropy' | 'mse' | 'model' (the model returns it)
+        self.output_names = output_names
+        self.dims = dims or {}      # symbolic dimension -> bound size (besides the batch)
+        self.num_classes = num_classes
+        self.step_micro_batches = step_micro_batches  # M of the K=4 / K=1 runs
+        self.lr = lr                # SGD rate of the gradient check (a power of two)
+
+    def dynamic_axes(self):
+        axes = {}
+        for name, shape, kind in self.inputs:
+            a = {0: 'batch'}
+            if kind == 'tokens' or (kind == 'float' and 'seq' in self.dims and len(shape) == 2):
+                a[1] = 'seq'
+            axes[name] = a
+        for o in self.output_names:
+            if o != 'loss':
+                a = {0: 'batch'}
+                if 'seq' in self.dims:
+                    a[1] = 'seq'
+                axes[o] = a
+        if self.loss == 'model':
+            axes['targets'] = {0: 'batch', 1: 'seq'}
+        return axes
+
+
+# --- Transformers written in torch -------------------------------------------
+
+class Encoder(nn.Module):
+    """torch.nn.TransformerEncoder over feature vectors, batch first."""
+
+    def __init__(self, norm_first, d_model=64, nhead=4, layers=2, ff=128):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d_model, nhead, ff, dropout=0.0, batch_first=True,
+                                           norm_first=norm_first)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d, heads, max_len):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        mask = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+        self.register_buffer('mask', mask.view(1, 1, max_len, max_len), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        h = self.heads
+        q = q.view(B, T, h, C // h).transpose(1, 2)
+        k = k.view(B, T, h, C // h).transpose(1, 2)
+        v = v.view(B, T, h, C // h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // h))
+        att = att.masked_fill(~self.mask[:, :, :T, :T], float('-inf'))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, max_len):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = CausalSelfAttention(d, heads, max_len)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT2(nn.Module):
+    """A GPT-2-style decoder: token and position embeddings, pre-norm blocks
+    with causal attention, the token embedding tied to the output projection,
+    and its own cross-entropy loss."""
+
+    def __init__(self, vocab=256, d=64, heads=4, layers=2, max_len=64):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(max_len, d)
+        self.blocks = nn.ModuleList([Block(d, heads, max_len) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device).unsqueeze(0)
+        x = self.wte(idx) + self.wpe(pos)
+        for b in self.blocks:
+            x = b(x)
+        logits = self.lm_head(self.ln_f(x))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return loss, logits
+
+
+def _vit():
+    return torchvision.models.VisionTransformer(image_size=64, patch_size=8, num_layers=4,
+                                                num_heads=4, hidden_dim=128, mlp_dim=512,
+                                                num_classes=10)
+
+
+def _cnn(ctor, **kw):
+    return lambda: ctor(weights=None, num_classes=10, **kw)
+
+
+IMAGE = lambda s: [('x', (3, s, s), 'float')]
+
+ZOO = {s.name: s for s in [
+    # Dropout is p=0 where the model has it: pipec's masks are its own
+    # counter-based streams, not torch's.
+    Spec('resnet18', _cnn(torchvision.models.resnet18), IMAGE(64), 4, 'cross-entropy', ['logits']),
+    Spec('resnet50', _cnn(torchvision.models.resnet50), IMAGE(64), 4, 'cross-entropy', ['logits']),
+    Spec('mobilenet_v2', _cnn(torchvision.models.mobilenet_v2, dropout=0.0), IMAGE(64), 4, 'cross-entropy', ['logits']),
+    # VGG and AlexNet end in an adaptive pool to 7x7 and 6x6, which
+    # torch.onnx exports only where it divides the feature map: 224 pixels.
+    Spec('vgg11_bn', _cnn(torchvision.models.vgg11_bn, dropout=0.0), IMAGE(224), 2, 'cross-entropy', ['logits']),
+    Spec('alexnet', _cnn(torchvision.models.alexnet, dropout=0.0), IMAGE(224), 2, 'cross-entropy', ['logits']),
+    Spec('vit', _vit, IMAGE(64), 4, 'cross-entropy', ['logits']),
+    Spec('encoder_post_norm', lambda: Encoder(False), [('x', (16, 64), 'float')], 4, 'mse', ['y'],
+         dims={'seq': 16}),
+    Spec('encoder_pre_norm', lambda: Encoder(True), [('x', (16, 64), 'float')], 4, 'mse', ['y'],
+         dims={'seq': 16}),
+    Spec('gpt2', GPT2, [('idx', (32,), 'tokens')], 4, 'model', ['loss', 'logits'],
+         dims={'seq': 32}, num_classes=256),
+]}
