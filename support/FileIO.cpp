@@ -5,7 +5,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fcntl.h>
 #include <fstream>
+#include <new>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace pipec {
@@ -13,16 +16,41 @@ namespace pipec {
 namespace fs = std::filesystem;
 
 Expected<std::string> readFile(const std::string &path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    return errorf("cannot read '", path, "': is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  // Only regular files: a FIFO or a character device (a link to
+  // /dev/urandom, say) would be read forever. The size comes from the file
+  // itself, so nothing is allocated on a length the file does not have.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
     return errorf("cannot open '", path, "': ", std::strerror(errno));
-  std::string data((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  if (in.bad())
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0)
     return errorf("cannot read '", path, "': ", std::strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    return errorf("cannot read '", path, "': is a directory");
+  if (!S_ISREG(st.st_mode))
+    return errorf("cannot read '", path, "': not a regular file");
+  std::string data;
+  try {
+    data.resize(static_cast<size_t>(st.st_size));
+  } catch (const std::bad_alloc &) {
+    return errorf("cannot read '", path, "': ", st.st_size, " bytes do not fit in memory");
+  }
+  size_t got = 0;
+  while (got < data.size()) {
+    ssize_t r = ::read(fd, data.data() + got, data.size() - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return errorf("cannot read '", path, "': ", std::strerror(errno));
+    if (r == 0)
+      return errorf("cannot read '", path, "': it shrank from ", data.size(), " to ", got,
+                    " bytes while being read");
+    got += static_cast<size_t>(r);
+  }
   return data;
 }
 
@@ -104,13 +132,48 @@ uint64_t fnv1a64(const std::string &s) {
   return h;
 }
 
-uint32_t crc32c(const void *data, size_t n, uint32_t seed) {
+namespace {
+
+uint32_t crc32cTable(const uint8_t *p, size_t n, uint32_t c) {
   static const std::array<uint32_t, 256> table = makeCrcTable();
-  const auto *p = static_cast<const uint8_t *>(data);
-  uint32_t c = ~seed;
   for (size_t i = 0; i < n; ++i)
     c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return ~c;
+  return c;
+}
+
+#if defined(__x86_64__)
+/// SSE4.2's crc32 instruction computes CRC-32C (the Castagnoli polynomial)
+/// eight bytes at a time: about 20x the table loop (weights of a few GB
+/// are checksummed at compile and at load).
+__attribute__((target("sse4.2"))) uint32_t crc32cHardware(const uint8_t *p, size_t n,
+                                                          uint32_t c) {
+  uint64_t c64 = c;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c64 = __builtin_ia32_crc32di(c64, v);
+  }
+  c = static_cast<uint32_t>(c64);
+  for (; n > 0; --n, ++p)
+    c = __builtin_ia32_crc32qi(c, *p);
+  return c;
+}
+#endif
+
+} // namespace
+
+uint32_t crc32c(const void *data, size_t n, uint32_t seed) {
+  const auto *p = static_cast<const uint8_t *>(data);
+#if defined(__x86_64__)
+  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  if (hardware)
+    return ~crc32cHardware(p, n, ~seed);
+#endif
+  return ~crc32cTable(p, n, ~seed);
+}
+
+uint32_t crc32cPortable(const void *data, size_t n, uint32_t seed) {
+  return ~crc32cTable(static_cast<const uint8_t *>(data), n, ~seed);
 }
 
 } // namespace pipec

@@ -8,7 +8,8 @@
 
 namespace pipec {
 
-/// Reads a whole file; errors name the path and the OS reason.
+/// Reads a whole regular file (FIFOs, devices and directories are refused:
+/// they could be read forever); errors name the path and the OS reason.
 Expected<std::string> readFile(const std::string &path);
 /// Writes via a temporary file in the same directory and rename(), so that a
 /// reader sees the old file or the new one, never a torn one.
@@ -23,8 +24,11 @@ bool isDirectory(const std::string &path);
 std::string dirName(const std::string &path);
 std::string joinPath(const std::string &a, const std::string &b);
 
-/// CRC-32C (Castagnoli) of a byte range; `seed` chains calls.
+/// CRC-32C (Castagnoli) of a byte range; `seed` chains calls. Uses SSE4.2's
+/// crc32 instruction where the CPU has it.
 uint32_t crc32c(const void *data, size_t n, uint32_t seed = 0);
+/// The same checksum by table lookup, whatever the CPU (for tests).
+uint32_t crc32cPortable(const void *data, size_t n, uint32_t seed = 0);
 /// 64-bit FNV-1a hash of a string: stable ids derived from names.
 uint64_t fnv1a64(const std::string &s);
 

@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-openmp-dev libdnnl-dev
   libgtest-dev libgmock-dev llvm-14-dev llvm-14-tools
   libcli11-dev nlohmann-json3-dev
+  python3-torch python3-torchvision
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -127,9 +127,15 @@ class GPT2(nn.Module):
 
 
 def _vit():
-    return torchvision.models.VisionTransformer(image_size=64, patch_size=8, num_layers=4,
-                                                num_heads=4, hidden_dim=128, mlp_dim=512,
-                                                num_classes=10)
+    m = torchvision.models.VisionTransformer(image_size=64, patch_size=8, num_layers=4,
+                                             num_heads=4, hidden_dim=128, mlp_dim=512,
+                                             num_classes=10)
+    # torchvision starts the classifier at zero (logits 0, a loss of ln 10
+    # whatever the input): random weights make the outputs depend on every
+    # layer.
+    nn.init.normal_(m.heads.head.weight, std=0.02)
+    nn.init.normal_(m.heads.head.bias, std=0.02)
+    return m
 
 
 def _cnn(ctor, **kw):
@@ -148,6 +154,9 @@ ZOO = {s.name: s for s in [
     # torch.onnx exports only where it divides the feature map: 224 pixels.
     Spec('vgg11_bn', _cnn(torchvision.models.vgg11_bn, dropout=0.0), IMAGE(224), 2, 'cross-entropy', ['logits']),
     Spec('alexnet', _cnn(torchvision.models.alexnet, dropout=0.0), IMAGE(224), 2, 'cross-entropy', ['logits']),
+    Spec('densenet121', _cnn(torchvision.models.densenet121), IMAGE(64), 4, 'cross-entropy', ['logits']),
+    Spec('shufflenet_v2', _cnn(torchvision.models.shufflenet_v2_x1_0), IMAGE(64), 4, 'cross-entropy',
+         ['logits']),
     Spec('vit', _vit, IMAGE(64), 4, 'cross-entropy', ['logits']),
     Spec('encoder_post_norm', lambda: Encoder(False), [('x', (16, 64), 'float')], 4, 'mse', ['y'],
          dims={'seq': 16}),
@@ -156,3 +165,8 @@ ZOO = {s.name: s for s in [
     Spec('gpt2', GPT2, [('idx', (32,), 'tokens')], 4, 'model', ['loss', 'logits'],
          dims={'seq': 32}, num_classes=256),
 ]}
+
+
+if __name__ == '__main__':
+    # tests/CMakeLists.txt registers one ctest per model from this list.
+    print(';'.join(ZOO))

@@ -1,0 +1,84 @@
+//===- tests/unit/SupportTest.cpp - Files and checksums -------------------===//
+//
+// CRC-32C against the published check values (RFC 3720, B.4), the hardware
+// and table paths against each other at every length, offset and chaining
+// split; readFile refuses what could be read forever (FIFOs, devices).
+//
+//===----------------------------------------------------------------------===//
+#include "support/FileIO.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace pipec;
+
+TEST(Crc32c, PublishedCheckValues) {
+  const char *digits = "123456789";
+  EXPECT_EQ(crc32c(digits, 9), 0xE3069283u);
+  EXPECT_EQ(crc32cPortable(digits, 9), 0xE3069283u);
+  std::vector<uint8_t> zeros(32, 0), ones(32, 0xFF), up(32), down(32);
+  for (int i = 0; i < 32; ++i) {
+    up[i] = static_cast<uint8_t>(i);
+    down[i] = static_cast<uint8_t>(31 - i);
+  }
+  EXPECT_EQ(crc32c(zeros.data(), 32), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(ones.data(), 32), 0x62A8AB43u);
+  EXPECT_EQ(crc32c(up.data(), 32), 0x46DD794Eu);
+  EXPECT_EQ(crc32c(down.data(), 32), 0x113FDB5Cu);
+  EXPECT_EQ(crc32c(nullptr, 0), 0u);
+}
+
+TEST(Crc32c, EveryLengthOffsetAndSplitAgreesWithTheTable) {
+  std::vector<uint8_t> buf(300);
+  uint32_t x = 12345;
+  for (uint8_t &b : buf) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(x >> 24);
+  }
+  for (size_t off = 0; off < 9; ++off)
+    for (size_t n = 0; off + n <= buf.size(); n += 7) {
+      uint32_t whole = crc32c(buf.data() + off, n);
+      ASSERT_EQ(whole, crc32cPortable(buf.data() + off, n)) << "offset " << off << " length " << n;
+      for (size_t cut = 0; cut <= n; cut += 5)
+        ASSERT_EQ(crc32c(buf.data() + off + cut, n - cut, crc32c(buf.data() + off, cut)), whole)
+            << "offset " << off << " length " << n << " split at " << cut;
+    }
+}
+
+TEST(ReadFile, ReadsRegularFilesAndRefusesWhatNeverEnds) {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("pipec-support-" + std::to_string(::getpid())))
+                        .string();
+  ASSERT_TRUE(makeDirs(dir).isOk());
+  std::string file = joinPath(dir, "f.bin");
+  std::string bytes(100000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(writeFileAtomic(file, bytes).isOk());
+  Expected<std::string> got = readFile(file);
+  ASSERT_TRUE(got.isOk()) << got.status().message();
+  EXPECT_EQ(*got, bytes);
+
+  std::string fifo = joinPath(dir, "fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Expected<std::string> f = readFile(fifo);
+  ASSERT_FALSE(f.isOk());
+  EXPECT_NE(f.status().message().find("not a regular file"), std::string::npos)
+      << f.status().message();
+  Expected<std::string> z = readFile("/dev/zero");
+  ASSERT_FALSE(z.isOk());
+  EXPECT_NE(z.status().message().find("not a regular file"), std::string::npos);
+  Expected<std::string> d = readFile(dir);
+  ASSERT_FALSE(d.isOk());
+  EXPECT_NE(d.status().message().find("is a directory"), std::string::npos);
+  Expected<std::string> m = readFile(joinPath(dir, "missing"));
+  ASSERT_FALSE(m.isOk());
+  EXPECT_NE(m.status().message().find("cannot open"), std::string::npos);
+  ASSERT_TRUE(removeTree(dir).isOk());
+}
