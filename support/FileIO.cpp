@@ -17,8 +17,7 @@ namespace fs = std::filesystem;
 
 Expected<std::string> readFile(const std::string &path) {
   // Only regular files: a FIFO or a character device (a link to
-  // /dev/urandom, say) would be read forever. The size comes from the file
-  // itself, so nothing is allocated on a length the file does not have.
+  // /dev/urandom, say) would be read forever, where a regular file ends.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return errorf("cannot open '", path, "': ", std::strerror(errno));
@@ -33,24 +32,28 @@ Expected<std::string> readFile(const std::string &path) {
     return errorf("cannot read '", path, "': is a directory");
   if (!S_ISREG(st.st_mode))
     return errorf("cannot read '", path, "': not a regular file");
+  // Read to the end, in one read where st_size is right (files of /proc
+  // report 0).
   std::string data;
+  size_t got = 0;
   try {
-    data.resize(static_cast<size_t>(st.st_size));
+    data.resize(static_cast<size_t>(st.st_size) + 1);
+    while (true) {
+      if (got == data.size())
+        data.resize(data.size() * 2);
+      ssize_t r = ::read(fd, data.data() + got, data.size() - got);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r < 0)
+        return errorf("cannot read '", path, "': ", std::strerror(errno));
+      if (r == 0)
+        break;
+      got += static_cast<size_t>(r);
+    }
   } catch (const std::bad_alloc &) {
     return errorf("cannot read '", path, "': ", st.st_size, " bytes do not fit in memory");
   }
-  size_t got = 0;
-  while (got < data.size()) {
-    ssize_t r = ::read(fd, data.data() + got, data.size() - got);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0)
-      return errorf("cannot read '", path, "': ", std::strerror(errno));
-    if (r == 0)
-      return errorf("cannot read '", path, "': it shrank from ", data.size(), " to ", got,
-                    " bytes while being read");
-    got += static_cast<size_t>(r);
-  }
+  data.resize(got);
   return data;
 }
 

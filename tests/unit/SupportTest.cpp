@@ -71,6 +71,10 @@ TEST(ReadFile, ReadsRegularFilesAndRefusesWhatNeverEnds) {
   ASSERT_FALSE(f.isOk());
   EXPECT_NE(f.status().message().find("not a regular file"), std::string::npos)
       << f.status().message();
+  // Files of /proc are regular but report a size of 0.
+  Expected<std::string> proc = readFile("/proc/self/status");
+  ASSERT_TRUE(proc.isOk()) << proc.status().message();
+  EXPECT_NE(proc->find("Name:"), std::string::npos);
   Expected<std::string> z = readFile("/dev/zero");
   ASSERT_FALSE(z.isOk());
   EXPECT_NE(z.status().message().find("not a regular file"), std::string::npos);

@@ -136,8 +136,8 @@ private:
 
 class ConvDnnlKernel final : public Kernel {
 public:
-  ConvDnnlKernel(LinalgDnnlPrim p, bool hasBias) : p_(std::move(p)), hasBias_(hasBias) {}
-  size_t workspaceBytes() const override { return p_.scratchBytes; }
+  ConvDnnlKernel(LinalgDnnlBlocked p, bool hasBias) : p_(std::move(p)), hasBias_(hasBias) {}
+  size_t workspaceBytes() const override { return p_.bytes; }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     // Argument order X, W, [B], Y (see makeDnnlConv).
     const void *ptrs[4] = {in[0], in[1], out[0], nullptr};
@@ -151,39 +151,50 @@ public:
   }
 
 private:
-  LinalgDnnlPrim p_;
+  LinalgDnnlBlocked p_;
   bool hasBias_;
 };
 
-/// The oneDNN path; an invalid primitive when oneDNN declines the case.
-LinalgDnnlPrim makeDnnlConv(const ConvGeom &g, const OpDesc &d, bool hasBias) {
-  LinalgDnnlPrim p;
+/// The oneDNN path on the layouts it prefers, with reorders from and to the
+/// graph's plain ones (LinalgDnnlBlocked); an invalid plan when oneDNN
+/// declines the case.
+LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias) {
+  LinalgDnnlBlocked p;
   if (g.dims.empty() || g.dims.size() > 3)
     return p;
   try {
     using namespace dnnl;
     const LinalgDnnlConvShape cs = linalgDnnlConvShape(g.N, g.C, g.M, g.G, g.dims);
-    const std::vector<int64_t> &xs = cs.src, &ys = cs.dst, &ws = cs.weights, &strides = cs.strides,
-                               &dil = cs.dilations, &pl = cs.padBegin, &pr = cs.padEnd;
-    memory::desc xmd = linalgDnnlPlain(xs), ymd = linalgDnnlPlain(ys), wmd = linalgDnnlPlain(ws),
-                 bmd = linalgDnnlPlain({g.M});
+    auto any = [](const std::vector<int64_t> &d) {
+      return memory::desc(linalgDnnlDims(d), memory::data_type::f32, memory::format_tag::any);
+    };
+    const memory::desc xmd = linalgDnnlPlain(cs.src), ymd = linalgDnnlPlain(cs.dst),
+                       wmd = linalgDnnlPlain(cs.weights), bmd = linalgDnnlPlain({g.M});
+    const memory::dims st = linalgDnnlDims(cs.strides), dl = linalgDnnlDims(cs.dilations),
+                       p0 = linalgDnnlDims(cs.padBegin), p1 = linalgDnnlDims(cs.padEnd);
     convolution_forward::desc cd =
-        hasBias
-            ? convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct,
-                                        xmd, wmd, bmd, ymd, linalgDnnlDims(strides),
-                                        linalgDnnlDims(dil), linalgDnnlDims(pl), linalgDnnlDims(pr))
-            : convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct,
-                                        xmd, wmd, ymd, linalgDnnlDims(strides), linalgDnnlDims(dil),
-                                        linalgDnnlDims(pl), linalgDnnlDims(pr));
+        hasBias ? convolution_forward::desc(prop_kind::forward_inference,
+                                            algorithm::convolution_direct, any(cs.src),
+                                            any(cs.weights), bmd, any(cs.dst), st, dl, p0, p1)
+                : convolution_forward::desc(prop_kind::forward_inference,
+                                            algorithm::convolution_direct, any(cs.src),
+                                            any(cs.weights), any(cs.dst), st, dl, p0, p1);
     convolution_forward::primitive_desc pd(cd, linalgDnnlAttr(), linalgDnnlEngine());
-    p.init<convolution_forward>(pd);
+    p.main.init<convolution_forward>(pd);
     // run() passes X, W, B, Y; without a bias, slot 2 is Y.
-    p.args = {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_WEIGHTS, wmd}};
-    if (hasBias)
-      p.args.push_back({DNNL_ARG_BIAS, bmd});
-    p.args.push_back({DNNL_ARG_DST, ymd});
+    p.main.args = {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}};
+    std::vector<memory::desc> plain = {xmd, wmd};
+    if (hasBias) {
+      p.main.args.push_back({DNNL_ARG_BIAS, pd.bias_desc()});
+      plain.push_back(bmd);
+    }
+    p.main.args.push_back({DNNL_ARG_DST, pd.dst_desc()});
+    plain.push_back(ymd);
+    std::vector<bool> output(plain.size(), false);
+    output.back() = true;
+    p.addReorders(plain, output);
   } catch (const dnnl::error &) {
-    return LinalgDnnlPrim();
+    return LinalgDnnlBlocked();
   }
   return p;
 }
@@ -191,7 +202,7 @@ LinalgDnnlPrim makeDnnlConv(const ConvGeom &g, const OpDesc &d, bool hasBias) {
 template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, ConvGeom g, bool hasBias) {
   if constexpr (linalgDnnlSupports<T>()) {
     if (oneDnnEnabled()) {
-      LinalgDnnlPrim p = makeDnnlConv(g, d, hasBias);
+      LinalgDnnlBlocked p = makeDnnlConv(g, hasBias);
       if (p.valid())
         return KernelPtr(new ConvDnnlKernel(std::move(p), hasBias));
     }

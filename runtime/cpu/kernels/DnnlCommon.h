@@ -17,6 +17,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <unordered_map>
 #include <utility>
@@ -136,6 +137,73 @@ private:
   /// by argument, as execute() takes them.
   mutable std::vector<dnnl::memory> mems_;
   mutable std::unordered_map<int, dnnl::memory> bound_;
+};
+
+/// A primitive run on the layouts oneDNN prefers (format `any`, blocked for
+/// its JIT convolutions) between buffers in the graph's plain layouts:
+/// inputs are reordered into the workspace before it runs, outputs out of it
+/// after. Blocked layouts measured 1.3-7.5x faster than the plain ones' im2col
+/// + GEMM on 3x3 convolutions (one thread, reorders included; ConvGradPerf).
+/// The workspace holds the reordered copies, then one scratchpad that the
+/// primitives share (they run in turn).
+struct LinalgDnnlBlocked {
+  LinalgDnnlPrim main;
+  /// Per argument of `main`, in run() order: its reorder (invalid where the
+  /// plain layout is the chosen one) and where its copy lives.
+  std::vector<LinalgDnnlPrim> reorders;
+  std::vector<bool> isOutput;
+  std::vector<size_t> bufOffset;
+  size_t scratchOffset = 0, bytes = 0;
+
+  bool valid() const { return main.valid(); }
+
+  /// After main.init and main.args (the chosen descriptors): adds a reorder
+  /// for every argument whose `plain` descriptor differs. Throws
+  /// dnnl::error like the primitive constructors.
+  void addReorders(const std::vector<dnnl::memory::desc> &plain, const std::vector<bool> &output) {
+    dnnl::engine &eng = linalgDnnlEngine();
+    size_t scratch = main.scratchBytes;
+    reorders.assign(plain.size(), LinalgDnnlPrim());
+    isOutput = output;
+    bufOffset.assign(plain.size(), 0);
+    bytes = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const dnnl::memory::desc &chosen = main.args[i].second;
+      if (chosen == plain[i])
+        continue;
+      const dnnl::memory::desc &from = output[i] ? chosen : plain[i];
+      const dnnl::memory::desc &to = output[i] ? plain[i] : chosen;
+      dnnl::reorder::primitive_desc rpd(eng, from, eng, to, linalgDnnlAttr());
+      reorders[i].init<dnnl::reorder>(rpd);
+      reorders[i].args = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+      scratch = std::max(scratch, reorders[i].scratchBytes);
+      bufOffset[i] = bytes;
+      bytes += linalgRoundUp(chosen.get_size());
+    }
+    scratchOffset = bytes;
+    bytes += linalgRoundUp(scratch);
+  }
+
+  /// `ptrs[i]`: argument i in its plain layout; `ws`: `bytes` of workspace.
+  Status run(const void *const *ptrs, unsigned char *ws) const {
+    const size_t n = reorders.size();
+    const void *args[8];
+    unsigned char *scratch = ws + scratchOffset;
+    for (size_t i = 0; i < n; ++i)
+      args[i] = reorders[i].valid() ? ws + bufOffset[i] : ptrs[i];
+    for (size_t i = 0; i < n; ++i)
+      if (reorders[i].valid() && !isOutput[i]) {
+        const void *r[2] = {ptrs[i], args[i]};
+        PIPEC_TRY(reorders[i].run(r, scratch));
+      }
+    PIPEC_TRY(main.run(args, scratch));
+    for (size_t i = 0; i < n; ++i)
+      if (reorders[i].valid() && isOutput[i]) {
+        const void *r[2] = {args[i], ptrs[i]};
+        PIPEC_TRY(reorders[i].run(r, scratch));
+      }
+    return Status::ok();
+  }
 };
 
 /// oneDNN's dimensions of a convolution of `images` images with C input and

@@ -178,43 +178,28 @@ private:
   ConvGradGeom g_;
 };
 
-/// One oneDNN backward primitive over a given number of images, on the
-/// layouts oneDNN prefers (format `any`), with reorders from and to the plain
-/// layouts of the graph where they differ. Blocked layouts let oneDNN pick
-/// its JIT convolutions; on plain ones it runs im2col + GEMM, which measured
-/// 1.3-7.5x slower on the sample CNN's 3x3 convolutions at batch 32 (one
-/// thread, reorders included; ConvGradPerf), and about even on its 1x1.
-/// Arguments are (dY, W or X, dX or dW); the workspace holds the reordered
-/// copies, then one scratchpad shared by the primitives (they run in turn).
-struct DnnlConvGradPlan {
-  LinalgDnnlPrim main;
-  LinalgDnnlPrim reorders[3]; ///< per argument; invalid where none is needed
-  size_t bufOffset[3] = {}, bufBytes[3] = {}, scratchOffset = 0, bytes = 0;
+/// A backward convolution on blocked layouts (LinalgDnnlBlocked), arguments
+/// (dY, W or X, dX or dW).
+using DnnlConvGradPlan = LinalgDnnlBlocked;
 
-  bool valid() const { return main.valid(); }
-
-  Status run(const void *const *ptrs, unsigned char *ws) const {
-    const void *args[3];
-    unsigned char *scratch = ws + scratchOffset;
-    for (int i = 0; i < 3; ++i)
-      args[i] = reorders[i].valid() ? ws + bufOffset[i] : ptrs[i];
-    for (int i = 0; i < 2; ++i)
-      if (reorders[i].valid()) {
-        const void *r[2] = {ptrs[i], args[i]};
-        PIPEC_TRY(reorders[i].run(r, scratch));
-      }
-    PIPEC_TRY(main.run(args, scratch));
-    if (reorders[2].valid()) {
-      const void *r[2] = {args[2], ptrs[2]};
-      PIPEC_TRY(reorders[2].run(r, scratch));
-    }
-    return Status::ok();
-  }
+/// Strides of dY and X when the plan reads views of larger tensors (a
+/// channel slice of ConvGradWeight's chunks); empty for contiguous ones.
+struct ConvGradViews {
+  std::vector<int64_t> dy, x;
 };
+
+/// A row-major descriptor of shape `s`, or of a view with `strides`.
+dnnl::memory::desc viewDesc(const std::vector<int64_t> &s, const std::vector<int64_t> &strides) {
+  if (strides.empty())
+    return linalgDnnlPlain(s);
+  return dnnl::memory::desc(linalgDnnlDims(s), dnnl::memory::data_type::f32,
+                            linalgDnnlDims(strides));
+}
 
 /// The plan of ConvGradWeight (`weight`) or ConvGradInput over `images`
 /// images; an invalid plan when oneDNN declines the case.
-DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t images) {
+DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t images,
+                                  const ConvGradViews &views = {}) {
   DnnlConvGradPlan plan;
   if (g.dims.empty() || g.dims.size() > 3 || images < 1)
     return plan;
@@ -233,7 +218,8 @@ DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t im
     convolution_forward::desc fd(prop_kind::forward_training, algorithm::convolution_direct, xany,
                                  wany, yany, st, dl, pad0, pad1);
     convolution_forward::primitive_desc fpd(fd, linalgDnnlEngine());
-    const memory::desc plain[3] = {linalgDnnlPlain(ys), linalgDnnlPlain(weight ? xs : ws),
+    const memory::desc plain[3] = {viewDesc(ys, views.dy),
+                                   weight ? viewDesc(xs, views.x) : linalgDnnlPlain(ws),
                                    linalgDnnlPlain(weight ? ws : xs)};
     memory::desc chosen[3];
     if (weight) {
@@ -260,22 +246,7 @@ DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t im
                         {DNNL_ARG_WEIGHTS, chosen[1]},
                         {DNNL_ARG_DIFF_SRC, chosen[2]}};
     }
-    size_t scratch = plan.main.scratchBytes;
-    for (int i = 0; i < 3; ++i) {
-      if (chosen[i] == plain[i])
-        continue;
-      const memory::desc &from = i < 2 ? plain[i] : chosen[i], &to = i < 2 ? chosen[i] : plain[i];
-      reorder::primitive_desc rpd(linalgDnnlEngine(), from, linalgDnnlEngine(), to,
-                                  linalgDnnlAttr());
-      plan.reorders[i].init<reorder>(rpd);
-      plan.reorders[i].args = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-      scratch = std::max(scratch, plan.reorders[i].scratchBytes);
-      plan.bufOffset[i] = plan.bytes;
-      plan.bufBytes[i] = linalgRoundUp(chosen[i].get_size());
-      plan.bytes += plan.bufBytes[i];
-    }
-    plan.scratchOffset = plan.bytes;
-    plan.bytes += linalgRoundUp(scratch);
+    plan.addReorders({plain[0], plain[1], plain[2]}, {false, false, true});
   } catch (const dnnl::error &) {
     return DnnlConvGradPlan();
   }
@@ -310,60 +281,129 @@ private:
   int saved_;
 };
 
-/// ConvGradWeight on oneDNN with a result independent of the thread count:
-/// the images are cut into at most kChunks fixed chunks; each chunk's
-/// partial dW comes from a single-threaded plan (created with one thread and
-/// run inside our parallel loop, where oneDNN runs sequentially), and the
-/// partials are added in chunk order in double. Left to itself, oneDNN
-/// splits the reduction by its thread count, so 1 and 2 threads gave
-/// different bits.
+/// ConvGradWeight on oneDNN with a result independent of the thread count.
+/// Left to itself, oneDNN splits the reduction over images by its thread
+/// count, so 1 and 2 threads gave different bits. Instead the work is cut,
+/// by the shape alone, into chunks of images x blocks of output channels
+/// (whole groups when grouped); each chunk is a single-threaded primitive
+/// (created with one thread and run inside our parallel loop, where oneDNN
+/// runs sequentially) over views of dY and X. A channel block's dW is
+/// disjoint from the others', so only the image chunks leave partial sums,
+/// added in chunk order in double.
+///
+/// Which cut: image chunks cost a partial dW each (written, reordered, then
+/// summed), channel blocks cost a reorder of X each. Early layers (large
+/// activations, small dW) cut images; late ones (dW larger than the
+/// activations: ResNet's 3x3 convolutions on 4x4 and 2x2 maps) cut
+/// channels. ResNet-18's layer4 dW on 16 images went 12 ms -> (see
+/// docs/performance.md) with channel blocks instead of 8 image chunks.
 class ConvGradWeightDnnlKernel final : public Kernel {
 public:
+  /// Chunks per call: enough for the threads of a device to share.
   static constexpr int64_t kChunks = 8;
+  /// Output channels per block are a multiple of this (oneDNN's blocking).
+  static constexpr int64_t kChannelBlock = 16;
 
   /// Null when oneDNN declines the case.
   static std::unique_ptr<ConvGradWeightDnnlKernel> make(const ConvGradGeom &g) {
-    if (g.N < 1)
+    if (g.N < 1 || g.M < 1)
       return nullptr;
     auto k = std::unique_ptr<ConvGradWeightDnnlKernel>(new ConvGradWeightDnnlKernel());
-    const int64_t chunks = std::min(g.N, kChunks);
-    k->per_ = (g.N + chunks - 1) / chunks;
-    k->chunks_ = (g.N + k->per_ - 1) / k->per_;
-    const int64_t last = g.N - (k->chunks_ - 1) * k->per_;
-    {
-      OmpThreadsScope one(1);
-      k->plans_.push_back(makeDnnlConvGrad(g, true, k->per_));
-      if (last != k->per_)
-        k->plans_.push_back(makeDnnlConvGrad(g, true, last));
-    }
-    size_t planBytes = 0;
-    for (const DnnlConvGradPlan &p : k->plans_) {
-      if (!p.valid())
-        return nullptr;
-      planBytes = std::max(planBytes, p.bytes);
-    }
-    // Chunks run on several threads at once, and a prepared primitive binds
-    // its buffers in place (LinalgDnnlPrim): a copy of the plan per chunk.
-    std::vector<DnnlConvGradPlan> perChunk;
-    for (int64_t c = 0; c < k->chunks_; ++c)
-      perChunk.push_back(k->plans_[c + 1 < k->chunks_ || k->plans_.size() == 1 ? 0 : 1]);
-    k->plans_ = std::move(perChunk);
     int64_t inSp = 1, outSp = 1, ks = 1;
     for (const LinalgWindowDim &w : g.dims) {
       inSp *= w.in;
       outSp *= w.out;
       ks *= w.kernel;
     }
+    const int64_t cg = g.C / g.G, mg = g.M / g.G;
     k->xImage_ = g.C * inSp;
     k->dyImage_ = g.M * outSp;
-    k->wElems_ = g.M * (g.C / g.G) * ks;
-    k->partBytes_ = linalgRoundUp(static_cast<size_t>(k->wElems_) * sizeof(float));
+    k->wElems_ = g.M * cg * ks;
+    k->inSp_ = inSp;
+    k->outSp_ = outSp;
+    k->filter_ = cg * ks;
+
+    // The cut, from the shape only.
+    const double wBytes = static_cast<double>(k->wElems_),
+                 aBytes = static_cast<double>(g.N) * static_cast<double>(g.C * inSp + g.M * outSp);
+    int64_t imageChunks = std::clamp<int64_t>(static_cast<int64_t>(aBytes / (2 * wBytes)), 1,
+                                              std::min(g.N, kChunks));
+    const int64_t per = (g.N + imageChunks - 1) / imageChunks;
+    imageChunks = (g.N + per - 1) / per;
+    // Channel blocks: whole groups, or multiples of kChannelBlock channels.
+    const int64_t units = g.G > 1 ? g.G : std::max<int64_t>(1, g.M / kChannelBlock);
+    int64_t blocks = std::clamp<int64_t>((kChunks + imageChunks - 1) / imageChunks, 1, units);
+    const int64_t unitsPer = (units + blocks - 1) / blocks;
+    blocks = (units + unitsPer - 1) / unitsPer;
+    const int64_t unitOut = g.G > 1 ? mg : (blocks > 1 ? kChannelBlock : g.M);
+
+    std::vector<int64_t> dyStrides = {g.M * outSp, outSp}, xStrides = {g.C * inSp, inSp};
+    for (size_t i = 0; i < g.dims.size(); ++i) {
+      int64_t so = 1, si = 1;
+      for (size_t j = i + 1; j < g.dims.size(); ++j) {
+        so *= g.dims[j].out;
+        si *= g.dims[j].in;
+      }
+      dyStrides.push_back(so);
+      xStrides.push_back(si);
+    }
+    {
+      OmpThreadsScope one(1);
+      for (int64_t i = 0; i < imageChunks; ++i)
+        for (int64_t b = 0; b < blocks; ++b) {
+          Chunk c;
+          c.n0 = i * per;
+          c.images = std::min(per, g.N - c.n0);
+          c.part = i;
+          const int64_t u0 = b * unitsPer, u1 = std::min(units, u0 + unitsPer);
+          ConvGradGeom cg2 = g;
+          cg2.N = c.images;
+          if (g.G > 1) {
+            c.m0 = u0 * mg;
+            c.mCount = (u1 - u0) * mg;
+            c.c0 = u0 * cg;
+            cg2.G = u1 - u0;
+            cg2.C = (u1 - u0) * cg;
+            cg2.M = c.mCount;
+          } else {
+            c.m0 = u0 * unitOut;
+            c.mCount = b + 1 == blocks ? g.M - c.m0 : (u1 - u0) * unitOut;
+            cg2.M = c.mCount;
+          }
+          // Chunks of one shape share a plan (copied per chunk below).
+          auto same = [&](const Chunk &o) { return o.images == c.images && o.mCount == c.mCount; };
+          auto it = std::find_if(k->chunks_.begin(), k->chunks_.end(), same);
+          if (it != k->chunks_.end()) {
+            c.plan = it->plan;
+          } else {
+            c.plan = k->plans_.size();
+            k->plans_.push_back(makeDnnlConvGrad(cg2, true, c.images, {dyStrides, xStrides}));
+            if (!k->plans_.back().valid())
+              return nullptr;
+          }
+          k->chunks_.push_back(c);
+        }
+    }
+    size_t planBytes = 0;
+    for (const DnnlConvGradPlan &p : k->plans_)
+      planBytes = std::max(planBytes, p.bytes);
+    // Chunks run on several threads at once, and a prepared primitive binds
+    // its buffers in place (LinalgDnnlPrim): a copy of the plan per chunk.
+    std::vector<DnnlConvGradPlan> perChunk;
+    for (Chunk &c : k->chunks_) {
+      perChunk.push_back(k->plans_[c.plan]);
+      c.plan = perChunk.size() - 1;
+    }
+    k->plans_ = std::move(perChunk);
+    k->parts_ = imageChunks;
+    k->partBytes_ = imageChunks > 1 ? linalgRoundUp(static_cast<size_t>(k->wElems_) * sizeof(float))
+                                    : 0;
     k->planBytes_ = linalgRoundUp(planBytes);
     return k;
   }
 
   size_t workspaceBytes() const override {
-    return static_cast<size_t>(chunks_) * (partBytes_ + planBytes_);
+    return static_cast<size_t>(parts_) * partBytes_ + chunks_.size() * planBytes_;
   }
 
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
@@ -371,32 +411,43 @@ public:
     const float *x = static_cast<const float *>(in[1]);
     float *dw = static_cast<float *>(out[0]);
     unsigned char *base = linalgAlign(ctx.workspace);
-    unsigned char *parts = base, *planWs = base + chunks_ * partBytes_;
-    std::vector<Status> st(static_cast<size_t>(chunks_), Status::ok());
+    unsigned char *parts = base, *planWs = base + parts_ * partBytes_;
+    const int64_t n = static_cast<int64_t>(chunks_.size());
+    std::vector<Status> st(chunks_.size(), Status::ok());
     // No `if` clause: a chunk must always run inside a parallel region (or on
     // a one-thread team), where oneDNN does not split it further.
 #pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < chunks_; ++k) {
-      const DnnlConvGradPlan &p = plans_[static_cast<size_t>(k)];
-      const void *ptrs[3] = {dy + k * per_ * dyImage_, x + k * per_ * xImage_,
-                             parts + k * partBytes_};
-      st[static_cast<size_t>(k)] = p.run(ptrs, planWs + k * planBytes_);
+    for (int64_t k = 0; k < n; ++k) {
+      const Chunk &c = chunks_[static_cast<size_t>(k)];
+      float *dst = parts_ > 1 ? reinterpret_cast<float *>(parts + c.part * partBytes_) : dw;
+      const void *ptrs[3] = {dy + c.n0 * dyImage_ + c.m0 * outSp_,
+                             x + c.n0 * xImage_ + c.c0 * inSp_, dst + c.m0 * filter_};
+      st[static_cast<size_t>(k)] = plans_[c.plan].run(ptrs, planWs + k * planBytes_);
     }
     for (const Status &s : st)
       PIPEC_TRY(s);
-    parallelFor(wElems_, wElems_ * chunks_ > 65536, [&](int64_t i) {
-      double s = 0;
-      for (int64_t k = 0; k < chunks_; ++k)
-        s += reinterpret_cast<const float *>(parts + k * partBytes_)[i];
-      dw[i] = static_cast<float>(s);
-    });
+    if (parts_ > 1)
+      parallelFor(wElems_, wElems_ * parts_ > 65536, [&](int64_t i) {
+        double s = 0;
+        for (int64_t k = 0; k < parts_; ++k)
+          s += reinterpret_cast<const float *>(parts + k * partBytes_)[i];
+        dw[i] = static_cast<float>(s);
+      });
     return Status::ok();
   }
 
 private:
+  /// Images [n0, n0 + images) and output channels [m0, m0 + mCount) (input
+  /// channels from c0 when grouped); `part` is the image chunk.
+  struct Chunk {
+    int64_t n0 = 0, images = 0, m0 = 0, mCount = 0, c0 = 0, part = 0;
+    size_t plan = 0;
+  };
+
   ConvGradWeightDnnlKernel() = default;
-  std::vector<DnnlConvGradPlan> plans_; ///< one per chunk (of per_ images; the last may be smaller)
-  int64_t per_ = 1, chunks_ = 1, xImage_ = 0, dyImage_ = 0, wElems_ = 0;
+  std::vector<DnnlConvGradPlan> plans_; ///< one per chunk
+  std::vector<Chunk> chunks_;
+  int64_t parts_ = 1, xImage_ = 0, dyImage_ = 0, wElems_ = 0, inSp_ = 1, outSp_ = 1, filter_ = 1;
   size_t partBytes_ = 0, planBytes_ = 0;
 };
 

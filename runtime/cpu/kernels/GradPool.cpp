@@ -24,6 +24,12 @@ namespace {
 
 enum class PoolGradKind { Max, AvgIncludePad, AvgExcludePad };
 
+/// One spatial dimension's windows, per output index: the first input
+/// index, the valid taps [lo, hi) and the taps inside the padded input.
+struct PoolGradTaps {
+  std::vector<int64_t> start, lo, hi, padded;
+};
+
 template <typename T> class PoolGradKernel final : public Kernel {
 public:
   PoolGradKernel(std::vector<LinalgWindowDim> dims, int64_t planes, PoolGradKind kind)
@@ -31,6 +37,25 @@ public:
     for (const LinalgWindowDim &w : dims_) {
       inSp_ *= w.in;
       outSp_ *= w.out;
+      PoolGradTaps t;
+      for (int64_t o = 0; o < w.out; ++o) {
+        const int64_t st = o * w.stride - w.padBegin;
+        int64_t lo = w.kernel, hi = 0, cnt = 0;
+        for (int64_t k = 0; k < w.kernel; ++k) {
+          const int64_t i = st + k * w.dilation;
+          if (i >= 0 && i < w.in) {
+            lo = std::min(lo, k);
+            hi = k + 1;
+          }
+          if (i >= -w.padBegin && i < w.in + w.padEnd)
+            ++cnt;
+        }
+        t.start.push_back(st);
+        t.lo.push_back(lo);
+        t.hi.push_back(std::max(lo, hi));
+        t.padded.push_back(cnt);
+      }
+      taps_.push_back(std::move(t));
     }
     strides_.assign(dims_.size(), 1);
     for (size_t i = dims_.size(); i-- > 1;)
@@ -41,75 +66,16 @@ public:
     const T *dy = static_cast<const T *>(in[0]);
     const T *x = kind_ == PoolGradKind::Max ? static_cast<const T *>(in[1]) : nullptr;
     T *dx = static_cast<T *>(out[0]);
-    const size_t nd = dims_.size();
     parallelFor(planes_, planes_ * outSp_ > 4096, [&](int64_t plane) {
-      std::vector<LinalgAcc<T>> acc(static_cast<size_t>(inSp_), 0);
+      // One accumulator per thread, reused from plane to plane.
+      thread_local std::vector<LinalgAcc<T>> acc;
+      acc.assign(static_cast<size_t>(inSp_), 0);
       const T *xp = x ? x + plane * inSp_ : nullptr;
       const T *gp = dy + plane * outSp_;
-      int64_t o[8] = {0};
-      for (int64_t p = 0; p < outSp_; ++p) {
-        // The valid taps [lo, hi) of this window per dimension.
-        int64_t lo[8], hi[8], st[8], k[8], padded = 1;
-        bool empty = false;
-        for (size_t d = 0; d < nd; ++d) {
-          const LinalgWindowDim &w = dims_[d];
-          st[d] = o[d] * w.stride - w.padBegin;
-          lo[d] = w.kernel;
-          hi[d] = 0;
-          int64_t cnt = 0;
-          for (int64_t t = 0; t < w.kernel; ++t) {
-            const int64_t i = st[d] + t * w.dilation;
-            if (i >= 0 && i < w.in) {
-              lo[d] = std::min(lo[d], t);
-              hi[d] = t + 1;
-            }
-            if (i >= -w.padBegin && i < w.in + w.padEnd)
-              ++cnt;
-          }
-          if (lo[d] >= hi[d])
-            empty = true;
-          k[d] = lo[d];
-          padded *= cnt;
-        }
-        if (!empty) {
-          int64_t best = -1, count = 1;
-          T bestV = T(0);
-          if (kind_ == PoolGradKind::AvgExcludePad)
-            for (size_t d = 0; d < nd; ++d)
-              count *= hi[d] - lo[d];
-          const int64_t div = kind_ == PoolGradKind::AvgIncludePad ? padded : count;
-          const LinalgAcc<T> share =
-              kind_ == PoolGradKind::Max ? 0 : static_cast<LinalgAcc<T>>(gp[p]) / div;
-          while (true) {
-            int64_t off = 0;
-            for (size_t d = 0; d < nd; ++d)
-              off += (st[d] + k[d] * dims_[d].dilation) * strides_[d];
-            if (kind_ == PoolGradKind::Max) {
-              if (best < 0 || xp[off] > bestV) {
-                best = off;
-                bestV = xp[off];
-              }
-            } else {
-              acc[static_cast<size_t>(off)] += share;
-            }
-            size_t d = nd;
-            while (d-- > 0) {
-              if (++k[d] < hi[d])
-                break;
-              k[d] = lo[d];
-            }
-            if (d == static_cast<size_t>(-1))
-              break;
-          }
-          if (kind_ == PoolGradKind::Max)
-            acc[static_cast<size_t>(best)] += gp[p];
-        }
-        for (size_t d = nd; d-- > 0;) {
-          if (++o[d] < dims_[d].out)
-            break;
-          o[d] = 0;
-        }
-      }
+      if (dims_.size() == 2)
+        plane2d(xp, gp, acc.data());
+      else
+        planeNd(xp, gp, acc.data());
       T *op = dx + plane * inSp_;
       for (int64_t i = 0; i < inSp_; ++i)
         op[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
@@ -118,7 +84,102 @@ public:
   }
 
 private:
+  /// The common 2-D case with the windows' taps from the tables.
+  void plane2d(const T *xp, const T *gp, LinalgAcc<T> *acc) const {
+    const LinalgWindowDim &H = dims_[0], &W = dims_[1];
+    const PoolGradTaps &th = taps_[0], &tw = taps_[1];
+    for (int64_t oh = 0; oh < H.out; ++oh) {
+      const int64_t hs = th.start[oh], h0 = th.lo[oh], h1 = th.hi[oh];
+      for (int64_t ow = 0; ow < W.out; ++ow) {
+        const int64_t ws = tw.start[ow], w0 = tw.lo[ow], w1 = tw.hi[ow];
+        const T g = gp[oh * W.out + ow];
+        if (h0 >= h1 || w0 >= w1)
+          continue;
+        if (kind_ == PoolGradKind::Max) {
+          int64_t best = -1;
+          T bestV = T(0);
+          for (int64_t kh = h0; kh < h1; ++kh) {
+            const int64_t row = (hs + kh * H.dilation) * W.in + ws;
+            for (int64_t kw = w0; kw < w1; ++kw) {
+              const int64_t off = row + kw * W.dilation;
+              if (best < 0 || xp[off] > bestV) {
+                best = off;
+                bestV = xp[off];
+              }
+            }
+          }
+          acc[best] += g;
+          continue;
+        }
+        const int64_t div = kind_ == PoolGradKind::AvgIncludePad
+                                ? th.padded[oh] * tw.padded[ow]
+                                : (h1 - h0) * (w1 - w0);
+        const LinalgAcc<T> share = static_cast<LinalgAcc<T>>(g) / div;
+        for (int64_t kh = h0; kh < h1; ++kh) {
+          LinalgAcc<T> *row = acc + (hs + kh * H.dilation) * W.in + ws;
+          for (int64_t kw = w0; kw < w1; ++kw)
+            row[kw * W.dilation] += share;
+        }
+      }
+    }
+  }
+
+  /// Any number of dimensions: an odometer over outputs and taps.
+  void planeNd(const T *xp, const T *gp, LinalgAcc<T> *acc) const {
+    const size_t nd = dims_.size();
+    int64_t o[10] = {0};
+    for (int64_t p = 0; p < outSp_; ++p) {
+      int64_t lo[10], hi[10], st[10], k[10], padded = 1, count = 1;
+      bool empty = false;
+      for (size_t d = 0; d < nd; ++d) {
+        const PoolGradTaps &t = taps_[d];
+        st[d] = t.start[o[d]];
+        lo[d] = k[d] = t.lo[o[d]];
+        hi[d] = t.hi[o[d]];
+        empty |= lo[d] >= hi[d];
+        padded *= t.padded[o[d]];
+        count *= hi[d] - lo[d];
+      }
+      if (!empty) {
+        int64_t best = -1;
+        T bestV = T(0);
+        const int64_t div = kind_ == PoolGradKind::AvgIncludePad ? padded : count;
+        const LinalgAcc<T> share =
+            kind_ == PoolGradKind::Max ? 0 : static_cast<LinalgAcc<T>>(gp[p]) / div;
+        while (true) {
+          int64_t off = 0;
+          for (size_t d = 0; d < nd; ++d)
+            off += (st[d] + k[d] * dims_[d].dilation) * strides_[d];
+          if (kind_ == PoolGradKind::Max) {
+            if (best < 0 || xp[off] > bestV) {
+              best = off;
+              bestV = xp[off];
+            }
+          } else {
+            acc[off] += share;
+          }
+          size_t d = nd;
+          while (d-- > 0) {
+            if (++k[d] < hi[d])
+              break;
+            k[d] = lo[d];
+          }
+          if (d == static_cast<size_t>(-1))
+            break;
+        }
+        if (kind_ == PoolGradKind::Max)
+          acc[best] += gp[p];
+      }
+      for (size_t d = nd; d-- > 0;) {
+        if (++o[d] < dims_[d].out)
+          break;
+        o[d] = 0;
+      }
+    }
+  }
+
   std::vector<LinalgWindowDim> dims_;
+  std::vector<PoolGradTaps> taps_;
   std::vector<int64_t> strides_;
   int64_t planes_, inSp_ = 1, outSp_ = 1;
   PoolGradKind kind_;
