@@ -73,6 +73,12 @@ Status DeviceExecutor::prepare() {
     weightAddr_[w] = const_cast<char *>(file.data()) + t.weight_offset();
   }
 
+  // Tensors whose bytes change only between steps: parameters, and
+  // constants other than the running statistics a step updates.
+  std::vector<char> stateUpdated(T, 0);
+  for (const plan::StateUpdate &u : p.training().state_updates())
+    stateUpdated[u.state()] = 1;
+
   kernels_.clear();
   for (const plan::Node &n : dev.nodes()) {
     if (n.view()) {
@@ -92,10 +98,14 @@ Status DeviceExecutor::prepare() {
       if (t < 0) {
         d.inputs.emplace_back();
         d.constInputs.emplace_back();
+        d.stepInvariant.push_back(false);
         continue;
       }
       const plan::TensorInfo &ti = p.tensors(t);
       d.inputs.push_back(descOf(ti));
+      d.stepInvariant.push_back((ti.kind() == plan::TensorInfo::WEIGHT ||
+                                 ti.kind() == plan::TensorInfo::CONSTANT) &&
+                                !stateUpdated[t]);
       if (ti.kind() == plan::TensorInfo::CONSTANT) {
         if (!weightAddr_[t])
           return errorf("device ", index_, ": node '", n.name(), "' reads constant '", ti.name(),

@@ -36,10 +36,18 @@ struct OpDesc {
   /// Reshape shape, Clip min...) from here; when an input is not constant
   /// they must read it at run time.
   std::vector<Tensor> constInputs;
+  /// Per input: its bytes, at the same address, do not change during a
+  /// step (ExecContext::step): a trained parameter, which the optimizer
+  /// updates after the step's last backward, or a constant no state update
+  /// writes. A kernel may keep something derived from such an input (a
+  /// reordered copy of a convolution's weights) from the first run of a
+  /// step to the last. Empty or false where unknown.
+  std::vector<bool> stepInvariant;
 
   bool hasInput(size_t i) const {
     return i < inputs.size() && inputs[i].dtype != DType::Undefined;
   }
+  bool isStepInvariant(size_t i) const { return i < stepInvariant.size() && stepInvariant[i]; }
   const Tensor *constInput(size_t i) const {
     return i < constInputs.size() && !constInputs[i].empty() ? &constInputs[i]
                                                              : nullptr;
@@ -53,6 +61,8 @@ struct ExecContext {
   /// Identifiers for counter-based random number generation (Dropout):
   /// results depend on these, never on the schedule or partition.
   uint64_t seed = 0;
+  /// Counts the session's runs (training steps and inference calls alike):
+  /// what OpDesc::stepInvariant inputs keep constant.
   uint64_t step = 0;
   uint64_t microBatch = 0;
   /// Training mode (Dropout draws masks, BatchNormalization uses batch
@@ -73,6 +83,9 @@ public:
   /// inputs unless the kernel says so.
   virtual Status run(ExecContext &ctx, const void *const *in, void *const *out) = 0;
   virtual size_t workspaceBytes() const { return 0; }
+  /// Memory the kernel holds from run to run (a reordered copy of weights,
+  /// OpDesc::stepInvariant), outside the arena and the workspace.
+  virtual size_t heldBytes() const { return 0; }
   /// Whether run() honours ExecContext::accumulate.
   virtual bool canAccumulate() const { return false; }
   /// A stable id for the node, used to key random streams.

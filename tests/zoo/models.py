@@ -18,7 +18,7 @@ class Spec:
     """How one zoo model is built, fed, exported and trained."""
 
     def __init__(self, name, build, inputs, batch, loss, output_names,
-                 dims=None, num_classes=10, step_micro_batches=2, lr=2.0 ** 20):
+                 dims=None, num_classes=10, step_micro_batches=2, lr=2.0 ** 20, bench_batch=16):
         self.name = name
         self.build = build          # () -> nn.Module (seeded by the caller)
         self.inputs = inputs        # [(name, per-example shape, kind)], kind: float | tokens
@@ -29,6 +29,7 @@ class Spec:
         self.num_classes = num_classes
         self.step_micro_batches = step_micro_batches  # M of the K=4 / K=1 runs
         self.lr = lr                # SGD rate of the gradient check (a power of two)
+        self.bench_batch = bench_batch  # examples per step in bench/run-zoo.sh
 
     def dynamic_axes(self):
         axes = {}
@@ -152,16 +153,18 @@ ZOO = {s.name: s for s in [
     Spec('mobilenet_v2', _cnn(torchvision.models.mobilenet_v2, dropout=0.0), IMAGE(64), 4, 'cross-entropy', ['logits']),
     # VGG and AlexNet end in an adaptive pool to 7x7 and 6x6, which
     # torch.onnx exports only where it divides the feature map: 224 pixels.
-    Spec('vgg11_bn', _cnn(torchvision.models.vgg11_bn, dropout=0.0), IMAGE(224), 2, 'cross-entropy', ['logits']),
-    Spec('alexnet', _cnn(torchvision.models.alexnet, dropout=0.0), IMAGE(224), 2, 'cross-entropy', ['logits']),
+    Spec('vgg11_bn', _cnn(torchvision.models.vgg11_bn, dropout=0.0), IMAGE(224), 2, 'cross-entropy',
+         ['logits'], bench_batch=4),
+    Spec('alexnet', _cnn(torchvision.models.alexnet, dropout=0.0), IMAGE(224), 2, 'cross-entropy',
+         ['logits'], bench_batch=4),
     Spec('densenet121', _cnn(torchvision.models.densenet121), IMAGE(64), 4, 'cross-entropy', ['logits']),
     Spec('shufflenet_v2', _cnn(torchvision.models.shufflenet_v2_x1_0), IMAGE(64), 4, 'cross-entropy',
          ['logits']),
     Spec('vit', _vit, IMAGE(64), 4, 'cross-entropy', ['logits']),
     Spec('encoder_post_norm', lambda: Encoder(False), [('x', (16, 64), 'float')], 4, 'mse', ['y'],
-         dims={'seq': 16}),
+         dims={'seq': 16}, bench_batch=32),
     Spec('encoder_pre_norm', lambda: Encoder(True), [('x', (16, 64), 'float')], 4, 'mse', ['y'],
-         dims={'seq': 16}),
+         dims={'seq': 16}, bench_batch=32),
     Spec('gpt2', GPT2, [('idx', (32,), 'tokens')], 4, 'model', ['loss', 'logits'],
          dims={'seq': 32}, num_classes=256),
 ]}

@@ -138,6 +138,7 @@ class ConvDnnlKernel final : public Kernel {
 public:
   ConvDnnlKernel(LinalgDnnlBlocked p, bool hasBias) : p_(std::move(p)), hasBias_(hasBias) {}
   size_t workspaceBytes() const override { return p_.bytes; }
+  size_t heldBytes() const override { return p_.heldBytes(); }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     // Argument order X, W, [B], Y (see makeDnnlConv).
     const void *ptrs[4] = {in[0], in[1], out[0], nullptr};
@@ -147,7 +148,7 @@ public:
       ptrs[2] = in[2];
       ptrs[3] = out[0];
     }
-    return p_.run(ptrs, linalgAlign(ctx.workspace));
+    return p_.run(ptrs, linalgAlign(ctx.workspace), 0, ctx.step);
   }
 
 private:
@@ -203,6 +204,10 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, ConvGeom g,
   if constexpr (linalgDnnlSupports<T>()) {
     if (oneDnnEnabled()) {
       LinalgDnnlBlocked p = makeDnnlConv(g, hasBias);
+      // Weights that change only between steps are reordered once a step,
+      // not once a micro-batch.
+      if (d.isStepInvariant(1))
+        p.keepReordered(1);
       if (p.valid())
         return KernelPtr(new ConvDnnlKernel(std::move(p), hasBias));
     }

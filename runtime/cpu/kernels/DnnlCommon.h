@@ -154,6 +154,7 @@ struct LinalgDnnlBlocked {
   std::vector<bool> isOutput;
   std::vector<size_t> bufOffset;
   size_t scratchOffset = 0, bytes = 0;
+  int kept = -1; ///< the argument keepReordered holds, or -1
 
   bool valid() const { return main.valid(); }
 
@@ -184,17 +185,49 @@ struct LinalgDnnlBlocked {
     bytes += linalgRoundUp(scratch);
   }
 
-  /// `ptrs[i]`: argument i in its plain layout; `ws`: `bytes` of workspace.
-  Status run(const void *const *ptrs, unsigned char *ws) const {
+  /// Keeps input `i`'s reordered copy from run to run while its address
+  /// and the step stay the same: for an input that changes only between
+  /// steps (OpDesc::stepInvariant: a convolution's weights). The copy lives
+  /// in memory of its own (heldBytes()), not in the workspace.
+  void keepReordered(int i) {
+    if (i >= 0 && static_cast<size_t>(i) < reorders.size() && reorders[i].valid() && !isOutput[i])
+      kept = i;
+  }
+  /// Bytes held between runs by keepReordered.
+  size_t heldBytes() const {
+    return kept >= 0 ? linalgRoundUp(main.args[static_cast<size_t>(kept)].second.get_size()) : 0;
+  }
+
+  /// `ptrs[i]`: argument i in its plain layout, or already in the chosen
+  /// one where bit i of `chosenLayout` is set (an input another primitive
+  /// reordered); `ws`: `bytes` of workspace; `step`: ExecContext::step, for
+  /// keepReordered.
+  Status run(const void *const *ptrs, unsigned char *ws, uint32_t chosenLayout = 0,
+             uint64_t step = 0) const {
     const size_t n = reorders.size();
     const void *args[8];
     unsigned char *scratch = ws + scratchOffset;
+    bool fresh = false;
+    if (kept >= 0) {
+      if (held_.empty())
+        held_.resize(heldBytes() + 64);
+      fresh = heldFrom_ == ptrs[kept] && heldStep_ == step;
+    }
     for (size_t i = 0; i < n; ++i)
-      args[i] = reorders[i].valid() ? ws + bufOffset[i] : ptrs[i];
+      args[i] = static_cast<int>(i) == kept ? linalgAlign(held_.data())
+                : reorders[i].valid() && !(chosenLayout >> i & 1) ? ws + bufOffset[i]
+                                                                   : ptrs[i];
     for (size_t i = 0; i < n; ++i)
-      if (reorders[i].valid() && !isOutput[i]) {
+      if (reorders[i].valid() && !isOutput[i] && !(chosenLayout >> i & 1) &&
+          !(static_cast<int>(i) == kept && fresh)) {
         const void *r[2] = {ptrs[i], args[i]};
+        if (static_cast<int>(i) == kept)
+          heldFrom_ = nullptr; // a failed reorder leaves no valid copy
         PIPEC_TRY(reorders[i].run(r, scratch));
+        if (static_cast<int>(i) == kept) {
+          heldFrom_ = ptrs[i];
+          heldStep_ = step;
+        }
       }
     PIPEC_TRY(main.run(args, scratch));
     for (size_t i = 0; i < n; ++i)
@@ -204,6 +237,11 @@ struct LinalgDnnlBlocked {
       }
     return Status::ok();
   }
+
+private:
+  mutable std::vector<unsigned char> held_;
+  mutable const void *heldFrom_ = nullptr;
+  mutable uint64_t heldStep_ = 0;
 };
 
 /// oneDNN's dimensions of a convolution of `images` images with C input and

@@ -39,19 +39,24 @@ struct BnGradGeom {
   bool parallel() const { return N * C * inner > 16384; }
 };
 
-/// sum(dY) and sum(dY * xhat) of channel c, in double, in a fixed order.
+/// sum(dY) and sum(dY * xhat) of channel c, in double, in a fixed order
+/// (linalgSegmentLaneSums).
 template <typename T>
 void channelSums(const BnGradGeom &g, const T *dy, const T *x, int64_t c, double mu, double rstd,
                  double &sdy, double &sdyx) {
-  sdy = 0;
-  sdyx = 0;
-  for (int64_t n = 0; n < g.N; ++n) {
-    const T *xp = x + (n * g.C + c) * g.inner, *gp = dy + (n * g.C + c) * g.inner;
-    for (int64_t i = 0; i < g.inner; ++i) {
-      sdy += gp[i];
-      sdyx += static_cast<double>(gp[i]) * ((xp[i] - mu) * rstd);
-    }
-  }
+  const T *xc = x + c * g.inner, *gc = dy + c * g.inner;
+  const int64_t stride = g.C * g.inner;
+  double s[2];
+  linalgSegmentLaneSums<2>(
+      g.N, g.inner,
+      [&](int64_t n, int64_t i, double (&v)[2]) {
+        const double gv = gc[n * stride + i];
+        v[0] = gv;
+        v[1] = gv * ((xc[n * stride + i] - mu) * rstd);
+      },
+      s);
+  sdy = s[0];
+  sdyx = s[1];
 }
 
 template <typename T> class BatchNormStatsKernel final : public Kernel {

@@ -259,9 +259,10 @@ class ConvGradInputDnnlKernel final : public Kernel {
 public:
   explicit ConvGradInputDnnlKernel(DnnlConvGradPlan p) : p_(std::move(p)) {}
   size_t workspaceBytes() const override { return p_.bytes; }
+  size_t heldBytes() const override { return p_.heldBytes(); }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     const void *ptrs[3] = {in[0], in[1], out[0]};
-    return p_.run(ptrs, linalgAlign(ctx.workspace));
+    return p_.run(ptrs, linalgAlign(ctx.workspace), 0, ctx.step);
   }
 
 private:
@@ -395,6 +396,29 @@ public:
       c.plan = perChunk.size() - 1;
     }
     k->plans_ = std::move(perChunk);
+    // With every image in each chunk, the channel blocks read all of X (or
+    // of their groups'): reorder it once for all of them when they want one
+    // layout, rather than once per block.
+    if (imageChunks == 1 && blocks > 1 && g.G == 1 && k->plans_[0].reorders[1].valid()) {
+      const dnnl::memory::desc &want = k->plans_[0].main.args[1].second;
+      bool same = true;
+      for (const DnnlConvGradPlan &p : k->plans_)
+        same = same && p.reorders[1].valid() && p.main.args[1].second == want;
+      if (same) {
+        try {
+          dnnl::engine &eng = linalgDnnlEngine();
+          const LinalgDnnlConvShape cs = linalgDnnlConvShape(g.N, g.C, g.M, 1, g.dims);
+          const dnnl::memory::desc plain = linalgDnnlPlain(cs.src);
+          dnnl::reorder::primitive_desc rpd(eng, plain, eng, want, linalgDnnlAttr());
+          k->sharedX_.init<dnnl::reorder>(rpd);
+          k->sharedX_.args = {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, want}};
+          k->sharedXBytes_ = linalgRoundUp(want.get_size());
+          k->sharedXScratch_ = linalgRoundUp(k->sharedX_.scratchBytes);
+        } catch (const dnnl::error &) {
+          k->sharedX_ = LinalgDnnlPrim();
+        }
+      }
+    }
     k->parts_ = imageChunks;
     k->partBytes_ = imageChunks > 1 ? linalgRoundUp(static_cast<size_t>(k->wElems_) * sizeof(float))
                                     : 0;
@@ -403,7 +427,8 @@ public:
   }
 
   size_t workspaceBytes() const override {
-    return static_cast<size_t>(parts_) * partBytes_ + chunks_.size() * planBytes_;
+    return static_cast<size_t>(parts_) * partBytes_ + chunks_.size() * planBytes_ +
+           (sharedX_.valid() ? sharedXBytes_ + sharedXScratch_ : 0);
   }
 
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
@@ -413,6 +438,11 @@ public:
     unsigned char *base = linalgAlign(ctx.workspace);
     unsigned char *parts = base, *planWs = base + parts_ * partBytes_;
     const int64_t n = static_cast<int64_t>(chunks_.size());
+    unsigned char *xChosen = planWs + n * planBytes_;
+    if (sharedX_.valid()) {
+      const void *r[2] = {x, xChosen};
+      PIPEC_TRY(sharedX_.run(r, xChosen + sharedXBytes_));
+    }
     std::vector<Status> st(chunks_.size(), Status::ok());
     // No `if` clause: a chunk must always run inside a parallel region (or on
     // a one-thread team), where oneDNN does not split it further.
@@ -421,8 +451,11 @@ public:
       const Chunk &c = chunks_[static_cast<size_t>(k)];
       float *dst = parts_ > 1 ? reinterpret_cast<float *>(parts + c.part * partBytes_) : dw;
       const void *ptrs[3] = {dy + c.n0 * dyImage_ + c.m0 * outSp_,
-                             x + c.n0 * xImage_ + c.c0 * inSp_, dst + c.m0 * filter_};
-      st[static_cast<size_t>(k)] = plans_[c.plan].run(ptrs, planWs + k * planBytes_);
+                             sharedX_.valid() ? static_cast<const void *>(xChosen)
+                                              : x + c.n0 * xImage_ + c.c0 * inSp_,
+                             dst + c.m0 * filter_};
+      st[static_cast<size_t>(k)] =
+          plans_[c.plan].run(ptrs, planWs + k * planBytes_, sharedX_.valid() ? 0b010 : 0);
     }
     for (const Status &s : st)
       PIPEC_TRY(s);
@@ -447,6 +480,9 @@ private:
   ConvGradWeightDnnlKernel() = default;
   std::vector<DnnlConvGradPlan> plans_; ///< one per chunk
   std::vector<Chunk> chunks_;
+  /// X into the chunks' layout, once for all of them (or invalid).
+  LinalgDnnlPrim sharedX_;
+  size_t sharedXBytes_ = 0, sharedXScratch_ = 0;
   int64_t parts_ = 1, xImage_ = 0, dyImage_ = 0, wElems_ = 0, inSp_ = 1, outSp_ = 1, filter_ = 1;
   size_t partBytes_ = 0, planBytes_ = 0;
 };
@@ -477,6 +513,8 @@ Expected<KernelPtr> makeConvGrad(const OpDesc &d, bool weight) {
           return KernelPtr(std::move(k));
       } else if (oneDnnEnabled()) {
         DnnlConvGradPlan p = makeDnnlConvGrad(g, false, g.N);
+        if (d.isStepInvariant(1))
+          p.keepReordered(1); // W, reordered once a step
         if (p.valid())
           return KernelPtr(new ConvGradInputDnnlKernel(std::move(p)));
       }

@@ -9,7 +9,8 @@
 //   AveragePoolGrad(dY) -> dX of attribute `shape`: each output's gradient
 //     is spread over its valid taps divided by the forward's divisor.
 // Planes (n, c) are independent tasks, each accumulated in output order:
-// results do not depend on the thread count.
+// results do not depend on the thread count. MaxPool's 2-D gradient adds
+// straight into dX in its type; the others accumulate in double.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
@@ -66,6 +67,16 @@ public:
     const T *dy = static_cast<const T *>(in[0]);
     const T *x = kind_ == PoolGradKind::Max ? static_cast<const T *>(in[1]) : nullptr;
     T *dx = static_cast<T *>(out[0]);
+    if (kind_ == PoolGradKind::Max && dims_.size() == 2) {
+      // Each output's gradient goes to one input: added straight into dX (a
+      // position is the maximum of at most a few overlapping windows).
+      parallelFor(planes_, planes_ * outSp_ > 4096, [&](int64_t plane) {
+        T *op = dx + plane * inSp_;
+        std::fill(op, op + inSp_, T(0));
+        maxPlane2d(x + plane * inSp_, dy + plane * outSp_, op);
+      });
+      return Status::ok();
+    }
     parallelFor(planes_, planes_ * outSp_ > 4096, [&](int64_t plane) {
       // One accumulator per thread, reused from plane to plane.
       thread_local std::vector<LinalgAcc<T>> acc;
@@ -120,6 +131,36 @@ private:
           for (int64_t kw = w0; kw < w1; ++kw)
             row[kw * W.dilation] += share;
         }
+      }
+    }
+  }
+
+  /// MaxPool's 2-D gradient into a zeroed plane of dX.
+  void maxPlane2d(const T *xp, const T *gp, T *op) const {
+    const LinalgWindowDim &H = dims_[0], &W = dims_[1];
+    const PoolGradTaps &th = taps_[0], &tw = taps_[1];
+    for (int64_t oh = 0; oh < H.out; ++oh) {
+      const int64_t hs = th.start[oh], h0 = th.lo[oh], h1 = th.hi[oh];
+      if (h0 >= h1)
+        continue;
+      for (int64_t ow = 0; ow < W.out; ++ow) {
+        const int64_t ws = tw.start[ow], w0 = tw.lo[ow], w1 = tw.hi[ow];
+        if (w0 >= w1)
+          continue;
+        // The first maximum in window order, as the forward picks it.
+        int64_t best = (hs + h0 * H.dilation) * W.in + ws + w0 * W.dilation;
+        T bestV = xp[best];
+        for (int64_t kh = h0; kh < h1; ++kh) {
+          const int64_t row = (hs + kh * H.dilation) * W.in + ws;
+          for (int64_t kw = w0; kw < w1; ++kw) {
+            const int64_t off = row + kw * W.dilation;
+            if (xp[off] > bestV) {
+              best = off;
+              bestV = xp[off];
+            }
+          }
+        }
+        op[best] += gp[oh * W.out + ow];
       }
     }
   }

