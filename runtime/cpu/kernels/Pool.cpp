@@ -161,6 +161,27 @@ private:
     T lowest = std::numeric_limits<T>::lowest();
     if constexpr (std::numeric_limits<T>::has_infinity)
       lowest = -std::numeric_limits<T>::infinity();
+    if (g_.kind == PoolKind::Max && !ind && isPlain2x2(H) && isPlain2x2(W)) {
+      // 2x2 windows at stride 2 that tile the plane (VGG's pools): rows in
+      // pairs, the same comparisons in the same order as below.
+      parallelFor(g_.planes, g_.planes * g_.outSpatial > 4096, [&](int64_t plane) {
+        const T *xp = x + plane * g_.inSpatial;
+        T *yp = y + plane * g_.outSpatial;
+        for (int64_t oh = 0; oh < H.out; ++oh) {
+          const T *r0 = xp + 2 * oh * W.in, *r1 = r0 + W.in;
+          T *dst = yp + oh * W.out;
+          for (int64_t ow = 0; ow < W.out; ++ow) {
+            T best = lowest;
+            best = r0[2 * ow] > best ? r0[2 * ow] : best;
+            best = r0[2 * ow + 1] > best ? r0[2 * ow + 1] : best;
+            best = r1[2 * ow] > best ? r1[2 * ow] : best;
+            best = r1[2 * ow + 1] > best ? r1[2 * ow + 1] : best;
+            dst[ow] = best;
+          }
+        }
+      });
+      return;
+    }
     parallelFor(g_.planes, g_.planes * g_.outSpatial > 4096, [&](int64_t plane) {
       const T *xp = x + plane * g_.inSpatial;
       T *yp = y + plane * g_.outSpatial;
@@ -209,6 +230,13 @@ private:
         }
       }
     });
+  }
+
+  /// A dimension of windows 2 wide at stride 2, no pads, no dilation, and
+  /// no row left over.
+  static bool isPlain2x2(const LinalgWindowDim &w) {
+    return w.kernel == 2 && w.stride == 2 && w.dilation == 1 && w.padBegin == 0 &&
+           w.out * 2 <= w.in;
   }
 
   std::vector<int64_t> inShape() const {
