@@ -181,6 +181,8 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias) {
                                             algorithm::convolution_direct, any(cs.src),
                                             any(cs.weights), any(cs.dst), st, dl, p0, p1);
     convolution_forward::primitive_desc pd(cd, linalgDnnlAttr(), linalgDnnlEngine());
+    if (linalgDnnlIsReference(pd.impl_info_str()))
+      return LinalgDnnlBlocked(); // the loop is faster than oneDNN's reference kernel
     p.main.init<convolution_forward>(pd);
     // run() passes X, W, B, Y; without a bias, slot 2 is Y.
     p.main.args = {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}};

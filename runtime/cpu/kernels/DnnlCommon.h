@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -51,6 +52,13 @@ inline dnnl::memory::desc linalgDnnlPlain(const std::vector<int64_t> &s) {
   std::vector<int64_t> strides = rowMajorStrides(s);
   return dnnl::memory::desc(linalgDnnlDims(s), dnnl::memory::data_type::f32,
                             linalgDnnlDims(strides));
+}
+
+/// Whether oneDNN fell back to a reference kernel (plain loops, far slower
+/// than pipec's own for the same case): callers then use theirs.
+inline bool linalgDnnlIsReference(const char *impl) {
+  const std::string s(impl);
+  return s.rfind("ref", 0) == 0 || s.find("simple") != std::string::npos;
 }
 
 /// Attributes of every primitive we create: user-managed scratchpad.

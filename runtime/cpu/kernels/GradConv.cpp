@@ -227,6 +227,8 @@ DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t im
                                             dl, pad0, pad1);
       convolution_backward_weights::primitive_desc pd(bd, linalgDnnlAttr(), linalgDnnlEngine(),
                                                       fpd);
+      if (linalgDnnlIsReference(pd.impl_info_str()))
+        return DnnlConvGradPlan();
       plan.main.init<convolution_backward_weights>(pd);
       chosen[0] = pd.diff_dst_desc();
       chosen[1] = pd.src_desc();
@@ -238,6 +240,8 @@ DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t im
       convolution_backward_data::desc bd(algorithm::convolution_direct, xany, wany, yany, st, dl,
                                          pad0, pad1);
       convolution_backward_data::primitive_desc pd(bd, linalgDnnlAttr(), linalgDnnlEngine(), fpd);
+      if (linalgDnnlIsReference(pd.impl_info_str()))
+        return DnnlConvGradPlan();
       plan.main.init<convolution_backward_data>(pd);
       chosen[0] = pd.diff_dst_desc();
       chosen[1] = pd.weights_desc();

@@ -313,7 +313,7 @@ LinalgDnnlPrim makeDnnlPool(const PoolGeom &g, int64_t N, int64_t C) {
     // Where oneDNN has no JIT kernel for the case it falls back to a
     // reference one: VGG's first 2x2/2 max pool (4x64x224x224) took 45 ms
     // there against 9 ms in the loop below.
-    if (std::string(pd.impl_info_str()).find("jit") == std::string::npos)
+    if (linalgDnnlIsReference(pd.impl_info_str()))
       return LinalgDnnlPrim();
     p.init<pooling_v2_forward>(pd);
     p.args = {{DNNL_ARG_SRC, xmd}, {DNNL_ARG_DST, ymd}};
