@@ -57,6 +57,11 @@ const Case kCases[] = {
      {1, 1, 1, 1}},
     {"2-D group 4 on 4x4", {5, 32, 4, 4}, {64, 8, 3, 3}, 4, {1, 1}, {1, 1}, {1, 1, 1, 1}},
     {"2-D images and channels", {9, 16, 12, 12}, {64, 16, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+    // 1x1 with both channel counts multiples of 16: dW leaves oneDNN's
+    // 16x16 tiles through pipec's own transpose.
+    {"2-D 1x1 32->48, 16x16 tiles", {4, 32, 4, 4}, {48, 32, 1, 1}, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+    {"2-D 1x1 64->64 on 2x2, tiles and channel blocks", {3, 64, 2, 2}, {64, 64, 1, 1}, 1, {1, 1},
+     {1, 1}, {0, 0, 0, 0}},
 };
 
 Shape outShape(const Case &c) {

@@ -9,13 +9,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "runtime/cpu/kernels/Transpose16.h"
 #include "support/Parallel.h"
 
 #include <algorithm>
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 namespace pipec::cpu {
 
@@ -24,44 +21,6 @@ template <size_t S> struct Elem {
   unsigned char b[S];
 };
 
-#if defined(__AVX512F__)
-// GCC 12 warns that its own AVX-512 headers read an uninitialized value
-// (the undefined pass-through operand of the unmasked shuffles).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-/// out[r * outStride + c] = in[c * inStride + r] for r, c < 16, 4-byte
-/// elements, in registers: four rounds of unpacks and shuffles instead of
-/// 256 single-element loads and stores (a 16 KiB transpose of the GPT-like
-/// sample's logits took 2.6 us element by element).
-inline void transpose16x16(const float *in, int64_t inStride, float *out, int64_t outStride) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i)
-    r[i] = _mm512_loadu_ps(in + i * inStride);
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 16; i += 8)
-    for (int j = 0; j < 4; ++j) {
-      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
-      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xDD);
-    }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
-    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD);
-  }
-  for (int i = 0; i < 16; ++i)
-    _mm512_storeu_ps(out + i * outStride, r[i]);
-}
-#pragma GCC diagnostic pop
-#endif
 
 class BlockedTransposeKernel final : public Kernel {
 public:
