@@ -184,19 +184,33 @@ Status batchNormStatsRule(const ShapeContext &ctx, Outputs &out) {
 }
 
 Status batchNormGradRule(const ShapeContext &ctx, Outputs &out) {
-  // dY, X, scale, mean, rstd -> dX.
+  // dY, X, scale, mean, rstd -> dX [, sums: [2, C], sum(dY) and
+  // sum(dY * xhat) per channel, for BatchNormalizationScaleGrad].
   TensorDesc c;
   PIPEC_TRY(expectPerChannel(ctx, 1, {2, 3, 4}, c));
   PIPEC_TRY(expectSameType(ctx, 0, 1));
   out[0] = ctx.inputType(1);
+  if (out.size() > 1)
+    out[1] = {c.dtype, {2, c.shape[0]}};
   return Status::ok();
 }
 
 Status batchNormScaleGradRule(const ShapeContext &ctx, Outputs &out) {
-  // dY, X, mean, rstd -> dScale, dBias, [C] each.
+  // dY, X, mean, rstd -> dScale, dBias, [C] each; or the same from
+  // BatchNormalizationGrad's sums [2, C] alone.
   TensorDesc c;
-  PIPEC_TRY(expectPerChannel(ctx, 1, {2, 3}, c));
-  PIPEC_TRY(expectSameType(ctx, 0, 1));
+  if (ctx.numInputs() == 1) {
+    const TensorDesc &sums = ctx.inputType(0);
+    if (!isFloat(sums.dtype) || sums.rank() != 2 || sums.shape[0] != 2)
+      return ctx.error(cat("the sums must be a float [2, C] tensor, got ", sums.str()));
+    c = {sums.dtype, {sums.shape[1]}};
+  } else {
+    if (ctx.numInputs() != 4)
+      return ctx.error(cat("takes dY, X, mean and rstd, or the sums alone; got ", ctx.numInputs(),
+                           " inputs"));
+    PIPEC_TRY(expectPerChannel(ctx, 1, {2, 3}, c));
+    PIPEC_TRY(expectSameType(ctx, 0, 1));
+  }
   out[0] = c;
   out[1] = c;
   return Status::ok();

@@ -8,9 +8,9 @@
 //     over N and the spatial axes.
 //   BatchNormalization: pipec:BatchNormalizationStats(X, mean, var) -> (mu,
 //     rstd) once, then pipec:BatchNormalizationGrad(dY, X, scale, mu, rstd)
-//     -> dX (B) and pipec:BatchNormalizationScaleGrad(dY, X, mu, rstd) ->
+//     -> (dX, sums) (B) and pipec:BatchNormalizationScaleGrad(sums) ->
 //     (dScale, dBias) (W: nothing on the way to dX reads it, so a schedule
-//     can defer it). All carry the forward's attributes and so decide
+//     can defer it); without dX, ScaleGrad(dY, X, mu, rstd) sums itself. All carry the forward's attributes and so decide
 //     between batch statistics (training) and the given ones exactly as the
 //     forward kernel does. mean and var are not differentiated.
 //   MaxPool: pipec:MaxPoolGrad(dY, X) routes dY to the argmax recomputed
@@ -101,16 +101,21 @@ Status batchNormGrad(GradContext &c) {
                c.emitN("BatchNormalizationStats", {c.input(0), c.input(3), c.input(4)}, 2,
                        c.attrs(), "pipec"));
   ir::Value *dy = c.outGrad(0), *x = c.input(0);
+  const bool scaleGrads = c.needsGrad(1) || c.needsGrad(2);
+  std::vector<ir::Value *> scaleFrom = {dy, x, stats[0], stats[1]};
   if (c.needsGrad(0)) {
+    // dX's two per-channel sums are dScale's and dBias's: written once, as
+    // a second output that ScaleGrad reads.
     PIPEC_ASSIGN(std::vector<ir::Value *> g,
-                 c.emitN("BatchNormalizationGrad", {dy, x, c.input(1), stats[0], stats[1]}, 1,
-                         c.attrs(), "pipec"));
+                 c.emitN("BatchNormalizationGrad", {dy, x, c.input(1), stats[0], stats[1]},
+                         scaleGrads ? 2 : 1, c.attrs(), "pipec"));
     c.setGrad(0, g[0]);
+    if (scaleGrads)
+      scaleFrom = {g[1]};
   }
-  if (c.needsGrad(1) || c.needsGrad(2)) {
+  if (scaleGrads) {
     PIPEC_ASSIGN(std::vector<ir::Value *> g,
-                 c.emitN("BatchNormalizationScaleGrad", {dy, x, stats[0], stats[1]}, 2, c.attrs(),
-                         "pipec"));
+                 c.emitN("BatchNormalizationScaleGrad", scaleFrom, 2, c.attrs(), "pipec"));
     for (size_t i = 1; i < 3; ++i)
       if (c.needsGrad(i)) {
         PIPEC_ASSIGN(ir::Value * r, c.reshape(g[i - 1], c.input(i)->shape()));

@@ -817,15 +817,18 @@ TEST(GradCheck, BatchNormalization) {
     int64_t opset;
     int mode; ///< training_mode, -1 for none
     Shape x;
+    bool xIsData = false; ///< no dX: ScaleGrad sums dY and X itself
   };
   const Case cases[] = {{"BatchNormalization training (context)", 9, -1, {3, 2, 3, 2}},
                         {"BatchNormalization training_mode=1", 15, 1, {4, 3, 2}},
                         {"BatchNormalization training_mode=0", 15, 0, {2, 3, 2, 2}},
-                        {"BatchNormalization [N, C]", 9, -1, {5, 3}}};
+                        {"BatchNormalization [N, C]", 9, -1, {5, 3}},
+                        {"BatchNormalization of data (no dX)", 15, 1, {3, 2, 4}, true},
+                        {"BatchNormalization of data, training_mode=0", 15, 0, {3, 2, 4}, true}};
   for (const Case &cs : cases) {
     Builder b(302, cs.opset);
     const int64_t C = cs.x[1];
-    ir::Value *x = b.param("X", cs.x);
+    ir::Value *x = cs.xIsData ? b.data("X", cs.x) : b.param("X", cs.x);
     ir::Value *scale = b.param("scale", {C});
     ir::Value *bias = b.param("B", {C});
     std::vector<double> mv, vv;

@@ -8,12 +8,16 @@
 //   BatchNormalizationScaleGrad(dY, X, mu, rstd) -> (dScale, dBias):
 //     dBias = sum(dY), dScale = sum(dY * xhat) over N and spatial,
 //     xhat = (x - mu) * rstd.
-//   BatchNormalizationGrad(dY, X, scale, mu, rstd) -> dX:
+//   BatchNormalizationGrad(dY, X, scale, mu, rstd) -> (dX [, sums]):
 //     training:   dX = scale * rstd * (dY - mean(dY) - xhat * mean(dY * xhat))
 //     inference:  dX = scale * rstd * dY
-// dX recomputes the two sums it needs in training rather than reading them
-// from ScaleGrad, so that ScaleGrad stays a weight-gradient node that a
-// schedule can defer; the statistics are computed once (Stats) for both.
+//     sums [2, C]: sum(dY), sum(dY * xhat), for ScaleGrad.
+//   BatchNormalizationScaleGrad(sums) -> (dScale, dBias) copies them; with
+//     (dY, X, mu, rstd) instead (where no dX is wanted) it sums itself.
+// dX computes the two sums once and hands them to ScaleGrad, which stays a
+// weight-gradient node that a schedule can defer (ResNet-50, batch 16: the
+// second pass over dY and X had been 5-6 ms a step); the statistics are
+// computed once (Stats) for both.
 // Channels are independent tasks summed in a fixed order in double: results
 // do not depend on the thread count.
 //
@@ -92,8 +96,23 @@ private:
 
 template <typename T> class BatchNormScaleGradKernel final : public Kernel {
 public:
-  explicit BatchNormScaleGradKernel(BnGradGeom g) : g_(g) {}
+  /// `fromSums`: the one input is BatchNormalizationGrad's [2, C] sums.
+  BatchNormScaleGradKernel(BnGradGeom g, bool fromSums) : g_(g), fromSums_(fromSums) {}
   Status run(ExecContext &, const void *const *in, void *const *out) override {
+    T *dscale = static_cast<T *>(out[0]);
+    T *dbias = static_cast<T *>(out[1]);
+    if (fromSums_) {
+      if (!in[0])
+        return errorf("BatchNormalizationScaleGrad: the sums are missing at run time");
+      const T *sums = static_cast<const T *>(in[0]);
+      for (int64_t c = 0; c < g_.C; ++c) {
+        if (dbias)
+          dbias[c] = sums[c];
+        if (dscale)
+          dscale[c] = sums[g_.C + c];
+      }
+      return Status::ok();
+    }
     for (int i = 0; i < 4; ++i)
       if (!in[i])
         return errorf("BatchNormalizationScaleGrad: input ", i, " is missing at run time");
@@ -101,8 +120,6 @@ public:
     const T *x = static_cast<const T *>(in[1]);
     const T *mu = static_cast<const T *>(in[2]);
     const T *rstd = static_cast<const T *>(in[3]);
-    T *dscale = static_cast<T *>(out[0]);
-    T *dbias = static_cast<T *>(out[1]);
     parallelFor(g_.C, g_.parallel(), [&](int64_t c) {
       double sdy, sdyx;
       channelSums(g_, dy, x, c, mu[c], rstd[c], sdy, sdyx);
@@ -116,11 +133,13 @@ public:
 
 private:
   BnGradGeom g_;
+  bool fromSums_;
 };
 
 template <typename T> class BatchNormGradKernel final : public Kernel {
 public:
-  explicit BatchNormGradKernel(BnGradGeom g) : g_(g) {}
+  /// `sums`: also write sum(dY) and sum(dY * xhat) per channel ([2, C]).
+  BatchNormGradKernel(BnGradGeom g, bool sums) : g_(g), sums_(sums) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     for (int i = 0; i < 5; ++i)
       if (!in[i])
@@ -131,16 +150,23 @@ public:
     const T *mu = static_cast<const T *>(in[3]);
     const T *rstd = static_cast<const T *>(in[4]);
     T *dx = static_cast<T *>(out[0]);
+    T *sums = sums_ ? static_cast<T *>(out[1]) : nullptr;
     const bool training = g_.training(ctx);
     const int64_t count = g_.N * g_.inner;
     parallelFor(g_.C, g_.parallel(), [&](int64_t c) {
       const double m = mu[c], r = rstd[c], a = scale[c] * r;
       double mdy = 0, mdyx = 0;
-      if (training && count) {
+      if ((training && count) || sums) {
         double sdy, sdyx;
         channelSums(g_, dy, x, c, m, r, sdy, sdyx);
-        mdy = sdy / count;
-        mdyx = sdyx / count;
+        if (training && count) {
+          mdy = sdy / count;
+          mdyx = sdyx / count;
+        }
+        if (sums) {
+          sums[c] = static_cast<T>(sdy);
+          sums[g_.C + c] = static_cast<T>(sdyx);
+        }
       }
       for (int64_t n = 0; n < g_.N; ++n) {
         const T *xp = x + (n * g_.C + c) * g_.inner, *gp = dy + (n * g_.C + c) * g_.inner;
@@ -161,6 +187,7 @@ public:
 
 private:
   BnGradGeom g_;
+  bool sums_;
 };
 
 /// Checks that input `xIdx` is X of rank >= 2, inputs `perChannel` and
@@ -208,20 +235,40 @@ Expected<KernelPtr> makeBatchNormalizationStatsKernel(const OpDesc &d) {
 
 Expected<KernelPtr> makeBatchNormalizationScaleGradKernel(const OpDesc &d) {
   BnGradGeom g;
+  if (d.inputs.size() == 1) {
+    // The sums BatchNormalizationGrad wrote: [2, C].
+    const TensorDesc &sums = d.inputs[0];
+    if (!d.hasInput(0) || sums.rank() != 2 || sums.shape[0] != 2 || !isFloat(sums.dtype) ||
+        d.outputs.size() != 2)
+      return errorf(d.where(), ": expects the [2, C] sums and 2 outputs, got ", sums.str(),
+                    " and ", d.outputs.size(), " outputs");
+    g.C = sums.shape[1];
+    for (size_t i = 0; i < 2; ++i)
+      if (linalgHasOutput(d, i) && (d.outputs[i].dtype != sums.dtype || d.outputs[i].numel() != g.C))
+        return errorf(d.where(), ": output ", i, " ", d.outputs[i].str(), " is not ", g.C, " ",
+                      dtypeName(sums.dtype), " elements");
+    return linalgDispatchFloat(d, sums.dtype, [&](auto tag) -> Expected<KernelPtr> {
+      return KernelPtr(new BatchNormScaleGradKernel<decltype(tag)>(g, true));
+    });
+  }
   PIPEC_TRY(checkBn(d, 4, 2, 0, 1, {2, 3}, {0, 1}, g));
   return linalgDispatchFloat(d, d.inputs[1].dtype, [&](auto tag) -> Expected<KernelPtr> {
-    return KernelPtr(new BatchNormScaleGradKernel<decltype(tag)>(g));
+    return KernelPtr(new BatchNormScaleGradKernel<decltype(tag)>(g, false));
   });
 }
 
 Expected<KernelPtr> makeBatchNormalizationGradKernel(const OpDesc &d) {
   BnGradGeom g;
-  PIPEC_TRY(checkBn(d, 5, 1, 0, 1, {2, 3, 4}, {}, g));
+  const bool sums = d.outputs.size() == 2;
+  PIPEC_TRY(checkBn(d, 5, sums ? 2 : 1, 0, 1, {2, 3, 4}, {}, g));
   if (d.outputs[0] != d.inputs[1])
     return errorf(d.where(), ": dX ", d.outputs[0].str(), " is not typed as X ",
                   d.inputs[1].str());
+  if (sums && d.outputs[1] != TensorDesc{d.inputs[1].dtype, {2, g.C}})
+    return errorf(d.where(), ": the sums ", d.outputs[1].str(), " are not ",
+                  dtypeName(d.inputs[1].dtype), "[2, ", g.C, "]");
   return linalgDispatchFloat(d, d.inputs[1].dtype, [&](auto tag) -> Expected<KernelPtr> {
-    return KernelPtr(new BatchNormGradKernel<decltype(tag)>(g));
+    return KernelPtr(new BatchNormGradKernel<decltype(tag)>(g, sums));
   });
 }
 
