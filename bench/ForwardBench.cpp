@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
+#include "support/Json.h"
 #include "frontend/OnnxImporter.h"
 #include "runtime/Session.h"
 #include "support/FileIO.h"
@@ -209,6 +210,6 @@ int main(int argc, char **argv) {
   }
   (void)removeTree(tmp);
   if (!jsonPath.empty())
-    (void)writeFileAtomic(jsonPath, out.dump(2) + "\n");
+    (void)writeFileAtomic(jsonPath, jsonText(out, 2) + "\n");
   return 0;
 }

@@ -1,5 +1,7 @@
 //===- codegen/Report.cpp - The partition report --------------------------===//
 #include "codegen/Report.h"
+#include "support/Format.h"
+#include "support/Json.h"
 
 #include "partitioner/CostModel.h"
 #include "partitioner/PipelineSim.h"
@@ -230,7 +232,7 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
 
 std::string renderReportText(const json &r) {
   std::ostringstream os;
-  os << "partition report: " << r["model"].get<std::string>() << " - " << r["nodes"].get<size_t>()
+  os << "partition report: " << printable(r["model"].get<std::string>()) << " - " << r["nodes"].get<size_t>()
      << " nodes, K=" << r["stages"].get<unsigned>() << " stages, M=" << r["micro_batches"].get<unsigned>()
      << " micro-batches of " << r["micro_batch_size"].get<int64_t>() << ", schedule "
      << r["schedule"].get<std::string>() << (r["training"].get<bool>() ? ", training" : ", inference")
@@ -261,8 +263,8 @@ std::string renderReportText(const json &r) {
     if (!s["fits_budget"].get<bool>())
       mem += "!";
     std::snprintf(line, sizeof line, "%-5zu %-22s %-22s %6zu %10s %12s %10s %10s %10s %11s %11s %10s\n",
-                  s["index"].get<size_t>(), clip(s["first_node"].get<std::string>()).c_str(),
-                  clip(s["last_node"].get<std::string>()).c_str(), s["num_nodes"].get<size_t>(),
+                  s["index"].get<size_t>(), clip(printable(s["first_node"].get<std::string>())).c_str(),
+                  clip(printable(s["last_node"].get<std::string>())).c_str(), s["num_nodes"].get<size_t>(),
                   formatCount(s["parameters"].get<double>(), "").c_str(),
                   formatCount(s["forward_flops_per_micro_batch"].get<double>(), "FLOP").c_str(),
                   formatSeconds(s["forward_seconds"].get<double>()).c_str(),
@@ -455,7 +457,7 @@ std::string renderReportHtml(const json &r) {
 }
 
 Status writeReport(const std::string &dir, const json &report) {
-  PIPEC_TRY(writeFileAtomic(joinPath(dir, "report.json"), report.dump(2) + "\n"));
+  PIPEC_TRY(writeFileAtomic(joinPath(dir, "report.json"), jsonText(report, 2) + "\n"));
   PIPEC_TRY(writeFileAtomic(joinPath(dir, "report.txt"), renderReportText(report)));
   return writeFileAtomic(joinPath(dir, "report.html"), renderReportHtml(report));
 }

@@ -180,6 +180,7 @@ Expected<Shape> Importer::bindShape(const onnx::ValueInfoProto &vi) {
                   ", unnamed): an unnamed dimension past the first cannot be bound; "
                   "name it (dim_param) or make it static in the model");
   }
+  PIPEC_TRY(validShape(shape, cat("graph input '", name, "'")).status());
   return shape;
 }
 

@@ -1,7 +1,7 @@
 //===- support/Format.h - Numbers for people -------------------*- C++ -*-===//
 //
 // The one spelling of byte counts and large counts in pipec's and
-// piperun's tables and reports.
+// piperun's tables and reports, and of untrusted text on a terminal.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -14,5 +14,9 @@ namespace pipec {
 std::string formatBytes(double bytes);
 /// "3.20 GFLOP", "59.33 K" (decimal prefixes, K for thousands; `unit` appended).
 std::string formatCount(double v, const char *unit);
+/// Text for a terminal: valid UTF-8 and printable characters as they are,
+/// every other byte (control characters, escape sequences, invalid UTF-8
+/// from a model's names) as \xNN.
+std::string printable(const std::string &s);
 
 } // namespace pipec

@@ -15,6 +15,24 @@ int64_t numElements(const Shape &s) {
   return n;
 }
 
+Expected<int64_t> validShape(const Shape &s, const std::string &what) {
+  int64_t n = 1;
+  bool zero = false;
+  for (int64_t d : s) {
+    if (d < 0)
+      return errorf(what, " has a negative dimension: ", shapeStr(s));
+    zero = zero || d == 0;
+  }
+  if (zero)
+    return int64_t(0);
+  for (int64_t d : s) {
+    if (n > kMaxTensorElements / d)
+      return errorf(what, " of shape ", shapeStr(s), " has more than 2^48 elements");
+    n *= d;
+  }
+  return n;
+}
+
 std::string shapeStr(const Shape &s) {
   std::ostringstream os;
   os << '[';

@@ -8,6 +8,8 @@
 #pragma once
 
 #include "support/DType.h"
+#include "support/Error.h"
+#include "support/Limits.h"
 
 #include <cstdint>
 #include <memory>
@@ -18,8 +20,14 @@ namespace pipec {
 
 using Shape = std::vector<int64_t>;
 
-/// Number of elements of a shape (1 for a scalar).
+/// Number of elements of a shape (1 for a scalar). The shape must be valid
+/// (validShape): the product is not checked here.
 int64_t numElements(const Shape &s);
+/// The element count of `s` if every dimension is >= 0 and the product is at
+/// most kMaxTensorElements; an error saying which otherwise ("what" names the
+/// tensor in it). Shapes from a model, a plan or a file pass here before
+/// anything is sized by them.
+Expected<int64_t> validShape(const Shape &s, const std::string &what);
 /// "[2,3,4]".
 std::string shapeStr(const Shape &s);
 /// Row-major strides in elements.

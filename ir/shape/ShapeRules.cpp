@@ -217,10 +217,8 @@ Status inferNodeTypes(const Node &n, int64_t opset, std::vector<TensorDesc> &out
   outputs.assign(n.numOutputs(), TensorDesc{});
   PIPEC_TRY(rule(ctx, outputs));
   for (size_t i = 0; i < outputs.size(); ++i)
-    for (int64_t d : outputs[i].shape)
-      if (d < 0)
-        return ctx.error(
-            cat("output ", i, " would have a negative dimension: ", shapeStr(outputs[i].shape)));
+    if (auto n = validShape(outputs[i].shape, cat("output ", i)); !n)
+      return ctx.error(n.status().message());
   return Status::ok();
 }
 

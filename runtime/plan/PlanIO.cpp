@@ -4,14 +4,17 @@
 #include "runtime/plan/ScheduleCheck.h"
 
 #include "pipec/Version.h"
+#include "support/Limits.h"
 #include "support/Tensor.h"
 #include "support/FileIO.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <algorithm>
 #include <limits>
 #include <set>
+#include <tuple>
 
 namespace pipec::plan {
 
@@ -32,6 +35,67 @@ Status writePlan(const std::string &dir, const Plan &p) {
 
 namespace {
 
+/// Arena offsets are multiples of this (codegen/MemoryPlanner.h): kernels
+/// may use aligned vector loads.
+constexpr uint64_t kArenaAlignment = 64;
+
+/// A TENSOR attribute's declared type and shape must fit and match its bytes.
+Status checkAttribute(const Attribute &a) {
+  if (a.kind() != Attribute::TENSOR)
+    return Status::ok();
+  if (!isKnownDType(a.tensor_dtype()) || a.tensor_dtype() == 0)
+    return errorf("attribute '", a.name(), "' has unknown element type ", a.tensor_dtype());
+  const Shape shape(a.tensor_shape().begin(), a.tensor_shape().end());
+  PIPEC_ASSIGN(int64_t n, validShape(shape, cat("attribute '", a.name(), "'")));
+  const uint64_t bytes = static_cast<uint64_t>(n) * dtypeSize(static_cast<DType>(a.tensor_dtype()));
+  if (a.tensor_data().size() != bytes)
+    return errorf("attribute '", a.name(), "' holds ", a.tensor_data().size(), " bytes, its type ",
+                  dtypeName(static_cast<DType>(a.tensor_dtype())), shapeStr(shape), " needs ",
+                  bytes);
+  return Status::ok();
+}
+
+/// Weights and constants occupy disjoint regions of their files, except
+/// read-only constants, which may share identical bytes: a trained
+/// parameter or a running statistic written in place must not change
+/// another tensor.
+Status checkWeightRegions(const Plan &p) {
+  std::vector<char> written(static_cast<size_t>(p.tensors_size()), 0);
+  for (const Parameter &pp : p.training().params())
+    if (pp.weight() >= 0 && pp.weight() < p.tensors_size())
+      written[pp.weight()] = 1;
+  for (const StateUpdate &u : p.training().state_updates())
+    if (u.state() >= 0 && u.state() < p.tensors_size())
+      written[u.state()] = 1;
+  struct Region {
+    int file;
+    uint64_t lo, hi;
+    int tensor;
+  };
+  std::vector<Region> regions;
+  for (int i = 0; i < p.tensors_size(); ++i) {
+    const TensorInfo &t = p.tensors(i);
+    if ((t.kind() == TensorInfo::WEIGHT || t.kind() == TensorInfo::CONSTANT) && t.bytes() > 0)
+      regions.push_back({t.weight_file(), t.weight_offset(), t.weight_offset() + t.bytes(), i});
+  }
+  std::sort(regions.begin(), regions.end(), [](const Region &a, const Region &b) {
+    return std::tie(a.file, a.lo, a.tensor) < std::tie(b.file, b.lo, b.tensor);
+  });
+  // A sweep by offset against the regions that still reach it.
+  std::vector<Region> active;
+  for (const Region &r : regions) {
+    active.erase(std::remove_if(active.begin(), active.end(),
+                                [&](const Region &a) { return a.file != r.file || a.hi <= r.lo; }),
+                 active.end());
+    for (const Region &a : active)
+      if (written[a.tensor] || written[r.tensor])
+        return errorf("tensors '", p.tensors(a.tensor).name(), "' and '", p.tensors(r.tensor).name(),
+                      "' overlap in their weight file, and training writes one of them");
+    active.push_back(r);
+  }
+  return Status::ok();
+}
+
 Status checkTensorRef(const Plan &p, int32_t t, const std::string &what, bool allowNone) {
   if (allowNone && t == -1)
     return Status::ok();
@@ -49,16 +113,22 @@ Status validatePlan(const Plan &p) {
   const Pipeline &pl = p.pipeline();
   if (pl.num_stages() < 1 || static_cast<int>(pl.num_stages()) != p.devices_size())
     return errorf("the plan has ", p.devices_size(), " devices for ", pl.num_stages(), " stages");
-  if (pl.num_micro_batches() < 1)
-    return errorf("the plan has ", pl.num_micro_batches(), " micro-batches");
+  if (pl.num_micro_batches() < 1 || pl.num_micro_batches() > kMaxMicroBatches)
+    return errorf("the plan has ", pl.num_micro_batches(), " micro-batches (1 to ",
+                  kMaxMicroBatches, " are supported)");
+  if (pl.num_stages() > kMaxStages)
+    return errorf("the plan has ", pl.num_stages(), " stages (at most ", kMaxStages,
+                  " are supported)");
+  // Per-device tables hold one entry per tensor instance (tensors x M).
+  if (static_cast<uint64_t>(p.tensors_size()) * pl.num_micro_batches() > (uint64_t(1) << 28))
+    return errorf("the plan has ", p.tensors_size(), " tensors x ", pl.num_micro_batches(),
+                  " micro-batches, more tensor instances than piperun supports (2^28)");
   for (int i = 0; i < p.tensors_size(); ++i) {
     const TensorInfo &t = p.tensors(i);
     if (!isKnownDType(t.dtype()) || t.dtype() == 0)
       return errorf("tensor ", i, " '", t.name(), "' has unknown dtype ", t.dtype());
     TensorDesc d{static_cast<DType>(t.dtype()), {t.shape().begin(), t.shape().end()}};
-    for (int64_t dim : d.shape)
-      if (dim < 0)
-        return errorf("tensor '", t.name(), "' has negative dimension");
+    PIPEC_TRY(validShape(d.shape, cat("tensor '", t.name(), "'")).status());
     if (t.bytes() != d.bytes())
       return errorf("tensor '", t.name(), "' is ", t.bytes(), " bytes but ", d.str(),
                     " needs ", d.bytes());
@@ -68,11 +138,16 @@ Status validatePlan(const Plan &p) {
       const WeightFile &wf = p.weight_files(t.weight_file());
       if (t.weight_offset() > wf.bytes() || wf.bytes() - t.weight_offset() < t.bytes())
         return errorf("tensor '", t.name(), "' lies outside its weight file");
+    } else if (t.kind() != TensorInfo::ACTIVATION && t.kind() != TensorInfo::INPUT) {
+      return errorf("tensor '", t.name(), "' has unknown kind ", static_cast<int>(t.kind()));
     }
   }
+  PIPEC_TRY(checkWeightRegions(p));
   if (pl.training()) {
     const Training &tr = p.training();
     PIPEC_TRY(checkTensorRef(p, tr.loss(), "the training loss", false));
+    if (std::find(p.outputs().begin(), p.outputs().end(), tr.loss()) == p.outputs().end())
+      return errorf("the training loss '", p.tensors(tr.loss()).name(), "' is not a graph output");
     if (tr.params_size() == 0)
       return errorf("the training plan has no parameters");
     for (const Parameter &pp : tr.params()) {
@@ -96,8 +171,19 @@ Status validatePlan(const Plan &p) {
                       "' must be a constant and an activation of one type");
     }
   }
-  for (int32_t t : p.inputs())
+  // Inputs are fed, so they must be INPUT tensors, and every INPUT tensor
+  // must be one (an input never fed would be read uninitialised).
+  std::vector<char> isInput(static_cast<size_t>(p.tensors_size()), 0);
+  for (int32_t t : p.inputs()) {
     PIPEC_TRY(checkTensorRef(p, t, "a graph input", false));
+    if (p.tensors(t).kind() != TensorInfo::INPUT)
+      return errorf("graph input '", p.tensors(t).name(), "' is not an INPUT tensor");
+    if (isInput[t]++)
+      return errorf("graph input '", p.tensors(t).name(), "' is listed twice");
+  }
+  for (int i = 0; i < p.tensors_size(); ++i)
+    if (p.tensors(i).kind() == TensorInfo::INPUT && !isInput[i])
+      return errorf("INPUT tensor '", p.tensors(i).name(), "' is not a graph input: nothing feeds it");
   for (int32_t t : p.outputs())
     PIPEC_TRY(checkTensorRef(p, t, "a graph output", false));
   for (const WeightFile &wf : p.weight_files())
@@ -108,11 +194,17 @@ Status validatePlan(const Plan &p) {
     std::string where = cat("device ", d);
     if (dev.index() != d)
       return errorf(where, " has index ", dev.index());
+    if (dev.arena_bytes() > (uint64_t(1) << 50))
+      return errorf(where, " asks for an arena of ", dev.arena_bytes(), " bytes");
     for (const Node &n : dev.nodes()) {
       for (int32_t t : n.inputs())
         PIPEC_TRY(checkTensorRef(p, t, cat(where, " node '", n.name(), "'"), true));
+      if (n.outputs_size() == 0)
+        return errorf(where, " node '", n.name(), "' has no outputs");
       for (int32_t t : n.outputs())
         PIPEC_TRY(checkTensorRef(p, t, cat(where, " node '", n.name(), "'"), false));
+      for (const Attribute &a : n.attrs())
+        PIPEC_TRY(checkAttribute(a).withContext(cat(where, " node '", n.name(), "'")));
     }
     for (const Allocation &a : dev.allocations()) {
       PIPEC_TRY(checkTensorRef(p, a.tensor(), where + " allocation", false));
@@ -120,6 +212,9 @@ Status validatePlan(const Plan &p) {
         return errorf(where, " allocates micro-batch ", a.micro_batch(), " of ",
                       pl.num_micro_batches());
       uint64_t bytes = p.tensors(a.tensor()).bytes();
+      if (a.offset() % kArenaAlignment != 0)
+        return errorf(where, " places tensor '", p.tensors(a.tensor()).name(), "' at offset ",
+                      a.offset(), ", not a multiple of ", kArenaAlignment);
       if (a.offset() > dev.arena_bytes() || dev.arena_bytes() - a.offset() < bytes)
         return errorf(where, " places tensor '", p.tensors(a.tensor()).name(),
                       "' outside its arena of ", dev.arena_bytes(), " bytes");

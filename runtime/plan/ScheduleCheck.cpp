@@ -116,6 +116,17 @@ Status checkDevice(const Plan &p, int d) {
   };
   std::vector<Life> life(T * M);
   std::vector<char> written(T * M, 0);
+  // Tensors the runtime takes after the instruction that writes them (graph
+  // outputs, parameter gradients, running statistics): they must survive the
+  // rest of that instruction.
+  std::vector<char> collected(T, 0);
+  for (int32_t t : p.outputs())
+    collected[t] = 1;
+  for (const Parameter &pp : p.training().params())
+    collected[pp.grad()] = 1;
+  for (const StateUpdate &u : p.training().state_updates())
+    collected[u.value()] = 1;
+  std::vector<size_t> writtenHere;
   // A view's output is its input's buffer: both instances live as one,
   // under the instance that came first.
   DisjointSets instances(T * M);
@@ -154,6 +165,8 @@ Status checkDevice(const Plan &p, int d) {
     written[k] = 1;
     Life &l = life[find(k)];
     l.end = std::max(l.end, time);
+    if (collected[t])
+      writtenHere.push_back(k);
     return Status::ok();
   };
   // A view node: its input must be an arena instance at the same offset,
@@ -179,6 +192,7 @@ Status checkDevice(const Plan &p, int d) {
   for (int i = 0; i < dev.program_size(); ++i) {
     const Instruction &ins = dev.program(i);
     const unsigned mb = ins.micro_batch();
+    writtenHere.clear();
     switch (ins.kind()) {
     case Instruction::SEND:
       PIPEC_TRY(read(ins.tensor(), mb, i, "SEND"));
@@ -202,6 +216,12 @@ Status checkDevice(const Plan &p, int d) {
             PIPEC_TRY(write(t, mb, i));
         ++time;
       }
+    }
+    // Collected after the instruction's last node (time - 1): live until
+    // then.
+    for (size_t k : writtenHere) {
+      Life &l = life[find(k)];
+      l.end = std::max(l.end, time - 1);
     }
   }
   // Instances whose lifetimes overlap must not share bytes: sweep the
@@ -230,6 +250,39 @@ Status checkDevice(const Plan &p, int d) {
   return Status::ok();
 }
 
+/// Every parameter's gradient is computed once per micro-batch, by one
+/// device, in a backward instruction: a plan that lost one would train on
+/// stale or uninitialised gradients.
+Status checkGradients(const Plan &p) {
+  if (!p.pipeline().training())
+    return Status::ok();
+  const unsigned M = p.pipeline().num_micro_batches();
+  std::vector<int> gradOf(static_cast<size_t>(p.tensors_size()), -1);
+  for (int i = 0; i < p.training().params_size(); ++i)
+    gradOf[p.training().params(i).grad()] = i;
+  std::vector<uint32_t> writes(static_cast<size_t>(p.training().params_size()) * M, 0);
+  for (const Device &dev : p.devices())
+    for (const Instruction &ins : dev.program()) {
+      if (ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV ||
+          ins.kind() == Instruction::OPTIMIZER)
+        continue;
+      for (int32_t ni : ins.nodes())
+        for (int32_t t : dev.nodes(ni).outputs())
+          if (gradOf[t] >= 0) {
+            if (ins.kind() != Instruction::BACKWARD && ins.kind() != Instruction::WEIGHT_GRAD)
+              return errorf("schedule: gradient '", p.tensors(t).name(), "' is computed by a ",
+                            Instruction::Kind_Name(ins.kind()), " instruction");
+            ++writes[static_cast<size_t>(gradOf[t]) * M + ins.micro_batch()];
+          }
+    }
+  for (int i = 0; i < p.training().params_size(); ++i)
+    for (unsigned mb = 0; mb < M; ++mb)
+      if (uint32_t w = writes[static_cast<size_t>(i) * M + mb]; w != 1)
+        return errorf("schedule: the gradient of '", p.tensors(p.training().params(i).weight()).name(),
+                      "' is computed ", w, " times for micro-batch ", mb, " (once is right)");
+  return Status::ok();
+}
+
 } // namespace
 
 Status checkSchedule(const Plan &p) {
@@ -245,6 +298,7 @@ Status checkSchedule(const Plan &p) {
   }
   PIPEC_TRY(checkPairing(p));
   PIPEC_TRY(checkProgress(p));
+  PIPEC_TRY(checkGradients(p));
   for (int d = 0; d < p.devices_size(); ++d)
     PIPEC_TRY(checkDevice(p, d));
   return Status::ok();

@@ -1,5 +1,6 @@
 //===- runtime/train/Checkpoint.cpp - Atomic training checkpoints ---------===//
 #include "runtime/train/Checkpoint.h"
+#include "support/Json.h"
 
 #include "support/FileIO.h"
 
@@ -123,7 +124,7 @@ size_t alignUp(size_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment 
 /// (nlohmann::json objects are key-sorted, so the dump is canonical).
 uint32_t manifestChecksum(json m) {
   m.erase("checksum");
-  std::string s = m.dump();
+  std::string s = jsonText(m);
   return crc32c(s.data(), s.size());
 }
 
@@ -158,7 +159,7 @@ Status writeFiles(const std::string &tmp, const Checkpoint &ckpt) {
             {"data_bytes", offset},
             {"tensors", std::move(tensors)}};
   m["checksum"] = manifestChecksum(m);
-  std::string text = m.dump(1) + "\n";
+  std::string text = jsonText(m, 1) + "\n";
   SyncedFile manifest;
   PIPEC_TRY(manifest.open(joinPath(tmp, kManifest)));
   PIPEC_TRY(manifest.write(text.data(), text.size()));

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "partitioner/Capacity.h"
+#include "support/Json.h"
 #include "partitioner/DeviceProfile.h"
 #include "support/Format.h"
 #include "tools/capacity/GptFamily.h"
@@ -108,7 +109,7 @@ Status run(const Options &o) {
     nlohmann::json j = {{"family", f.name}, {"configurations", nlohmann::json::array()}};
     for (const partitioner::CapacityResult &r : rs)
       j["configurations"].push_back(partitioner::capacityToJson(r));
-    std::cout << j.dump(2) << "\n";
+    std::cout << jsonText(j, 2) << "\n";
   } else {
     printTable(o, f, rs);
   }
@@ -143,7 +144,7 @@ int main(int argc, char **argv) {
   CLI11_PARSE(app, argc, argv);
   Status s = run(o);
   if (!s.isOk()) {
-    std::fprintf(stderr, "pipec-capacity: error: %s\n", s.message().c_str());
+    std::fprintf(stderr, "pipec-capacity: error: %s\n", printable(s.message()).c_str());
     return 1;
   }
   return 0;

@@ -6,6 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
+#include "support/Format.h"
+#include "support/Json.h"
 #include "codegen/Report.h"
 #include "codegen/Schedule.h"
 #include "frontend/OnnxExport.h"
@@ -124,7 +126,7 @@ Status runCalibrate(const Options &o) {
   co.threads = o.calibrateThreads;
   PIPEC_ASSIGN(partitioner::DeviceProfile p, partitioner::calibrate(co));
   PIPEC_TRY(addOpCurves(p, o.calibrateThreads));
-  std::string text = partitioner::profileToJson(p).dump(2) + "\n";
+  std::string text = jsonText(partitioner::profileToJson(p), 2) + "\n";
   if (o.install) {
     const std::string dir = partitioner::userProfileDirectory();
     if (dir.empty())
@@ -268,7 +270,7 @@ Status compile(const Options &o, const std::string &commandLine) {
   co.emit.compileOptions = commandLine;
   PIPEC_ASSIGN(codegen::Compiled c, codegen::compileGraph(*g, co));
   if (o.emit == "report") {
-    std::cout << c.report.dump(2) << "\n";
+    std::cout << jsonText(c.report, 2) << "\n";
     return Status::ok();
   }
   PIPEC_TRY(codegen::writePlanDirectory(o.output, c.plan));
@@ -387,7 +389,7 @@ int main(int argc, char **argv) {
               : o.model.empty() ? errorf("no model given (pipec MODEL.onnx -o MODEL.plan)")
                                 : compile(o, commandLine);
   if (!s) {
-    std::cerr << "pipec: error: " << s.message() << "\n";
+    std::cerr << "pipec: error: " << printable(s.message()) << "\n";
     return 1;
   }
   return 0;

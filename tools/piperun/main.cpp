@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Version.h"
+#include "support/Json.h"
 #include "runtime/Session.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
@@ -175,7 +176,7 @@ Status writeOpProfile(const std::string &path, const runtime::Session &session, 
   j["steps"] = steps;
   j["micro_batches"] = p.pipeline().num_micro_batches();
   j["nodes"] = nodes;
-  PIPEC_TRY(writeFileAtomic(path, j.dump(2) + "\n"));
+  PIPEC_TRY(writeFileAtomic(path, jsonText(j, 2) + "\n"));
   if (quiet)
     return Status::ok();
   std::vector<std::pair<double, std::string>> ops;
@@ -397,7 +398,7 @@ Status writeTrace(const std::string &path, const runtime::Session &session) {
     }
   }
   nlohmann::json j = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  return writeFileAtomic(path, j.dump());
+  return writeFileAtomic(path, jsonText(j));
 }
 
 Status trainPlan(const Options &o, runtime::Session &session) {
@@ -448,7 +449,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     lastLoss = r.loss;
     nlohmann::json m = {{"step", s + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.gradNorm},
                         {"samples_per_second", examples / dt}, {"step_seconds", dt}};
-    metrics += m.dump() + "\n";
+    metrics += jsonText(m) + "\n";
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!o.json && (elapsed - lastPrint >= 0.5 || s + 1 == o.steps || s == 0)) {
       lastPrint = elapsed;
@@ -471,13 +472,16 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   if (!o.profileOps.empty())
     PIPEC_TRY(writeOpProfile(o.profileOps, session, o.steps - timedFrom, o.json));
   if (o.json) {
-    std::cout << nlohmann::json{{"steps", o.steps}, {"first_loss", firstLoss}, {"last_loss", lastLoss},
-                                {"median_step_seconds", med}, {"samples_per_second", examples / med},
-                                {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
-                                {"mean_step_seconds", session.meanStepSeconds()},
-                                {"devices", devs}}
-                     .dump(2)
-              << "\n";
+    const nlohmann::json summary = {
+        {"steps", o.steps},
+        {"first_loss", firstLoss},
+        {"last_loss", lastLoss},
+        {"median_step_seconds", med},
+        {"samples_per_second", examples / med},
+        {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
+        {"mean_step_seconds", session.meanStepSeconds()},
+        {"devices", devs}};
+    std::cout << jsonText(summary, 2) << "\n";
   } else {
     std::printf("trained %d step(s): loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n",
                 o.steps - first, firstLoss, lastLoss, med * 1e3, examples / med);
@@ -636,7 +640,7 @@ Status runPlan(const Options &o) {
   if (!o.profileOps.empty())
     PIPEC_TRY(writeOpProfile(o.profileOps, *session, o.steps, o.json));
   if (o.json) {
-    std::cout << j.dump(2) << "\n";
+    std::cout << jsonText(j, 2) << "\n";
     return Status::ok();
   }
   std::printf("%-24s %-20s %12s %12s %12s  %s\n", "output", "type", "min", "max", "mean", "first values");
@@ -711,7 +715,7 @@ int main(int argc, char **argv) {
   }
   Status s = runPlan(o);
   if (!s) {
-    std::cerr << "piperun: error: " << s.message() << "\n";
+    std::cerr << "piperun: error: " << printable(s.message()) << "\n";
     return 1;
   }
   return 0;
