@@ -16,10 +16,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
-#include "support/Json.h"
 #include "frontend/OnnxImporter.h"
 #include "runtime/Session.h"
 #include "support/FileIO.h"
+#include "support/Json.h"
 
 #include <cblas.h>
 #include <dnnl.h>

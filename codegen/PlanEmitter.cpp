@@ -444,7 +444,8 @@ Status writePlanDirectory(const std::string &dir, const EmittedPlan &p) {
   }
   PIPEC_TRY(makeDirs(dir));
   PIPEC_TRY(writeFileAtomic(joinPath(dir, kWeightFile), p.weights));
-  return plan::writePlan(dir, p.plan);
+  PIPEC_TRY(plan::writePlan(dir, p.plan));
+  return plan::writeManifest(dir);
 }
 
 } // namespace pipec::codegen

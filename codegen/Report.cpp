@@ -1,12 +1,12 @@
 //===- codegen/Report.cpp - The partition report --------------------------===//
 #include "codegen/Report.h"
-#include "support/Format.h"
-#include "support/Json.h"
 
 #include "partitioner/CostModel.h"
 #include "partitioner/PipelineSim.h"
 #include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
+#include "support/Format.h"
+#include "support/Json.h"
 
 #include <algorithm>
 #include <cstdio>

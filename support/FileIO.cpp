@@ -2,6 +2,9 @@
 #include "support/FileIO.h"
 
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -55,6 +58,37 @@ Expected<std::string> readFile(const std::string &path) {
   }
   data.resize(got);
   return data;
+}
+
+std::string uniqueSuffix() {
+  static std::atomic<uint64_t> counter{0};
+  const auto ns = static_cast<unsigned long long>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%016llx-%d-%llu", ns, static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(counter++));
+  return buf;
+}
+
+Status replaceDirectory(const std::string &from, const std::string &to) {
+  if (!fileExists(to)) {
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return errorf("cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
+    return Status::ok();
+  }
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0)
+    return removeTree(from); // now the old directory
+  const std::string old = to + ".old-" + uniqueSuffix();
+  if (::rename(to.c_str(), old.c_str()) != 0)
+    return errorf("cannot move '", to, "' aside: ", std::strerror(errno));
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    (void)::rename(old.c_str(), to.c_str());
+    return errorf("cannot rename '", from, "' to '", to, "': ", why);
+  }
+  return removeTree(old);
 }
 
 Status writeFileAtomic(const std::string &path, const std::string &bytes) {

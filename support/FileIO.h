@@ -18,6 +18,14 @@ Status writeFileAtomic(const std::string &path, const std::string &bytes);
 Status makeDirs(const std::string &path);
 /// Removes a directory tree (no error if it does not exist).
 Status removeTree(const std::string &path);
+/// Puts the directory `from` in the place of `to` (a sibling), which may
+/// exist: swapped in one renameat2(RENAME_EXCHANGE) where the file system
+/// has it, so that readers see the old directory or the new one; the old one
+/// is then removed.
+Status replaceDirectory(const std::string &from, const std::string &to);
+/// "<time>-<pid>-<n>": a suffix for temporary names no other writer uses
+/// (time in ns, hex and fixed width, so that names sort by age).
+std::string uniqueSuffix();
 bool fileExists(const std::string &path);
 bool isDirectory(const std::string &path);
 /// Directory part of a path ("." if none).

@@ -12,7 +12,10 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <limits>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -34,6 +37,48 @@ Status writePlan(const std::string &dir, const Plan &p) {
 }
 
 namespace {
+
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+struct ManifestEntry {
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
+};
+
+/// MANIFEST's entries by file name, after checking its own checksum.
+Expected<std::map<std::string, ManifestEntry>> readManifest(const std::string &dir) {
+  const std::string path = joinPath(dir, kManifestFile);
+  if (!fileExists(path))
+    return errorf("'", dir, "' has no ", kManifestFile,
+                  " (a plan written by an older pipec, or not a whole plan): compile it again");
+  PIPEC_ASSIGN(std::string text, readFile(path));
+  const std::string corrupt = cat("'", path, "' is corrupt");
+  const size_t last = text.rfind("manifest ");
+  if (text.rfind("pipec-plan-manifest 1\n", 0) != 0 || last == std::string::npos ||
+      text.back() != '\n')
+    return errorf(corrupt, ": not a plan manifest");
+  if (text.substr(last) != cat("manifest ", hex32(crc32c(text.data(), last)), "\n"))
+    return errorf(corrupt, ": its checksum does not match its lines");
+  std::map<std::string, ManifestEntry> entries;
+  size_t pos = text.find('\n') + 1;
+  while (pos < last) {
+    const size_t end = text.find('\n', pos);
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    char name[4096];
+    unsigned crc = 0;
+    unsigned long long bytes = 0;
+    if (line.size() >= sizeof name ||
+        std::sscanf(line.c_str(), "%8x %llu %4095s", &crc, &bytes, name) != 3)
+      return errorf(corrupt, ": bad line '", line, "'");
+    entries[name] = {crc, bytes};
+  }
+  return entries;
+}
 
 /// Arena offsets are multiples of this (codegen/MemoryPlanner.h): kernels
 /// may use aligned vector loads.
@@ -238,12 +283,48 @@ Status validatePlan(const Plan &p) {
   return checkSchedule(p);
 }
 
+Status writeManifest(const std::string &dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto &e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().filename() != kManifestFile)
+      names.push_back(e.path().filename().string());
+  if (ec)
+    return errorf("cannot list '", dir, "': ", ec.message());
+  std::sort(names.begin(), names.end());
+  std::string text = "pipec-plan-manifest 1\n";
+  for (const std::string &n : names) {
+    if (n.find_first_of(" \n") != std::string::npos)
+      return errorf("cannot list '", n, "' in the plan manifest: its name has a blank");
+    PIPEC_ASSIGN(std::string bytes, readFile(joinPath(dir, n)));
+    text += cat(hex32(crc32c(bytes.data(), bytes.size())), " ", bytes.size(), " ", n, "\n");
+  }
+  text += cat("manifest ", hex32(crc32c(text.data(), text.size())), "\n");
+  return writeFileAtomic(joinPath(dir, kManifestFile), text);
+}
+
+Expected<std::string> readVerified(const std::string &dir, const std::string &name) {
+  PIPEC_ASSIGN(auto entries, readManifest(dir));
+  auto it = entries.find(name);
+  if (it == entries.end())
+    return errorf("'", joinPath(dir, name), "' is not listed in the plan's ", kManifestFile);
+  const std::string path = joinPath(dir, name);
+  PIPEC_ASSIGN(std::string bytes, readFile(path));
+  if (bytes.size() != it->second.bytes)
+    return errorf("'", path, "' has ", bytes.size(), " bytes, the plan's manifest says ",
+                  it->second.bytes, " (truncated or replaced)");
+  if (crc32c(bytes.data(), bytes.size()) != it->second.crc)
+    return errorf("'", path, "' is corrupt: its CRC-32C differs from the plan's manifest");
+  return bytes;
+}
+
 Expected<LoadedPlan> loadPlan(const std::string &dir) {
   if (!isDirectory(dir))
     return errorf("'", dir, "' is not a plan directory",
                   fileExists(dir) ? " (it is a file; plans are directories written by pipec -o)"
                                   : " (it does not exist)");
-  auto bytes = readFile(joinPath(dir, kPlanFile));
+  auto bytes = readVerified(dir, kPlanFile);
   if (!bytes)
     return bytes.status().withContext("loading plan");
   LoadedPlan lp;
@@ -254,8 +335,14 @@ Expected<LoadedPlan> loadPlan(const std::string &dir) {
   if (bytes->empty() || !lp.plan.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
     return errorf("'", joinPath(dir, kPlanFile), "' is corrupt or truncated: it does not parse as a plan");
   PIPEC_TRY(validatePlan(lp.plan).withContext(cat("invalid plan '", dir, "'")));
+  PIPEC_ASSIGN(auto manifest, readManifest(dir));
   for (const WeightFile &wf : lp.plan.weight_files()) {
     std::string path = joinPath(dir, wf.path());
+    auto listed = manifest.find(wf.path());
+    if (listed == manifest.end() || listed->second.crc != wf.crc32c() ||
+        listed->second.bytes != wf.bytes())
+      return errorf("weight file '", path, "' is not in the plan's ", kManifestFile,
+                    " as plan.pb describes it");
     auto data = readFile(path);
     if (!data)
       return data.status().withContext("loading weights");

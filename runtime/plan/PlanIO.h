@@ -1,9 +1,11 @@
 //===- runtime/plan/PlanIO.h - Reading and writing plan directories -*- C++ -*-===//
 //
-// A plan directory: plan.pb (the Plan message), weight files, and the
-// partition report. Loading validates everything the runtime relies on
-// (format version, indices in range, allocations inside the arena, weight
-// checksums), so a corrupt or truncated plan is an error, never a crash.
+// A plan directory: plan.pb (the Plan message), weight files, the source
+// model's graph, the partition report, and MANIFEST (every file's size and
+// CRC-32C). Loading checks the files against the manifest, then validates
+// everything the runtime relies on (format version, indices, sizes and
+// offsets in range, the schedule), so a corrupt or truncated plan is an
+// error, never a crash or a different result.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -29,8 +31,18 @@ struct LoadedPlan {
   std::vector<std::string> weightData; ///< one per Plan.weight_files
 };
 
+/// Name of the checksum manifest inside a plan directory.
+inline constexpr const char *kManifestFile = "MANIFEST";
+
 /// Writes plan.pb atomically into `dir` (which must exist).
 Status writePlan(const std::string &dir, const Plan &p);
+/// Writes MANIFEST: the size and CRC-32C of every other regular file of the
+/// plan directory, then a checksum of the manifest's own lines. pipec
+/// writes it last; loadPlan checks plan.pb and the weight files against it,
+/// and piperun --save checks source.onnx.
+Status writeManifest(const std::string &dir);
+/// Reads `name` from the plan directory and checks it against MANIFEST.
+Expected<std::string> readVerified(const std::string &dir, const std::string &name);
 /// Reads and validates a plan directory, including weight checksums.
 Expected<LoadedPlan> loadPlan(const std::string &dir);
 /// Structural validation of a Plan message (no file access).

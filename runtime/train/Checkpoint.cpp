@@ -1,8 +1,8 @@
 //===- runtime/train/Checkpoint.cpp - Atomic training checkpoints ---------===//
 #include "runtime/train/Checkpoint.h"
-#include "support/Json.h"
 
 #include "support/FileIO.h"
+#include "support/Json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -85,21 +85,6 @@ Status fsyncDir(const std::string &path) {
   if (rc != 0)
     return errorf("cannot fsync directory '", path, "': ", e);
   return Status::ok();
-}
-
-/// A fresh suffix: time in ns (hex, fixed width, so names sort by age),
-/// process id and a counter.
-std::string uniqueSuffix() {
-  static std::atomic<uint64_t> counter{0};
-  uint64_t ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%016llx-%d-%llu", static_cast<unsigned long long>(ns),
-                static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(counter.fetch_add(1)));
-  return buf;
 }
 
 /// DIR's siblings named DIR<marker>*, newest (by name) first.

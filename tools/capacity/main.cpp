@@ -11,9 +11,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "partitioner/Capacity.h"
-#include "support/Json.h"
 #include "partitioner/DeviceProfile.h"
 #include "support/Format.h"
+#include "support/Json.h"
 #include "tools/capacity/GptFamily.h"
 
 #include <CLI/CLI.hpp>

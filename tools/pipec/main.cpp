@@ -6,8 +6,6 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
-#include "support/Format.h"
-#include "support/Json.h"
 #include "codegen/Report.h"
 #include "codegen/Schedule.h"
 #include "frontend/OnnxExport.h"
@@ -17,8 +15,11 @@
 #include "partitioner/Calibrate.h"
 #include "passes/PassManager.h"
 #include "pipec/Version.h"
+#include "runtime/plan/PlanIO.h"
 #include "samples/gen/Models.h"
 #include "support/FileIO.h"
+#include "support/Format.h"
+#include "support/Json.h"
 #include "support/Npy.h"
 #include "support/Parallel.h"
 
@@ -273,17 +274,38 @@ Status compile(const Options &o, const std::string &commandLine) {
     std::cout << jsonText(c.report, 2) << "\n";
     return Status::ok();
   }
-  PIPEC_TRY(codegen::writePlanDirectory(o.output, c.plan));
-  PIPEC_TRY(codegen::writeReport(o.output, c.report));
-  if (!isIrText(o.model)) {
-    // Keep the model's graph (not its weights) for piperun --save.
-    std::set<std::string> stored;
-    for (const plan::TensorInfo &t : c.plan.plan.tensors())
-      if (!t.onnx_name().empty() &&
-          (t.kind() == plan::TensorInfo::WEIGHT || t.kind() == plan::TensorInfo::CONSTANT))
-        stored.insert(t.onnx_name());
-    PIPEC_ASSIGN(std::string stripped, frontend::stripInitializers(modelBytes, o.model, stored));
-    PIPEC_TRY(writeFileAtomic(joinPath(o.output, frontend::kSourceModelFile), stripped));
+  // The plan goes into a sibling directory that replaces -o's in one rename
+  // once complete: an error (a full disk) leaves the old plan, if any, and
+  // no partial one.
+  if (isDirectory(o.output) && !std::filesystem::is_empty(o.output) &&
+      !fileExists(joinPath(o.output, plan::kPlanFile)))
+    return errorf("refusing to overwrite '", o.output,
+                  "': it is a non-empty directory that holds no plan");
+  if (fileExists(o.output) && !isDirectory(o.output))
+    return errorf("cannot write the plan to '", o.output, "': it exists and is not a directory");
+  std::string out = o.output;
+  while (out.size() > 1 && out.back() == '/')
+    out.pop_back();
+  const std::string tmp = out + ".tmp-" + uniqueSuffix();
+  Status written = [&]() -> Status {
+    PIPEC_TRY(codegen::writePlanDirectory(tmp, c.plan));
+    PIPEC_TRY(codegen::writeReport(tmp, c.report));
+    if (!isIrText(o.model)) {
+      // Keep the model's graph (not its weights) for piperun --save.
+      std::set<std::string> stored;
+      for (const plan::TensorInfo &t : c.plan.plan.tensors())
+        if (!t.onnx_name().empty() &&
+            (t.kind() == plan::TensorInfo::WEIGHT || t.kind() == plan::TensorInfo::CONSTANT))
+          stored.insert(t.onnx_name());
+      PIPEC_ASSIGN(std::string stripped, frontend::stripInitializers(modelBytes, o.model, stored));
+      PIPEC_TRY(writeFileAtomic(joinPath(tmp, frontend::kSourceModelFile), stripped));
+    }
+    PIPEC_TRY(plan::writeManifest(tmp));
+    return replaceDirectory(tmp, out);
+  }();
+  if (!written.isOk()) {
+    (void)removeTree(tmp);
+    return written;
   }
   if (!o.quiet)
     std::cout << codegen::renderReportText(c.report) << "plan written to " << o.output << "\n";

@@ -6,10 +6,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Version.h"
-#include "support/Json.h"
 #include "runtime/Session.h"
+#include "runtime/plan/PlanIO.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
+#include "support/Json.h"
 #include "support/Npy.h"
 #include "support/Parallel.h"
 
@@ -266,7 +267,9 @@ private:
 /// by pipec without weight data) with the session's current weights.
 Status saveModel(const runtime::Session &session, const std::string &planDir, const std::string &out) {
   std::string src = joinPath(planDir, "source.onnx");
-  PIPEC_ASSIGN(std::string bytes, readFile(src));
+  // Checked against the plan's manifest: a hand-edited source would be
+  // written out with the trained weights as if pipec had compiled it.
+  PIPEC_ASSIGN(std::string bytes, plan::readVerified(planDir, "source.onnx"));
   onnx::ModelProto model;
   google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
   google::protobuf::io::CodedInputStream in(&raw);
