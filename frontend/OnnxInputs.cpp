@@ -109,6 +109,13 @@ Status Importer::importInputs() {
       for (const auto &d : vi.type().tensor_type().shape().dim())
         if (!d.dim_param().empty())
           params.insert(d.dim_param());
+  // -b binds the leading dimension of every input; --dim naming the same
+  // dimension with another value contradicts it.
+  if (opts_.batch)
+    for (const std::string &b : batchNames_)
+      if (auto it = opts_.dims.find(b); it != opts_.dims.end() && it->second != *opts_.batch)
+        return errorf("-b ", *opts_.batch, " and --dim ", b, "=", it->second,
+                      " bind the same dimension to different sizes");
   for (const auto &[name, v] : opts_.dims)
     if (!params.count(name)) {
       std::string known;

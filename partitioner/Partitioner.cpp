@@ -3,6 +3,7 @@
 
 #include "partitioner/CostModel.h"
 #include "partitioner/PipelineSim.h"
+#include "support/Limits.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -240,8 +241,12 @@ Status assignNonForwardNodes(const ir::Graph &g, Partition &p) {
 }
 
 Expected<Partition> partitionGraph(const ir::Graph &g, const PartitionOptions &opts) {
-  if (opts.microBatches < 1)
-    return errorf("the number of micro-batches must be at least 1 (got ", opts.microBatches, ")");
+  if (opts.microBatches < 1 || static_cast<uint32_t>(opts.microBatches) > kMaxMicroBatches)
+    return errorf("the number of micro-batches must be 1 to ", kMaxMicroBatches, " (got ",
+                  opts.microBatches, ")");
+  if (static_cast<uint32_t>(std::max(opts.numStages, opts.maxDevices)) > kMaxStages)
+    return errorf("at most ", kMaxStages, " stages are supported (asked for ",
+                  std::max(opts.numStages, opts.maxDevices), ")");
   if (opts.maxDevices < 0)
     return errorf("the number of devices must be at least 1 (got ", opts.maxDevices, ")");
   if (opts.maxDevices == 0 && opts.numStages < 1)

@@ -57,6 +57,16 @@ Status PassManager::add(const std::string &flag) {
 
 Status PassManager::run(ir::Graph &g) {
   timings_.clear();
+  // A name that matches no pass of the pipeline would print nothing: say so.
+  for (const std::string &name : opts_.printAfter)
+    if (name != "all" && std::none_of(passes_.begin(), passes_.end(),
+                                      [&](const auto &p) { return p->name() == name; })) {
+      std::string known;
+      for (const auto &p : passes_)
+        known += (known.empty() ? "" : ", ") + std::string(p->name());
+      return errorf("--print-ir-after ", name, ": no pass of that name runs (the pipeline: ",
+                    known.empty() ? "none" : known, ", or 'all')");
+    }
   int count = 0;
   for (auto &p : passes_) {
     if (opts_.stopAfter >= 0 && count >= opts_.stopAfter)

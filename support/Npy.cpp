@@ -3,6 +3,7 @@
 
 #include "support/FileIO.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace pipec {
@@ -28,6 +29,8 @@ Expected<std::string> dictValue(const std::string &h, const std::string &key) {
   if (c == std::string::npos)
     return errorf("header key '", key, "' has no value");
   size_t b = h.find_first_not_of(' ', c + 1);
+  if (b == std::string::npos)
+    return errorf("header key '", key, "' has no value");
   return h.substr(b);
 }
 } // namespace
@@ -73,7 +76,7 @@ Expected<Tensor> parseNpy(const std::string &bytes, const std::string &what) {
   if (order->compare(0, 4, "True") == 0)
     return fail("Fortran order is not supported");
   auto shapeText = dictValue(h, "shape");
-  if (!shapeText || (*shapeText)[0] != '(')
+  if (!shapeText || shapeText->empty() || (*shapeText)[0] != '(')
     return fail("bad shape");
   Shape shape;
   size_t i = 1;
@@ -86,15 +89,21 @@ Expected<Tensor> parseNpy(const std::string &bytes, const std::string &what) {
     size_t end = i;
     while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end])))
       ++end;
-    if (end == i)
+    if (end == i || end - i > 15) // 15 digits are past any dimension pipec accepts
       return fail("bad shape");
-    shape.push_back(std::stoll(s.substr(i, end - i)));
+    shape.push_back(std::strtoll(s.c_str() + i, nullptr, 10));
     i = end;
   }
+  // The size from the header is checked against the bytes present before
+  // anything is allocated: a header may claim any shape.
+  auto n = validShape(shape, "its shape");
+  if (!n)
+    return fail(n.status().message());
+  const uint64_t need = static_cast<uint64_t>(*n) * dtypeSize(dtype);
+  if (bytes.size() - off < need)
+    return fail(cat("truncated data: ", bytes.size() - off, " bytes, its shape ", shapeStr(shape),
+                    " needs ", need));
   Tensor t(dtype, shape);
-  if (bytes.size() - off < t.bytes())
-    return fail(cat("truncated data: ", bytes.size() - off, " bytes, need ",
-                    t.bytes()));
   if (t.bytes())
     std::memcpy(t.raw(), bytes.data() + off, t.bytes());
   return t;

@@ -61,10 +61,9 @@ Tensor::Tensor(TensorDesc desc) : desc_(std::move(desc)) {
   void *p = std::aligned_alloc(kTensorAlignment, alloc);
   if (!p) {
     // Callers validate sizes from untrusted input before allocating; this
-    // is the machine running out of memory, which nothing can recover from.
-    std::fprintf(stderr, "pipec: out of memory allocating %zu bytes for a %s tensor\n", alloc,
-                 desc_.str().c_str());
-    std::abort();
+    // is the machine running out of memory. The tools turn it into a
+    // one-line error naming the tensor (OutOfMemory).
+    throw OutOfMemory(cat("a ", desc_.str(), " tensor needs ", alloc, " bytes"));
   }
   std::memset(p, 0, alloc);
   storage_ = std::shared_ptr<void>(p, [](void *q) { std::free(q); });

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,18 @@ Expected<int64_t> validShape(const Shape &s, const std::string &what);
 std::string shapeStr(const Shape &s);
 /// Row-major strides in elements.
 std::vector<int64_t> rowMajorStrides(const Shape &s);
+
+/// Thrown where memory runs out while allocating (a Tensor): a
+/// std::bad_alloc that says what wanted how much. The tools catch it (and
+/// any bad_alloc) and exit with a one-line error.
+class OutOfMemory : public std::bad_alloc {
+public:
+  explicit OutOfMemory(std::string what) : what_("out of memory: " + std::move(what)) {}
+  const char *what() const noexcept override { return what_.c_str(); }
+
+private:
+  std::string what_;
+};
 
 /// Element type and static shape of a tensor.
 struct TensorDesc {

@@ -14,6 +14,7 @@
 #include "partitioner/DeviceProfile.h"
 #include "support/Format.h"
 #include "support/Json.h"
+#include "tools/CliCommon.h"
 #include "tools/capacity/GptFamily.h"
 
 #include <CLI/CLI.hpp>
@@ -141,8 +142,12 @@ int main(int argc, char **argv) {
   app.add_option("--max-devices", o.maxDevices, "Pipeline-K for K = 1, 2, 4, ... up to this")
       ->capture_default_str();
   app.add_flag("--json", o.json, "print JSON instead of the table");
-  CLI11_PARSE(app, argc, argv);
-  Status s = run(o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return tools::cliExit(app, e);
+  }
+  Status s = tools::guarded([&] { return run(o); });
   if (!s.isOk()) {
     std::fprintf(stderr, "pipec-capacity: error: %s\n", printable(s.message()).c_str());
     return 1;

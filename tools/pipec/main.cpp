@@ -17,6 +17,7 @@
 #include "pipec/Version.h"
 #include "runtime/plan/PlanIO.h"
 #include "samples/gen/Models.h"
+#include "tools/CliCommon.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
 #include "support/Json.h"
@@ -391,7 +392,7 @@ int main(int argc, char **argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
-    return app.exit(e);
+    return tools::cliExit(app, e);
   }
   std::string commandLine;
   for (int i = 1; i < argc; ++i) {
@@ -404,12 +405,17 @@ int main(int argc, char **argv) {
       continue;
     commandLine += (commandLine.empty() ? "" : " ") + a;
   }
-  Status s = o.install && !o.calibrate ? errorf("--install goes with --calibrate")
-              : o.install && !o.output.empty()
-                  ? errorf("--calibrate writes to -o FILE or installs (--install), not both")
-              : o.calibrate     ? runCalibrate(o)
-              : o.model.empty() ? errorf("no model given (pipec MODEL.onnx -o MODEL.plan)")
-                                : compile(o, commandLine);
+  Status s = tools::guarded([&]() -> Status {
+    if (o.install && !o.calibrate)
+      return errorf("--install goes with --calibrate");
+    if (o.install && !o.output.empty())
+      return errorf("--calibrate writes to -o FILE or installs (--install), not both");
+    if (o.calibrate)
+      return runCalibrate(o);
+    if (o.model.empty())
+      return errorf("no model given (pipec MODEL.onnx -o MODEL.plan)");
+    return compile(o, commandLine);
+  });
   if (!s) {
     std::cerr << "pipec: error: " << printable(s.message()) << "\n";
     return 1;

@@ -13,6 +13,7 @@
 #include "support/Json.h"
 #include "support/Npy.h"
 #include "support/Parallel.h"
+#include "tools/CliCommon.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -527,8 +528,12 @@ Status runPlan(const Options &o) {
   if (!o.profileOps.empty())
     for (const auto &d : session->devices())
       d->enableNodeProfile();
-  if (session->isTraining())
+  if (session->isTraining()) {
+    if (!o.outputsDir.empty() || !o.inputs.empty())
+      return errorf("--outputs and --input are for inference plans; a training plan takes its "
+                    "batches from --data (or --synthetic)");
     return trainPlan(o, *session);
+  }
   if (!o.dataDir.empty() || o.synthetic || !o.metrics.empty() || !o.checkpoint.empty() ||
       !o.resume.empty())
     return errorf("--data, --synthetic, --metrics, --checkpoint and --resume are for training plans "
@@ -714,9 +719,9 @@ int main(int argc, char **argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
-    return app.exit(e);
+    return tools::cliExit(app, e);
   }
-  Status s = runPlan(o);
+  Status s = tools::guarded([&] { return runPlan(o); });
   if (!s) {
     std::cerr << "piperun: error: " << printable(s.message()) << "\n";
     return 1;
