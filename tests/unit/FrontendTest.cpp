@@ -297,9 +297,8 @@ TEST(Frontend, BatchBindsLeadingDimension) {
   EXPECT_EQ(g.findValue("lengths")->type().str(), "i64[3]");
 }
 
-TEST(Frontend, DimBindsByNameAndWinsOverBatch) {
+TEST(Frontend, DimBindsByNameAndMustAgreeWithBatch) {
   ImportOptions opts;
-  opts.batch = 3;
   opts.dims = {{"N", 7}, {"seq", 2}};
   GraphOrError r = importModel("symbolic_dims", opts);
   ASSERT_TRUE(r.isOk()) << r.status().message();
@@ -307,17 +306,26 @@ TEST(Frontend, DimBindsByNameAndWinsOverBatch) {
   expectWellFormed(g);
   EXPECT_EQ(g.findValue("x")->type().str(), "f32[7,2,4]");
   EXPECT_EQ(g.findValue("lengths")->type().str(), "i64[7]");
+  // -b binds the leading dimension N too: the same size is fine, another
+  // one a contradiction.
+  opts.batch = 7;
+  ASSERT_TRUE(importModel("symbolic_dims", opts).isOk());
+  opts.batch = 3;
+  std::string err = importError(importModel("symbolic_dims", opts));
+  EXPECT_NE(err.find("-b 3 and --dim N=7 bind the same dimension to different sizes"),
+            std::string::npos)
+      << err;
 }
 
 TEST(Frontend, BatchBindsTheSameNameEverywhere) {
   // 'N' leads x, so --batch binds it also where it appears at dimension 1.
   onnx::ModelProto m = loadModel("symbolic_dims");
   auto *shape = m.mutable_graph()->mutable_input(1)->mutable_type()->mutable_tensor_type()->mutable_shape();
-  shape->mutable_dim(0)->set_dim_param("seq");
+  shape->mutable_dim(0)->set_dim_value(6);
   shape->mutable_dim(1)->set_dim_param("N");
   ImportOptions opts;
   opts.batch = 4;
-  opts.dims["seq"] = 6;
+  opts.dims["seq"] = 2;
   GraphOrError r = importProto(m, opts);
   ASSERT_TRUE(r.isOk()) << r.status().message();
   ir::Graph &g = **r;

@@ -201,7 +201,13 @@ TEST(Partitioner, Refusals) {
   o.microBatches = 0;
   p = partitionGraph(*g, o);
   ASSERT_FALSE(p.isOk());
-  EXPECT_NE(p.status().message().find("at least 1 (got 0)"), std::string::npos);
+  EXPECT_NE(p.status().message().find("must be 1 to 16384 (got 0)"), std::string::npos)
+      << p.status().message();
+  o.microBatches = 1 << 20; // compile time grows with M: refused, not attempted
+  p = partitionGraph(*g, o);
+  ASSERT_FALSE(p.isOk());
+  EXPECT_NE(p.status().message().find("must be 1 to 16384 (got 1048576)"), std::string::npos)
+      << p.status().message();
   o.microBatches = 1;
   o.memoryBudget = 100; // bytes
   p = partitionGraph(*g, o);
