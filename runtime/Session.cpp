@@ -345,7 +345,8 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   // others finish theirs, and the norm is added up after the step.
   const int K = static_cast<int>(devices_.size());
   const double clip = p.training().clip_grad_norm();
-  const bool collective = transport_ && (clip > 0 || sharedParams_);
+  const bool collective = transport_ && (clip > 0 || sharedParams_ || opts_.skipNonFinite);
+  bool skip = false; // the step's gradients are not finite: drop the update
   std::vector<double> sq(params_.size(), 0.0);
   const int64_t stepNumber = static_cast<int64_t>(steps_) + 1;
   const float lr = training ? schedule_.lrAt(stepNumber) : 0.0f;
@@ -364,6 +365,18 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     }
     if (collective) {
       PIPEC_TRY(transport_->allReduceSum(d, mine.data(), mine.size()));
+      if (opts_.skipNonFinite) {
+        double total = 0.0;
+        for (double v : mine)
+          total += v;
+        if (!std::isfinite(total)) {
+          if (d == K - 1) {
+            sq = mine;
+            skip = true;
+          }
+          return Status::ok(); // every device sees the same total
+        }
+      }
       if (clip > 0) {
         double total = 0.0;
         for (double v : mine)
@@ -376,15 +389,21 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       }
       if (d == K - 1)
         sq = mine;
-    } else if (clip > 0) {
+    } else if (clip > 0 || opts_.skipNonFinite) {
       // One device: every gradient is its own.
       double total = 0.0;
       for (double v : sq)
         total += v;
-      double coef = train::clipCoefficient(std::sqrt(total), clip);
-      if (coef < 1.0 || std::isnan(coef))
-        for (ParamState &ps : params_)
-          train::scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
+      if (opts_.skipNonFinite && !std::isfinite(total)) {
+        skip = true;
+        return Status::ok();
+      }
+      if (clip > 0) {
+        double coef = train::clipCoefficient(std::sqrt(total), clip);
+        if (coef < 1.0 || std::isnan(coef))
+          for (ParamState &ps : params_)
+            train::scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
+      }
     }
     for (ParamState &ps : params_) {
       if (ps.device != d)
@@ -444,6 +463,10 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       total += v;
     step->gradNorm = std::sqrt(total);
     step->lr = lr;
+    step->skipped = skip;
+    for (size_t i = 0; i < params_.size() && step->firstNonFinite.empty(); ++i)
+      if (!std::isfinite(sq[i]))
+        step->firstNonFinite = lp_.plan.tensors(params_[i].weight).name();
   }
   // Outputs that no node produces (graph inputs or constants passed through).
   for (int i = 0; i < p.outputs_size(); ++i) {

@@ -39,6 +39,11 @@ struct SessionOptions {
   /// in place where they can (DeviceExecutor::accumulateInto); off: every
   /// gradient is collected and added per micro-batch (tests compare both).
   bool accumulateInPlace = true;
+  /// A step whose gradients are not all finite is skipped (no parameter or
+  /// optimizer state changes; TrainStep::skipped) instead of applied. It
+  /// makes the devices agree on the gradient norm before any update (the
+  /// all-reduce the clipping uses), as mixed-precision trainers do.
+  bool skipNonFinite = false;
 };
 
 /// The automatic spin of a waiting device whose thread has a core to itself.
@@ -75,6 +80,11 @@ public:
     double loss = 0;     ///< mean of the micro-batches' losses
     float lr = 0;        ///< learning rate applied
     double gradNorm = 0; ///< global gradient norm before clipping
+    /// The first parameter (in the plan's order) whose gradient holds a NaN
+    /// or an infinity; empty when every gradient is finite.
+    std::string firstNonFinite;
+    /// The step's update was dropped (SessionOptions::skipNonFinite).
+    bool skipped = false;
   };
   /// Runs one training step: forward and backward of every micro-batch,
   /// gradients summed in ascending micro-batch order and divided by M, then

@@ -284,6 +284,19 @@ Status Checkpoint::restoreFloats(const std::string &name, float *dst, int64_t n)
   return Status::ok();
 }
 
+Status checkCheckpointTarget(const std::string &dir) {
+  // The commit replaces DIR: never a directory (or a file) that holds
+  // something other than a checkpoint.
+  if (fileExists(dir) && !isDirectory(dir))
+    return errorf("checkpoint '", dir, "': it exists and is not a directory");
+  std::error_code ec;
+  if (isDirectory(dir) && !std::filesystem::is_empty(dir, ec) &&
+      !fileExists(joinPath(dir, "manifest.json")))
+    return errorf("refusing to write a checkpoint into '", dir,
+                  "': it is a non-empty directory that holds no checkpoint (no manifest.json)");
+  return Status::ok();
+}
+
 Status writeCheckpoint(const std::string &dirIn, const Checkpoint &ckpt) {
   // Strip trailing slashes so that "ck/" and "ck" name the same siblings.
   std::string dir = dirIn;
@@ -293,6 +306,7 @@ Status writeCheckpoint(const std::string &dirIn, const Checkpoint &ckpt) {
     return errorf("checkpoint: empty directory name");
   std::string parent = dirName(dir);
   PIPEC_TRY(makeDirs(parent));
+  PIPEC_TRY(checkCheckpointTarget(dir));
   // Leftovers of writes killed before their commit: never a valid checkpoint.
   for (const std::string &stale : siblings(dir, ".tmp-"))
     PIPEC_TRY(removeTree(stale));

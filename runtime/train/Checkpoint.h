@@ -60,6 +60,11 @@ struct Checkpoint {
   Status restoreFloats(const std::string &name, float *dst, int64_t n) const;
 };
 
+/// Whether DIR may receive a checkpoint: absent, empty, or a checkpoint
+/// already (writeCheckpoint replaces it). Anything else is refused, so a
+/// mistyped --checkpoint never deletes a user's files.
+Status checkCheckpointTarget(const std::string &dir);
+
 /// Writes `ckpt` to directory `dir` atomically (see above), creating parent
 /// directories as needed and replacing any checkpoint already there.
 Status writeCheckpoint(const std::string &dir, const Checkpoint &ckpt);

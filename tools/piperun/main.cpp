@@ -8,6 +8,7 @@
 #include "pipec/Version.h"
 #include "runtime/Session.h"
 #include "runtime/plan/PlanIO.h"
+#include "runtime/train/Checkpoint.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
 #include "support/Json.h"
@@ -42,8 +43,8 @@ struct Options {
   std::string plan;
   std::vector<std::string> inputs;
   std::string outputsDir;
-  int steps = 1;
-  int warmup = 0;
+  int64_t steps = 1;
+  int64_t warmup = 0;
   uint64_t seed = 0;
   int threads = 1;
   bool json = false;
@@ -53,7 +54,8 @@ struct Options {
   bool synthetic = false;
   std::string metrics;
   std::string checkpoint;
-  int checkpointEvery = 0;
+  int64_t checkpointEvery = 0;
+  bool skipNonFinite = false;
   std::string resume;
   std::string save;
   std::string trace;
@@ -142,7 +144,7 @@ double median(std::vector<double> v) {
 /// Writes the measured time of every node (mean per step) as JSON, the
 /// input a cost model can balance stages by, and prints the ops that took
 /// the most time.
-Status writeOpProfile(const std::string &path, const runtime::Session &session, int steps,
+Status writeOpProfile(const std::string &path, const runtime::Session &session, int64_t steps,
                       bool quiet) {
   const plan::Plan &p = session.plan();
   nlohmann::json nodes = nlohmann::json::array();
@@ -412,16 +414,19 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     return errorf("give --data DIR or --synthetic, not both");
   if (o.checkpointEvery < 0 || (o.checkpointEvery > 0 && o.checkpoint.empty()))
     return errorf("--checkpoint-every needs --checkpoint DIR and a positive step count");
+  if (!o.checkpoint.empty())
+    PIPEC_TRY(train::checkCheckpointTarget(o.checkpoint)); // before any step runs
   PIPEC_ASSIGN(DataFeed feed, DataFeed::open(session, o));
-  int first = 0;
+  int64_t first = 0;
   if (!o.resume.empty()) {
     PIPEC_TRY(session.loadCheckpoint(o.resume));
-    first = static_cast<int>(session.stepsRun());
+    first = static_cast<int64_t>(session.stepsRun());
     if (first >= o.steps)
       return errorf("checkpoint '", o.resume, "' is at step ", first, "; --steps ", o.steps,
                     " (the total to reach) leaves nothing to run");
     if (!o.json)
-      std::fprintf(stderr, "resumed from '%s' after step %d\n", o.resume.c_str(), first);
+      std::fprintf(stderr, "resumed from '%s' after step %lld\n", o.resume.c_str(),
+                   static_cast<long long>(first));
   }
   const plan::Plan &p = session.plan();
   int64_t examples = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) * p.pipeline().num_micro_batches();
@@ -436,8 +441,9 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   if (o.warmup > 0 && first + o.warmup >= o.steps)
     return errorf("--warmup ", o.warmup, " leaves none of the ", o.steps - first,
                   " training steps to time (warm-up steps are the first of --steps)");
-  const int timedFrom = first + o.warmup;
-  for (int s = first; s < o.steps; ++s) {
+  const int64_t timedFrom = first + o.warmup;
+  int skippedSteps = 0;
+  for (int64_t s = first; s < o.steps; ++s) {
     if (s == timedFrom && o.warmup > 0)
       session.resetMeasurements();
     std::vector<Tensor> inputs = feed.batch(s);
@@ -446,8 +452,17 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= timedFrom)
       stepSeconds.push_back(dt);
-    if (!std::isfinite(r.loss))
+    if (!r.firstNonFinite.empty() && !o.skipNonFinite)
+      return errorf("step ", s + 1, ": the gradient of '", r.firstNonFinite, "' is not finite (loss ",
+                    r.loss, "; the weights are now corrupt and no checkpoint was written for this "
+                    "step): lower --lr, clip gradients, check the data, or --skip-nonfinite-steps");
+    if (!std::isfinite(r.loss) && !r.skipped)
       return errorf("step ", s + 1, ": the loss is ", r.loss, " (diverged; lower --lr or clip gradients)");
+    if (r.skipped) {
+      ++skippedSteps;
+      std::fprintf(stderr, "%sstep %lld: gradient of '%s' not finite, update skipped\n",
+                   tty ? "\n" : "", static_cast<long long>(s + 1), printable(r.firstNonFinite).c_str());
+    }
     if (s == first)
       firstLoss = r.loss;
     lastLoss = r.loss;
@@ -458,8 +473,9 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     if (!o.json && (elapsed - lastPrint >= 0.5 || s + 1 == o.steps || s == 0)) {
       lastPrint = elapsed;
       double eta = elapsed / (s + 1 - first) * (o.steps - s - 1);
-      std::fprintf(stderr, "%sstep %d/%d  loss %.6f  lr %.3g  %.1f samples/s  ETA %.1fs%s", tty ? "\r" : "",
-                   s + 1, o.steps, r.loss, r.lr, examples / dt, eta, tty ? "   " : "\n");
+      std::fprintf(stderr, "%sstep %lld/%lld  loss %.6f  lr %.3g  %.1f samples/s  ETA %.1fs%s",
+                   tty ? "\r" : "", static_cast<long long>(s + 1), static_cast<long long>(o.steps),
+                   r.loss, r.lr, examples / dt, eta, tty ? "   " : "\n");
     }
     if (!o.metrics.empty() && (s + 1 == o.steps || (s + 1) % 10 == 0))
       PIPEC_TRY(writeFileAtomic(o.metrics, metrics));
@@ -484,14 +500,19 @@ Status trainPlan(const Options &o, runtime::Session &session) {
         {"samples_per_second", examples / med},
         {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
         {"mean_step_seconds", session.meanStepSeconds()},
+        {"skipped_steps", skippedSteps},
         {"devices", devs}};
     std::cout << jsonText(summary, 2) << "\n";
   } else {
-    std::printf("trained %d step(s): loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n",
-                o.steps - first, firstLoss, lastLoss, med * 1e3, examples / med);
+    std::printf("trained %lld step(s)%s: loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n",
+                static_cast<long long>(o.steps - first),
+                skippedSteps ? cat(", ", skippedSteps, " of them skipped (gradients not finite)").c_str()
+                             : "",
+                firstLoss, lastLoss, med * 1e3, examples / med);
     printDeviceTable(devs, session, med);
     if (!o.checkpoint.empty())
-      std::printf("checkpoint after step %d in %s\n", o.steps, o.checkpoint.c_str());
+      std::printf("checkpoint after step %lld in %s\n", static_cast<long long>(o.steps),
+                  o.checkpoint.c_str());
   }
   if (!o.save.empty()) {
     PIPEC_TRY(saveModel(session, o.plan, o.save));
@@ -511,6 +532,7 @@ Status runPlan(const Options &o) {
   so.spinSeconds = o.spinMicroseconds < 0 ? -1.0 : o.spinMicroseconds * 1e-6;
   so.seed = o.seed;
   so.trace = !o.trace.empty();
+  so.skipNonFinite = o.skipNonFinite;
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
   if (o.showProgram) {
     printPrograms(session->plan());
@@ -572,12 +594,12 @@ Status runPlan(const Options &o) {
                             p.pipeline().num_micro_batches();
   std::vector<Tensor> outputs;
   std::vector<double> stepSeconds;
-  int total = o.warmup + o.steps;
+  const int64_t total = o.warmup + o.steps;
   auto start = std::chrono::steady_clock::now();
   bool progress = total > 1 && !o.json;
   bool tty = isatty(STDERR_FILENO);
   double lastPrint = -1;
-  for (int s = 0; s < total; ++s) {
+  for (int64_t s = 0; s < total; ++s) {
     if (s == o.warmup && o.warmup > 0)
       session->resetMeasurements();
     auto t0 = std::chrono::steady_clock::now();
@@ -590,8 +612,9 @@ Status runPlan(const Options &o) {
     if (progress && (elapsed - lastPrint >= 0.5 || s + 1 == total)) {
       lastPrint = elapsed;
       double eta = elapsed / (s + 1) * (total - s - 1);
-      std::fprintf(stderr, "%sstep %d/%d  %.1f samples/s  ETA %.1fs%s", tty ? "\r" : "", s + 1,
-                   total, examplesPerStep / dt, eta, tty ? "   " : "\n");
+      std::fprintf(stderr, "%sstep %lld/%lld  %.1f samples/s  ETA %.1fs%s", tty ? "\r" : "",
+                   static_cast<long long>(s + 1), static_cast<long long>(total),
+                   examplesPerStep / dt, eta, tty ? "   " : "\n");
     }
   }
   if (progress && tty)
@@ -663,8 +686,8 @@ Status runPlan(const Options &o) {
                 oj["type"].get<std::string>().c_str(), oj["min"].get<double>(), oj["max"].get<double>(),
                 oj["mean"].get<double>(), first.c_str());
   }
-  std::printf("%d step(s), %lld examples/step, median step %.3f ms, %.1f samples/s (%d thread%s per device)\n",
-              o.steps, static_cast<long long>(examplesPerStep), med * 1e3, examplesPerStep / med,
+  std::printf("%lld step(s), %lld examples/step, median step %.3f ms, %.1f samples/s (%d thread%s per device)\n",
+              static_cast<long long>(o.steps), static_cast<long long>(examplesPerStep), med * 1e3, examplesPerStep / med,
               o.threads, o.threads == 1 ? "" : "s");
   printDeviceTable(devs, *session, med);
   if (!o.outputsDir.empty())
@@ -706,6 +729,9 @@ int main(int argc, char **argv) {
                  "training: write the training state to DIR (atomically) at the end and every "
                  "--checkpoint-every steps");
   app.add_option("--checkpoint-every", o.checkpointEvery, "training: checkpoint every N steps");
+  app.add_flag("--skip-nonfinite-steps", o.skipNonFinite,
+               "training: drop the update of a step whose gradients hold a NaN or an infinity "
+               "and go on (default: stop with an error naming the first such gradient)");
   app.add_option("--resume", o.resume,
                  "training: continue from a checkpoint; --steps is then the total to reach");
   app.add_flag("--show-program", o.showProgram,

@@ -1,6 +1,7 @@
 //===- runtime/cpu/kernels/GradRelu.cpp - pipec:ReluGrad ------------------===//
 //
-// dX = dY where Y > 0, else 0 (the subgradient at 0 is 0, as PyTorch).
+// dX = 0 where Y <= 0, else dY (the subgradient at 0 is 0, and a NaN Y
+// passes dY, as PyTorch's threshold_backward).
 // Reads the forward output Y rather than X so that X need not be kept.
 // Elementwise over fixed chunks: thread-count independent.
 //
@@ -24,7 +25,7 @@ public:
       const T *__restrict g = dy, *__restrict yv = y;
       T *__restrict d = dx;
       for (int64_t i = lo; i < hi; ++i)
-        d[i] = yv[i] > T(0) ? g[i] : T(0);
+        d[i] = yv[i] <= T(0) ? T(0) : g[i];
     });
     return Status::ok();
   }

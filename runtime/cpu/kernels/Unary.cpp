@@ -51,7 +51,9 @@ struct Sign {
   }
 };
 struct Relu {
-  template <typename T> T operator()(T x) const { return x > T(0) ? x : T(0); }
+  // A NaN passes through (as PyTorch's relu): a diverging run shows NaN
+  // instead of quietly training on zeros.
+  template <typename T> T operator()(T x) const { return x < T(0) ? T(0) : x; }
 };
 struct Ceil {
   template <typename T> T operator()(T x) const { return std::ceil(x); }
