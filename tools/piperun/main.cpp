@@ -233,6 +233,12 @@ public:
         return errorf("'", path, "' is ", t.desc().str(), "; input '", f.names_[i], "' needs ",
                       dtypeName(d.dtype), "[N", shapeStr(Shape(d.shape.begin() + 1, d.shape.end())).substr(1),
                       " with N examples (N >= 1)");
+      // Examples are rows of every file at once: the files must agree on
+      // how many there are (an x without its labels would train on garbage).
+      if (!f.files_.empty() && t.shape()[0] != f.files_[0].shape()[0])
+        return errorf("'", path, "' holds ", t.shape()[0], " examples, '",
+                      joinPath(o.dataDir, sanitize(f.names_[0]) + ".npy"), "' ",
+                      f.files_[0].shape()[0], ": every input of --data needs the same number");
       f.files_.push_back(t);
     }
     return f;
