@@ -378,7 +378,11 @@ private:
       switch (t.dtype()) {
       case DType::F32: t.data<float>()[n] = static_cast<float>(d); break;
       case DType::F64: t.data<double>()[n] = d; break;
-      case DType::I64: t.data<int64_t>()[n] = isF ? static_cast<int64_t>(d) : i; break;
+      case DType::I64:
+        if (isF && !(d >= -9.2e18 && d <= 9.2e18)) // also NaN
+          return err(cat("value ", d, " is not an int64"));
+        t.data<int64_t>()[n] = isF ? static_cast<int64_t>(d) : i;
+        break;
       case DType::I32: t.data<int32_t>()[n] = static_cast<int32_t>(i); break;
       case DType::I16: t.data<int16_t>()[n] = static_cast<int16_t>(i); break;
       case DType::I8: t.data<int8_t>()[n] = static_cast<int8_t>(i); break;
@@ -401,13 +405,26 @@ private:
     return Status::ok();
   }
 
+  /// A tensor for a constant of the text. Its shape is checked first, and
+  /// its size capped: an elided constant has no data in the text to bound
+  /// it, and is filled with zeros.
+  Expected<Tensor> allocate(const TensorDesc &type) {
+    constexpr uint64_t kMaxTextTensorBytes = uint64_t(1) << 31;
+    if (auto n = validShape(type.shape, cat("constant ", type.str())); !n)
+      return err(n.status().message());
+    if (type.bytes() > kMaxTextTensorBytes)
+      return err(cat("constant ", type.str(), " has ", type.bytes(),
+                     " bytes; the IR text form holds constants up to 2 GiB"));
+    return Tensor(type);
+  }
+
   Status parseConst(bool trainable) {
     bump();
     PIPEC_ASSIGN(std::string n, valueName());
     PIPEC_TRY(expectPunct(":"));
     PIPEC_ASSIGN(TensorDesc type, parseType());
     PIPEC_TRY(expectPunct("="));
-    Tensor t(type);
+    PIPEC_ASSIGN(Tensor t, allocate(type));
     PIPEC_TRY(parseTensorData(t));
     auto v = g_->addConstant(n, std::move(t));
     if (!v)
@@ -425,7 +442,7 @@ private:
     if (tok_.kind == Tok::Ident && tok_.text == "tensor") {
       bump();
       PIPEC_ASSIGN(TensorDesc type, parseType());
-      Tensor t(type);
+      PIPEC_ASSIGN(Tensor t, allocate(type));
       PIPEC_TRY(parseTensorData(t));
       return Attribute::ofTensor(std::move(t));
     }

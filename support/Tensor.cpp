@@ -4,14 +4,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 namespace pipec {
 
 int64_t numElements(const Shape &s) {
+  // Shapes are validated where they enter (validShape); still, a zero
+  // dimension makes 0 whatever the others are, and a product that would
+  // overflow saturates instead of being undefined.
+  for (int64_t d : s)
+    if (d == 0)
+      return 0;
   int64_t n = 1;
   for (int64_t d : s)
-    n *= d;
+    if (__builtin_mul_overflow(n, d, &n))
+      return std::numeric_limits<int64_t>::max();
   return n;
 }
 

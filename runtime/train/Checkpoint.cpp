@@ -179,21 +179,16 @@ Status commit(const std::string &tmp, const std::string &dir, const std::string 
   return removeTree(old);
 }
 
-Expected<Checkpoint> readOne(const std::string &dir) {
-  std::string where = cat("checkpoint '", dir, "'");
-  if (!isDirectory(dir))
-    return errorf(where, ": no such directory");
-  std::string manifestPath = joinPath(dir, kManifest);
-  if (!fileExists(manifestPath))
-    return errorf(where, ": ", kManifest, " is missing (not a checkpoint, or an incomplete one)");
-  PIPEC_ASSIGN(std::string text, readFile(manifestPath));
+/// Parses a manifest and, once it checks out, the data readData() gives.
+template <typename ReadData>
+Expected<Checkpoint> parseCheckpointWith(const std::string &text, ReadData &&readData,
+                                         const std::string &where) {
   json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (m.is_discarded() || !m.is_object())
     return errorf(where, ": ", kManifest, " is not valid JSON (truncated or corrupt, ",
                   text.size(), " bytes)");
 
   Checkpoint ck;
-  std::string dataPath = joinPath(dir, kData);
   try {
     if (m.value("format", "") != kFormat)
       return errorf(where, ": ", kManifest, " is not a pipec checkpoint manifest");
@@ -207,7 +202,7 @@ Expected<Checkpoint> readOne(const std::string &dir) {
     ck.meta = m.at("meta").get<std::map<std::string, std::string>>();
     uint64_t dataBytes = m.at("data_bytes").get<uint64_t>();
 
-    PIPEC_ASSIGN(std::string data, readFile(dataPath));
+    PIPEC_ASSIGN(std::string data, readData());
     if (data.size() != dataBytes)
       return errorf(where, ": ", kData, " has ", data.size(), " bytes, the manifest says ",
                     dataBytes, data.size() < dataBytes ? " (truncated)" : " (corrupt)");
@@ -218,9 +213,7 @@ Expected<Checkpoint> readOne(const std::string &dir) {
       if (dt == DType::Undefined || dtypeSize(dt) == 0)
         return errorf(where, ": tensor '", name, "' has unsupported dtype '", dtName, "'");
       Shape shape = t.at("shape").get<Shape>();
-      for (int64_t d : shape)
-        if (d < 0)
-          return errorf(where, ": tensor '", name, "' has a negative dimension");
+      PIPEC_TRY(validShape(shape, cat("tensor '", name, "'")).status().withContext(where));
       TensorDesc desc{dt, shape};
       uint64_t offset = t.at("offset").get<uint64_t>();
       uint64_t bytes = t.at("bytes").get<uint64_t>();
@@ -245,7 +238,34 @@ Expected<Checkpoint> readOne(const std::string &dir) {
   return ck;
 }
 
+
+Expected<Checkpoint> readOne(const std::string &dir) {
+  std::string where = cat("checkpoint '", dir, "'");
+  if (!isDirectory(dir))
+    return errorf(where, ": no such directory");
+  std::string manifestPath = joinPath(dir, kManifest);
+  if (!fileExists(manifestPath))
+    return errorf(where, ": ", kManifest, " is missing (not a checkpoint, or an incomplete one)");
+  PIPEC_ASSIGN(std::string text, readFile(manifestPath));
+  // The data file is read only once the manifest vouches for it.
+  auto data = [&]() { return readFile(joinPath(dir, kData)); };
+  return parseCheckpointWith(text, data, where);
+}
+
 } // namespace
+
+uint32_t checkpointManifestChecksum(const std::string &manifestText) {
+  json m = json::parse(manifestText, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object())
+    return 0;
+  return manifestChecksum(m);
+}
+
+Expected<Checkpoint> parseCheckpoint(const std::string &manifestText, const std::string &data,
+                                     const std::string &where) {
+  return parseCheckpointWith(manifestText, [&]() -> Expected<std::string> { return data; }, where);
+}
+
 
 Status Checkpoint::add(const std::string &name, Tensor tensor) {
   if (find(name))

@@ -73,5 +73,12 @@ Status writeCheckpoint(const std::string &dir, const Checkpoint &ckpt);
 /// each tensor's bounds, size and CRC-32C. Errors say which file or tensor is
 /// truncated or corrupt.
 Expected<Checkpoint> readCheckpoint(const std::string &dir);
+/// The reading behind readCheckpoint, on the two files' bytes (`where`
+/// names them in errors): for the fuzzer (tests/fuzz/) and for tests.
+Expected<Checkpoint> parseCheckpoint(const std::string &manifestText, const std::string &data,
+                                     const std::string &where);
+/// The checksum a manifest's "checksum" field must hold (0 for text that is
+/// not a JSON object).
+uint32_t checkpointManifestChecksum(const std::string &manifestText);
 
 } // namespace pipec::train
