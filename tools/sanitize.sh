@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# tools/sanitize.sh - build pipec with AddressSanitizer and UBSan
+# (PIPEC_SANITIZE=ON, its own build directory) and run the test suite on
+# it; any report fails the run (UBSan's findings are fatal, as ASan's).
+# Usage: bash tools/sanitize.sh [BUILD_DIR=build-asan] [extra ctest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build-asan}
+shift || true
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPEC_SANITIZE=ON \
+  -DPIPEC_NATIVE=ON > /dev/null
+cmake --build "$BUILD" -j "$(nproc)"
+# halt_on_error: the first report ends the process (a failing test);
+# detect_leaks: leaks count as findings too.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+ctest --test-dir "$BUILD" -j2 --output-on-failure "$@"
