@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev llvm-14-dev llvm-14-tools
   libcli11-dev nlohmann-json3-dev
   python3-torch python3-torchvision
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
