@@ -92,17 +92,27 @@ Status replaceDirectory(const std::string &from, const std::string &to) {
 }
 
 Status writeFileAtomic(const std::string &path, const std::string &bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string tmp = path + ".tmp." + uniqueSuffix();
+  std::error_code ec;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out)
       return errorf("cannot create '", tmp, "': ", std::strerror(errno));
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
-    if (!out)
-      return errorf("cannot write '", tmp, "': ", std::strerror(errno));
+    if (!out) {
+      const std::string why = std::strerror(errno);
+      out.close();
+      fs::remove(tmp, ec); // no partial file left behind
+      return errorf("cannot write '", tmp, "': ", why);
+    }
+    out.close();
+    if (!out) {
+      const std::string why = std::strerror(errno);
+      fs::remove(tmp, ec);
+      return errorf("cannot write '", tmp, "': ", why);
+    }
   }
-  std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
     fs::remove(tmp, ec);

@@ -12,7 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <csignal>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -84,5 +87,39 @@ TEST(ReadFile, ReadsRegularFilesAndRefusesWhatNeverEnds) {
   Expected<std::string> m = readFile(joinPath(dir, "missing"));
   ASSERT_FALSE(m.isOk());
   EXPECT_NE(m.status().message().find("cannot open"), std::string::npos);
+  ASSERT_TRUE(removeTree(dir).isOk());
+}
+
+// A write that fails part-way (here: the file-size limit, as a full disk
+// would) reports the error, leaves the old file as it was and no temporary
+// file behind. Run in a child so the limit stays there.
+TEST(WriteFileAtomic, FailedWriteLeavesNothingBehind) {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("pipec-atomic-" + std::to_string(::getpid())))
+                        .string();
+  ASSERT_TRUE(makeDirs(dir).isOk());
+  std::string file = joinPath(dir, "f.bin");
+  ASSERT_TRUE(writeFileAtomic(file, "old").isOk());
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    Status s = writeFileAtomic(file, std::string(1 << 20, 'x'));
+    bool named = !s.isOk() && s.message().find("cannot write") != std::string::npos;
+    ::_exit(named ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the failed write was not reported";
+  std::vector<std::string> left;
+  for (const auto &e : std::filesystem::directory_iterator(dir))
+    left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"f.bin"});
+  Expected<std::string> got = readFile(file);
+  ASSERT_TRUE(got.isOk());
+  EXPECT_EQ(*got, "old");
   ASSERT_TRUE(removeTree(dir).isOk());
 }
