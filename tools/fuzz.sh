@@ -8,13 +8,17 @@
 #   checkpoint  a checkpoint of the sample MLP
 # A finding (crash, leak, timeout over 10 s, more than 2 GB) fails the run;
 # the reproducer is left in the working directory (crash-*, leak-*, ...).
-# Prints each target's executions.
-# Usage: bash tools/fuzz.sh [SECONDS=60] [BUILD_DIR=build] [TARGETS="onnx ir plan npy checkpoint"]
+# Prints each target's executions. With RUNS, a target stops after RUNS
+# executions or SECONDS, whichever comes first (a campaign: SECONDS large).
+# Usage: bash tools/fuzz.sh [SECONDS=60] [BUILD_DIR=build] [TARGETS="onnx ir plan npy checkpoint"] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 BUILD=${2:-build}
 TARGETS=${3:-"onnx ir plan npy checkpoint"}
+RUNS=${4:-}
+runs_flag=()
+[ -n "$RUNS" ] && runs_flag=(-runs="$RUNS")
 FUZZ_BUILD=${PIPEC_FUZZ_BUILD_DIR:-build-fuzz}
 WORK=${PIPEC_FUZZ_WORK:-$FUZZ_BUILD/work}
 
@@ -59,7 +63,8 @@ for t in $TARGETS; do
   corpus=$WORK/corpus-$t
   mkdir -p "$corpus"
   log=$WORK/$t.log
-  if (cd "$WORK" && "$FUZZ_BIN/pipec-fuzz-$t" -max_total_time="$SECONDS_EACH" \
+  start=$(date +%s)
+  if (cd "$WORK" && "$FUZZ_BIN/pipec-fuzz-$t" -max_total_time="$SECONDS_EACH" "${runs_flag[@]}" \
         -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "$corpus" "$seeds/$t") > "$log" 2>&1; then
     result=ok
   else
@@ -67,6 +72,6 @@ for t in $TARGETS; do
     status=1
   fi
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
-  echo "fuzz $t: $result, $execs executions in ${SECONDS_EACH} s ($log)"
+  echo "fuzz $t: $result, $execs executions in $(( $(date +%s) - start )) s ($log)"
 done
 exit $status

@@ -11,7 +11,9 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPEC_SANITI
   -DPIPEC_NATIVE=ON > /dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 # halt_on_error: the first report ends the process (a failing test);
-# detect_leaks: leaks count as findings too.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=1}
+# detect_leaks: leaks count as findings too; allocator_may_return_null: an
+# allocation the machine cannot give fails as it does without ASan
+# (std::bad_alloc, which the tools turn into their one-line error).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 ctest --test-dir "$BUILD" -j2 --output-on-failure "$@"

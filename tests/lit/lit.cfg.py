@@ -17,6 +17,7 @@ bindir = os.path.join(config.pipec_binary_dir, "bin")
 config.environment["PIPEC_USER_PROFILE_DIR"] = os.path.join(config.test_exec_root, "no-user-profiles")
 config.environment["PATH"] = os.pathsep.join(
     [bindir, config.llvm_tools_dir, config.environment.get("PATH", os.environ.get("PATH", ""))])
+config.substitutions.append(("%bindir", bindir))
 config.substitutions.append(("%samples", os.path.join(config.pipec_binary_dir, "samples")))
 config.substitutions.append(("%testdata", "/usr/share/libonnx-testdata/data"))
 config.substitutions.append(("%python", "/usr/bin/python3"))
