@@ -8,6 +8,7 @@
 #include "runtime/train/Clip.h"
 #include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
+#include "support/Machine.h"
 
 #include <omp.h>
 
@@ -198,16 +199,6 @@ Expected<double> timeOptimizerStep(const std::string &kind, int64_t n, int repea
   if (!std::isfinite(sink))
     return errorf("the optimizer calibration overflowed");
   return median(t) / static_cast<double>(n);
-}
-
-double memTotalBytes() {
-  auto text = readFile("/proc/meminfo");
-  if (!text)
-    return 0;
-  size_t p = text->find("MemTotal:");
-  if (p == std::string::npos)
-    return 0;
-  return std::stod(text->substr(p + 9)) * 1024.0; // the file gives kB (KiB)
 }
 
 /// "2026-11-25 07:20 UTC".
@@ -453,7 +444,7 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
     stepCost[kind] = s;
   }
   double linkBw = static_cast<double>(o.copyBytes) / handoffSec;
-  double capacity = memTotalBytes();
+  double capacity = static_cast<double>(usableMemoryBytes());
   if (capacity <= 0)
     return errorf("cannot read MemTotal from /proc/meminfo");
   nlohmann::json j;
@@ -476,7 +467,7 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
                 std::to_string(o.gemmSize) + "^3 FLOP rate; memory bandwidth = (read + "
                 "written bytes) / median memcpy time; link = handoff of a buffer between two threads "
                 "through shared memory; node overhead = median 4x4 sgemm call; gemm_curve = square sgemm "
-                "rates from 16^3 up; capacity = MemTotal; optimizer figures = median seconds per "
+                "rates from 16^3 up; capacity = MemTotal or the cgroup memory limit if lower; optimizer figures = median seconds per "
                 "element of the runtime's gradient accumulation and of scaling, squared sum and "
                 "update per optimizer kind, on " + std::to_string(optElems) + " elements";
   j["measured_at"] = utcNow();

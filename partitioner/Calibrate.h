@@ -7,7 +7,7 @@
 // the handoff between two threads through shared memory (latency of a
 // ping-pong, bandwidth of a large buffer copied by the receiving thread),
 // the cost of one tiny BLAS call (the per-node overhead) and the memory
-// capacity (MemTotal in /proc/meminfo).
+// capacity (MemTotal in /proc/meminfo, or a lower cgroup limit: usableMemoryBytes).
 //
 // Op curves (DeviceProfile::opCurves) come from timing the CPU kernels of
 // whole graphs node by node: timeGraphNodes() runs the graph's kernels in

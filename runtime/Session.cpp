@@ -4,10 +4,13 @@
 #include <omp.h>
 
 #include "runtime/DeviceThreads.h"
+#include "support/Format.h"
+#include "support/Machine.h"
 #include "support/Parallel.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/Clip.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -17,6 +20,42 @@ namespace pipec::runtime {
 
 Session::Session() = default;
 Session::~Session() = default;
+
+namespace {
+
+/// Refuses a plan whose allocations in this process (every device's arena
+/// and weights; for training each parameter's gradient accumulator and
+/// optimizer state) exceed the memory this process may use, before any is
+/// made: the kernel would grant them lazily and end the run half-way.
+Status checkFitsMachine(const plan::Plan &p) {
+  const uint64_t machine = usableMemoryBytes();
+  if (machine == 0)
+    return Status::ok(); // nothing to check against
+  long double arenas = 0, weights = 0, state = 0;
+  for (const plan::Device &d : p.devices()) {
+    arenas += std::max<uint64_t>(d.arena_bytes(), 64);
+    weights += d.weight_bytes();
+  }
+  if (p.pipeline().training()) {
+    PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(p.training().optimizer()));
+    PIPEC_ASSIGN(train::Optimizer opt, train::Optimizer::create(oc));
+    for (const plan::Parameter &pp : p.training().params())
+      if (pp.weight() >= 0 && pp.weight() < p.tensors_size())
+        state += static_cast<long double>(p.tensors(pp.weight()).bytes()) *
+                 (1 + opt.stateTensors());
+  }
+  const long double total = arenas + weights + state;
+  if (total <= machine)
+    return Status::ok();
+  return errorf("it needs ", formatBytes(static_cast<double>(total)), " of memory on this machine (",
+                p.devices_size(), " device(s): arenas ", formatBytes(static_cast<double>(arenas)),
+                ", weights ", formatBytes(static_cast<double>(weights)), ", training state ",
+                formatBytes(static_cast<double>(state)), "), more than the ",
+                formatBytes(static_cast<double>(machine)),
+                " it has (compile it with smaller micro-batches, or --recompute)");
+}
+
+} // namespace
 
 Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
                                                  const SessionOptions &opts) {
@@ -28,6 +67,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   if (opts.failDevice >= s->lp_.plan.devices_size())
     return errorf("cannot inject a failure on device ", opts.failDevice, ": the plan has ",
                   s->lp_.plan.devices_size(), " devices");
+  PIPEC_TRY(checkFitsMachine(s->lp_.plan).withContext(cat("plan '", planDir, "'")));
   omp_set_num_threads(opts.threadsPerDevice);
   const int K = s->lp_.plan.devices_size();
   auto epoch = std::chrono::steady_clock::now();
