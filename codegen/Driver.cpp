@@ -36,8 +36,8 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     PIPEC_ASSIGN(train::Optimizer optimizer, train::Optimizer::create(oc));
     if (!t.schedule.empty())
       PIPEC_TRY(train::parseSchedule(t.schedule, optimizer.baseLr()).status());
-    if (t.clipGradNorm < 0)
-      return errorf("--clip-grad-norm must be positive (got ", t.clipGradNorm, ")");
+    if (!(t.clipGradNorm >= 0) || !std::isfinite(t.clipGradNorm))
+      return errorf("--clip-grad-norm must be a positive number (got ", t.clipGradNorm, ")");
     ir::Value *loss = nullptr;
     if (!t.lossKind.empty()) {
       if (!t.lossOutput.empty())

@@ -67,6 +67,9 @@ Status PassManager::run(ir::Graph &g) {
       return errorf("--print-ir-after ", name, ": no pass of that name runs (the pipeline: ",
                     known.empty() ? "none" : known, ", or 'all')");
     }
+  if (opts_.stopAfter > static_cast<int>(passes_.size()))
+    return errorf("--stop-after ", opts_.stopAfter, ": the pipeline has ", passes_.size(),
+                  " pass(es)");
   int count = 0;
   for (auto &p : passes_) {
     if (opts_.stopAfter >= 0 && count >= opts_.stopAfter)

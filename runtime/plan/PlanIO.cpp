@@ -12,6 +12,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -206,6 +207,9 @@ Status validatePlan(const Plan &p) {
     }
     if (tr.optimizer().empty())
       return errorf("the training plan names no optimizer");
+    if (!(tr.clip_grad_norm() >= 0) || !std::isfinite(tr.clip_grad_norm()))
+      return errorf("the training plan's gradient clipping norm is ", tr.clip_grad_norm(),
+                    " (it must be a number >= 0)");
     for (const StateUpdate &u : tr.state_updates()) {
       PIPEC_TRY(checkTensorRef(p, u.state(), "an updated state", false));
       PIPEC_TRY(checkTensorRef(p, u.value(), "a state update", false));

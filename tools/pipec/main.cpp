@@ -220,9 +220,12 @@ Status compile(const Options &o, const std::string &commandLine) {
   int64_t irConstants = -1;
   if (o.irConstants != "all") {
     try {
-      irConstants = std::stoll(o.irConstants);
+      size_t used = 0;
+      irConstants = std::stoll(o.irConstants, &used);
+      if (used != o.irConstants.size() || irConstants < 0)
+        throw std::invalid_argument(o.irConstants);
     } catch (const std::exception &) {
-      return errorf("--ir-constants must be a number or 'all'");
+      return errorf("--ir-constants must be a number >= 0 or 'all' (got '", o.irConstants, "')");
     }
   }
 
@@ -406,6 +409,17 @@ int main(int argc, char **argv) {
     commandLine += (commandLine.empty() ? "" : " ") + a;
   }
   Status s = tools::guarded([&]() -> Status {
+    // Values whose default means "not given" are checked only when given.
+    if (app.count("--batch") && o.batch < 1)
+      return errorf("-b/--batch must be at least 1 (got ", o.batch, ")");
+    if (app.count("--stop-after") && o.stopAfter < 0)
+      return errorf("--stop-after must not be negative (got ", o.stopAfter, ")");
+    if (app.count("--devices") && o.devices < 1)
+      return errorf("--devices must be at least 1 (got ", o.devices, ")");
+    if (app.count("--ir-constants") && o.emit != "ir")
+      return errorf("--ir-constants goes with --emit=ir");
+    if (app.count("--calibrate-threads") && !o.calibrate)
+      return errorf("--calibrate-threads goes with --calibrate");
     if (o.install && !o.calibrate)
       return errorf("--install goes with --calibrate");
     if (o.install && !o.output.empty())

@@ -49,7 +49,7 @@ struct Options {
   int threads = 1;
   bool json = false;
   std::string profileOps;
-  double spinMicroseconds = -1;
+  double spinMicroseconds = -1; ///< negative: automatic (not given)
   std::string dataDir;
   bool synthetic = false;
   std::string metrics;
@@ -533,6 +533,8 @@ Status runPlan(const Options &o) {
     return errorf("--steps must be at least 1 (got ", o.steps, ")");
   if (o.warmup < 0)
     return errorf("--warmup must not be negative");
+  if (o.threads < 1 || o.threads > 1024)
+    return errorf("--threads-per-device must be 1 to 1024 (got ", o.threads, ")");
   runtime::SessionOptions so;
   so.threadsPerDevice = o.threads;
   so.spinSeconds = o.spinMicroseconds < 0 ? -1.0 : o.spinMicroseconds * 1e-6;
@@ -752,6 +754,12 @@ int main(int argc, char **argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
     return tools::cliExit(app, e);
+  }
+  if (app.count("--spin-us") &&
+      !(o.spinMicroseconds >= 0 && o.spinMicroseconds <= 10e6)) {
+    std::cerr << "piperun: error: --spin-us must be 0 to 10000000 microseconds (got "
+              << o.spinMicroseconds << ")\n";
+    return 1;
   }
   Status s = tools::guarded([&] { return runPlan(o); });
   if (!s) {
