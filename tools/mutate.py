@@ -27,8 +27,8 @@ naming the error), ran (exit 0), crash (a signal or another exit status, or
 a sanitizer report), hang (over --timeout seconds) and memory (peak RSS
 over --mem-gb). Every mutant that is not a clean error or a run lands in
 WORK/findings/ with the command. Progress goes to stderr; the summary is a
-table on stdout (and JSON with --json). Exit status 1 if any crash, hang or
-memory blow-up was seen.
+table on stdout (and JSON with --json). Exit status 1 if any mutant gave
+something other than a clean error or a run.
 """
 import argparse
 import concurrent.futures as cf
@@ -411,7 +411,8 @@ class Runner:
             code = -os.WTERMSIG(status)
         else:
             code = os.WEXITSTATUS(status)
-        lines = [l for l in err.splitlines() if l.strip()]
+        # Notes (piperun's about shared cores) are not part of an error.
+        lines = [l for l in err.splitlines() if l.strip() and ": note: " not in l]
         sanitizer = any(s in err for s in ("Sanitizer", "runtime error:", "terminate called",
                                            "Assertion", "munmap_chunk", "double free"))
         if hung:
@@ -628,9 +629,22 @@ def main():
     if findings:
         print("%d findings in %s" % (len(findings), os.path.join(args.work, "findings")))
     if args.json:
+        # Outcomes by kind of mutation ("model:dim", "plan:pipec.plan.Allocation",
+        # "weights.bin:bytes", ...).
+        by = {}
+        for r in results:
+            parts = r["mutation"].split(" ")[0].split(":")
+            if parts[0] == "plan" and len(parts) > 2:
+                fam = "plan:" + parts[2].rsplit(".", 1)[0]
+            else:
+                fam = ":".join(parts[:2])
+            fam = r["kind"] + " " + fam
+            by.setdefault(fam, {}).setdefault(r["outcome"], 0)
+            by[fam][r["outcome"]] += 1
         with open(args.json, "w") as f:
-            json.dump({"seed": args.seed, "summary": summary, "findings": findings}, f, indent=1)
-    serious = sum(r["outcome"] in ("crash", "hang", "memory") for r in results)
+            json.dump({"seed": args.seed, "summary": summary, "by_mutation": by,
+                       "findings": findings}, f, indent=1, sort_keys=True)
+    serious = sum(r["outcome"] in ("untidy", "crash", "hang", "memory") for r in results)
     return 1 if serious else 0
 
 
