@@ -15,6 +15,8 @@ add_library(pipec_dnnl INTERFACE)
 target_include_directories(pipec_dnnl SYSTEM INTERFACE ${PIPEC_DNNL_INCLUDE})
 target_link_libraries(pipec_dnnl INTERFACE ${PIPEC_DNNL_LIB})
 find_package(OpenMP REQUIRED)
+# Open MPI (libopenmpi-dev): piperun's ranks under mpirun (runtime/Mpi.h).
+find_package(MPI REQUIRED COMPONENTS C)
 find_package(nlohmann_json REQUIRED CONFIG)
 find_package(CLI11 REQUIRED CONFIG)
 

@@ -27,16 +27,18 @@ namespace {
 /// and weights; for training each parameter's gradient accumulator and
 /// optimizer state) exceed the memory this process may use, before any is
 /// made: the kernel would grant them lazily and end the run half-way.
-Status checkFitsMachine(const plan::Plan &p) {
+Status checkFitsMachine(const plan::Plan &p, int onlyDevice) {
   const uint64_t machine = usableMemoryBytes();
   if (machine == 0)
     return Status::ok(); // nothing to check against
   long double arenas = 0, weights = 0, state = 0;
   for (const plan::Device &d : p.devices()) {
+    if (onlyDevice >= 0 && d.index() != onlyDevice)
+      continue;
     arenas += std::max<uint64_t>(d.arena_bytes(), 64);
     weights += d.weight_bytes();
   }
-  if (p.pipeline().training()) {
+  if (p.pipeline().training() && onlyDevice < 0) {
     PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(p.training().optimizer()));
     PIPEC_ASSIGN(train::Optimizer opt, train::Optimizer::create(oc));
     for (const plan::Parameter &pp : p.training().params())
@@ -48,7 +50,7 @@ Status checkFitsMachine(const plan::Plan &p) {
   if (total <= machine)
     return Status::ok();
   return errorf("it needs ", formatBytes(static_cast<double>(total)), " of memory on this machine (",
-                p.devices_size(), " device(s): arenas ", formatBytes(static_cast<double>(arenas)),
+                onlyDevice >= 0 ? cat("device ", onlyDevice) : cat(p.devices_size(), " device(s)"), ": arenas ", formatBytes(static_cast<double>(arenas)),
                 ", weights ", formatBytes(static_cast<double>(weights)), ", training state ",
                 formatBytes(static_cast<double>(state)), "), more than the ",
                 formatBytes(static_cast<double>(machine)),
@@ -67,19 +69,54 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   if (opts.failDevice >= s->lp_.plan.devices_size())
     return errorf("cannot inject a failure on device ", opts.failDevice, ": the plan has ",
                   s->lp_.plan.devices_size(), " devices");
-  PIPEC_TRY(checkFitsMachine(s->lp_.plan).withContext(cat("plan '", planDir, "'")));
-  omp_set_num_threads(opts.threadsPerDevice);
   const int K = s->lp_.plan.devices_size();
+  if (opts.rank >= 0) {
+    if (!opts.transport)
+      return errorf("a distributed run needs a transport");
+    if (opts.transport->numDevices() != K || opts.rank >= K)
+      return errorf("plan '", planDir, "' has ", K, " device(s) and runs on as many MPI ranks (mpirun -np ", K,
+                    "); this job has ", opts.transport->numDevices());
+  }
+  PIPEC_TRY(checkFitsMachine(s->lp_.plan, opts.rank).withContext(cat("plan '", planDir, "'")));
+  omp_set_num_threads(opts.threadsPerDevice);
+  // Trace times count from a common epoch: in a distributed run, rank 0's
+  // wall clock when the session opened, which every process converts to
+  // its own steady clock (the hosts' clocks agree as well as NTP keeps
+  // them; on one host exactly).
   auto epoch = std::chrono::steady_clock::now();
+  if (opts.rank >= 0 && opts.trace) {
+    double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    double shared = opts.rank == 0 ? wall : 0.0;
+    PIPEC_TRY(opts.transport->allReduceSum(opts.rank, &shared, 1));
+    epoch -= std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(wall - shared));
+  }
   for (int d = 0; d < K; ++d) {
+    if (opts.rank >= 0 && d != opts.rank) {
+      s->devices_.push_back(nullptr);
+      continue;
+    }
     PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d));
     if (opts.trace)
       ex->enableTrace(epoch);
     s->devices_.push_back(std::move(ex));
+    s->localDevices_.push_back(d);
+  }
+  if (opts.rank >= 0) {
+    const plan::Plan &p = s->lp_.plan;
+    std::vector<int> producer(p.tensors_size(), -1);
+    for (int d = K - 1; d >= 0; --d) // the lowest device that computes it
+      for (const plan::Node &n : p.devices(d).nodes())
+        for (int32_t o : n.outputs())
+          producer[o] = d;
+    for (int32_t t : p.outputs())
+      s->outputProducer_.push_back(producer[t]);
+    s->gatheredStats_.resize(K);
+    s->gatheredTrace_.resize(K);
   }
   // One device runs on the caller's thread; with several, the others get a
   // thread each and a transport connects them.
-  if (K > 1) {
+  if (K > 1 && opts.rank < 0) {
     double spin = opts.spinSeconds;
     if (spin < 0) {
       const unsigned cores = usableCores();
@@ -99,7 +136,8 @@ void Session::resetMeasurements() {
   stepSeconds_ = 0;
   measuredSteps_ = 0;
   for (auto &d : devices_)
-    d->resetMeasurements();
+    if (d)
+      d->resetMeasurements();
 }
 
 Status Session::prepareTraining() {
@@ -114,17 +152,17 @@ Status Session::prepareTraining() {
   }
   paramOfGrad_.assign(lp_.plan.tensors_size(), -1);
   stateDst_.assign(lp_.plan.tensors_size(), nullptr);
-  for (const plan::StateUpdate &u : t.state_updates()) {
-    int holder = deviceHolding(u.state(), 0);
-    if (holder < 0)
-      return errorf("state '", lp_.plan.tensors(u.state()).name(), "' is not resident");
-    stateDst_[u.value()] = devices_[holder]->address(u.state(), 0);
-  }
   std::vector<int> producer(lp_.plan.tensors_size(), -1);
   for (int d = 0; d < lp_.plan.devices_size(); ++d)
     for (const plan::Node &n : lp_.plan.devices(d).nodes())
       for (int32_t o : n.outputs())
         producer[o] = d;
+  for (const plan::StateUpdate &u : t.state_updates()) {
+    stateDst_[u.value()] = residentData(u.state());
+    if (!stateDst_[u.value()])
+      return errorf("state '", lp_.plan.tensors(u.state()).name(), "' is not resident");
+    stateProducer_.push_back(producer[u.value()]);
+  }
   for (const plan::Parameter &pp : t.params()) {
     ParamState ps;
     ps.weight = pp.weight();
@@ -133,18 +171,26 @@ Status Session::prepareTraining() {
     if (ps.device < 0)
       return errorf("no device computes the gradient '", lp_.plan.tensors(pp.grad()).name(), "'");
     // The devices of one process share the loaded weights: every device
-    // that reads a parameter sees the one copy the optimizer updates.
-    int holder = deviceHolding(pp.weight(), 0);
-    ps.data = holder < 0 ? nullptr : static_cast<float *>(devices_[holder]->address(pp.weight(), 0));
+    // that reads a parameter sees the one copy the optimizer updates. In a
+    // distributed run each process has its own copy; the other devices
+    // that read it receive it after every update.
+    ps.data = static_cast<float *>(residentData(pp.weight()));
     if (!ps.data)
       return errorf("parameter '", lp_.plan.tensors(pp.weight()).name(), "' is not resident");
     ps.n = static_cast<int64_t>(lp_.plan.tensors(pp.weight()).bytes() / sizeof(float));
-    int holders = 0;
-    for (const auto &dev : devices_)
-      holders += dev->address(pp.weight(), 0) != nullptr;
-    sharedParams_ = sharedParams_ || holders > 1;
-    ps.accum.assign(static_cast<size_t>(ps.n), 0.0f);
-    ps.state.assign(opt.stateTensors(), std::vector<float>(static_cast<size_t>(ps.n), 0.0f));
+    std::vector<int> holders;
+    for (const plan::Device &dev : lp_.plan.devices())
+      if (std::find(dev.weights().begin(), dev.weights().end(), pp.weight()) != dev.weights().end())
+        holders.push_back(dev.index());
+    sharedParams_ = sharedParams_ || holders.size() > 1;
+    std::erase(holders, ps.device);
+    otherHolders_.push_back(holders);
+    // Gradient accumulators and optimizer state live where the parameter
+    // is updated.
+    if (isLocal(ps.device)) {
+      ps.accum.assign(static_cast<size_t>(ps.n), 0.0f);
+      ps.state.assign(opt.stateTensors(), std::vector<float>(static_cast<size_t>(ps.n), 0.0f));
+    }
     paramOfGrad_[pp.grad()] = static_cast<int>(params_.size());
     params_.push_back(std::move(ps));
   }
@@ -158,7 +204,7 @@ Status Session::prepareTraining() {
       const plan::TensorInfo &g = lp_.plan.tensors(ps.grad);
       if (g.dtype() == static_cast<int32_t>(DType::F32) &&
           g.bytes() == static_cast<uint64_t>(ps.n) * sizeof(float))
-        ps.inPlace = devices_[ps.device]->accumulateInto(ps.grad, ps.accum.data());
+        ps.inPlace = isLocal(ps.device) && devices_[ps.device]->accumulateInto(ps.grad, ps.accum.data());
     }
   return Status::ok();
 }
@@ -214,15 +260,107 @@ uint64_t Session::trainingStateBytes(int device) const {
   uint64_t bytes = 0;
   for (const ParamState &ps : params_)
     if (ps.device == device)
-      bytes += static_cast<uint64_t>(ps.n) * sizeof(float) * (1 + ps.state.size());
+      bytes += static_cast<uint64_t>(ps.n) * sizeof(float) * (1 + optimizer_->stateTensors());
   return bytes;
 }
 
 int Session::deviceHolding(int32_t tensor, unsigned mb) const {
   for (size_t d = 0; d < devices_.size(); ++d)
-    if (devices_[d]->address(tensor, mb))
+    if (devices_[d] && devices_[d]->address(tensor, mb))
       return static_cast<int>(d);
   return -1;
+}
+
+void *Session::residentData(int32_t tensor) const {
+  const plan::Plan &p = lp_.plan;
+  if (tensor < 0 || tensor >= p.tensors_size())
+    return nullptr;
+  const plan::TensorInfo &ti = p.tensors(tensor);
+  if (ti.kind() != plan::TensorInfo::WEIGHT && ti.kind() != plan::TensorInfo::CONSTANT)
+    return nullptr;
+  // Validated by loadPlan: the file exists and holds the region.
+  const std::string &file = lp_.weightData[static_cast<size_t>(ti.weight_file())];
+  return const_cast<char *>(file.data()) + ti.weight_offset();
+}
+
+const DeviceStats &Session::deviceStats(int d) const {
+  if (isLocal(d))
+    return devices_[d]->stats();
+  return gatheredStats_[static_cast<size_t>(d)];
+}
+
+const std::vector<TraceEvent> &Session::deviceTrace(int d) const {
+  if (isLocal(d))
+    return devices_[d]->trace();
+  return gatheredTrace_[static_cast<size_t>(d)];
+}
+
+Status Session::gatherStats() {
+  if (!distributed() || devices_.size() < 2)
+    return Status::ok();
+  Transport *tr = transport();
+  const int me = opts_.rank;
+  const uint32_t stats = static_cast<uint32_t>(SessionMessage::Stats);
+  const uint32_t trace = static_cast<uint32_t>(SessionMessage::Trace);
+  if (me != 0) {
+    const DeviceExecutor &ex = *devices_[me];
+    const uint64_t events = ex.trace().size();
+    PIPEC_TRY(tr->send(me, 0, sessionTag(stats, 0), &ex.stats(), sizeof(DeviceStats)));
+    PIPEC_TRY(tr->send(me, 0, sessionTag(trace, 0), &events, sizeof events));
+    if (events)
+      PIPEC_TRY(tr->send(me, 0, sessionTag(trace, 1), ex.trace().data(), events * sizeof(TraceEvent)));
+    return Status::ok();
+  }
+  for (int d = 1; d < static_cast<int>(devices_.size()); ++d) {
+    PIPEC_TRY(tr->recv(0, d, sessionTag(stats, 0), &gatheredStats_[d], sizeof(DeviceStats)));
+    uint64_t events = 0;
+    PIPEC_TRY(tr->recv(0, d, sessionTag(trace, 0), &events, sizeof events));
+    if (events > (uint64_t{1} << 32))
+      return errorf("rank ", d, " reports ", events, " trace events");
+    gatheredTrace_[d].resize(events);
+    if (events)
+      PIPEC_TRY(tr->recv(0, d, sessionTag(trace, 1), gatheredTrace_[d].data(), events * sizeof(TraceEvent)));
+  }
+  return Status::ok();
+}
+
+Status Session::gatherTrainingState(bool optimizerState) {
+  if (!distributed() || !isTraining() || devices_.size() < 2)
+    return Status::ok();
+  Transport *tr = transport();
+  const int me = opts_.rank;
+  const uint32_t kind = static_cast<uint32_t>(SessionMessage::Gather);
+  uint32_t index = 0;
+  // Every process walks the same list in the same order: the index of a
+  // message is its position.
+  auto move = [&](int owner, void *data, size_t bytes) -> Status {
+    const uint64_t tag = sessionTag(kind, index++);
+    if (owner == 0 || owner < 0)
+      return Status::ok();
+    if (me == owner)
+      return tr->send(me, 0, tag, data, bytes);
+    if (me == 0)
+      return tr->recv(0, owner, tag, data, bytes);
+    return Status::ok();
+  };
+  for (ParamState &ps : params_) {
+    const size_t bytes = static_cast<size_t>(ps.n) * sizeof(float);
+    PIPEC_TRY(move(ps.device, ps.data, bytes));
+    if (!optimizerState)
+      continue;
+    for (size_t k = 0; k < optimizer_->stateTensors(); ++k) {
+      if (me == 0 && ps.state.size() <= k)
+        ps.state.resize(k + 1);
+      if (me == 0 && ps.state[k].size() != static_cast<size_t>(ps.n))
+        ps.state[k].assign(static_cast<size_t>(ps.n), 0.0f);
+      PIPEC_TRY(move(ps.device, me == 0 || ps.device == me ? ps.state[k].data() : nullptr, bytes));
+    }
+  }
+  const auto &updates = lp_.plan.training().state_updates();
+  for (int k = 0; k < updates.size(); ++k)
+    PIPEC_TRY(move(stateProducer_[k], residentData(updates[k].state()),
+                   lp_.plan.tensors(updates[k].state()).bytes()));
+  return Status::ok();
 }
 
 Expected<Session::TrainStep> Session::train(const std::vector<Tensor> &inputs) {
@@ -233,9 +371,12 @@ Expected<Session::TrainStep> Session::train(const std::vector<Tensor> &inputs) {
   return step;
 }
 
-Status Session::saveCheckpoint(const std::string &dir) const {
+Status Session::saveCheckpoint(const std::string &dir) {
   if (!isTraining())
     return errorf("checkpoints hold training state; this is an inference plan");
+  PIPEC_TRY(gatherTrainingState(true));
+  if (!leader())
+    return Status::ok();
   const plan::Plan &p = lp_.plan;
   train::Checkpoint c;
   c.step = static_cast<int64_t>(steps_);
@@ -251,7 +392,7 @@ Status Session::saveCheckpoint(const std::string &dir) const {
   }
   for (const plan::StateUpdate &u : p.training().state_updates()) {
     const plan::TensorInfo &ti = p.tensors(u.state());
-    const void *data = devices_[deviceHolding(u.state(), 0)]->address(u.state(), 0);
+    const void *data = residentData(u.state());
     PIPEC_TRY(c.addFloats("buffer/" + ti.name(), static_cast<const float *>(data),
                           static_cast<int64_t>(ti.bytes() / sizeof(float))));
   }
@@ -276,13 +417,15 @@ Status Session::loadCheckpoint(const std::string &dir) {
   for (ParamState &ps : params_) {
     const std::string &name = p.tensors(ps.weight).name();
     PIPEC_TRY(c.restoreFloats("param/" + name, ps.data, ps.n).withContext("checkpoint '" + dir + "'"));
+    // The optimizer's state where the parameter is updated (in a
+    // distributed run, the process of that device).
     for (size_t k = 0; k < ps.state.size(); ++k)
       PIPEC_TRY(c.restoreFloats("state/" + name + "/" + optimizer_->stateNames()[k], ps.state[k].data(), ps.n)
                     .withContext("checkpoint '" + dir + "'"));
   }
   for (const plan::StateUpdate &u : p.training().state_updates()) {
     const plan::TensorInfo &ti = p.tensors(u.state());
-    void *data = devices_[deviceHolding(u.state(), 0)]->address(u.state(), 0);
+    void *data = residentData(u.state());
     PIPEC_TRY(c.restoreFloats("buffer/" + ti.name(), static_cast<float *>(data),
                               static_cast<int64_t>(ti.bytes() / sizeof(float)))
                   .withContext("checkpoint '" + dir + "'"));
@@ -299,14 +442,53 @@ Expected<Tensor> Session::weight(const std::string &name) const {
                               ti.kind() != plan::TensorInfo::CONSTANT))
       continue;
     Tensor out(TensorDesc{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())});
-    int holder = deviceHolding(t, 0);
-    const void *src = holder < 0 ? nullptr : devices_[holder]->address(t, 0);
+    const void *src = residentData(t);
     if (!src)
       return errorf("weight '", name, "' is not resident");
     std::memcpy(out.raw(), src, out.bytes());
     return out;
   }
   return errorf("the plan has no weight named '", name, "'");
+}
+
+Status Session::exchangeAfterStep(std::vector<Tensor> &outputs, std::vector<char> &collected,
+                                  bool training, bool collective, std::vector<double> &sq,
+                                  double lossPart, double *lossSum) {
+  const plan::Plan &p = lp_.plan;
+  const unsigned M = p.pipeline().num_micro_batches();
+  Transport *tr = transport();
+  const int me = opts_.rank;
+  if (training) {
+    // Each gradient's squared sum comes from the one device that updates
+    // it, the loss from the one that computes it, every other slot is 0:
+    // the sums are exact, the same bits on every process and as on threads.
+    std::vector<double> v(sq.size() + 1, 0.0);
+    if (!collective)
+      std::copy(sq.begin(), sq.end(), v.begin());
+    v.back() = lossPart;
+    PIPEC_TRY(tr->allReduceSum(me, v.data(), v.size()));
+    if (!collective)
+      std::copy(v.begin(), v.end() - 1, sq.begin());
+    *lossSum = v.back();
+  }
+  const uint32_t kind = static_cast<uint32_t>(SessionMessage::Output);
+  for (int i = 0; i < p.outputs_size(); ++i) {
+    const int from = outputProducer_[static_cast<size_t>(i)];
+    if (from <= 0)
+      continue;
+    // A training step's outputs stay where they are computed (the loss
+    // came with the all-reduce); an inference step's come to the leader.
+    if (!training) {
+      const uint64_t tag = sessionTag(kind, static_cast<uint32_t>(i));
+      if (me == from)
+        PIPEC_TRY(tr->send(me, 0, tag, outputs[i].raw(), outputs[i].bytes()));
+      else if (me == 0)
+        PIPEC_TRY(tr->recv(0, from, tag, outputs[i].raw(), outputs[i].bytes()));
+    }
+    if (me == 0)
+      std::fill_n(collected.begin() + static_cast<ptrdiff_t>(i) * M, M, char{1});
+  }
+  return Status::ok();
 }
 
 Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inputs, bool training,
@@ -383,9 +565,14 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   // contribution, so the sum is exact). Otherwise a device updates its
   // parameters as soon as its own backward passes are done, while the
   // others finish theirs, and the norm is added up after the step.
-  const int K = static_cast<int>(devices_.size());
+  // In a distributed run every process has its own copy of the weights: a
+  // shared parameter is sent to the other devices that read it after its
+  // update (below), so it needs no collective.
+  Transport *const tr = transport();
   const double clip = p.training().clip_grad_norm();
-  const bool collective = transport_ && (clip > 0 || sharedParams_ || opts_.skipNonFinite);
+  const bool collective =
+      tr && (clip > 0 || (sharedParams_ && !distributed()) || opts_.skipNonFinite);
+  const int lastLocal = localDevices_.back();
   bool skip = false; // the step's gradients are not finite: drop the update
   std::vector<double> sq(params_.size(), 0.0);
   const int64_t stepNumber = static_cast<int64_t>(steps_) + 1;
@@ -404,13 +591,13 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       (collective ? mine[i] : sq[i]) = train::gradSquaredSum(ps.accum.data(), ps.n);
     }
     if (collective) {
-      PIPEC_TRY(transport_->allReduceSum(d, mine.data(), mine.size()));
+      PIPEC_TRY(tr->allReduceSum(d, mine.data(), mine.size()));
       if (opts_.skipNonFinite) {
         double total = 0.0;
         for (double v : mine)
           total += v;
         if (!std::isfinite(total)) {
-          if (d == K - 1) {
+          if (d == lastLocal) {
             sq = mine;
             skip = true;
           }
@@ -427,7 +614,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
             if (ps.device == d)
               train::scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
       }
-      if (d == K - 1)
+      if (d == lastLocal)
         sq = mine;
     } else if (clip > 0 || opts_.skipNonFinite) {
       // One device: every gradient is its own.
@@ -453,6 +640,25 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
         state.push_back(s.data());
       PIPEC_TRY(optimizer_->step(stepNumber, lr, ps.data, ps.accum.data(), state, ps.n));
     }
+    if (distributed() && sharedParams_) {
+      // Every device is past its last read of this step's weights at its
+      // OPTIMIZER instruction: the updater sends, the other holders take.
+      const uint32_t kind = static_cast<uint32_t>(SessionMessage::SharedWeight);
+      for (size_t i = 0; i < params_.size(); ++i) {
+        ParamState &ps = params_[i];
+        const size_t bytes = static_cast<size_t>(ps.n) * sizeof(float);
+        if (ps.device == d)
+          for (int h : otherHolders_[i])
+            PIPEC_TRY(tr->send(d, h, sessionTag(kind, static_cast<uint32_t>(i)), ps.data, bytes));
+      }
+      for (size_t i = 0; i < params_.size(); ++i) {
+        ParamState &ps = params_[i];
+        const auto &others = otherHolders_[i];
+        if (ps.device != d && std::find(others.begin(), others.end(), d) != others.end())
+          PIPEC_TRY(tr->recv(d, ps.device, sessionTag(kind, static_cast<uint32_t>(i)), ps.data,
+                             static_cast<size_t>(ps.n) * sizeof(float)));
+      }
+    }
     return Status::ok();
   };
   cpu::ExecContext ctx;
@@ -465,19 +671,20 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     io.collect = collect;
     if (training)
       io.optimize = optimize;
-    io.transport = transport_.get();
+    io.transport = tr;
     if (d == opts_.failDevice)
       io.failAtInstruction = opts_.failAtInstruction;
     Status s = devices_[d]->runStep(ctx, io);
     // An error stops every device: the others' receives and collectives
-    // fail with it instead of waiting forever.
-    if (!s && transport_)
-      transport_->abort(s.withContext(cat("stopped because device ", d, " failed")));
+    // fail with it instead of waiting forever. (The MPI transport names the
+    // rank that failed itself.)
+    if (!s && tr)
+      tr->abort(distributed() ? s : s.withContext(cat("stopped because device ", d, " failed")));
     return s;
   };
   auto t0 = std::chrono::steady_clock::now();
   if (!threads_) {
-    Status s = runDevice(0);
+    Status s = runDevice(localDevices_.front());
     if (!s) {
       broken_ = s;
       return s;
@@ -497,6 +704,26 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   }
   stepSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++measuredSteps_;
+  double lossSum = 0; // training: the sum of the loss output's elements
+  int lossIndex = training ? outputIndex[p.training().loss()] : -1;
+  auto sumLoss = [&] {
+    double sum = 0;
+    for (int64_t i = 0; i < outputs[lossIndex].numel(); ++i)
+      sum += outputs[lossIndex].getDouble(i);
+    return sum;
+  };
+  if (distributed()) {
+    Status s = exchangeAfterStep(outputs, collected, training, collective, sq,
+                                 lossIndex >= 0 && outputProducer_[lossIndex] == opts_.rank ? sumLoss() : 0.0,
+                                 &lossSum);
+    if (!s) {
+      tr->abort(s);
+      broken_ = s;
+      return s;
+    }
+  } else if (training) {
+    lossSum = sumLoss();
+  }
   if (training) {
     double total = 0.0;
     for (double v : sq)
@@ -508,8 +735,9 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       if (!std::isfinite(sq[i]))
         step->firstNonFinite = lp_.plan.tensors(params_[i].weight).name();
   }
-  // Outputs that no node produces (graph inputs or constants passed through).
-  for (int i = 0; i < p.outputs_size(); ++i) {
+  // Outputs that no node produces (graph inputs or constants passed through);
+  // in a distributed run the leader's outputs are the whole step's.
+  for (int i = 0; i < p.outputs_size() && leader(); ++i) {
     int32_t t = p.outputs(i);
     for (unsigned mb = 0; mb < M; ++mb) {
       if (collected[static_cast<size_t>(i) * M + mb])
@@ -521,7 +749,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
         src = static_cast<const char *>(in.raw()) + (in.bytes() == bytes ? 0 : bytes * mb);
       } else {
         int holder = deviceHolding(t, mb);
-        src = holder < 0 ? nullptr : devices_[holder]->address(t, mb);
+        src = holder < 0 ? residentData(t) : devices_[holder]->address(t, mb);
       }
       if (!src)
         return errorf("graph output '", p.tensors(t).name(), "' of micro-batch ", mb,
@@ -529,13 +757,8 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       PIPEC_TRY(collect(t, mb, src));
     }
   }
-  if (training) {
-    int oi = outputIndex[p.training().loss()];
-    double sum = 0;
-    for (int64_t i = 0; i < outputs[oi].numel(); ++i)
-      sum += outputs[oi].getDouble(i);
-    step->loss = sum / static_cast<double>(std::max<int64_t>(outputs[oi].numel(), 1));
-  }
+  if (training)
+    step->loss = lossSum / static_cast<double>(std::max<int64_t>(outputs[lossIndex].numel(), 1));
   ++steps_;
   lastOutputs_ = outputs;
   return outputs;

@@ -44,7 +44,17 @@ struct SessionOptions {
   /// makes the devices agree on the gradient norm before any update (the
   /// all-reduce the clipping uses), as mixed-precision trainers do.
   bool skipNonFinite = false;
+  /// A distributed run (runtime/Mpi.h): this process runs device `rank` of
+  /// the plan only, and `transport` (not owned; one device per process,
+  /// numDevices() the plan's) connects it to the processes that run the
+  /// others. -1: every device, as threads of this process.
+  int rank = -1;
+  Transport *transport = nullptr;
 };
+
+/// Kinds of the messages between the processes of a distributed run that
+/// are not tensor instances (sessionTag).
+enum class SessionMessage : uint32_t { Output = 0, SharedWeight = 1, Gather = 2, Stats = 3, Trace = 4 };
 
 /// The automatic spin of a waiting device whose thread has a core to itself.
 inline constexpr double kAutoSpinSeconds = 20e-3;
@@ -71,7 +81,9 @@ public:
   std::vector<std::string> inputNames() const;
   std::vector<std::string> outputNames() const;
 
-  /// Runs one step of inference on every device.
+  /// Runs one step of inference on every device. In a distributed run the
+  /// leader's outputs are the step's; the others' hold what their device
+  /// computed.
   Expected<std::vector<Tensor>> run(const std::vector<Tensor> &inputs);
 
   /// What one training step measured.
@@ -87,20 +99,44 @@ public:
     bool skipped = false;
   };
   /// Runs one training step: forward and backward of every micro-batch,
+  /// (distributed: the loss, gradient norm and non-finite check are the
+  /// step's on every process; the outputs, the process's device's),
   /// gradients summed in ascending micro-batch order and divided by M, then
   /// clipping and the optimizer. Training plans only.
   Expected<TrainStep> train(const std::vector<Tensor> &inputs);
   bool isTraining() const { return lp_.plan.pipeline().training(); }
   /// Writes the training state after the steps run so far (parameters,
   /// optimizer buffers, step count) to a checkpoint directory, atomically.
-  Status saveCheckpoint(const std::string &dir) const;
+  /// In a distributed run every process calls it: the leader gathers the
+  /// state and writes the one checkpoint, the same as a run on threads.
+  Status saveCheckpoint(const std::string &dir);
   /// Restores a checkpoint written by saveCheckpoint for this plan; the next
   /// train() call runs the step after it, as an uninterrupted run would.
   Status loadCheckpoint(const std::string &dir);
   /// Current value of a weight or constant (training updates weights).
   Expected<Tensor> weight(const std::string &name) const;
 
+  /// One executor per device of the plan; in a distributed run only this
+  /// process's device has one (the others are null).
   const std::vector<std::unique_ptr<DeviceExecutor>> &devices() const { return devices_; }
+  /// The device this process runs in a distributed run, -1 otherwise.
+  int rank() const { return opts_.rank; }
+  bool distributed() const { return opts_.rank >= 0; }
+  /// Whether this process reports (prints, writes outputs, checkpoints):
+  /// rank 0 of a distributed run, or the only process.
+  bool leader() const { return opts_.rank <= 0; }
+  /// What device d measured: in a distributed run, after gatherStats() on
+  /// every process, the leader has every device's.
+  const DeviceStats &deviceStats(int d) const;
+  const std::vector<TraceEvent> &deviceTrace(int d) const;
+  /// Collective of a distributed run (every process calls it): the leader
+  /// receives every device's stats and trace. A no-op otherwise.
+  Status gatherStats();
+  /// Collective of a distributed run: the leader receives every trained
+  /// parameter and running statistic (and, with `optimizerState`, the
+  /// optimizer's buffers), so that weight(), saveCheckpoint() and a saved
+  /// model hold the whole model there. A no-op otherwise.
+  Status gatherTrainingState(bool optimizerState);
   /// Steps run so far (with a resumed checkpoint's).
   uint64_t stepsRun() const { return steps_; }
   /// Wall-clock seconds of the steps measured so far (since the session
@@ -126,6 +162,11 @@ private:
   /// Step shape of tensor t: [M*b, ...] if it has a leading axis and M > 1.
   TensorDesc stepDesc(int32_t t) const;
   Status prepareTraining();
+  /// Distributed: after a step, the gradient norms' slots and the loss
+  /// are summed over the processes, and an inference step's outputs are
+  /// sent to the leader.
+  Status exchangeAfterStep(std::vector<Tensor> &outputs, std::vector<char> &collected, bool training,
+                           bool collective, std::vector<double> &sq, double lossPart, double *lossSum);
   /// Runs every device's program; `training` accumulates gradients and
   /// applies the optimizer.
   Expected<std::vector<Tensor>> runProgram(const std::vector<Tensor> &inputs, bool training,
@@ -152,8 +193,26 @@ private:
   Status broken_ = Status::ok();
   uint64_t steps_ = 0, measuredSteps_ = 0;
   double stepSeconds_ = 0;
-  /// The first device holding each tensor (weights, outputs), -1 if none.
+  /// The first device of this process holding each tensor instance
+  /// (outputs), -1 if none.
   int deviceHolding(int32_t tensor, unsigned mb) const;
+  /// A weight or constant's data: the process's one copy of the weight
+  /// files, which every device of the process reads. Null for others.
+  void *residentData(int32_t tensor) const;
+  /// Devices this process runs.
+  std::vector<int> localDevices_;
+  bool isLocal(int d) const { return d >= 0 && d < static_cast<int>(devices_.size()) && devices_[d]; }
+  Transport *transport() const { return opts_.transport ? opts_.transport : transport_.get(); }
+  /// Distributed: per graph output, the device that produces it (-1: none).
+  std::vector<int> outputProducer_;
+  /// Distributed: per trained parameter, the devices that hold its weight
+  /// besides the one that updates it (they receive it after each update).
+  std::vector<std::vector<int>> otherHolders_;
+  /// Distributed: per state update, the device that computes it.
+  std::vector<int> stateProducer_;
+  /// Distributed: every device's stats and trace, on the leader.
+  std::vector<DeviceStats> gatheredStats_;
+  std::vector<std::vector<TraceEvent>> gatheredTrace_;
   std::optional<train::Optimizer> optimizer_;
   train::Schedule schedule_;
   std::vector<ParamState> params_;

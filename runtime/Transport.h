@@ -1,8 +1,8 @@
 //===- runtime/Transport.h - Moving tensors between devices ----*- C++ -*-===//
 //
 // The interface every transport implements: in-process (device threads of
-// one piperun, runtime/InProcessTransport.cpp) now; MPI (processes and
-// machines) and NCCL (GPUs) later. Messages are matched by (source,
+// one piperun, runtime/InProcessTransport.cpp), MPI (processes and
+// machines, runtime/MpiTransport.cpp); NCCL (GPUs) later. Messages are matched by (source,
 // destination, tag); a tag names a tensor instance of one step, so a
 // receive can never take the wrong message.
 //
@@ -50,6 +50,14 @@ std::unique_ptr<Transport> makeInProcessTransport(int numDevices, double spinSec
 /// The tag of a tensor instance: tensor id and micro-batch.
 inline uint64_t messageTag(int32_t tensor, uint32_t microBatch) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(tensor)) << 32) | microBatch;
+}
+
+/// The tag of a message between the processes of a distributed run that
+/// is not a tensor instance (runtime/Session.h: SessionMessage): its kind
+/// (below 8) and an index (below 2^26). The top bit keeps it apart from
+/// every messageTag.
+inline uint64_t sessionTag(uint32_t kind, uint32_t index) {
+  return (uint64_t{1} << 63) | (static_cast<uint64_t>(kind) << 32) | index;
 }
 
 } // namespace pipec::runtime

@@ -15,6 +15,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev
   python3-torch python3-torchvision
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
+  openmpi-bin libopenmpi-dev
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Version.h"
+#include "runtime/Mpi.h"
 #include "runtime/Session.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/train/Checkpoint.h"
@@ -29,6 +30,8 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -60,6 +63,11 @@ struct Options {
   std::string save;
   std::string trace;
   bool showProgram = false;
+  std::string injectFailure;
+  /// Under mpirun: this process's rank (device) and the transport between
+  /// the ranks; null otherwise.
+  std::optional<runtime::MpiJob> job;
+  runtime::Transport *transport = nullptr;
 };
 
 /// Exclusive upper bound for random integer data of input `t`: the size of
@@ -331,7 +339,7 @@ nlohmann::json deviceReport(const runtime::Session &session) {
   nlohmann::json devs = nlohmann::json::array();
   const double stepSec = session.meanStepSeconds();
   for (size_t d = 0; d < session.devices().size(); ++d) {
-    const runtime::DeviceStats &st = session.devices()[d]->stats();
+    const runtime::DeviceStats &st = session.deviceStats(static_cast<int>(d));
     const plan::Device &pd = p.devices(static_cast<int>(d));
     const double n = std::max(1.0, static_cast<double>(session.measuredSteps()));
     const uint64_t train = session.trainingStateBytes(static_cast<int>(d));
@@ -389,8 +397,9 @@ Status writeTrace(const std::string &path, const runtime::Session &session) {
   nlohmann::json events = nlohmann::json::array();
   for (size_t d = 0; d < session.devices().size(); ++d) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", d},
-                      {"args", {{"name", cat("device ", d)}}}});
-    for (const runtime::TraceEvent &e : session.devices()[d]->trace()) {
+                      {"args", {{"name", session.distributed() ? cat("device ", d, " (rank ", d, ")")
+                                                               : cat("device ", d)}}}});
+    for (const runtime::TraceEvent &e : session.deviceTrace(static_cast<int>(d))) {
       auto kind = static_cast<plan::Instruction::Kind>(e.kind);
       std::string name;
       switch (kind) {
@@ -413,6 +422,32 @@ Status writeTrace(const std::string &path, const runtime::Session &session) {
   return writeFileAtomic(path, jsonText(j));
 }
 
+/// Under mpirun: every rank must run the same piperun on the same plan (a
+/// host with another build or another copy of the plan would compute
+/// something else). Every rank contributes its version's and its plan's
+/// checksums to an all-reduce and compares; all see the same sums, so all
+/// stop with the same error.
+Status checkRanksAgree(const runtime::Session &session, runtime::Transport &transport) {
+  const int ranks = transport.numDevices(), me = session.rank();
+  const std::string version = std::string(PIPEC_VERSION) + "/" + std::to_string(PIPEC_PLAN_FORMAT_VERSION);
+  const std::string planBytes = session.plan().SerializeAsString();
+  std::vector<double> v(2 * static_cast<size_t>(ranks), 0.0);
+  v[2 * me] = crc32c(version.data(), version.size());
+  v[2 * me + 1] = crc32c(planBytes.data(), planBytes.size());
+  PIPEC_TRY(transport.allReduceSum(me, v.data(), v.size()));
+  for (int r = 1; r < ranks; ++r) {
+    if (v[2 * r] != v[0])
+      return errorf("rank ", r, " runs another piperun than rank 0 (version checksum ",
+                    static_cast<uint32_t>(v[2 * r]), " against ", static_cast<uint32_t>(v[0]),
+                    "); every host needs the same build (this one is ", version, ")");
+    if (v[2 * r + 1] != v[1])
+      return errorf("rank ", r, " loaded another plan than rank 0 (plan checksum ",
+                    static_cast<uint32_t>(v[2 * r + 1]), " against ", static_cast<uint32_t>(v[1]),
+                    "): give every rank the same plan directory (a path every host sees)");
+  }
+  return Status::ok();
+}
+
 Status trainPlan(const Options &o, runtime::Session &session) {
   if (!o.inputs.empty())
     return errorf("--input feeds inference; a training run reads --data DIR or --synthetic");
@@ -420,7 +455,10 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     return errorf("give --data DIR or --synthetic, not both");
   if (o.checkpointEvery < 0 || (o.checkpointEvery > 0 && o.checkpoint.empty()))
     return errorf("--checkpoint-every needs --checkpoint DIR and a positive step count");
-  if (!o.checkpoint.empty())
+  // Under mpirun every rank runs the steps; rank 0 (the leader) reports and
+  // writes what the run produces.
+  const bool quiet = !session.leader();
+  if (!o.checkpoint.empty() && session.leader())
     PIPEC_TRY(train::checkCheckpointTarget(o.checkpoint)); // before any step runs
   PIPEC_ASSIGN(DataFeed feed, DataFeed::open(session, o));
   int64_t first = 0;
@@ -430,7 +468,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     if (first >= o.steps)
       return errorf("checkpoint '", o.resume, "' is at step ", first, "; --steps ", o.steps,
                     " (the total to reach) leaves nothing to run");
-    if (!o.json)
+    if (!o.json && !quiet)
       std::fprintf(stderr, "resumed from '%s' after step %lld\n", o.resume.c_str(),
                    static_cast<long long>(first));
   }
@@ -466,7 +504,8 @@ Status trainPlan(const Options &o, runtime::Session &session) {
       return errorf("step ", s + 1, ": the loss is ", r.loss, " (diverged; lower --lr or clip gradients)");
     if (r.skipped) {
       ++skippedSteps;
-      std::fprintf(stderr, "%sstep %lld: gradient of '%s' not finite, update skipped\n",
+      if (!quiet)
+        std::fprintf(stderr, "%sstep %lld: gradient of '%s' not finite, update skipped\n",
                    tty ? "\n" : "", static_cast<long long>(s + 1), printable(r.firstNonFinite).c_str());
     }
     if (s == first)
@@ -476,21 +515,26 @@ Status trainPlan(const Options &o, runtime::Session &session) {
                         {"samples_per_second", examples / dt}, {"step_seconds", dt}};
     metrics += jsonText(m) + "\n";
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!o.json && (elapsed - lastPrint >= 0.5 || s + 1 == o.steps || s == 0)) {
+    if (!o.json && !quiet && (elapsed - lastPrint >= 0.5 || s + 1 == o.steps || s == 0)) {
       lastPrint = elapsed;
       double eta = elapsed / (s + 1 - first) * (o.steps - s - 1);
       std::fprintf(stderr, "%sstep %lld/%lld  loss %.6f  lr %.3g  %.1f samples/s  ETA %.1fs%s",
                    tty ? "\r" : "", static_cast<long long>(s + 1), static_cast<long long>(o.steps),
                    r.loss, r.lr, examples / dt, eta, tty ? "   " : "\n");
     }
-    if (!o.metrics.empty() && (s + 1 == o.steps || (s + 1) % 10 == 0))
+    if (!o.metrics.empty() && !quiet && (s + 1 == o.steps || (s + 1) % 10 == 0))
       PIPEC_TRY(writeFileAtomic(o.metrics, metrics));
     if (!o.checkpoint.empty() &&
         (s + 1 == o.steps || (o.checkpointEvery > 0 && (s + 1) % o.checkpointEvery == 0)))
       PIPEC_TRY(session.saveCheckpoint(o.checkpoint));
   }
-  if (!o.json && tty)
+  if (!o.json && tty && !quiet)
     std::fprintf(stderr, "\n");
+  PIPEC_TRY(session.gatherStats());
+  if (!o.save.empty())
+    PIPEC_TRY(session.gatherTrainingState(false));
+  if (quiet)
+    return Status::ok();
   double med = median(stepSeconds);
   nlohmann::json devs = deviceReport(session);
   if (!o.trace.empty())
@@ -541,16 +585,34 @@ Status runPlan(const Options &o) {
   so.seed = o.seed;
   so.trace = !o.trace.empty();
   so.skipNonFinite = o.skipNonFinite;
+  if (!o.injectFailure.empty()) {
+    int dev = -1, at = -1;
+    char tail = 0;
+    if (std::sscanf(o.injectFailure.c_str(), "%d:%d%c", &dev, &at, &tail) != 2 || dev < 0 || at < 0)
+      return errorf("--inject-failure expects DEVICE:INSTRUCTION, got '", o.injectFailure, "'");
+    so.failDevice = dev;
+    so.failAtInstruction = at;
+  }
+  if (o.transport) {
+    if (!o.profileOps.empty())
+      return errorf("--profile-ops times every device's nodes in one process; under mpirun run the "
+                    "plan on threads (without mpirun) to profile it");
+    so.rank = o.job->rank;
+    so.transport = o.transport;
+  }
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
+  if (o.transport)
+    PIPEC_TRY(checkRanksAgree(*session, *o.transport));
   if (o.showProgram) {
-    printPrograms(session->plan());
+    if (session->leader())
+      printPrograms(session->plan());
     return Status::ok();
   }
   // Every device has its own threads; more than the cores share them, which
   // keeps results exact but makes timings say little about the pipeline.
   const unsigned cores = usableCores();
   const long want = static_cast<long>(session->devices().size()) * o.threads;
-  if (cores > 0 && want > static_cast<long>(cores) && !o.json)
+  if (cores > 0 && want > static_cast<long>(cores) && !o.json && !o.transport)
     std::fprintf(stderr,
                  "piperun: note: %zu devices x %d thread(s) = %ld threads on %u usable core(s); devices share "
                  "cores, so times are not those of %zu separate devices\n",
@@ -604,7 +666,8 @@ Status runPlan(const Options &o) {
   std::vector<double> stepSeconds;
   const int64_t total = o.warmup + o.steps;
   auto start = std::chrono::steady_clock::now();
-  bool progress = total > 1 && !o.json;
+  const bool quiet = !session->leader();
+  bool progress = total > 1 && !o.json && !quiet;
   bool tty = isatty(STDERR_FILENO);
   double lastPrint = -1;
   for (int64_t s = 0; s < total; ++s) {
@@ -627,6 +690,9 @@ Status runPlan(const Options &o) {
   }
   if (progress && tty)
     std::fprintf(stderr, "\n");
+  PIPEC_TRY(session->gatherStats());
+  if (quiet)
+    return Status::ok();
 
   if (!o.save.empty())
     PIPEC_TRY(saveModel(*session, o.plan, o.save));
@@ -726,6 +792,10 @@ int main(int argc, char **argv) {
                  "microseconds a device waiting for a message spins before it sleeps (default: "
                  "20000 when devices x threads fit the cores, else 0)");
   app.add_flag("--json", o.json, "print the summary as JSON");
+  // For tests of failure handling (tests/lit/e2e/mpi-failure.test): device
+  // D fails with an error before its instruction I in every step.
+  app.add_option("--inject-failure", o.injectFailure, "tests: DEVICE:INSTRUCTION fails with an error")
+      ->group("");
   app.add_option("--data", o.dataDir,
                  "training: a directory of NAME.npy files, one per graph input (first axis: examples)");
   app.add_flag("--synthetic", o.synthetic, "training: seeded synthetic batches (the default without --data)");
@@ -761,10 +831,40 @@ int main(int argc, char **argv) {
               << o.spinMicroseconds << ")\n";
     return 1;
   }
-  Status s = tools::guarded([&] { return runPlan(o); });
+  // Under mpirun each rank runs one device of the plan (runtime/Mpi.h).
+  std::unique_ptr<runtime::Transport> transport;
+  Status s = tools::guarded([&]() -> Status {
+    PIPEC_ASSIGN(o.job, runtime::initMpi());
+    if (o.job && o.job->size > 1) {
+      // Spin while waiting only when the ranks on this host and their
+      // threads fit its cores, as for device threads.
+      const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+      const long perHost = local ? std::max(1L, std::atol(local)) : o.job->size;
+      const unsigned cores = usableCores();
+      double spin = o.spinMicroseconds >= 0 ? o.spinMicroseconds * 1e-6
+                    : cores > 0 && perHost * o.threads <= static_cast<long>(cores)
+                        ? runtime::kAutoSpinSeconds
+                        : 0.0;
+      transport = runtime::makeMpiTransport(*o.job, spin);
+      o.transport = transport.get();
+    }
+    return runPlan(o);
+  });
   if (!s) {
-    std::cerr << "piperun: error: " << printable(s.message()) << "\n";
+    // Every rank's error reaches the user, with its rank; the others stop
+    // (their waits fail with this error) and the job ends.
+    std::cerr << "piperun: error: " << (o.transport ? cat("rank ", o.job->rank, ": ") : "")
+              << printable(s.message()) << "\n";
+    if (o.job) {
+      std::cerr.flush();
+      if (o.transport)
+        o.transport->abort(s);
+      runtime::abortMpi(o.transport, 1, o.transport ? 1.0 : 0.0);
+    }
     return 1;
   }
+  transport.reset(); // its sends complete before MPI ends
+  if (o.job)
+    runtime::finalizeMpi();
   return 0;
 }
