@@ -24,3 +24,15 @@ config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%reference", os.path.join(config.test_source_root, "..", "tools", "onnx_reference.py")))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
 config.substitutions.append(("%profiles", os.path.join(config.test_source_root, "..", "..", "partitioner", "profiles")))
+# Open MPI's launcher (tools/setup.sh installs it): the tests of plans on
+# MPI ranks (tests/tools/mpi_check.py) need it.
+import shutil
+if shutil.which("mpirun"):
+    config.available_features.add("mpi")
+# As root (CI), more ranks than cores, and without the shared-memory
+# single-copy mechanism (CMA), which containers forbid.
+for k, v in (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+             ("OMPI_MCA_btl_vader_single_copy_mechanism", "none")):
+    config.environment[k] = v
+config.substitutions.append(("%mpirun", "mpirun --oversubscribe --bind-to none"))
+config.substitutions.append(("%mpicheck", "/usr/bin/python3 " + os.path.join(config.test_source_root, "..", "tools", "mpi_check.py")))
