@@ -302,6 +302,8 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   plan::Pipeline *pl = p.mutable_pipeline();
   pl->set_num_stages(K);
   pl->set_num_micro_batches(M);
+  if (opts.dataParallel > 1)
+    pl->set_data_parallel(static_cast<uint32_t>(opts.dataParallel));
   pl->set_schedule(opts.schedule);
   pl->set_training(opts.training);
   if (!g.inputs().empty() && !g.inputs()[0]->shape().empty())

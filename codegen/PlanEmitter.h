@@ -30,6 +30,8 @@ struct TrainingSpec {
 
 struct EmitOptions {
   int microBatches = 1;
+  /// Replicas of the pipeline (data parallelism); 1: one pipeline.
+  int dataParallel = 1;
   /// Pipeline schedule (codegen/Schedule.h): "gpipe" or "1f1b".
   std::string schedule = "1f1b";
   bool training = false;

@@ -279,6 +279,17 @@ std::string renderReportText(const json &r) {
                 formatCount(r["total_parameters"].get<double>(), "").c_str(),
                 formatCount(r["total_forward_flops_per_micro_batch"].get<double>(), "FLOP").c_str());
   os << line;
+  if (r.contains("data_parallel")) {
+    const unsigned D = r["data_parallel"].get<unsigned>();
+    std::snprintf(line, sizeof line,
+                  "data parallel: %u replicas of the %u stages on %u devices, %u micro-batches a step; "
+                  "gradients summed over the replicas at replica 0: %s moved per step, predicted %s\n",
+                  D, r["stages"].get<unsigned>(), D * r["stages"].get<unsigned>(),
+                  D * r["micro_batches"].get<unsigned>(),
+                  formatBytes(r["replica_exchange_bytes_per_step"].get<double>()).c_str(),
+                  formatSeconds(r["predicted_replica_exchange_seconds"].get<double>()).c_str());
+    os << line;
+  }
   if (r["predicted_step_seconds"].get<double>() <= 0) {
     os << "predicted: nothing to compute (every output is a constant or an input)\n";
     return os.str();

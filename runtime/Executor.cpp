@@ -37,16 +37,18 @@ TensorDesc descOf(const plan::TensorInfo &t) {
 
 Expected<std::unique_ptr<DeviceExecutor>> DeviceExecutor::create(const plan::LoadedPlan &lp,
                                                                  int index) {
-  if (index < 0 || index >= lp.plan.devices_size())
-    return errorf("the plan has no device ", index);
-  std::unique_ptr<DeviceExecutor> ex(new DeviceExecutor(lp, index));
+  const int K = lp.plan.devices_size();
+  const int64_t D = std::max<uint32_t>(lp.plan.pipeline().data_parallel(), 1);
+  if (index < 0 || index >= K * D)
+    return errorf("the plan has no device ", index, " (", K, " stage(s) x ", D, " replica(s))");
+  std::unique_ptr<DeviceExecutor> ex(new DeviceExecutor(lp, index, index % K));
   PIPEC_TRY(ex->prepare());
   return ex;
 }
 
 Status DeviceExecutor::prepare() {
   const plan::Plan &p = lp_.plan;
-  const plan::Device &dev = p.devices(index_);
+  const plan::Device &dev = p.devices(stage_);
   const unsigned M = p.pipeline().num_micro_batches();
   const size_t T = static_cast<size_t>(p.tensors_size());
 
@@ -193,7 +195,7 @@ Status DeviceExecutor::prepare() {
 
 bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
   const plan::Plan &p = lp_.plan;
-  const plan::Device &dev = p.devices(index_);
+  const plan::Device &dev = p.devices(stage_);
   if (tensor < 0 || tensor >= p.tensors_size() || !dst)
     return false;
   for (int32_t t : p.outputs())
@@ -257,7 +259,7 @@ void *DeviceExecutor::address(int32_t tensor, unsigned mb) {
 
 Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   using Clock = std::chrono::steady_clock;
-  const plan::Device &dev = lp_.plan.devices(index_);
+  const plan::Device &dev = lp_.plan.devices(stage_);
   const plan::Plan &p = lp_.plan;
   ctx.workspace = workspace_.data();
   std::fill(runsThisStep_.begin(), runsThisStep_.end(), 0u);
@@ -269,7 +271,9 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
       return errorf("device ", index_, ": injected failure at instruction ", i);
     const plan::Instruction &ins = dev.program(i);
     unsigned mb = ins.micro_batch();
-    ctx.microBatch = mb;
+    // Kernels (Dropout's random stream) see the micro-batch's number in the
+    // step: replica r runs micro-batches r*M .. r*M + M - 1.
+    ctx.microBatch = static_cast<uint64_t>(replicaBase_ / p.devices_size()) * p.pipeline().num_micro_batches() + mb;
     for (int32_t t : feedBefore_[i])
       PIPEC_TRY(io.feed(t, mb, address(t, mb)));
     stats_.arenaHighWater = std::max(stats_.arenaHighWater, highWater_[i]);
@@ -286,7 +290,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
       if (!io.transport)
         return errorf("device ", index_, ": the plan sends tensors but the run has no transport");
       const size_t bytes = p.tensors(ins.tensor()).bytes();
-      PIPEC_TRY(io.transport->send(index_, ins.peer(), messageTag(ins.tensor(), mb),
+      PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb),
                                    address(ins.tensor(), mb), bytes));
       stats_.bytesSent += bytes;
       stats_.commSeconds += seconds(t0, Clock::now());
@@ -295,7 +299,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     case plan::Instruction::RECV: {
       if (!io.transport)
         return errorf("device ", index_, ": the plan receives tensors but the run has no transport");
-      PIPEC_TRY(io.transport->recv(index_, ins.peer(), messageTag(ins.tensor(), mb),
+      PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb),
                                    address(ins.tensor(), mb), p.tensors(ins.tensor()).bytes()));
       stats_.waitSeconds += seconds(t0, Clock::now());
       break;
@@ -333,7 +337,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
                         ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV
                             ? ins.tensor()
                             : -1,
-                        ins.peer(), seconds(epoch_, t0), seconds(epoch_, Clock::now())});
+                        replicaBase_ + ins.peer(), seconds(epoch_, t0), seconds(epoch_, Clock::now())});
     for (int32_t t : collectAfter_[i])
       PIPEC_TRY(io.collect(t, mb, address(t, mb)));
   }

@@ -44,7 +44,9 @@ struct TraceEvent {
 
 class DeviceExecutor {
 public:
-  /// Prepares kernels and memory for device `index` of a loaded plan. The
+  /// Prepares kernels and memory for device `index` of a loaded plan: stage
+  /// index % K of replica index / K (data parallelism; replica 0 alone
+  /// without it), whose peers are the stages of its own replica. The
   /// LoadedPlan must outlive the executor.
   static Expected<std::unique_ptr<DeviceExecutor>> create(const plan::LoadedPlan &lp, int index);
 
@@ -76,6 +78,7 @@ public:
   }
   const std::vector<TraceEvent> &trace() const { return trace_; }
   int index() const { return index_; }
+  int stage() const { return stage_; }
 
   const DeviceStats &stats() const { return stats_; }
   /// Forgets what the runs so far measured (times, counts, node times,
@@ -99,11 +102,14 @@ public:
   bool accumulateInto(int32_t tensor, void *dst);
 
 private:
-  DeviceExecutor(const plan::LoadedPlan &lp, int index) : lp_(lp), index_(index) {}
+  DeviceExecutor(const plan::LoadedPlan &lp, int index, int stage)
+      : lp_(lp), index_(index), stage_(stage), replicaBase_(index - stage) {}
   Status prepare();
 
   const plan::LoadedPlan &lp_;
-  int index_;
+  int index_;       ///< the device: replica * K + stage
+  int stage_;       ///< the plan device whose program it runs
+  int replicaBase_; ///< replica * K: the device of its replica's stage 0
   std::shared_ptr<void> arena_;
   std::vector<int64_t> offsetOf_;       ///< tensor * M + mb -> arena offset, -1 if none
   std::vector<void *> weightAddr_;      ///< tensor -> resident weight data

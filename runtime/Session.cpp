@@ -28,14 +28,17 @@ namespace {
 /// optimizer state) exceed the memory this process may use, before any is
 /// made: the kernel would grant them lazily and end the run half-way.
 Status checkFitsMachine(const plan::Plan &p, int onlyDevice) {
+  const int D = static_cast<int>(std::max<uint32_t>(p.pipeline().data_parallel(), 1));
   const uint64_t machine = usableMemoryBytes();
   if (machine == 0)
     return Status::ok(); // nothing to check against
   long double arenas = 0, weights = 0, state = 0;
   for (const plan::Device &d : p.devices()) {
-    if (onlyDevice >= 0 && d.index() != onlyDevice)
+    if (onlyDevice >= 0 && d.index() != onlyDevice % p.devices_size())
       continue;
-    arenas += std::max<uint64_t>(d.arena_bytes(), 64);
+    // Replicas have arenas of their own; the weights of one process are
+    // one copy.
+    arenas += static_cast<long double>(std::max<uint64_t>(d.arena_bytes(), 64)) * (onlyDevice >= 0 ? 1 : D);
     weights += d.weight_bytes();
   }
   if (p.pipeline().training() && onlyDevice < 0) {
@@ -44,13 +47,13 @@ Status checkFitsMachine(const plan::Plan &p, int onlyDevice) {
     for (const plan::Parameter &pp : p.training().params())
       if (pp.weight() >= 0 && pp.weight() < p.tensors_size())
         state += static_cast<long double>(p.tensors(pp.weight()).bytes()) *
-                 (1 + opt.stateTensors());
+                 (D + opt.stateTensors()); // a gradient per replica
   }
   const long double total = arenas + weights + state;
   if (total <= machine)
     return Status::ok();
   return errorf("it needs ", formatBytes(static_cast<double>(total)), " of memory on this machine (",
-                onlyDevice >= 0 ? cat("device ", onlyDevice) : cat(p.devices_size(), " device(s)"), ": arenas ", formatBytes(static_cast<double>(arenas)),
+                onlyDevice >= 0 ? cat("device ", onlyDevice) : cat(p.devices_size() * D, " device(s)"), ": arenas ", formatBytes(static_cast<double>(arenas)),
                 ", weights ", formatBytes(static_cast<double>(weights)), ", training state ",
                 formatBytes(static_cast<double>(state)), "), more than the ",
                 formatBytes(static_cast<double>(machine)),
@@ -66,16 +69,20 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   std::unique_ptr<Session> s(new Session());
   PIPEC_ASSIGN(s->lp_, plan::loadPlan(planDir));
   s->opts_ = opts;
-  if (opts.failDevice >= s->lp_.plan.devices_size())
-    return errorf("cannot inject a failure on device ", opts.failDevice, ": the plan has ",
-                  s->lp_.plan.devices_size(), " devices");
+  // K stages, D replicas of them: N devices.
   const int K = s->lp_.plan.devices_size();
+  const int D = s->replicas();
+  const int N = K * D;
+  if (opts.failDevice >= N)
+    return errorf("cannot inject a failure on device ", opts.failDevice, ": the plan has ", N, " devices");
   if (opts.rank >= 0) {
     if (!opts.transport)
       return errorf("a distributed run needs a transport");
-    if (opts.transport->numDevices() != K || opts.rank >= K)
-      return errorf("plan '", planDir, "' has ", K, " device(s) and runs on as many MPI ranks (mpirun -np ", K,
-                    "); this job has ", opts.transport->numDevices());
+    if (opts.transport->numDevices() != N || opts.rank >= N)
+      return errorf("plan '", planDir, "' has ",
+                    D > 1 ? cat(K, " stage(s) x ", D, " replicas = ", N, " devices") : cat(N, " device(s)"),
+                    " and runs on as many MPI ranks (mpirun -np ", N, "); this job has ",
+                    opts.transport->numDevices());
   }
   PIPEC_TRY(checkFitsMachine(s->lp_.plan, opts.rank).withContext(cat("plan '", planDir, "'")));
   omp_set_num_threads(opts.threadsPerDevice);
@@ -91,7 +98,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
     epoch -= std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(wall - shared));
   }
-  for (int d = 0; d < K; ++d) {
+  for (int d = 0; d < N; ++d) {
     if (opts.rank >= 0 && d != opts.rank) {
       s->devices_.push_back(nullptr);
       continue;
@@ -111,21 +118,21 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
           producer[o] = d;
     for (int32_t t : p.outputs())
       s->outputProducer_.push_back(producer[t]);
-    s->gatheredStats_.resize(K);
-    s->gatheredTrace_.resize(K);
+    s->gatheredStats_.resize(N);
+    s->gatheredTrace_.resize(N);
   }
   // One device runs on the caller's thread; with several, the others get a
   // thread each and a transport connects them.
-  if (K > 1 && opts.rank < 0) {
+  if (N > 1 && opts.rank < 0) {
     double spin = opts.spinSeconds;
     if (spin < 0) {
       const unsigned cores = usableCores();
-      spin = cores > 0 && static_cast<unsigned>(K * std::max(1, opts.threadsPerDevice)) <= cores
+      spin = cores > 0 && static_cast<unsigned>(N * std::max(1, opts.threadsPerDevice)) <= cores
                  ? kAutoSpinSeconds
                  : 0.0;
     }
-    s->transport_ = makeInProcessTransport(K, spin);
-    s->threads_ = std::make_unique<DeviceThreads>(K, opts.threadsPerDevice, spin);
+    s->transport_ = makeInProcessTransport(N, spin);
+    s->threads_ = std::make_unique<DeviceThreads>(N, opts.threadsPerDevice, spin);
   }
   if (s->isTraining())
     PIPEC_TRY(s->prepareTraining().withContext(cat("plan '", planDir, "'")));
@@ -178,19 +185,29 @@ Status Session::prepareTraining() {
     if (!ps.data)
       return errorf("parameter '", lp_.plan.tensors(pp.weight()).name(), "' is not resident");
     ps.n = static_cast<int64_t>(lp_.plan.tensors(pp.weight()).bytes() / sizeof(float));
+    // The devices that read the weight: its stages, in every replica.
     std::vector<int> holders;
-    for (const plan::Device &dev : lp_.plan.devices())
-      if (std::find(dev.weights().begin(), dev.weights().end(), pp.weight()) != dev.weights().end())
-        holders.push_back(dev.index());
-    sharedParams_ = sharedParams_ || holders.size() > 1;
+    int stagesHolding = 0;
+    for (int r = 0; r < replicas(); ++r)
+      for (const plan::Device &dev : lp_.plan.devices())
+        if (std::find(dev.weights().begin(), dev.weights().end(), pp.weight()) != dev.weights().end()) {
+          holders.push_back(r * stages() + dev.index());
+          stagesHolding += r == 0;
+        }
+    sharedParams_ = sharedParams_ || stagesHolding > 1;
     std::erase(holders, ps.device);
     otherHolders_.push_back(holders);
-    // Gradient accumulators and optimizer state live where the parameter
-    // is updated.
+    // Gradient accumulators live on every replica's device that computes
+    // the gradient; the optimizer's state where the parameter is updated
+    // (replica 0).
     if (isLocal(ps.device)) {
       ps.accum.assign(static_cast<size_t>(ps.n), 0.0f);
       ps.state.assign(opt.stateTensors(), std::vector<float>(static_cast<size_t>(ps.n), 0.0f));
     }
+    ps.replicaAccum.resize(static_cast<size_t>(replicas() - 1));
+    for (int r = 1; r < replicas(); ++r)
+      if (isLocal(r * stages() + ps.device))
+        ps.replicaAccum[static_cast<size_t>(r - 1)].assign(static_cast<size_t>(ps.n), 0.0f);
     paramOfGrad_[pp.grad()] = static_cast<int>(params_.size());
     params_.push_back(std::move(ps));
   }
@@ -204,7 +221,11 @@ Status Session::prepareTraining() {
       const plan::TensorInfo &g = lp_.plan.tensors(ps.grad);
       if (g.dtype() == static_cast<int32_t>(DType::F32) &&
           g.bytes() == static_cast<uint64_t>(ps.n) * sizeof(float))
-        ps.inPlace = isLocal(ps.device) && devices_[ps.device]->accumulateInto(ps.grad, ps.accum.data());
+        for (int r = 0; r < replicas(); ++r) {
+          const int d = r * stages() + ps.device;
+          if (isLocal(d))
+            ps.inPlace = devices_[d]->accumulateInto(ps.grad, ps.accumOf(r)) || ps.inPlace;
+        }
     }
   return Status::ok();
 }
@@ -212,7 +233,7 @@ Status Session::prepareTraining() {
 TensorDesc Session::stepDesc(int32_t t) const {
   const plan::TensorInfo &ti = lp_.plan.tensors(t);
   TensorDesc d{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())};
-  unsigned M = lp_.plan.pipeline().num_micro_batches();
+  const unsigned M = stepMicroBatches();
   if (M > 1) {
     if (d.shape.empty())
       d.shape.push_back(M);
@@ -257,10 +278,16 @@ Expected<std::vector<Tensor>> Session::run(const std::vector<Tensor> &inputs) {
 }
 
 uint64_t Session::trainingStateBytes(int device) const {
+  // Every replica's device holds the gradients of its stage; replica 0's
+  // the optimizer's state too.
   uint64_t bytes = 0;
+  if (!optimizer_)
+    return 0;
+  const int stage = device % stages();
+  const uint64_t copies = 1 + (device < stages() ? optimizer_->stateTensors() : 0);
   for (const ParamState &ps : params_)
-    if (ps.device == device)
-      bytes += static_cast<uint64_t>(ps.n) * sizeof(float) * (1 + optimizer_->stateTensors());
+    if (ps.device == stage)
+      bytes += static_cast<uint64_t>(ps.n) * sizeof(float) * copies;
   return bytes;
 }
 
@@ -453,40 +480,50 @@ Expected<Tensor> Session::weight(const std::string &name) const {
 
 Status Session::exchangeAfterStep(std::vector<Tensor> &outputs, std::vector<char> &collected,
                                   bool training, bool collective, std::vector<double> &sq,
-                                  double lossPart, double *lossSum) {
+                                  std::vector<double> &replicaLoss) {
   const plan::Plan &p = lp_.plan;
-  const unsigned M = p.pipeline().num_micro_batches();
+  const unsigned MT = stepMicroBatches();
+  const int K = stages(), D = replicas();
   Transport *tr = transport();
   const int me = opts_.rank;
   if (training) {
     // Each gradient's squared sum comes from the one device that updates
-    // it, the loss from the one that computes it, every other slot is 0:
-    // the sums are exact, the same bits on every process and as on threads.
-    std::vector<double> v(sq.size() + 1, 0.0);
+    // it, each replica's loss from the one device that computes it, every
+    // other slot is 0: the sums are exact, the same bits on every process
+    // and as on threads.
+    std::vector<double> v(sq.size() + replicaLoss.size(), 0.0);
     if (!collective)
       std::copy(sq.begin(), sq.end(), v.begin());
-    v.back() = lossPart;
+    std::copy(replicaLoss.begin(), replicaLoss.end(), v.begin() + static_cast<ptrdiff_t>(sq.size()));
     PIPEC_TRY(tr->allReduceSum(me, v.data(), v.size()));
     if (!collective)
-      std::copy(v.begin(), v.end() - 1, sq.begin());
-    *lossSum = v.back();
+      std::copy(v.begin(), v.begin() + static_cast<ptrdiff_t>(sq.size()), sq.begin());
+    std::copy(v.begin() + static_cast<ptrdiff_t>(sq.size()), v.end(), replicaLoss.begin());
   }
   const uint32_t kind = static_cast<uint32_t>(SessionMessage::Output);
   for (int i = 0; i < p.outputs_size(); ++i) {
-    const int from = outputProducer_[static_cast<size_t>(i)];
-    if (from <= 0)
+    const int stage = outputProducer_[static_cast<size_t>(i)];
+    if (stage < 0)
       continue;
     // A training step's outputs stay where they are computed (the loss
-    // came with the all-reduce); an inference step's come to the leader.
+    // came with the all-reduce); an inference step's come to the leader,
+    // each replica's M micro-batches from the device of its replica.
     if (!training) {
-      const uint64_t tag = sessionTag(kind, static_cast<uint32_t>(i));
-      if (me == from)
-        PIPEC_TRY(tr->send(me, 0, tag, outputs[i].raw(), outputs[i].bytes()));
-      else if (me == 0)
-        PIPEC_TRY(tr->recv(0, from, tag, outputs[i].raw(), outputs[i].bytes()));
+      const size_t part = outputs[i].bytes() / D;
+      for (int r = 0; r < D; ++r) {
+        const int from = r * K + stage;
+        if (from == 0)
+          continue;
+        char *at = static_cast<char *>(outputs[i].raw()) + part * static_cast<size_t>(r);
+        const uint64_t tag = sessionTag(kind, static_cast<uint32_t>(i * D + r));
+        if (me == from)
+          PIPEC_TRY(tr->send(me, 0, tag, at, part));
+        else if (me == 0)
+          PIPEC_TRY(tr->recv(0, from, tag, at, part));
+      }
     }
     if (me == 0)
-      std::fill_n(collected.begin() + static_cast<ptrdiff_t>(i) * M, M, char{1});
+      std::fill_n(collected.begin() + static_cast<ptrdiff_t>(i) * MT, MT, char{1});
   }
   return Status::ok();
 }
@@ -494,7 +531,11 @@ Status Session::exchangeAfterStep(std::vector<Tensor> &outputs, std::vector<char
 Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inputs, bool training,
                                                   TrainStep *step) {
   const plan::Plan &p = lp_.plan;
+  // M micro-batches per replica, MT per step: device r*K + s runs
+  // micro-batches r*M .. r*M + M - 1 (as its executor numbers them too).
   const unsigned M = p.pipeline().num_micro_batches();
+  const unsigned MT = stepMicroBatches();
+  const int K = stages(), D = replicas();
   if (!broken_.isOk())
     return broken_.withContext("an earlier step failed; open the plan again");
   if (inputs.size() != static_cast<size_t>(p.inputs_size()))
@@ -507,7 +548,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     TensorDesc mbDesc{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())};
     if (inputs[i].desc() != stepDesc(t) && inputs[i].desc() != mbDesc)
       return errorf("input '", ti.name(), "' is ", inputs[i].desc().str(), ", the plan expects ",
-                    stepDesc(t).str(), M > 1 ? cat(" (or ", mbDesc.str(), " for every micro-batch)") : "");
+                    stepDesc(t).str(), MT > 1 ? cat(" (or ", mbDesc.str(), " for every micro-batch)") : "");
   }
   std::vector<Tensor> outputs;
   for (int i = 0; i < p.outputs_size(); ++i) {
@@ -521,6 +562,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       outputs.emplace_back(d);
   }
   lastOutputs_.clear();
+  // Both take the micro-batch's number in the step.
   auto feed = [&](int32_t t, unsigned mb, void *dst) -> Status {
     const Tensor &src = inputs[inputIndex[t]];
     size_t bytes = p.tensors(t).bytes();
@@ -528,30 +570,33 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     std::memcpy(dst, static_cast<const char *>(src.raw()) + off, bytes);
     return Status::ok();
   };
-  std::vector<char> collected(static_cast<size_t>(p.outputs_size()) * M, 0);
+  std::vector<char> collected(static_cast<size_t>(p.outputs_size()) * MT, 0);
   auto collect = [&](int32_t t, unsigned mb, const void *src) -> Status {
-    if (training && stateDst_[t]) {
+    const unsigned replica = mb / M;
+    if (training && stateDst_[t] && replica == 0) {
       // Running statistics: micro-batches update them in ascending order
-      // on the one device that computes them.
+      // on the one device that computes them; with replicas, those of
+      // replica 0 (as data-parallel trainers keep rank 0's).
       std::memcpy(stateDst_[t], src, p.tensors(t).bytes());
     }
     if (training && paramOfGrad_[t] >= 0) {
       // Sum gradients in ascending micro-batch order: bitwise the same for
-      // any partition and schedule.
+      // any partition and schedule. Each replica sums its own.
       ParamState &ps = params_[paramOfGrad_[t]];
       const float *g = static_cast<const float *>(src);
-      if (mb == 0)
-        std::memcpy(ps.accum.data(), g, ps.accum.size() * sizeof(float));
+      float *acc = ps.accumOf(static_cast<int>(replica));
+      if (mb % M == 0)
+        std::memcpy(acc, g, static_cast<size_t>(ps.n) * sizeof(float));
       else
         for (int64_t i = 0; i < ps.n; ++i)
-          ps.accum[i] += g[i];
+          acc[i] += g[i];
     }
     int oi = outputIndex[t];
     if (oi < 0)
       return Status::ok();
     size_t bytes = p.tensors(t).bytes();
     std::memcpy(static_cast<char *>(outputs[oi].raw()) + bytes * mb, src, bytes);
-    collected[static_cast<size_t>(oi) * M + mb] = 1;
+    collected[static_cast<size_t>(oi) * MT + mb] = 1;
     return Status::ok();
   };
   // Every device updates the parameters whose gradients it computed. The
@@ -572,21 +617,50 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   const double clip = p.training().clip_grad_norm();
   const bool collective =
       tr && (clip > 0 || (sharedParams_ && !distributed()) || opts_.skipNonFinite);
+  // Distributed: the devices that read a parameter updated elsewhere (tied
+  // weights; other replicas) receive it after each update.
+  const bool syncWeights = distributed() && (sharedParams_ || D > 1);
   const int lastLocal = localDevices_.back();
   bool skip = false; // the step's gradients are not finite: drop the update
   std::vector<double> sq(params_.size(), 0.0);
   const int64_t stepNumber = static_cast<int64_t>(steps_) + 1;
   const float lr = training ? schedule_.lrAt(stepNumber) : 0.0f;
   auto optimize = [&](int d) -> Status {
+    const int replica = d / K, stage = d % K;
+    const uint32_t reduceKind = static_cast<uint32_t>(SessionMessage::ReplicaGradient);
+    if (replica > 0) {
+      // Replica r's gradients go to replica 0's device of the stage, which
+      // sums them in replica order and updates the weights.
+      for (size_t i = 0; i < params_.size(); ++i) {
+        ParamState &ps = params_[i];
+        if (ps.device == stage)
+          PIPEC_TRY(tr->send(d, stage, sessionTag(reduceKind, static_cast<uint32_t>(i)), ps.accumOf(replica),
+                             static_cast<size_t>(ps.n) * sizeof(float)));
+      }
+    } else if (D > 1) {
+      std::vector<float> part;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        ParamState &ps = params_[i];
+        if (ps.device != d)
+          continue;
+        part.resize(static_cast<size_t>(ps.n));
+        for (int r = 1; r < D; ++r) {
+          PIPEC_TRY(tr->recv(d, r * K + d, sessionTag(reduceKind, static_cast<uint32_t>(i)), part.data(),
+                             part.size() * sizeof(float)));
+          for (int64_t k = 0; k < ps.n; ++k)
+            ps.accum[k] += part[k];
+        }
+      }
+    }
     // The loss of a step is the mean of the micro-batch losses, so its
     // gradient is the mean of theirs.
-    const float invM = 1.0f / static_cast<float>(M);
+    const float invM = 1.0f / static_cast<float>(MT);
     std::vector<double> mine(collective ? params_.size() : 0, 0.0);
     for (size_t i = 0; i < params_.size(); ++i) {
       ParamState &ps = params_[i];
       if (ps.device != d)
         continue;
-      if (M > 1)
+      if (MT > 1)
         train::scaleGrad(ps.accum.data(), ps.n, invM);
       (collective ? mine[i] : sq[i]) = train::gradSquaredSum(ps.accum.data(), ps.n);
     }
@@ -640,7 +714,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
         state.push_back(s.data());
       PIPEC_TRY(optimizer_->step(stepNumber, lr, ps.data, ps.accum.data(), state, ps.n));
     }
-    if (distributed() && sharedParams_) {
+    if (syncWeights) {
       // Every device is past its last read of this step's weights at its
       // OPTIMIZER instruction: the updater sends, the other holders take.
       const uint32_t kind = static_cast<uint32_t>(SessionMessage::SharedWeight);
@@ -667,8 +741,15 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   ctx.training = training;
   auto runDevice = [&](int d) -> Status {
     DeviceExecutor::StepIO io;
-    io.feed = feed;
-    io.collect = collect;
+    // The executor numbers its replica's micro-batches from 0.
+    const unsigned base = static_cast<unsigned>(d / K) * M;
+    if (base == 0) {
+      io.feed = feed;
+      io.collect = collect;
+    } else {
+      io.feed = [&feed, base](int32_t t, unsigned mb, void *dst) { return feed(t, base + mb, dst); };
+      io.collect = [&collect, base](int32_t t, unsigned mb, const void *src) { return collect(t, base + mb, src); };
+    }
     if (training)
       io.optimize = optimize;
     io.transport = tr;
@@ -704,26 +785,37 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   }
   stepSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++measuredSteps_;
-  double lossSum = 0; // training: the sum of the loss output's elements
-  int lossIndex = training ? outputIndex[p.training().loss()] : -1;
-  auto sumLoss = [&] {
+  // Training: the sum of the loss output's elements, as the sum over the
+  // replicas in order of each replica's sum (its micro-batches in order),
+  // which a distributed run adds the same way.
+  double lossSum = 0;
+  const int lossIndex = training ? outputIndex[p.training().loss()] : -1;
+  std::vector<double> replicaLoss(static_cast<size_t>(D), 0.0);
+  auto sumLoss = [&](int r) {
+    const Tensor &l = outputs[lossIndex];
+    const int64_t per = l.numel() / D;
     double sum = 0;
-    for (int64_t i = 0; i < outputs[lossIndex].numel(); ++i)
-      sum += outputs[lossIndex].getDouble(i);
+    for (int64_t i = r * per; i < (r + 1) * per; ++i)
+      sum += l.getDouble(i);
     return sum;
   };
   if (distributed()) {
-    Status s = exchangeAfterStep(outputs, collected, training, collective, sq,
-                                 lossIndex >= 0 && outputProducer_[lossIndex] == opts_.rank ? sumLoss() : 0.0,
-                                 &lossSum);
+    if (training)
+      for (int r = 0; r < D; ++r)
+        if (outputProducer_[lossIndex] >= 0 && r * K + outputProducer_[lossIndex] == opts_.rank)
+          replicaLoss[r] = sumLoss(r);
+    Status s = exchangeAfterStep(outputs, collected, training, collective, sq, replicaLoss);
     if (!s) {
       tr->abort(s);
       broken_ = s;
       return s;
     }
   } else if (training) {
-    lossSum = sumLoss();
+    for (int r = 0; r < D; ++r)
+      replicaLoss[r] = sumLoss(r);
   }
+  for (double part : replicaLoss)
+    lossSum += part;
   if (training) {
     double total = 0.0;
     for (double v : sq)
@@ -739,8 +831,8 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   // in a distributed run the leader's outputs are the whole step's.
   for (int i = 0; i < p.outputs_size() && leader(); ++i) {
     int32_t t = p.outputs(i);
-    for (unsigned mb = 0; mb < M; ++mb) {
-      if (collected[static_cast<size_t>(i) * M + mb])
+    for (unsigned mb = 0; mb < MT; ++mb) {
+      if (collected[static_cast<size_t>(i) * MT + mb])
         continue;
       const void *src = nullptr;
       if (inputIndex[t] >= 0) {
@@ -748,8 +840,8 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
         size_t bytes = p.tensors(t).bytes();
         src = static_cast<const char *>(in.raw()) + (in.bytes() == bytes ? 0 : bytes * mb);
       } else {
-        int holder = deviceHolding(t, mb);
-        src = holder < 0 ? residentData(t) : devices_[holder]->address(t, mb);
+        int holder = deviceHolding(t, mb % M);
+        src = holder < 0 ? residentData(t) : devices_[holder]->address(t, mb % M);
       }
       if (!src)
         return errorf("graph output '", p.tensors(t).name(), "' of micro-batch ", mb,

@@ -54,7 +54,14 @@ struct SessionOptions {
 
 /// Kinds of the messages between the processes of a distributed run that
 /// are not tensor instances (sessionTag).
-enum class SessionMessage : uint32_t { Output = 0, SharedWeight = 1, Gather = 2, Stats = 3, Trace = 4 };
+enum class SessionMessage : uint32_t {
+  Output = 0,
+  SharedWeight = 1,
+  Gather = 2,
+  Stats = 3,
+  Trace = 4,
+  ReplicaGradient = 5
+};
 
 /// The automatic spin of a waiting device whose thread has a core to itself.
 inline constexpr double kAutoSpinSeconds = 20e-3;
@@ -105,6 +112,14 @@ public:
   /// clipping and the optimizer. Training plans only.
   Expected<TrainStep> train(const std::vector<Tensor> &inputs);
   bool isTraining() const { return lp_.plan.pipeline().training(); }
+  /// Data parallelism: replicas of the pipeline (1 without); the session
+  /// runs stages() x replicas() devices, device r*K + s stage s of replica r.
+  int replicas() const { return static_cast<int>(std::max<uint32_t>(lp_.plan.pipeline().data_parallel(), 1)); }
+  int stages() const { return lp_.plan.devices_size(); }
+  /// Micro-batches of a step: M per replica.
+  unsigned stepMicroBatches() const {
+    return lp_.plan.pipeline().num_micro_batches() * static_cast<unsigned>(replicas());
+  }
   /// Writes the training state after the steps run so far (parameters,
   /// optimizer buffers, step count) to a checkpoint directory, atomically.
   /// In a distributed run every process calls it: the leader gathers the
@@ -166,7 +181,7 @@ private:
   /// are summed over the processes, and an inference step's outputs are
   /// sent to the leader.
   Status exchangeAfterStep(std::vector<Tensor> &outputs, std::vector<char> &collected, bool training,
-                           bool collective, std::vector<double> &sq, double lossPart, double *lossSum);
+                           bool collective, std::vector<double> &sq, std::vector<double> &replicaLoss);
   /// Runs every device's program; `training` accumulates gradients and
   /// applies the optimizer.
   Expected<std::vector<Tensor>> runProgram(const std::vector<Tensor> &inputs, bool training,
@@ -178,6 +193,12 @@ private:
     float *data = nullptr; ///< the resident weight, updated in place
     int64_t n = 0;
     std::vector<float> accum;
+    /// The gradients of replicas 1 .. D-1 (data parallelism), summed into
+    /// accum in replica order at the OPTIMIZER instruction.
+    std::vector<std::vector<float>> replicaAccum;
+    float *accumOf(int replica) {
+      return replica == 0 ? accum.data() : replicaAccum[static_cast<size_t>(replica - 1)].data();
+    }
     /// The gradient's kernel sums into accum itself
     /// (DeviceExecutor::accumulateInto); collect() never sees it.
     bool inPlace = false;

@@ -165,6 +165,10 @@ Status validatePlan(const Plan &p) {
   if (pl.num_stages() > kMaxStages)
     return errorf("the plan has ", pl.num_stages(), " stages (at most ", kMaxStages,
                   " are supported)");
+  if (pl.data_parallel() > kMaxStages ||
+      static_cast<uint64_t>(std::max(pl.data_parallel(), 1u)) * pl.num_stages() > kMaxStages)
+    return errorf("the plan has ", pl.data_parallel(), " replicas of ", pl.num_stages(),
+                  " stages (at most ", kMaxStages, " devices are supported)");
   // Per-device tables hold one entry per tensor instance (tensors x M).
   if (static_cast<uint64_t>(p.tensors_size()) * pl.num_micro_batches() > (uint64_t(1) << 28))
     return errorf("the plan has ", p.tensors_size(), " tensors x ", pl.num_micro_batches(),

@@ -9,6 +9,11 @@ threads, and ranks that fail.
         for bit; an inference plan's outputs (--outputs) byte for byte.
         Prints 'PASS same PLAN on RANKS ranks: ...' or fails.
 
+    mpi_check.py close A.onnx B.onnx TOL
+        Every initializer of two trained models agrees within TOL relative
+        to the tensor's largest magnitude in B (data parallelism against
+        one pipeline with the same global batch). Prints 'PASS close: ...'.
+
     mpi_check.py fail KIND PLAN WORK
         A job in which one rank fails, KIND one of: error (rank 1 fails at
         its 5th instruction, --inject-failure), kill (rank 1 is SIGKILLed
@@ -174,11 +179,37 @@ def fail_case(kind, plan, work):
           % (kind, p.returncode, took))
 
 
+def close(a_path, b_path, tol):
+    """The largest difference of two trained models' initializers, each
+    relative to the largest magnitude of the tensor in B."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    a = {t.name: numpy_helper.to_array(t) for t in onnx.load(a_path).graph.initializer}
+    b = {t.name: numpy_helper.to_array(t) for t in onnx.load(b_path).graph.initializer}
+    if sorted(a) != sorted(b):
+        fail("the models have different initializers")
+    worst, where = 0.0, ""
+    for name in sorted(a):
+        x, y = a[name].astype(np.float64), b[name].astype(np.float64)
+        if x.size == 0:
+            continue
+        d = float(np.max(np.abs(x - y))) / max(float(np.max(np.abs(y))), 1e-30)
+        if d > worst:
+            worst, where = d, name
+    if not worst <= tol:
+        fail("models differ by %.3g relative (over %g) at %s" % (worst, tol, where))
+    print("PASS close: %d tensors within %.3g relative (limit %g)%s" % (len(a), worst, tol,
+          ", largest at " + where if where else ""))
+
+
 def main():
     if len(sys.argv) < 2:
         fail(__doc__)
     if sys.argv[1] == "same" and len(sys.argv) >= 5:
         same(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:])
+    elif sys.argv[1] == "close" and len(sys.argv) == 5:
+        close(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     elif sys.argv[1] == "fail" and len(sys.argv) == 5:
         fail_case(sys.argv[2], sys.argv[3], sys.argv[4])
     else:

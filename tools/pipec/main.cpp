@@ -40,6 +40,7 @@ struct Options {
   std::string output;
   int stages = 1;
   int microBatches = 1;
+  int dataParallel = 1;
   std::string schedule = "1f1b";
   int64_t batch = 0;
   std::vector<std::string> dims;
@@ -213,6 +214,8 @@ Status compile(const Options &o, const std::string &commandLine) {
     return errorf("-m/--micro-batches must be at least 1 (got ", o.microBatches, ")");
   if (o.stages < 1)
     return errorf("-k/--stages must be at least 1 (got ", o.stages, ")");
+  if (o.dataParallel < 1 || o.dataParallel > 4096)
+    return errorf("--data-parallel must be 1 to 4096 replicas (got ", o.dataParallel, ")");
   if (o.emit != "plan" && o.emit != "ir" && o.emit != "report")
     return errorf("--emit must be plan, ir or report (got '", o.emit, "')");
   if (o.emit == "plan" && o.output.empty())
@@ -267,6 +270,7 @@ Status compile(const Options &o, const std::string &commandLine) {
   }
   co.emit.schedule = o.schedule;
   co.emit.microBatches = o.microBatches;
+  co.emit.dataParallel = o.dataParallel;
   co.emit.training = o.train;
   co.train = o.trainOpts;
   co.emit.sourceModel = std::filesystem::path(o.model).filename().string();
@@ -330,6 +334,9 @@ int main(int argc, char **argv) {
   app.add_option("model", o.model, "ONNX model (.onnx) or pipec IR text (.pir)");
   app.add_option("-o,--output", o.output, "plan directory to write");
   app.add_option("-k,--stages", o.stages, "number of pipeline stages K (one device each)");
+  app.add_option("--data-parallel", o.dataParallel,
+                 "replicas D of the pipeline (data parallelism): D x K devices, D x M micro-batches a "
+                 "step, each gradient summed over the replicas in replica order (default 1)");
   app.add_option("-m,--micro-batches", o.microBatches, "micro-batches M per step");
   app.add_option("--schedule", o.schedule,
                  "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b "

@@ -340,7 +340,7 @@ nlohmann::json deviceReport(const runtime::Session &session) {
   const double stepSec = session.meanStepSeconds();
   for (size_t d = 0; d < session.devices().size(); ++d) {
     const runtime::DeviceStats &st = session.deviceStats(static_cast<int>(d));
-    const plan::Device &pd = p.devices(static_cast<int>(d));
+    const plan::Device &pd = p.devices(static_cast<int>(d) % p.devices_size()); // its stage
     const double n = std::max(1.0, static_cast<double>(session.measuredSteps()));
     const uint64_t train = session.trainingStateBytes(static_cast<int>(d));
     nlohmann::json dj;
@@ -384,10 +384,11 @@ void printDeviceTable(const nlohmann::json &devs, const runtime::Session &sessio
                 formatBytes(dj["predicted_memory_bytes"].get<double>()).c_str());
   }
   std::printf("step %.3f ms measured (median; mean %.3f ms over %llu steps), %.3f ms predicted; "
-              "schedule %s, K=%d, M=%u\n",
+              "schedule %s, K=%d, M=%u%s\n",
               medianStep * 1e3, stepSec * 1e3, static_cast<unsigned long long>(session.measuredSteps()),
               p.pipeline().predicted_step_seconds() * 1e3, p.pipeline().schedule().c_str(),
-              p.devices_size(), p.pipeline().num_micro_batches());
+              p.devices_size(), p.pipeline().num_micro_batches(),
+              session.replicas() > 1 ? cat(", D=", session.replicas()).c_str() : "");
 }
 
 /// A Chrome trace (chrome://tracing, Perfetto): one track per device, one
@@ -473,7 +474,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
                    static_cast<long long>(first));
   }
   const plan::Plan &p = session.plan();
-  int64_t examples = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) * p.pipeline().num_micro_batches();
+  int64_t examples = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) * session.stepMicroBatches();
   std::string metrics;
   std::vector<double> stepSeconds;
   double firstLoss = 0, lastLoss = 0;
@@ -661,7 +662,7 @@ Status runPlan(const Options &o) {
   }
 
   int64_t examplesPerStep = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) *
-                            p.pipeline().num_micro_batches();
+                            session->stepMicroBatches();
   std::vector<Tensor> outputs;
   std::vector<double> stepSeconds;
   const int64_t total = o.warmup + o.steps;
