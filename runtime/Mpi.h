@@ -12,9 +12,10 @@
 //    MPI_Isend, so the device computes while the message travels; buffers
 //    of completed sends are reused.
 //  - recv() posts an MPI_Irecv into the destination and polls it, spinning
-//    for `spinSeconds`, then sleeping in growing pauses (up to 1 ms), so
-//    ranks that share cores leave them to the one computing. While it
-//    polls it also watches for an abort notice from any rank.
+//    for `spinSeconds`, then yielding the core between polls, then
+//    sleeping in growing pauses (up to 200 us), so ranks that share cores
+//    leave them to the one computing. While it polls it also watches for
+//    an abort notice from any rank.
 //  - allReduceSum() gathers every rank's values on rank 0, adds them in
 //    rank order (as the in-process transport adds in device order: the
 //    same bits) and sends the sum back.

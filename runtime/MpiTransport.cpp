@@ -241,8 +241,12 @@ private:
     return wait(reqs, st);
   }
 
-  /// Polls `reqs` until all complete or another rank's abort notice comes;
-  /// spins for spin_, then sleeps in pauses growing to 1 ms.
+  /// Polls `reqs` until all complete or another rank's abort notice comes:
+  /// spins for spin_, then yields the core between polls for 2 ms (another
+  /// rank that shares it runs; alone, the poll goes on at once), then
+  /// sleeps in pauses growing to 200 us. (Sleeping at once cost a 1F1B
+  /// step of the GPT-like sample 28 ms instead of 1.6 ms: every message
+  /// waited for the end of a pause.)
   Status wait(std::vector<MPI_Request> &reqs, std::vector<MPI_Status> &st) {
     const auto start = std::chrono::steady_clock::now();
     int pauseUs = 0;
@@ -267,12 +271,17 @@ private:
         return abortStatus_;
       }
       reapSends();
-      if (std::chrono::steady_clock::now() - start < spin_) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited < spin_) {
         cpuRelax();
         continue;
       }
+      if (waited < spin_ + std::chrono::milliseconds(2)) {
+        std::this_thread::yield();
+        continue;
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(pauseUs));
-      pauseUs = std::min(1000, pauseUs * 2 + 10);
+      pauseUs = std::min(200, pauseUs * 2 + 10);
     }
   }
 

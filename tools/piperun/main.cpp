@@ -838,10 +838,12 @@ int main(int argc, char **argv) {
     PIPEC_ASSIGN(o.job, runtime::initMpi());
     if (o.job && o.job->size > 1) {
       // Spin while waiting only when the ranks on this host and their
-      // threads fit its cores, as for device threads.
+      // threads fit its cores, as for device threads. The host's cores,
+      // not this process's: mpirun binds each rank to a core of its own.
       const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
       const long perHost = local ? std::max(1L, std::atol(local)) : o.job->size;
-      const unsigned cores = usableCores();
+      const long online = sysconf(_SC_NPROCESSORS_ONLN);
+      const unsigned cores = online > 0 ? static_cast<unsigned>(online) : 0;
       double spin = o.spinMicroseconds >= 0 ? o.spinMicroseconds * 1e-6
                     : cores > 0 && perHost * o.threads <= static_cast<long>(cores)
                         ? runtime::kAutoSpinSeconds
