@@ -36,18 +36,30 @@ Status checkFitsMachine(const plan::Plan &p, int onlyDevice) {
   for (const plan::Device &d : p.devices()) {
     if (onlyDevice >= 0 && d.index() != onlyDevice % p.devices_size())
       continue;
-    // Replicas have arenas of their own; the weights of one process are
-    // one copy.
+    // Replicas have arenas of their own.
     arenas += static_cast<long double>(std::max<uint64_t>(d.arena_bytes(), 64)) * (onlyDevice >= 0 ? 1 : D);
-    weights += d.weight_bytes();
   }
-  if (p.pipeline().training() && onlyDevice < 0) {
+  // Every process loads the weight files whole, once, whatever devices it
+  // runs.
+  for (const plan::WeightFile &f : p.weight_files())
+    weights += f.bytes();
+  if (p.pipeline().training()) {
     PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(p.training().optimizer()));
     PIPEC_ASSIGN(train::Optimizer opt, train::Optimizer::create(oc));
+    // A gradient per replica where it is computed, the optimizer's state at
+    // replica 0; one device: the parameters its stage computes gradients of.
+    std::vector<char> mine(static_cast<size_t>(p.tensors_size()), onlyDevice < 0);
+    if (onlyDevice >= 0)
+      for (const plan::Node &n : p.devices(onlyDevice % p.devices_size()).nodes())
+        for (int32_t o : n.outputs())
+          if (o >= 0 && o < p.tensors_size())
+            mine[static_cast<size_t>(o)] = 1;
+    const long double copies =
+        onlyDevice < 0 ? D + opt.stateTensors() : 1 + (onlyDevice < p.devices_size() ? opt.stateTensors() : 0);
     for (const plan::Parameter &pp : p.training().params())
-      if (pp.weight() >= 0 && pp.weight() < p.tensors_size())
-        state += static_cast<long double>(p.tensors(pp.weight()).bytes()) *
-                 (D + opt.stateTensors()); // a gradient per replica
+      if (pp.weight() >= 0 && pp.weight() < p.tensors_size() && pp.grad() >= 0 &&
+          pp.grad() < p.tensors_size() && mine[static_cast<size_t>(pp.grad())])
+        state += static_cast<long double>(p.tensors(pp.weight()).bytes()) * copies;
   }
   const long double total = arenas + weights + state;
   if (total <= machine)
