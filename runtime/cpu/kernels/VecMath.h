@@ -6,7 +6,8 @@
 // build with), so a loop that calls them does not vectorize: on 16384 floats
 // (AVX2) Exp took 92 us and Tanh 446 us with libm. Selects are written as
 // `?:` on values computed unconditionally, and bit tricks use std::bit_cast
-// on unsigned integers.
+// on unsigned integers (floatBits, bitsFloat: runtime/cuda/Hd.h). The
+// functions are PIPEC_HD: the CUDA kernels run the same code.
 //
 // Accuracy, measured on every one of the 2^32 float inputs against
 // std::exp / std::tanh in double, as |result - exact| over the ulp of the
@@ -32,6 +33,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "runtime/cuda/Hd.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -46,7 +49,7 @@ namespace pipec::cpu {
 /// 2^n as two exact powers of two 2^n1 * 2^n2, each a normal float, so that
 /// only the last multiply rounds: it overflows to +inf and underflows
 /// gradually through the denormals. NaN stays NaN.
-inline float expApprox(float x) {
+PIPEC_HD inline float expApprox(float x) {
   // Comparisons are false for NaN, so NaN passes both clamps. Below -104
   // the result rounds to 0, above 89 to +inf.
   x = x < -104.0f ? -104.0f : x;
@@ -56,7 +59,7 @@ inline float expApprox(float x) {
   constexpr float kRound = 12582912.0f;
   const float t = x * 1.44269504088896341f + kRound;
   const float n = t - kRound;
-  const uint32_t nBits = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRound);
+  const uint32_t nBits = floatBits(t) - floatBits(kRound);
   // ln2 = kLn2Hi + kLn2Lo with kLn2Hi exact in 15 bits: n * kLn2Hi and
   // x - n * kLn2Hi are exact for |n| < 512.
   constexpr float kLn2Hi = 0.693145751953125f;
@@ -73,8 +76,8 @@ inline float expApprox(float x) {
   // [-75, 64]: biased = n + 256 > 0, half = n1 + 128.
   const uint32_t biased = nBits + 256u;
   const uint32_t half = biased >> 1;
-  const float s1 = std::bit_cast<float>((half - 1u) << 23);          // n1 + 127
-  const float s2 = std::bit_cast<float>((biased - half - 1u) << 23); // n2 + 127
+  const float s1 = bitsFloat((half - 1u) << 23);          // n1 + 127
+  const float s2 = bitsFloat((biased - half - 1u) << 23); // n2 + 127
   return (e * s1) * s2;
 }
 
@@ -83,7 +86,7 @@ inline float expApprox(float x) {
 /// rounding); otherwise 1 - 2 / (exp(2a) + 1), which reaches 1 from
 /// a = 9.0109 on. Both are computed and one is selected; the sign of x is
 /// put back last, so tanh(-0) = -0. NaN stays NaN.
-inline float tanhApprox(float x) {
+PIPEC_HD inline float tanhApprox(float x) {
   const float a = std::fabs(x);
   const float s = a * a;
   float p = -5.704982925e-3f;
@@ -101,8 +104,11 @@ inline float tanhApprox(float x) {
 /// scalar call of about 20 ns. Largest error against erf in double: 3.8e-7
 /// absolute, measured over [-10, 10] in steps of 5e-6 (ElementwiseKernelsTest
 /// checks it). Doubles use std::erf.
-inline float erfRational(float x) {
-  x = std::min(4.0f, std::max(-4.0f, x));
+PIPEC_HD inline float erfRational(float x) {
+  // std::min(4, std::max(-4, x)), written out for the device: a NaN
+  // gives -4 as there.
+  x = -4.0f < x ? x : -4.0f;
+  x = x < 4.0f ? x : 4.0f;
   const float x2 = x * x;
   float p = -2.72614225801306e-10f;
   p = p * x2 + 2.77068142495902e-08f;
@@ -120,7 +126,7 @@ inline float erfRational(float x) {
 }
 
 /// exp: expApprox for float, std::exp otherwise.
-template <typename T> inline T expOf(T x) {
+template <typename T> PIPEC_HD inline T expOf(T x) {
   if constexpr (std::is_same_v<T, float>)
     return expApprox(x);
   else
@@ -128,7 +134,7 @@ template <typename T> inline T expOf(T x) {
 }
 
 /// tanh: tanhApprox for float, std::tanh otherwise.
-template <typename T> inline T tanhOf(T x) {
+template <typename T> PIPEC_HD inline T tanhOf(T x) {
   if constexpr (std::is_same_v<T, float>)
     return tanhApprox(x);
   else
@@ -136,7 +142,7 @@ template <typename T> inline T tanhOf(T x) {
 }
 
 /// erf: erfRational for float, std::erf otherwise.
-template <typename T> inline T erfOf(T x) {
+template <typename T> PIPEC_HD inline T erfOf(T x) {
   if constexpr (std::is_same_v<T, float>)
     return erfRational(x);
   else

@@ -1,0 +1,181 @@
+//===- runtime/cuda/Bodies.h - Kernel bodies for host and GPU --*- C++ -*-===//
+//
+// What one GPU thread of a kernel computes, as PIPEC_HD functions: nvcc
+// compiles them into the CUDA kernels (runtime/cuda/Kernels.cu), and the
+// host compiler into tests/unit/CudaBodiesTest.cpp, which checks them
+// against the CPU kernels on machines without a GPU. Each body follows the
+// CPU kernel's formula and order of operations:
+//  - the elementwise ops use VecMath.h's float exp, tanh and erf, as the CPU
+//    kernels do; where neither the CPU's nor the GPU's compiler contracts a
+//    multiply-add differently (Relu, Add, Mul...) the bits are the CPU's;
+//  - row reductions (softmax, the loss) add in index order, one thread per
+//    row, as the CPU adds: no atomics, so a result does not depend on the
+//    launch;
+//  - the optimizers' updates are torch.optim's formulas as
+//    runtime/train/Optimizer.cpp writes them.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/cpu/kernels/VecMath.h"
+#include "runtime/cuda/Hd.h"
+
+#include <cmath>
+#include <cstdint>
+
+namespace pipec::cuda::body {
+
+// ---- Elementwise, one element per thread.
+
+PIPEC_HD inline float relu(float x) { return x < 0.0f ? 0.0f : x; } // NaN passes
+PIPEC_HD inline float reluGrad(float dy, float y) { return y <= 0.0f ? 0.0f : dy; }
+PIPEC_HD inline float neg(float x) { return -x; }
+PIPEC_HD inline float sigmoid(float x) { return 1.0f / (1.0f + cpu::expOf(-x)); }
+PIPEC_HD inline float tanhF(float x) { return cpu::tanhOf(x); }
+PIPEC_HD inline float expF(float x) { return cpu::expOf(x); }
+PIPEC_HD inline float geluErf(float x) {
+  return 0.5f * x * (1.0f + cpu::erfOf(x * 0.70710678118654752440f));
+}
+PIPEC_HD inline float geluTanh(float x) {
+  const float k = 0.79788456080286535588f; // sqrt(2/pi)
+  return 0.5f * x * (1.0f + cpu::tanhOf(k * (x + 0.044715f * x * x * x)));
+}
+
+enum class BinaryOp : int { Add, Sub, Mul, Div };
+PIPEC_HD inline float binary(BinaryOp op, float a, float b) {
+  switch (op) {
+  case BinaryOp::Add: return a + b;
+  case BinaryOp::Sub: return a - b;
+  case BinaryOp::Mul: return a * b;
+  case BinaryOp::Div: return a / b;
+  }
+  return 0.0f;
+}
+
+/// Numpy broadcasting of an input to an output of up to kMaxRank axes: the
+/// output's dims and, per axis, the input's stride (0 where the input's
+/// axis is 1 or missing), both aligned to the output's last axis.
+inline constexpr int kMaxRank = 8;
+struct Broadcast {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+};
+
+/// The input offset of output element `i`.
+PIPEC_HD inline int64_t broadcastOffset(int64_t i, const Broadcast &b) {
+  int64_t off = 0;
+  for (int a = b.rank - 1; a >= 0; --a) {
+    const int64_t d = b.dims[a];
+    off += (i % d) * b.strides[a];
+    i /= d;
+  }
+  return off;
+}
+
+/// The Broadcast of an input of shape `in` (rank `inRank`) to `out` (rank
+/// `outRank` >= inRank, at most kMaxRank; every input dim 1 or equal).
+inline Broadcast makeBroadcast(const int64_t *out, int outRank, const int64_t *in, int inRank) {
+  Broadcast b;
+  b.rank = outRank;
+  int64_t stride = 1;
+  for (int a = outRank - 1; a >= 0; --a) {
+    const int ia = a - (outRank - inRank);
+    b.dims[a] = out[a];
+    const int64_t d = ia >= 0 ? in[ia] : 1;
+    b.strides[a] = d == 1 ? 0 : stride;
+    stride *= d;
+  }
+  return b;
+}
+
+// ---- Rows, one row per thread, in index order.
+
+/// Softmax (or LogSoftmax) of n elements strided by `stride`: the maximum,
+/// exp(x - max), their sum in index order, then the scale (or the shift),
+/// as the CPU kernel's rows.
+template <bool Log>
+PIPEC_HD inline void softmaxRow(const float *x, float *y, int64_t n, int64_t stride) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i)
+    m = x[i * stride] > m ? x[i * stride] : m;
+  for (int64_t i = 0; i < n; ++i)
+    y[i * stride] = cpu::expOf(x[i * stride] - m);
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    s += y[i * stride];
+  if constexpr (Log) {
+    const float shift = m + logf(s);
+    for (int64_t i = 0; i < n; ++i)
+      y[i * stride] = x[i * stride] - shift;
+  } else {
+    const float r = 1.0f / s;
+    for (int64_t i = 0; i < n; ++i)
+      y[i * stride] *= r;
+  }
+}
+
+/// A sum of n values in a fixed tree, the same on host and GPU: `lanes`
+/// partial sums (lane l adds elements l, l + lanes, ... in order), then the
+/// partials added pairwise (lane l += lane l + h for h = lanes/2, ..., 1;
+/// lanes a power of two). A GPU block adds this way with one thread per
+/// lane and no atomics; the host version gives its bits.
+PIPEC_HD inline float treeSum(const float *x, int64_t n, int lanes, float *partial) {
+  for (int l = 0; l < lanes; ++l) {
+    float s = 0.0f;
+    for (int64_t i = l; i < n; i += lanes)
+      s += x[i];
+    partial[l] = s;
+  }
+  for (int h = lanes / 2; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l)
+      partial[l] += partial[l + h];
+  return partial[0];
+}
+
+// ---- Optimizers: one parameter element per thread.
+
+struct SgdScalars {
+  float negLr, wd, mu, oneMinusDamp;
+  bool weightDecay, momentum, first, nesterov;
+};
+
+/// torch.optim.SGD on one element (runtime/train/Optimizer.cpp's sgdChunk).
+PIPEC_HD inline void sgdElement(const SgdScalars &s, float &p, float g, float *buf) {
+  float d = g;
+  if (s.weightDecay)
+    d = d + s.wd * p;
+  if (s.momentum) {
+    const float b = s.first ? d : *buf * s.mu + s.oneMinusDamp * d;
+    *buf = b;
+    d = s.nesterov ? d + s.mu * b : b;
+  }
+  p = p + s.negLr * d;
+}
+
+struct AdamScalars {
+  float wd, decay, w1;
+  bool w1Small;
+  float beta2, oneMinusBeta2, bc2Sqrt, eps, negStepSize;
+  bool l2, decoupled;
+};
+
+/// torch.optim.Adam / AdamW on one element (Optimizer.cpp's adamChunk,
+/// without amsgrad).
+PIPEC_HD inline void adamElement(const AdamScalars &s, float &p, float g, float &m, float &v) {
+  float pi = p;
+  if (s.l2)
+    g = g + s.wd * pi;
+  if (s.decoupled)
+    pi = pi * s.decay;
+  // exp_avg.lerp_(grad, 1 - beta1), as ATen's CPU lerp.
+  const float mi = s.w1Small ? m + s.w1 * (g - m) : g - (g - m) * (1.0f - s.w1);
+  float vi = v * s.beta2;
+  vi = vi + s.oneMinusBeta2 * g * g;
+  m = mi;
+  v = vi;
+  const float denom = sqrtf(vi) / s.bc2Sqrt + s.eps;
+  p = pi + s.negStepSize * mi / denom;
+}
+
+} // namespace pipec::cuda::body

@@ -1,0 +1,272 @@
+//===- tests/unit/CudaBodiesTest.cpp - CUDA kernel bodies on the host -----===//
+//
+// The bodies the CUDA kernels run (runtime/cuda/Bodies.h), compiled for the
+// host, against the CPU kernels and the optimizers on the same inputs; and
+// the kernels' launch shapes (runtime/cuda/Launch.h). These run everywhere:
+// no GPU, no CUDA toolkit needed.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/Kernel.h"
+#include "runtime/cuda/Bodies.h"
+#include "runtime/cuda/Launch.h"
+#include "runtime/train/Optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+
+using namespace pipec;
+namespace body = pipec::cuda::body;
+
+namespace {
+
+cpu::OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<TensorDesc> out,
+                     const std::string &domain = "") {
+  return cpu::OpDesc{.name = "n", .opType = op, .domain = domain, .opset = 17, .attrs = {},
+                     .inputs = std::move(in), .outputs = std::move(out), .constInputs = {}};
+}
+
+Tensor randomF32(Shape s, uint32_t seed, float lo = -4.f, float hi = 4.f) {
+  Tensor t(DType::F32, std::move(s));
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = u(g);
+  return t;
+}
+
+Tensor evalOne(const cpu::OpDesc &d, const std::vector<Tensor> &in) {
+  auto r = cpu::evaluate(d, in);
+  EXPECT_TRUE(r.isOk()) << (r.isOk() ? "" : r.status().message());
+  return r.isOk() ? (*r)[0] : Tensor();
+}
+
+/// Largest |a - b| / max(|b|, 1) over the elements.
+double worstError(const float *a, const float *b, int64_t n) {
+  double w = 0;
+  for (int64_t i = 0; i < n; ++i)
+    w = std::max(w, std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(1.0, std::fabs(double(b[i]))));
+  return w;
+}
+
+} // namespace
+
+TEST(CudaBodies, ElementwiseMatchTheCpuKernels) {
+  Tensor x = randomF32({4099}, 1, -12.f, 12.f);
+  x.data<float>()[0] = 0.0f;
+  x.data<float>()[1] = -0.0f;
+  const int64_t n = x.numel();
+  struct Case {
+    const char *op;
+    float (*f)(float);
+    double tol; ///< 0: bitwise
+  };
+  // Relu and Neg are exact on both; the transcendental ones share VecMath's
+  // code, but the host compiler may contract a multiply-add in the CPU
+  // kernel's vectorized loop and not in the scalar body, or the other way.
+  const Case cases[] = {{"Relu", body::relu, 0},       {"Neg", body::neg, 0},
+                        {"Sigmoid", body::sigmoid, 2e-7}, {"Tanh", body::tanhF, 2e-7},
+                        {"Exp", body::expF, 2e-7}};
+  for (const Case &c : cases) {
+    Tensor ref = evalOne(makeDesc(c.op, {x.desc()}, {x.desc()}), {x});
+    std::vector<float> y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = c.f(x.data<float>()[i]);
+    if (c.tol == 0)
+      EXPECT_EQ(0, std::memcmp(y.data(), ref.raw(), ref.bytes())) << c.op << ": not the CPU kernel's bits";
+    else
+      EXPECT_LE(worstError(y.data(), ref.data<float>(), n), c.tol) << c.op;
+  }
+  // Gelu, both approximations (opset 20).
+  for (const char *approx : {"none", "tanh"}) {
+    cpu::OpDesc d = makeDesc("Gelu", {x.desc()}, {x.desc()});
+    d.opset = 20;
+    d.attrs["approximate"] = Attribute::ofString(approx);
+    Tensor ref = evalOne(d, {x});
+    std::vector<float> y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = std::string(approx) == "none" ? body::geluErf(x.data<float>()[i]) : body::geluTanh(x.data<float>()[i]);
+    EXPECT_LE(worstError(y.data(), ref.data<float>(), n), 2e-7) << "Gelu " << approx;
+  }
+  // ReluGrad (pipec domain): dY where Y > 0.
+  Tensor dy = randomF32({4099}, 2);
+  Tensor ry = evalOne(makeDesc("Relu", {x.desc()}, {x.desc()}), {x});
+  Tensor ref = evalOne(makeDesc("ReluGrad", {dy.desc(), ry.desc()}, {dy.desc()}, "pipec"), {dy, ry});
+  std::vector<float> dx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = body::reluGrad(dy.data<float>()[i], ry.data<float>()[i]);
+  EXPECT_EQ(0, std::memcmp(dx.data(), ref.raw(), ref.bytes())) << "ReluGrad";
+}
+
+TEST(CudaBodies, BroadcastBinaryOpsMatchTheCpuKernelsBitwise) {
+  struct Shapes {
+    Shape a, b, out;
+  };
+  const Shapes shapes[] = {{{7, 5}, {7, 5}, {7, 5}},
+                           {{4, 3, 5}, {5}, {4, 3, 5}},
+                           {{4, 1, 5}, {1, 3, 1}, {4, 3, 5}},
+                           {{2, 3, 4, 5}, {3, 1, 5}, {2, 3, 4, 5}},
+                           {{1}, {6, 2}, {6, 2}}};
+  const std::pair<const char *, body::BinaryOp> ops[] = {{"Add", body::BinaryOp::Add},
+                                                         {"Sub", body::BinaryOp::Sub},
+                                                         {"Mul", body::BinaryOp::Mul},
+                                                         {"Div", body::BinaryOp::Div}};
+  uint32_t seed = 10;
+  for (const Shapes &s : shapes)
+    for (const auto &[name, op] : ops) {
+      Tensor a = randomF32(s.a, ++seed), b = randomF32(s.b, ++seed, 0.5f, 3.f);
+      Tensor ref = evalOne(makeDesc(name, {a.desc(), b.desc()}, {{DType::F32, s.out}}), {a, b});
+      const body::Broadcast ba = body::makeBroadcast(s.out.data(), static_cast<int>(s.out.size()), s.a.data(),
+                                                     static_cast<int>(s.a.size()));
+      const body::Broadcast bb = body::makeBroadcast(s.out.data(), static_cast<int>(s.out.size()), s.b.data(),
+                                                     static_cast<int>(s.b.size()));
+      std::vector<float> y(static_cast<size_t>(ref.numel()));
+      for (int64_t i = 0; i < ref.numel(); ++i)
+        y[i] = body::binary(op, a.data<float>()[body::broadcastOffset(i, ba)],
+                            b.data<float>()[body::broadcastOffset(i, bb)]);
+      EXPECT_EQ(0, std::memcmp(y.data(), ref.raw(), ref.bytes()))
+          << name << " " << shapeStr(s.a) << " " << shapeStr(s.b);
+    }
+}
+
+TEST(CudaBodies, SoftmaxRowsMatchTheCpuKernel) {
+  // Rows along the last axis (stride 1) and along a middle axis (strided).
+  for (int64_t axis : {2, 1}) {
+    Tensor x = randomF32({3, 33, 17}, 40 + static_cast<uint32_t>(axis), -20.f, 20.f);
+    for (bool log : {false, true}) {
+      cpu::OpDesc d = makeDesc(log ? "LogSoftmax" : "Softmax", {x.desc()}, {x.desc()});
+      d.attrs["axis"] = Attribute::ofInt(axis);
+      Tensor ref = evalOne(d, {x});
+      const int64_t len = x.shape()[axis], inner = axis == 2 ? 1 : 17, outer = axis == 2 ? 3 * 33 : 3;
+      std::vector<float> y(static_cast<size_t>(x.numel()));
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t k = 0; k < inner; ++k) {
+          const int64_t off = o * len * inner + k;
+          if (log)
+            body::softmaxRow<true>(x.data<float>() + off, y.data() + off, len, inner);
+          else
+            body::softmaxRow<false>(x.data<float>() + off, y.data() + off, len, inner);
+        }
+      EXPECT_LE(worstError(y.data(), ref.data<float>(), x.numel()), 4e-7)
+          << (log ? "LogSoftmax" : "Softmax") << " axis " << axis;
+    }
+  }
+}
+
+TEST(CudaBodies, TreeSumIsTheFixedOrderItSays) {
+  Tensor x = randomF32({10007}, 5);
+  const float *v = x.data<float>();
+  for (int lanes : {1, 2, 32, 256}) {
+    std::vector<float> partial(static_cast<size_t>(lanes));
+    const float got = body::treeSum(v, x.numel(), lanes, partial.data());
+    // The same order written out: lanes, then pairwise halvings.
+    std::vector<float> p(static_cast<size_t>(lanes), 0.0f);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      p[static_cast<size_t>(i % lanes)] += v[i];
+    for (int h = lanes / 2; h >= 1; h /= 2)
+      for (int l = 0; l < h; ++l)
+        p[l] += p[l + h];
+    EXPECT_EQ(floatBits(got), floatBits(p[0])) << lanes << " lanes";
+    double exact = 0;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      exact += v[i];
+    EXPECT_NEAR(got, exact, 1e-6 * x.numel() * 4) << lanes << " lanes";
+  }
+}
+
+TEST(CudaBodies, OptimizerElementsAreTheOptimizersUpdates) {
+  const int64_t n = 1031;
+  Tensor g = randomF32({n}, 7, -1.f, 1.f), p0 = randomF32({n}, 8, -1.f, 1.f);
+  for (const char *spec : {"sgd:lr=0.1", "sgd:lr=0.1,momentum=0.9,weight_decay=0.01",
+                           "sgd:lr=0.1,momentum=0.9,nesterov=true", "adam:lr=0.001",
+                           "adam:lr=0.001,weight_decay=0.1", "adamw:lr=0.001,weight_decay=0.1"}) {
+    auto cfg = train::parseOptimizer(spec);
+    ASSERT_TRUE(cfg.isOk()) << cfg.status().message();
+    auto opt = train::Optimizer::create(*cfg);
+    ASSERT_TRUE(opt.isOk()) << opt.status().message();
+    std::vector<float> p(p0.data<float>(), p0.data<float>() + n), q = p;
+    std::vector<std::vector<float>> state(opt->stateTensors(), std::vector<float>(n, 0.0f)),
+        st = state;
+    std::vector<float *> ptrs;
+    for (auto &s : state)
+      ptrs.push_back(s.data());
+    const train::OptimizerConfig &c = opt->config();
+    for (int64_t step = 1; step <= 3; ++step) {
+      const float lr = static_cast<float>(opt->baseLr());
+      ASSERT_TRUE(opt->step(step, lr, p.data(), g.data<float>(), ptrs, n).isOk());
+      const double wd = c.weightDecay ? *c.weightDecay : 0.0;
+      if (c.kind == "sgd") {
+        body::SgdScalars s{static_cast<float>(-double(lr)), static_cast<float>(wd),
+                           static_cast<float>(c.momentum), static_cast<float>(1.0 - c.dampening),
+                           wd != 0, c.momentum != 0, step == 1, c.nesterov};
+        for (int64_t i = 0; i < n; ++i)
+          body::sgdElement(s, q[i], g.data<float>()[i], st.empty() ? nullptr : &st[0][i]);
+      } else {
+        const double t = static_cast<double>(step), lrD = lr;
+        body::AdamScalars s{};
+        s.wd = static_cast<float>(wd);
+        s.decay = static_cast<float>(1.0 - lrD * wd);
+        s.w1 = static_cast<float>(1.0 - c.beta1);
+        s.w1Small = std::abs(s.w1) < 0.5f;
+        s.beta2 = static_cast<float>(c.beta2);
+        s.oneMinusBeta2 = static_cast<float>(1.0 - c.beta2);
+        s.bc2Sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, t)));
+        s.eps = static_cast<float>(c.eps);
+        s.negStepSize = static_cast<float>(-(lrD / (1.0 - std::pow(c.beta1, t))));
+        s.l2 = c.kind == "adam" && wd != 0;
+        s.decoupled = c.kind == "adamw" && wd != 0;
+        for (int64_t i = 0; i < n; ++i)
+          body::adamElement(s, q[i], g.data<float>()[i], st[0][i], st[1][i]);
+      }
+    }
+    // The same formulas; the host compiler contracts multiply-adds in the
+    // optimizers' vectorized loops and in the scalar body in its own ways:
+    // a few float ulps over three steps.
+    EXPECT_LE(worstError(q.data(), p.data(), n), 5e-7) << spec;
+  }
+}
+
+TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{1} << 20,
+                    (int64_t{1} << 31) + 5, int64_t{1} << 40}) {
+    for (uint32_t block : {1u, 64u, 256u, 4096u}) {
+      const cuda::LaunchShape s = cuda::itemLaunch(n, block);
+      if (n == 0) {
+        EXPECT_EQ(s.grid, 0u);
+        continue;
+      }
+      EXPECT_GE(s.block, 32u);
+      EXPECT_LE(s.block, cuda::kMaxBlock);
+      EXPECT_GE(s.grid, 1u);
+      EXPECT_LE(s.grid, cuda::kMaxGrid);
+      // The grid-stride loop takes every item: the threads' counts add up
+      // to n (checked on the first and last threads and in total).
+      const int64_t threads = static_cast<int64_t>(s.grid) * s.block;
+      int64_t total = 0;
+      if (threads <= (1 << 22)) {
+        for (int64_t t = 0; t < threads; ++t)
+          total += cuda::itemsOfThread(s, t, n);
+        EXPECT_EQ(total, n) << n << " items, block " << block;
+      } else {
+        const int64_t full = n / threads, rest = n % threads;
+        EXPECT_EQ(cuda::itemsOfThread(s, 0, n), full + (rest > 0));
+        EXPECT_EQ(cuda::itemsOfThread(s, threads - 1, n), full + (rest == threads));
+      }
+    }
+  }
+}
+
+TEST(CudaBodies, BroadcastOffsetsAreTheIndexArithmetic) {
+  const Shape out{3, 4, 5}, in{4, 1};
+  const body::Broadcast b = body::makeBroadcast(out.data(), 3, in.data(), 2);
+  std::set<int64_t> seen;
+  for (int64_t i = 0; i < 60; ++i) {
+    const int64_t j = (i / 5) % 4; // the input's row; its column is broadcast
+    EXPECT_EQ(body::broadcastOffset(i, b), j) << i;
+    seen.insert(body::broadcastOffset(i, b));
+  }
+  EXPECT_EQ(seen.size(), 4u);
+}
