@@ -22,10 +22,15 @@ elseif(PIPEC_CUDA)
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
     enable_language(CUDA)
-    # C++20 as flags: CMake 3.25 does not know nvcc 13's dialects
-    # (CMAKE_CUDA_STANDARD 20 fails its compiler check). Relaxed constexpr:
+    # CMake 3.25 does not know nvcc 13's C++20 flag; the sources are C++20
+    # (and CUDA sources take the project's C++ dialect). Relaxed constexpr:
     # the bodies call std:: constexpr functions.
-    string(APPEND CMAKE_CUDA_FLAGS " -std=c++20 --expt-relaxed-constexpr")
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    string(APPEND CMAKE_CUDA_FLAGS " --expt-relaxed-constexpr")
     find_package(CUDAToolkit)
     find_library(PIPEC_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_ROOT}/lib64)
     find_library(PIPEC_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_ROOT}/lib64)

@@ -70,6 +70,9 @@ struct ExecContext {
   bool training = false;
   /// Scratch memory of at least the kernel's workspaceBytes().
   void *workspace = nullptr;
+  /// The CUDA stream a GPU device's kernels launch on (runtime/cuda/); null
+  /// for the CPU kernels.
+  void *stream = nullptr;
   /// Add the result to what out[0] holds instead of overwriting it; set
   /// only for kernels that canAccumulate() (gradients summed over
   /// micro-batches in place, DeviceExecutor::accumulateInto).

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cuda/Bodies.h"
+#include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Launch.h"
 #include "runtime/train/Optimizer.h"
 
@@ -269,4 +270,21 @@ TEST(CudaBodies, BroadcastOffsetsAreTheIndexArithmetic) {
     seen.insert(body::broadcastOffset(i, b));
   }
   EXPECT_EQ(seen.size(), 4u);
+}
+
+TEST(CudaGpus, ListingSaysWhyThereIsNoneInsteadOfCrashing) {
+  // Built with or without CUDA, on a machine with or without a GPU and
+  // driver: a list, or one line saying why not.
+  auto gpus = cuda::listGpus();
+  if (gpus) {
+    ASSERT_FALSE(gpus->empty());
+    for (const cuda::GpuInfo &g : *gpus) {
+      EXPECT_FALSE(g.name.empty());
+      EXPECT_GT(g.memoryBytes, 0u);
+    }
+    return;
+  }
+  const std::string m = gpus.status().message();
+  EXPECT_TRUE(m.rfind("no CUDA device", 0) == 0 || m.find("built without CUDA") != std::string::npos) << m;
+  EXPECT_EQ(cuda::built(), m.find("built without CUDA") == std::string::npos);
 }

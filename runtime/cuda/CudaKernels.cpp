@@ -1,0 +1,323 @@
+//===- runtime/cuda/CudaKernels.cpp - Nodes as CUDA kernels ---------------===//
+#include "runtime/cuda/CudaKernels.h"
+
+#include "runtime/cuda/Kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+namespace pipec::cuda {
+
+namespace {
+
+using cpu::ExecContext;
+using cpu::Kernel;
+using cpu::KernelPtr;
+using cpu::OpDesc;
+
+Status cublasCheck(cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return Status::ok();
+  return errorf(what, " failed: ", cublasGetStatusString(s));
+}
+
+/// One cuBLAS handle per GPU and host thread (a handle is not to be shared
+/// by threads at once), in pedantic math mode: no TF32, no reduced-precision
+/// reductions, so a GEMM's bits do not change with the library's choices of
+/// tensor-core paths.
+Expected<cublasHandle_t> cublasFor(void *stream) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return errorf("cudaGetDevice failed");
+  thread_local std::map<int, cublasHandle_t> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    cublasHandle_t h = nullptr;
+    PIPEC_TRY(cublasCheck(cublasCreate(&h), "cublasCreate"));
+    PIPEC_TRY(cublasCheck(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
+    it = handles.emplace(device, h).first;
+  }
+  PIPEC_TRY(cublasCheck(cublasSetStream(it->second, static_cast<cudaStream_t>(stream)), "cublasSetStream"));
+  return it->second;
+}
+
+Status needF32(const OpDesc &d) {
+  for (size_t i = 0; i < d.inputs.size(); ++i)
+    if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
+      return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype),
+                    "; the CUDA kernels take float32 only");
+  for (const TensorDesc &o : d.outputs)
+    if (o.dtype != DType::F32)
+      return errorf(d.where(), ": output is ", dtypeName(o.dtype), "; the CUDA kernels take float32 only");
+  return Status::ok();
+}
+
+body::Broadcast broadcastOf(const Shape &in, const Shape &out) {
+  return body::makeBroadcast(out.data(), static_cast<int>(out.size()), in.data(), static_cast<int>(in.size()));
+}
+
+class UnaryKernel final : public Kernel {
+public:
+  UnaryKernel(UnaryOp op, int64_t n) : op_(op), n_(n) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchUnary(op_, static_cast<const float *>(in[0]), static_cast<float *>(out[0]), n_, ctx.stream);
+  }
+
+private:
+  UnaryOp op_;
+  int64_t n_;
+};
+
+class ReluGradKernel final : public Kernel {
+public:
+  explicit ReluGradKernel(int64_t n) : n_(n) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchReluGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                          static_cast<float *>(out[0]), n_, ctx.stream);
+  }
+
+private:
+  int64_t n_;
+};
+
+class BinaryKernel final : public Kernel {
+public:
+  BinaryKernel(body::BinaryOp op, body::Broadcast a, body::Broadcast b, int64_t n)
+      : op_(op), a_(a), b_(b), n_(n) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchBinary(op_, static_cast<const float *>(in[0]), a_, static_cast<const float *>(in[1]), b_,
+                        static_cast<float *>(out[0]), n_, ctx.stream);
+  }
+
+private:
+  body::BinaryOp op_;
+  body::Broadcast a_, b_;
+  int64_t n_;
+};
+
+class SoftmaxKernel final : public Kernel {
+public:
+  SoftmaxKernel(bool log, int64_t outer, int64_t len, int64_t inner)
+      : log_(log), outer_(outer), len_(len), inner_(inner) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchSoftmax(log_, static_cast<const float *>(in[0]), static_cast<float *>(out[0]), outer_, len_,
+                         inner_, ctx.stream);
+  }
+
+private:
+  bool log_;
+  int64_t outer_, len_, inner_;
+};
+
+/// Row-major Y[M,N] = alpha op(A)[M,K] op(B)[K,N] (+ beta Y), batched with
+/// equal strides: cuBLAS is column-major, so it computes Y^T = op(B)^T
+/// op(A)^T, which is Y in row-major.
+struct Gemm {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t strideA = 0, strideB = 0, strideY = 0;
+  float alpha = 1.0f;
+
+  Status run(void *stream, const float *a, const float *b, float *y, float beta) const {
+    PIPEC_ASSIGN(cublasHandle_t h, cublasFor(stream));
+    const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+    const cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (batch == 1)
+      return cublasCheck(cublasSgemm(h, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                                     &alpha, b, ldb, a, lda, &beta, y, static_cast<int>(n)),
+                         "cublasSgemm");
+    return cublasCheck(cublasSgemmStridedBatched(h, opB, opA, static_cast<int>(n), static_cast<int>(m),
+                                                 static_cast<int>(k), &alpha, b, ldb, strideB, a, lda, strideA,
+                                                 &beta, y, static_cast<int>(n), strideY,
+                                                 static_cast<int>(batch)),
+                       "cublasSgemmStridedBatched");
+  }
+};
+
+class GemmKernel final : public Kernel {
+public:
+  Gemm g;
+  bool hasC = false;
+  float beta = 0.0f;
+  body::Broadcast c;
+  int64_t outElems = 0;
+
+  bool canAccumulate() const override { return !hasC || beta == 0.0f; }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    const auto *a = static_cast<const float *>(in[0]);
+    const auto *b = static_cast<const float *>(in[1]);
+    auto *y = static_cast<float *>(out[0]);
+    if (ctx.accumulate)
+      return g.run(ctx.stream, a, b, y, 1.0f);
+    if (hasC && beta != 0.0f) {
+      // Y = beta C, broadcast; then Y += alpha A'B'.
+      PIPEC_TRY(launchBroadcastScale(static_cast<const float *>(in[2]), c, beta, y, outElems, ctx.stream));
+      return g.run(ctx.stream, a, b, y, 1.0f);
+    }
+    return g.run(ctx.stream, a, b, y, 0.0f);
+  }
+};
+
+Expected<KernelPtr> makeUnary(const OpDesc &d, UnaryOp op) {
+  if (d.inputs.size() != 1 || d.outputs.size() != 1 || d.inputs[0].shape != d.outputs[0].shape)
+    return errorf(d.where(), ": expects one input and one output of its shape");
+  return KernelPtr(new UnaryKernel(op, d.outputs[0].numel()));
+}
+
+Expected<KernelPtr> makeGelu(const OpDesc &d) {
+  const std::string approx = attrHas(d.attrs, "approximate") ? d.attrs.at("approximate").s : "none";
+  if (approx != "none" && approx != "tanh")
+    return errorf(d.where(), ": approximate must be 'none' or 'tanh', got '", approx, "'");
+  return makeUnary(d, approx == "tanh" ? UnaryOp::GeluTanh : UnaryOp::GeluErf);
+}
+
+Expected<KernelPtr> makeReluGrad(const OpDesc &d) {
+  if (d.inputs.size() != 2 || d.outputs.size() != 1 || d.inputs[0] != d.inputs[1] ||
+      d.outputs[0] != d.inputs[0])
+    return errorf(d.where(), ": expects dY and Y of one shape and dX of it");
+  return KernelPtr(new ReluGradKernel(d.outputs[0].numel()));
+}
+
+Expected<KernelPtr> makeBinary(const OpDesc &d, body::BinaryOp op) {
+  if (d.inputs.size() != 2 || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects two inputs and one output");
+  const Shape &out = d.outputs[0].shape;
+  if (out.size() > static_cast<size_t>(body::kMaxRank))
+    return errorf(d.where(), ": rank ", out.size(), " (the CUDA kernels broadcast up to rank ", body::kMaxRank, ")");
+  for (size_t i = 0; i < 2; ++i) {
+    const Shape &s = d.inputs[i].shape;
+    if (s.size() > out.size())
+      return errorf(d.where(), ": input ", i, " ", shapeStr(s), " does not broadcast to ", shapeStr(out));
+    for (size_t a = 0; a < s.size(); ++a) {
+      const int64_t o = out[out.size() - s.size() + a];
+      if (s[a] != 1 && s[a] != o)
+        return errorf(d.where(), ": input ", i, " ", shapeStr(s), " does not broadcast to ", shapeStr(out));
+    }
+  }
+  return KernelPtr(new BinaryKernel(op, broadcastOf(d.inputs[0].shape, out), broadcastOf(d.inputs[1].shape, out),
+                                    d.outputs[0].numel()));
+}
+
+Expected<KernelPtr> makeSoftmax(const OpDesc &d) {
+  const Shape &s = d.inputs[0].shape;
+  const int64_t rank = static_cast<int64_t>(s.size());
+  int64_t axis = attrInt(d.attrs, "axis", d.opset >= 13 ? -1 : 1);
+  if (axis < 0)
+    axis += rank;
+  if (rank == 0 || axis < 0 || axis >= rank)
+    return errorf(d.where(), ": axis out of range for ", shapeStr(s));
+  if (d.opset < 13)
+    return errorf(d.where(), ": opset ", d.opset, " Softmax flattens to 2-D; the CUDA kernel implements opset 13 and later");
+  int64_t outer = 1, inner = 1;
+  for (int64_t a = 0; a < axis; ++a)
+    outer *= s[a];
+  for (int64_t a = axis + 1; a < rank; ++a)
+    inner *= s[a];
+  return KernelPtr(new SoftmaxKernel(d.opType == "LogSoftmax", outer, s[axis], inner));
+}
+
+Expected<KernelPtr> makeMatMul(const OpDesc &d) {
+  const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
+  if (a.size() < 2 || b.size() < 2)
+    return errorf(d.where(), ": the CUDA MatMul takes operands of rank 2 or more, got ", shapeStr(a), " and ",
+                  shapeStr(b));
+  auto k = std::make_unique<GemmKernel>();
+  Gemm &g = k->g;
+  g.m = a[a.size() - 2];
+  g.k = a.back();
+  g.n = b.back();
+  if (b[b.size() - 2] != g.k)
+    return errorf(d.where(), ": inner dimensions differ: ", shapeStr(a), " x ", shapeStr(b));
+  // Batch axes: equal on both, or on one operand only (the other 2-D).
+  const Shape batchAxesA(a.begin(), a.end() - 2), batchAxesB(b.begin(), b.end() - 2);
+  if (!batchAxesA.empty() && !batchAxesB.empty() && batchAxesA != batchAxesB)
+    return errorf(d.where(), ": the CUDA MatMul takes equal batch axes or one 2-D operand, got ", shapeStr(a),
+                  " x ", shapeStr(b));
+  int64_t batchA = 1, batchB = 1;
+  for (int64_t v : batchAxesA)
+    batchA *= v;
+  for (int64_t v : batchAxesB)
+    batchB *= v;
+  g.batch = std::max(batchA, batchB);
+  g.strideA = batchAxesA.empty() ? 0 : g.m * g.k;
+  g.strideB = batchAxesB.empty() ? 0 : g.k * g.n;
+  g.strideY = g.m * g.n;
+  k->outElems = d.outputs[0].numel();
+  return KernelPtr(k.release());
+}
+
+Expected<KernelPtr> makeGemm(const OpDesc &d) {
+  if (d.inputs.size() < 2 || d.inputs[0].shape.size() != 2 || d.inputs[1].shape.size() != 2)
+    return errorf(d.where(), ": Gemm takes 2-D A and B");
+  auto k = std::make_unique<GemmKernel>();
+  Gemm &g = k->g;
+  g.ta = attrInt(d.attrs, "transA", 0) != 0;
+  g.tb = attrInt(d.attrs, "transB", 0) != 0;
+  g.alpha = attrFloat(d.attrs, "alpha", 1.0f);
+  k->beta = attrFloat(d.attrs, "beta", 1.0f);
+  const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
+  g.m = g.ta ? a[1] : a[0];
+  g.k = g.ta ? a[0] : a[1];
+  g.n = g.tb ? b[0] : b[1];
+  if ((g.tb ? b[1] : b[0]) != g.k)
+    return errorf(d.where(), ": inner dimensions differ: ", shapeStr(a), " x ", shapeStr(b));
+  k->hasC = d.hasInput(2);
+  if (k->hasC)
+    k->c = broadcastOf(d.inputs[2].shape, d.outputs[0].shape);
+  k->outElems = d.outputs[0].numel();
+  return KernelPtr(k.release());
+}
+
+using Factory = Expected<KernelPtr> (*)(const OpDesc &);
+const std::map<std::string, Factory> &table() {
+  static const std::map<std::string, Factory> t = {
+      {"Relu", [](const OpDesc &d) { return makeUnary(d, UnaryOp::Relu); }},
+      {"Neg", [](const OpDesc &d) { return makeUnary(d, UnaryOp::Neg); }},
+      {"Sigmoid", [](const OpDesc &d) { return makeUnary(d, UnaryOp::Sigmoid); }},
+      {"Tanh", [](const OpDesc &d) { return makeUnary(d, UnaryOp::Tanh); }},
+      {"Exp", [](const OpDesc &d) { return makeUnary(d, UnaryOp::Exp); }},
+      {"Gelu", makeGelu},
+      {"pipec:ReluGrad", makeReluGrad},
+      {"Add", [](const OpDesc &d) { return makeBinary(d, body::BinaryOp::Add); }},
+      {"Sub", [](const OpDesc &d) { return makeBinary(d, body::BinaryOp::Sub); }},
+      {"Mul", [](const OpDesc &d) { return makeBinary(d, body::BinaryOp::Mul); }},
+      {"Div", [](const OpDesc &d) { return makeBinary(d, body::BinaryOp::Div); }},
+      {"Softmax", makeSoftmax},
+      {"LogSoftmax", makeSoftmax},
+      {"MatMul", makeMatMul},
+      {"Gemm", makeGemm},
+  };
+  return t;
+}
+
+std::string key(const std::string &domain, const std::string &opType) {
+  return domain.empty() || domain == "ai.onnx" ? opType : domain + ":" + opType;
+}
+
+} // namespace
+
+Expected<KernelPtr> createKernel(const OpDesc &d) {
+  auto it = table().find(key(d.domain, d.opType));
+  if (it == table().end())
+    return errorf("node '", d.name, "' (op type '", d.opType, "', domain ",
+                  d.domain.empty() ? "ai.onnx" : d.domain, ", opset ", d.opset, ") has no CUDA kernel");
+  PIPEC_TRY(needF32(d));
+  return it->second(d);
+}
+
+bool hasKernel(const std::string &domain, const std::string &opType) {
+  return table().count(key(domain, opType)) > 0;
+}
+
+std::vector<std::string> kernelOpNames() {
+  std::vector<std::string> names;
+  for (const auto &[k, f] : table())
+    names.push_back(k);
+  return names;
+}
+
+} // namespace pipec::cuda

@@ -1,0 +1,184 @@
+//===- tests/gpu/CudaKernelTest.cpp - CUDA kernels against the CPU's ------===//
+//
+// Every CUDA kernel (runtime/cuda/CudaKernels.h) on random inputs against
+// the CPU kernel of the same node, and the optimizer kernels against their
+// bodies run on the host. ctest label `gpu`; without a GPU every test
+// reports "skipped: no CUDA device (why)".
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/Kernel.h"
+#include "runtime/cuda/CudaKernels.h"
+#include "runtime/cuda/Gpu.h"
+#include "runtime/cuda/Kernels.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+using namespace pipec;
+
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                                         \
+  do {                                                                                             \
+    auto gpus = cuda::listGpus();                                                                  \
+    if (!gpus)                                                                                     \
+      GTEST_SKIP() << "skipped: " << gpus.status().message();                                     \
+  } while (0)
+
+Tensor randomF32(Shape s, uint32_t seed, float lo = -3.f, float hi = 3.f) {
+  Tensor t(DType::F32, std::move(s));
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = u(g);
+  return t;
+}
+
+cpu::OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<TensorDesc> out,
+                     const std::string &domain = "", int64_t opset = 17) {
+  return cpu::OpDesc{.name = "n", .opType = op, .domain = domain, .opset = opset, .attrs = {},
+                     .inputs = std::move(in), .outputs = std::move(out), .constInputs = {}};
+}
+
+struct DeviceBuffer {
+  void *p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 4)), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(p); }
+};
+
+/// Runs a node on the GPU and on the CPU; returns the largest difference
+/// relative to max(|cpu|, 1).
+double compareWithCpu(const cpu::OpDesc &d, const std::vector<Tensor> &inputs) {
+  auto ref = cpu::evaluate(d, inputs);
+  EXPECT_TRUE(ref.isOk()) << (ref ? "" : ref.status().message());
+  auto k = cuda::createKernel(d);
+  EXPECT_TRUE(k.isOk()) << (k ? "" : k.status().message());
+  if (!ref || !k)
+    return HUGE_VAL;
+  cudaStream_t stream;
+  EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  std::vector<void *> in, out;
+  for (const Tensor &t : inputs) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(t.bytes()));
+    cudaMemcpy(bufs.back()->p, t.raw(), t.bytes(), cudaMemcpyHostToDevice);
+    in.push_back(bufs.back()->p);
+  }
+  for (const TensorDesc &o : d.outputs) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(o.bytes()));
+    out.push_back(bufs.back()->p);
+  }
+  cpu::ExecContext ctx;
+  ctx.stream = stream;
+  Status s = (*k)->run(ctx, in.data(), out.data());
+  EXPECT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  Tensor got(d.outputs[0]);
+  cudaMemcpy(got.raw(), out[0], got.bytes(), cudaMemcpyDeviceToHost);
+  cudaStreamDestroy(stream);
+  double worst = 0;
+  const Tensor &r = (*ref)[0];
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    const double a = got.data<float>()[i], b = r.data<float>()[i];
+    worst = std::max(worst, std::fabs(a - b) / std::max(1.0, std::fabs(b)));
+  }
+  return worst;
+}
+
+} // namespace
+
+TEST(CudaKernels, ElementwiseAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = randomF32({1000, 37}, 1, -10.f, 10.f);
+  for (const char *op : {"Relu", "Neg"})
+    EXPECT_EQ(compareWithCpu(makeDesc(op, {x.desc()}, {x.desc()}), {x}), 0.0) << op;
+  // nvcc contracts multiply-adds (its default --fmad=true) where GCC may not.
+  for (const char *op : {"Sigmoid", "Tanh", "Exp"})
+    EXPECT_LE(compareWithCpu(makeDesc(op, {x.desc()}, {x.desc()}), {x}), 4e-7) << op;
+  for (const char *approx : {"none", "tanh"}) {
+    cpu::OpDesc d = makeDesc("Gelu", {x.desc()}, {x.desc()}, "", 20);
+    d.attrs["approximate"] = Attribute::ofString(approx);
+    EXPECT_LE(compareWithCpu(d, {x}), 4e-7) << "Gelu " << approx;
+  }
+  Tensor dy = randomF32({1000, 37}, 2), y = randomF32({1000, 37}, 3);
+  EXPECT_EQ(compareWithCpu(makeDesc("ReluGrad", {dy.desc(), y.desc()}, {dy.desc()}, "pipec"), {dy, y}), 0.0);
+}
+
+TEST(CudaKernels, BroadcastBinaryAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  Tensor a = randomF32({4, 1, 33}, 4), b = randomF32({7, 1}, 5, 0.5f, 2.f);
+  for (const char *op : {"Add", "Sub", "Mul", "Div"})
+    EXPECT_EQ(compareWithCpu(makeDesc(op, {a.desc(), b.desc()}, {{DType::F32, {4, 7, 33}}}), {a, b}), 0.0) << op;
+}
+
+TEST(CudaKernels, SoftmaxAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = randomF32({8, 50, 12}, 6, -20.f, 20.f);
+  for (const char *op : {"Softmax", "LogSoftmax"})
+    for (int64_t axis : {1, 2}) {
+      cpu::OpDesc d = makeDesc(op, {x.desc()}, {x.desc()});
+      d.attrs["axis"] = Attribute::ofInt(axis);
+      EXPECT_LE(compareWithCpu(d, {x}), 1e-6) << op << " axis " << axis;
+    }
+}
+
+TEST(CudaKernels, GemmAndMatMulAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  Tensor a = randomF32({64, 96}, 7), b = randomF32({128, 96}, 8), c = randomF32({128}, 9);
+  cpu::OpDesc g = makeDesc("Gemm", {a.desc(), b.desc(), c.desc()}, {{DType::F32, {64, 128}}});
+  g.attrs["transB"] = Attribute::ofInt(1);
+  g.attrs["alpha"] = Attribute::ofFloat(0.5f);
+  // cuBLAS sums the K products in its own order: rounding, not bits.
+  EXPECT_LE(compareWithCpu(g, {a, b, c}), 1e-5);
+  Tensor x = randomF32({3, 16, 24}, 10), w = randomF32({24, 40}, 11);
+  EXPECT_LE(compareWithCpu(makeDesc("MatMul", {x.desc(), w.desc()}, {{DType::F32, {3, 16, 40}}}), {x, w}), 1e-5);
+  Tensor p = randomF32({3, 24, 40}, 12);
+  EXPECT_LE(compareWithCpu(makeDesc("MatMul", {x.desc(), p.desc()}, {{DType::F32, {3, 16, 40}}}), {x, p}), 1e-5);
+}
+
+TEST(CudaKernels, UnsupportedNodesAreRefusedByName) {
+  // Needs no GPU: the table is host code.
+  Tensor x = randomF32({4}, 1);
+  auto k = cuda::createKernel(makeDesc("Hardmax", {x.desc()}, {x.desc()}, "", 13));
+  ASSERT_FALSE(k.isOk());
+  EXPECT_NE(k.status().message().find("node 'n' (op type 'Hardmax', domain ai.onnx, opset 13) has no CUDA kernel"),
+            std::string::npos)
+      << k.status().message();
+}
+
+TEST(CudaKernels, OptimizerKernelsAreTheBodies) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 5000;
+  Tensor p = randomF32({n}, 20), g = randomF32({n}, 21), m = randomF32({n}, 22), v = randomF32({n}, 23, 0.f, 1.f);
+  cuda::body::AdamScalars s{};
+  s.decay = 1.0f;
+  s.w1 = 0.1f;
+  s.w1Small = true;
+  s.beta2 = 0.999f;
+  s.oneMinusBeta2 = 0.001f;
+  s.bc2Sqrt = 0.0316f;
+  s.eps = 1e-8f;
+  s.negStepSize = -0.01f;
+  DeviceBuffer dp(p.bytes()), dg(g.bytes()), dm(m.bytes()), dv(v.bytes());
+  cudaMemcpy(dp.p, p.raw(), p.bytes(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dg.p, g.raw(), g.bytes(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dm.p, m.raw(), m.bytes(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dv.p, v.raw(), v.bytes(), cudaMemcpyHostToDevice);
+  ASSERT_TRUE(cuda::launchAdam(s, static_cast<float *>(dp.p), static_cast<const float *>(dg.p),
+                               static_cast<float *>(dm.p), static_cast<float *>(dv.p), n, nullptr)
+                  .isOk());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> got(static_cast<size_t>(n));
+  cudaMemcpy(got.data(), dp.p, p.bytes(), cudaMemcpyDeviceToHost);
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float pi = p.data<float>()[i], mi = m.data<float>()[i], vi = v.data<float>()[i];
+    cuda::body::adamElement(s, pi, g.data<float>()[i], mi, vi);
+    worst = std::max(worst, std::fabs(double(got[i]) - pi) / std::max(1.0, std::fabs(double(pi))));
+  }
+  EXPECT_LE(worst, 4e-7);
+}
