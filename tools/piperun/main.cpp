@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "pipec/Version.h"
 #include "runtime/Mpi.h"
+#include "runtime/cuda/CudaKernels.h"
+#include "runtime/cuda/Gpu.h"
 #include "runtime/Session.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/train/Checkpoint.h"
@@ -64,6 +66,7 @@ struct Options {
   std::string trace;
   bool showProgram = false;
   std::string injectFailure;
+  std::string device = "cpu";
   /// Under mpirun: this process's rank (device) and the transport between
   /// the ranks; null otherwise.
   std::optional<runtime::MpiJob> job;
@@ -573,7 +576,37 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   return Status::ok();
 }
 
+/// `--device cuda`: the GPUs, then every node of the plan against the CUDA
+/// kernels, so that the first missing one is named; the executor that runs
+/// a plan on GPUs is the part of runtime/cuda/ still to come (docs/cuda.md).
+Status checkCudaDevice(const Options &o) {
+  auto listed = cuda::listGpus();
+  if (!listed)
+    return listed.status().withContext("--device cuda");
+  const std::vector<cuda::GpuInfo> &gpus = *listed;
+#if PIPEC_HAVE_CUDA
+  PIPEC_ASSIGN(plan::LoadedPlan lp, plan::loadPlan(o.plan));
+  for (const plan::Device &d : lp.plan.devices())
+    for (const plan::Node &n : d.nodes())
+      if (!n.view() && !cuda::hasKernel(n.domain(), n.op_type()))
+        return errorf("--device cuda: plan '", o.plan, "': node '", printable(n.name()), "' (op type '",
+                      printable(n.op_type()), "', domain ", n.domain().empty() ? "ai.onnx" : printable(n.domain()),
+                      ", opset ", n.opset(), ") has no CUDA kernel (", cuda::kernelOpNames().size(),
+                      " op types have one: docs/cuda.md)");
+  return errorf("--device cuda: the plan's ops all have CUDA kernels and ", gpus.size(),
+                " GPU(s) are present (", gpus[0].name, "), but running a plan on GPUs is not implemented yet: "
+                "the CUDA kernels run only in the GPU tests (docs/cuda.md)");
+#else
+  (void)gpus; // listGpus() has said why there is none
+  return errorf("--device cuda: this piperun was built without CUDA");
+#endif
+}
+
 Status runPlan(const Options &o) {
+  if (o.device != "cpu" && o.device != "cuda")
+    return errorf("--device must be cpu or cuda (got '", o.device, "')");
+  if (o.device == "cuda")
+    return checkCudaDevice(o);
   if (o.steps < 1)
     return errorf("--steps must be at least 1 (got ", o.steps, ")");
   if (o.warmup < 0)
@@ -793,6 +826,7 @@ int main(int argc, char **argv) {
                  "microseconds a device waiting for a message spins before it sleeps (default: "
                  "20000 when devices x threads fit the cores, else 0)");
   app.add_flag("--json", o.json, "print the summary as JSON");
+  app.add_option("--device", o.device, "cpu (the default) or cuda: device i of the plan on GPU i");
   // For tests of failure handling (tests/lit/e2e/mpi-failure.test): device
   // D fails with an error before its instruction I in every step.
   app.add_option("--inject-failure", o.injectFailure, "tests: DEVICE:INSTRUCTION fails with an error")
