@@ -1,6 +1,10 @@
 //===- runtime/Executor.cpp - Runs one device's instruction stream --------===//
 #include "runtime/Executor.h"
 
+#if PIPEC_HAVE_CUDA
+#include "runtime/cuda/CudaKernels.h"
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -36,13 +40,16 @@ TensorDesc descOf(const plan::TensorInfo &t) {
 } // namespace
 
 Expected<std::unique_ptr<DeviceExecutor>> DeviceExecutor::create(const plan::LoadedPlan &lp,
-                                                                 int index) {
+                                                                 int index, int gpu) {
   const int K = lp.plan.devices_size();
   const int64_t D = std::max<uint32_t>(lp.plan.pipeline().data_parallel(), 1);
   if (index < 0 || index >= K * D)
     return errorf("the plan has no device ", index, " (", K, " stage(s) x ", D, " replica(s))");
   std::unique_ptr<DeviceExecutor> ex(new DeviceExecutor(lp, index, index % K));
-  PIPEC_TRY(ex->prepare());
+  if (gpu >= 0) {
+    PIPEC_ASSIGN(ex->gpu_, cuda::GpuDevice::open(gpu));
+  }
+  PIPEC_TRY(ex->prepare().withContext(gpu >= 0 ? cat("device ", index, " on GPU ", gpu) : std::string()));
   return ex;
 }
 
@@ -119,11 +126,21 @@ Status DeviceExecutor::prepare() {
     }
     for (int32_t t : n.outputs())
       d.outputs.push_back(descOf(p.tensors(t)));
-    PIPEC_ASSIGN(cpu::KernelPtr k, cpu::createKernel(d));
+    cpu::KernelPtr k;
+    if (gpu_) {
+#if PIPEC_HAVE_CUDA
+      PIPEC_ASSIGN(k, cuda::createKernel(d));
+#endif
+    } else {
+      PIPEC_ASSIGN(k, cpu::createKernel(d));
+    }
     k->nodeId = n.node_id();
     workspace_.resize(std::max(workspace_.size(), k->workspaceBytes() + 64));
     kernels_.push_back(std::move(k));
   }
+
+  if (gpu_)
+    PIPEC_TRY(prepareGpu()); // before the operands: addresses become GPU ones
 
   // Which inputs to feed before, and outputs to collect after, each
   // instruction; every tensor instance a node touches must be resident.
@@ -193,10 +210,45 @@ Status DeviceExecutor::prepare() {
   return Status::ok();
 }
 
+Status DeviceExecutor::prepareGpu() {
+  // The arena and the workspace in GPU memory; the weights copied there
+  // once (and again at every training step, runStep). The kernels were
+  // prepared on the host copies (constant inputs they read at load).
+  const plan::Plan &p = lp_.plan;
+  const plan::Device &dev = p.devices(stage_);
+  PIPEC_TRY(gpu_->select());
+  PIPEC_ASSIGN(void *arena, gpu_->alloc(stats_.arenaBytes));
+  arena_ = std::shared_ptr<void>(arena, [](void *) {}); // freed with gpu_
+  PIPEC_ASSIGN(gpuWorkspace_, gpu_->alloc(workspace_.size()));
+  for (int32_t w : dev.weights()) {
+    const uint64_t bytes = p.tensors(w).bytes();
+    PIPEC_ASSIGN(void *dst, gpu_->alloc(bytes));
+    PIPEC_TRY(gpu_->upload(dst, weightAddr_[w], bytes));
+    gpuWeights_.emplace_back(dst, weightAddr_[w]);
+    gpuWeightBytes_.push_back(bytes);
+    weightAddr_[w] = dst;
+  }
+  return gpu_->sync();
+}
+
+Expected<void *> DeviceExecutor::toHost(int32_t tensor, unsigned mb) {
+  const uint64_t bytes = lp_.plan.tensors(tensor).bytes();
+  PIPEC_ASSIGN(void *host, gpu_->staging(bytes));
+  PIPEC_TRY(gpu_->download(host, address(tensor, mb), bytes));
+  PIPEC_TRY(gpu_->sync());
+  return host;
+}
+
+Status DeviceExecutor::fromHost(int32_t tensor, unsigned mb, const void *src) {
+  PIPEC_TRY(gpu_->upload(address(tensor, mb), src, lp_.plan.tensors(tensor).bytes()));
+  return gpu_->sync(); // the staging buffer is reused next
+}
+
 bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
   const plan::Plan &p = lp_.plan;
   const plan::Device &dev = p.devices(stage_);
-  if (tensor < 0 || tensor >= p.tensors_size() || !dst)
+  // On a GPU the gradients come to the host per micro-batch (collect).
+  if (tensor < 0 || tensor >= p.tensors_size() || !dst || gpu_)
     return false;
   for (int32_t t : p.outputs())
     if (t == tensor)
@@ -263,6 +315,15 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   const plan::Plan &p = lp_.plan;
   ctx.workspace = workspace_.data();
   std::fill(runsThisStep_.begin(), runsThisStep_.end(), 0u);
+  if (gpu_) {
+    PIPEC_TRY(gpu_->select());
+    ctx.workspace = gpuWorkspace_;
+    ctx.stream = gpu_->stream();
+    // The optimizer updates the host copies between steps.
+    if (io.optimize)
+      for (size_t k = 0; k < gpuWeights_.size(); ++k)
+        PIPEC_TRY(gpu_->upload(gpuWeights_[k].first, gpuWeights_[k].second, gpuWeightBytes_[k]));
+  }
   auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
@@ -274,14 +335,23 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     // Kernels (Dropout's random stream) see the micro-batch's number in the
     // step: replica r runs micro-batches r*M .. r*M + M - 1.
     ctx.microBatch = static_cast<uint64_t>(replicaBase_ / p.devices_size()) * p.pipeline().num_micro_batches() + mb;
-    for (int32_t t : feedBefore_[i])
-      PIPEC_TRY(io.feed(t, mb, address(t, mb)));
+    for (int32_t t : feedBefore_[i]) {
+      if (!gpu_) {
+        PIPEC_TRY(io.feed(t, mb, address(t, mb)));
+        continue;
+      }
+      PIPEC_ASSIGN(void *host, gpu_->staging(p.tensors(t).bytes()));
+      PIPEC_TRY(io.feed(t, mb, host));
+      PIPEC_TRY(fromHost(t, mb, host));
+    }
     stats_.arenaHighWater = std::max(stats_.arenaHighWater, highWater_[i]);
     const Clock::time_point t0 = Clock::now();
     switch (ins.kind()) {
     case plan::Instruction::OPTIMIZER: {
       if (!io.optimize)
         return errorf("device ", index_, ": the plan has an optimizer step but the run is not training");
+      if (gpu_)
+        PIPEC_TRY(gpu_->sync());
       PIPEC_TRY(io.optimize(index_));
       stats_.optimizerSeconds += seconds(t0, Clock::now());
       break;
@@ -290,8 +360,11 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
       if (!io.transport)
         return errorf("device ", index_, ": the plan sends tensors but the run has no transport");
       const size_t bytes = p.tensors(ins.tensor()).bytes();
-      PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb),
-                                   address(ins.tensor(), mb), bytes));
+      void *src = address(ins.tensor(), mb);
+      if (gpu_) {
+        PIPEC_ASSIGN(src, toHost(ins.tensor(), mb));
+      }
+      PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), src, bytes));
       stats_.bytesSent += bytes;
       stats_.commSeconds += seconds(t0, Clock::now());
       break;
@@ -299,8 +372,14 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     case plan::Instruction::RECV: {
       if (!io.transport)
         return errorf("device ", index_, ": the plan receives tensors but the run has no transport");
-      PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb),
-                                   address(ins.tensor(), mb), p.tensors(ins.tensor()).bytes()));
+      const size_t bytes = p.tensors(ins.tensor()).bytes();
+      void *dst = address(ins.tensor(), mb);
+      if (gpu_) {
+        PIPEC_ASSIGN(dst, gpu_->staging(bytes));
+      }
+      PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), dst, bytes));
+      if (gpu_)
+        PIPEC_TRY(fromHost(ins.tensor(), mb, dst));
       stats_.waitSeconds += seconds(t0, Clock::now());
       break;
     }
@@ -324,6 +403,8 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
           nodeSeconds_[ni] += seconds(n0, Clock::now());
         ++stats_.nodesRun;
       }
+      if (gpu_)
+        PIPEC_TRY(gpu_->sync().withContext(cat("device ", index_, " micro-batch ", mb))); // kernel time, errors
       stats_.busySeconds += seconds(t0, Clock::now());
       break;
     }
@@ -338,9 +419,17 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
                             ? ins.tensor()
                             : -1,
                         replicaBase_ + ins.peer(), seconds(epoch_, t0), seconds(epoch_, Clock::now())});
-    for (int32_t t : collectAfter_[i])
-      PIPEC_TRY(io.collect(t, mb, address(t, mb)));
+    for (int32_t t : collectAfter_[i]) {
+      if (!gpu_) {
+        PIPEC_TRY(io.collect(t, mb, address(t, mb)));
+        continue;
+      }
+      PIPEC_ASSIGN(void *host, toHost(t, mb));
+      PIPEC_TRY(io.collect(t, mb, host));
+    }
   }
+  if (gpu_)
+    PIPEC_TRY(gpu_->sync());
   return Status::ok();
 }
 

@@ -9,6 +9,7 @@
 
 #include "runtime/Transport.h"
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cuda/Gpu.h"
 #include "runtime/plan/PlanIO.h"
 
 #include <chrono>
@@ -47,8 +48,16 @@ public:
   /// Prepares kernels and memory for device `index` of a loaded plan: stage
   /// index % K of replica index / K (data parallelism; replica 0 alone
   /// without it), whose peers are the stages of its own replica. The
-  /// LoadedPlan must outlive the executor.
-  static Expected<std::unique_ptr<DeviceExecutor>> create(const plan::LoadedPlan &lp, int index);
+  /// LoadedPlan must outlive the executor. With `gpu` >= 0 the device runs
+  /// on that GPU (runtime/cuda/): its arena and weights in GPU memory, its
+  /// nodes as CUDA kernels on its stream; inputs, outputs, messages and
+  /// gradients pass through a pinned host buffer, and a training plan's
+  /// weights are uploaded at the start of every step (the optimizer runs
+  /// on the host).
+  static Expected<std::unique_ptr<DeviceExecutor>> create(const plan::LoadedPlan &lp, int index,
+                                                          int gpu = -1);
+  /// Whether the device runs on a GPU: address() then gives GPU memory.
+  bool onGpu() const { return gpu_ != nullptr; }
 
   /// Feeds, runs and collects: `feed(tensorId, microBatch, dst)` fills a graph
   /// input instance before the first instruction that reads it;
@@ -127,6 +136,17 @@ private:
   std::vector<uint64_t> highWater_;
   DeviceStats stats_;
   std::vector<double> nodeSeconds_;
+  /// On a GPU: the device, its weights in GPU memory (weightAddr_ points
+  /// there) with their host copies, and its workspace.
+  std::unique_ptr<cuda::GpuDevice> gpu_;
+  std::vector<std::pair<void *, const void *>> gpuWeights_; ///< (GPU, host) per weight
+  std::vector<uint64_t> gpuWeightBytes_;
+  void *gpuWorkspace_ = nullptr;
+  Status prepareGpu();
+  /// Host <-> arena through the pinned buffer, for feeds, collects, sends
+  /// and receives.
+  Expected<void *> toHost(int32_t tensor, unsigned mb);
+  Status fromHost(int32_t tensor, unsigned mb, const void *src);
   bool tracing_ = false;
   std::chrono::steady_clock::time_point epoch_;
   std::vector<TraceEvent> trace_;

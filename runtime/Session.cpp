@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include "runtime/DeviceThreads.h"
+#include "runtime/cuda/Gpu.h"
 #include "support/Format.h"
 #include "support/Machine.h"
 #include "support/Parallel.h"
@@ -27,7 +28,7 @@ namespace {
 /// and weights; for training each parameter's gradient accumulator and
 /// optimizer state) exceed the memory this process may use, before any is
 /// made: the kernel would grant them lazily and end the run half-way.
-Status checkFitsMachine(const plan::Plan &p, int onlyDevice) {
+Status checkFitsMachine(const plan::Plan &p, int onlyDevice, bool arenasOnGpu) {
   const int D = static_cast<int>(std::max<uint32_t>(p.pipeline().data_parallel(), 1));
   const uint64_t machine = usableMemoryBytes();
   if (machine == 0)
@@ -36,8 +37,9 @@ Status checkFitsMachine(const plan::Plan &p, int onlyDevice) {
   for (const plan::Device &d : p.devices()) {
     if (onlyDevice >= 0 && d.index() != onlyDevice % p.devices_size())
       continue;
-    // Replicas have arenas of their own.
-    arenas += static_cast<long double>(std::max<uint64_t>(d.arena_bytes(), 64)) * (onlyDevice >= 0 ? 1 : D);
+    // Replicas have arenas of their own (on the GPUs with --device cuda).
+    if (!arenasOnGpu)
+      arenas += static_cast<long double>(std::max<uint64_t>(d.arena_bytes(), 64)) * (onlyDevice >= 0 ? 1 : D);
   }
   // Every process loads the weight files whole, once, whatever devices it
   // runs.
@@ -96,7 +98,14 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
                     " and runs on as many MPI ranks (mpirun -np ", N, "); this job has ",
                     opts.transport->numDevices());
   }
-  PIPEC_TRY(checkFitsMachine(s->lp_.plan, opts.rank).withContext(cat("plan '", planDir, "'")));
+  PIPEC_TRY(checkFitsMachine(s->lp_.plan, opts.rank, opts.cuda).withContext(cat("plan '", planDir, "'")));
+  int gpus = 0;
+  if (opts.cuda) {
+    auto listed = cuda::listGpus();
+    if (!listed)
+      return listed.status();
+    gpus = static_cast<int>(listed->size());
+  }
   omp_set_num_threads(opts.threadsPerDevice);
   // Trace times count from a common epoch: in a distributed run, rank 0's
   // wall clock when the session opened, which every process converts to
@@ -115,7 +124,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
       s->devices_.push_back(nullptr);
       continue;
     }
-    PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d));
+    PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d, opts.cuda ? d % gpus : -1));
     if (opts.trace)
       ex->enableTrace(epoch);
     s->devices_.push_back(std::move(ex));
@@ -853,7 +862,9 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
         src = static_cast<const char *>(in.raw()) + (in.bytes() == bytes ? 0 : bytes * mb);
       } else {
         int holder = deviceHolding(t, mb % M);
-        src = holder < 0 ? residentData(t) : devices_[holder]->address(t, mb % M);
+        src = residentData(t); // a constant; a GPU's arena is not for the host to read
+        if (!src && holder >= 0 && !devices_[holder]->onGpu())
+          src = devices_[holder]->address(t, mb % M);
       }
       if (!src)
         return errorf("graph output '", p.tensors(t).name(), "' of micro-batch ", mb,

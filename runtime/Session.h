@@ -50,6 +50,9 @@ struct SessionOptions {
   /// others. -1: every device, as threads of this process.
   int rank = -1;
   Transport *transport = nullptr;
+  /// Run the devices on GPUs (runtime/cuda/): device i on GPU i modulo the
+  /// GPUs present (all on one when there is one).
+  bool cuda = false;
 };
 
 /// Kinds of the messages between the processes of a distributed run that

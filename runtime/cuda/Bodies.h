@@ -133,6 +133,61 @@ PIPEC_HD inline float treeSum(const float *x, int64_t n, int lanes, float *parti
   return partial[0];
 }
 
+/// A reduction's index arithmetic: for output element o, the input offset
+/// of its first element (the kept axes) and of the j-th element it sums
+/// (the reduced axes, row-major).
+struct Reduction {
+  int keptRank = 0, reducedRank = 0;
+  int64_t keptDims[kMaxRank] = {}, keptStrides[kMaxRank] = {};
+  int64_t reducedDims[kMaxRank] = {}, reducedStrides[kMaxRank] = {};
+  int64_t reducedCount = 1;
+};
+
+PIPEC_HD inline int64_t mixedOffset(int64_t i, int rank, const int64_t *dims, const int64_t *strides) {
+  int64_t off = 0;
+  for (int a = rank - 1; a >= 0; --a) {
+    off += (i % dims[a]) * strides[a];
+    i /= dims[a];
+  }
+  return off;
+}
+
+/// ReduceSum of output element o: its elements added in index order.
+PIPEC_HD inline float reduceSumElement(const float *x, int64_t o, const Reduction &r) {
+  const int64_t base = mixedOffset(o, r.keptRank, r.keptDims, r.keptStrides);
+  float s = 0.0f;
+  for (int64_t j = 0; j < r.reducedCount; ++j)
+    s += x[base + mixedOffset(j, r.reducedRank, r.reducedDims, r.reducedStrides)];
+  return s;
+}
+
+/// Softmax cross-entropy at one position: scores x[c * stride] for c < C
+/// and the target class t: log(sum exp(x - max)) + max - x[t], the sum in
+/// class order.
+PIPEC_HD inline float sceLoss(const float *x, int64_t C, int64_t stride, int64_t t) {
+  float m = x[0];
+  for (int64_t c = 1; c < C; ++c)
+    m = x[c * stride] > m ? x[c * stride] : m;
+  float s = 0.0f;
+  for (int64_t c = 0; c < C; ++c)
+    s += cpu::expOf(x[c * stride] - m);
+  return logf(s) + m - x[t * stride];
+}
+
+/// Its gradient with respect to the scores, scaled by g:
+/// dx[c] = g (softmax(x)[c] - [c == t]).
+PIPEC_HD inline void sceGrad(const float *x, float *dx, int64_t C, int64_t stride, int64_t t, float g) {
+  float m = x[0];
+  for (int64_t c = 1; c < C; ++c)
+    m = x[c * stride] > m ? x[c * stride] : m;
+  float s = 0.0f;
+  for (int64_t c = 0; c < C; ++c)
+    s += cpu::expOf(x[c * stride] - m);
+  const float r = 1.0f / s;
+  for (int64_t c = 0; c < C; ++c)
+    dx[c * stride] = g * (cpu::expOf(x[c * stride] - m) * r - (c == t ? 1.0f : 0.0f));
+}
+
 // ---- Optimizers: one parameter element per thread.
 
 struct SgdScalars {

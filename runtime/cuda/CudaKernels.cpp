@@ -45,11 +45,19 @@ Expected<cublasHandle_t> cublasFor(void *stream) {
   return it->second;
 }
 
-Status needF32(const OpDesc &d) {
-  for (size_t i = 0; i < d.inputs.size(); ++i)
+/// Every input float32 but the one at `targetInput` (a loss's int64 targets).
+Status needF32(const OpDesc &d, int targetInput = -1) {
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
+    if (static_cast<int>(i) == targetInput) {
+      if (d.inputs[i].dtype != DType::I64)
+        return errorf(d.where(), ": targets are ", dtypeName(d.inputs[i].dtype),
+                      "; the CUDA kernel takes int64 targets");
+      continue;
+    }
     if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
       return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype),
                     "; the CUDA kernels take float32 only");
+  }
   for (const TensorDesc &o : d.outputs)
     if (o.dtype != DType::F32)
       return errorf(d.where(), ": output is ", dtypeName(o.dtype), "; the CUDA kernels take float32 only");
@@ -161,6 +169,132 @@ public:
     return g.run(ctx.stream, a, b, y, 0.0f);
   }
 };
+
+class ReduceSumKernel final : public Kernel {
+public:
+  ReduceSumKernel(body::Reduction r, int64_t outN) : r_(r), outN_(outN) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchReduceSum(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), outN_, r_, ctx.stream);
+  }
+
+private:
+  body::Reduction r_;
+  int64_t outN_;
+};
+
+/// Softmax cross-entropy (reduction 0 none, 1 sum, 2 mean) and its
+/// gradient, without class weights or an ignore index. The workspace
+/// holds a flag the kernels raise for a target outside [0, C), read back
+/// after the launch: an error, not a silent NaN.
+class SceKernel final : public Kernel {
+public:
+  SceKernel(bool grad, int reduction, int64_t n, int64_t c, int64_t d)
+      : grad_(grad), reduction_(reduction), n_(n), c_(c), d_(d) {}
+  size_t workspaceBytes() const override { return 256 + static_cast<size_t>(n_ * d_) * sizeof(float); }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    auto stream = static_cast<cudaStream_t>(ctx.stream);
+    int *flag = static_cast<int *>(ctx.workspace);
+    float *per = reinterpret_cast<float *>(static_cast<char *>(ctx.workspace) + 256);
+    if (cudaMemsetAsync(flag, 0, sizeof(int), stream) != cudaSuccess)
+      return errorf("SoftmaxCrossEntropyLoss: cudaMemsetAsync failed");
+    if (grad_) {
+      PIPEC_TRY(launchSceGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                              static_cast<const int64_t *>(in[2]), n_, c_, d_, reduction_,
+                              static_cast<float *>(out[0]), flag, ctx.stream));
+    } else {
+      float *loss = static_cast<float *>(out[0]);
+      PIPEC_TRY(launchSceLoss(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]), n_, c_, d_,
+                              reduction_ == 0 ? loss : per, flag, ctx.stream));
+      if (reduction_ != 0)
+        PIPEC_TRY(launchSumInOrder(per, n_ * d_, reduction_ == 2, loss, ctx.stream));
+    }
+    int bad = 0;
+    if (cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess)
+      return errorf("SoftmaxCrossEntropyLoss: ", cudaGetErrorString(cudaGetLastError()));
+    if (bad)
+      return errorf("a target is outside [0, ", c_, ") (SoftmaxCrossEntropyLoss on the GPU)");
+    return Status::ok();
+  }
+
+private:
+  bool grad_;
+  int reduction_;
+  int64_t n_, c_, d_;
+};
+
+Expected<KernelPtr> makeReduceSum(const OpDesc &d) {
+  const Shape &s = d.inputs[0].shape;
+  const int rank = static_cast<int>(s.size());
+  if (rank > body::kMaxRank)
+    return errorf(d.where(), ": rank ", rank, " (the CUDA kernel reduces up to rank ", body::kMaxRank, ")");
+  std::vector<int64_t> axes;
+  if (d.opset >= 13) {
+    if (d.hasInput(1)) {
+      const Tensor *a = d.constInput(1);
+      if (!a || a->dtype() != DType::I64)
+        return errorf(d.where(), ": axes must be a constant int64 tensor");
+      axes = a->toInts();
+    }
+  } else {
+    axes = attrInts(d.attrs, "axes");
+  }
+  const bool noop = attrInt(d.attrs, "noop_with_empty_axes", 0) != 0;
+  std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty() && !noop);
+  for (int64_t a : axes) {
+    if (a < 0)
+      a += rank;
+    if (a < 0 || a >= rank)
+      return errorf(d.where(), ": axis out of range for ", shapeStr(s));
+    reduced[static_cast<size_t>(a)] = true;
+  }
+  body::Reduction r;
+  int64_t stride = 1;
+  std::vector<int64_t> strides(static_cast<size_t>(rank));
+  for (int a = rank - 1; a >= 0; --a) {
+    strides[a] = stride;
+    stride *= s[a];
+  }
+  for (int a = 0; a < rank; ++a) {
+    if (reduced[a]) {
+      r.reducedDims[r.reducedRank] = s[a];
+      r.reducedStrides[r.reducedRank++] = strides[a];
+      r.reducedCount *= s[a];
+    } else {
+      r.keptDims[r.keptRank] = s[a];
+      r.keptStrides[r.keptRank++] = strides[a];
+    }
+  }
+  if (r.keptRank == 0) { // one output element
+    r.keptDims[0] = 1;
+    r.keptStrides[0] = 0;
+    r.keptRank = 1;
+  }
+  return KernelPtr(new ReduceSumKernel(r, d.outputs[0].numel()));
+}
+
+Expected<KernelPtr> makeSce(const OpDesc &d) {
+  const bool grad = d.domain == "pipec";
+  const size_t scores = grad ? 1 : 0;
+  PIPEC_TRY(needF32(d, static_cast<int>(scores) + 1));
+  if (d.hasInput(scores + 2))
+    return errorf(d.where(), ": class weights are not implemented in the CUDA kernel");
+  if (attrHas(d.attrs, "ignore_index"))
+    return errorf(d.where(), ": ignore_index is not implemented in the CUDA kernel");
+  if (!grad && d.outputs.size() > 1)
+    return errorf(d.where(), ": the log_prob output is not implemented in the CUDA kernel");
+  const std::string red = attrHas(d.attrs, "reduction") ? d.attrs.at("reduction").s : "mean";
+  const int reduction = red == "none" ? 0 : red == "sum" ? 1 : red == "mean" ? 2 : -1;
+  if (reduction < 0)
+    return errorf(d.where(), ": unknown reduction '", red, "'");
+  const Shape &x = d.inputs[scores].shape;
+  if (x.size() < 2)
+    return errorf(d.where(), ": scores must be [N, C, ...], got ", shapeStr(x));
+  int64_t dd = 1;
+  for (size_t a = 2; a < x.size(); ++a)
+    dd *= x[a];
+  return KernelPtr(new SceKernel(grad, reduction, x[0], x[1], dd));
+}
 
 Expected<KernelPtr> makeUnary(const OpDesc &d, UnaryOp op) {
   if (d.inputs.size() != 1 || d.outputs.size() != 1 || d.inputs[0].shape != d.outputs[0].shape)
@@ -290,6 +424,9 @@ const std::map<std::string, Factory> &table() {
       {"LogSoftmax", makeSoftmax},
       {"MatMul", makeMatMul},
       {"Gemm", makeGemm},
+      {"ReduceSum", makeReduceSum},
+      {"SoftmaxCrossEntropyLoss", makeSce},
+      {"pipec:SoftmaxCrossEntropyLossGrad", makeSce},
   };
   return t;
 }
@@ -305,7 +442,12 @@ Expected<KernelPtr> createKernel(const OpDesc &d) {
   if (it == table().end())
     return errorf("node '", d.name, "' (op type '", d.opType, "', domain ",
                   d.domain.empty() ? "ai.onnx" : d.domain, ", opset ", d.opset, ") has no CUDA kernel");
-  PIPEC_TRY(needF32(d));
+  // The losses check their own types (int64 targets); ReduceSum's axes are
+  // int64.
+  if (d.opType == "ReduceSum")
+    PIPEC_TRY(needF32(d, d.hasInput(1) ? 1 : -1));
+  else if (d.opType != "SoftmaxCrossEntropyLoss" && d.opType != "SoftmaxCrossEntropyLossGrad")
+    PIPEC_TRY(needF32(d));
   return it->second(d);
 }
 

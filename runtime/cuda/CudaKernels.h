@@ -10,7 +10,9 @@
 //
 // Ops so far: Relu, Neg, Sigmoid, Tanh, Exp, Gelu, pipec:ReluGrad, Add,
 // Sub, Mul, Div (numpy broadcasting), Softmax, LogSoftmax, MatMul (2-D and
-// batched of equal batch), Gemm.
+// batched of equal batch), Gemm, ReduceSum, SoftmaxCrossEntropyLoss and
+// pipec:SoftmaxCrossEntropyLossGrad (int64 targets; no class weights,
+// ignore_index or log_prob output): the MLP sample's training plans.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

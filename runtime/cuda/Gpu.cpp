@@ -1,6 +1,8 @@
 //===- runtime/cuda/Gpu.cpp - The GPUs this process sees ------------------===//
 #include "runtime/cuda/Gpu.h"
 
+#include <algorithm>
+
 #if PIPEC_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -38,5 +40,89 @@ Expected<std::vector<GpuInfo>> listGpus() {
                 "see docs/cuda.md)");
 #endif
 }
+
+#if PIPEC_HAVE_CUDA
+namespace {
+Status cudaCheck(cudaError_t e, const char *what, int gpu) {
+  if (e == cudaSuccess)
+    return Status::ok();
+  return errorf("GPU ", gpu, ": ", what, ": ", cudaGetErrorString(e));
+}
+} // namespace
+
+Expected<std::unique_ptr<GpuDevice>> GpuDevice::open(int gpu) {
+  std::unique_ptr<GpuDevice> d(new GpuDevice());
+  d->gpu_ = gpu;
+  PIPEC_TRY(d->select());
+  cudaStream_t s = nullptr;
+  PIPEC_TRY(cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", gpu));
+  d->stream_ = s;
+  return d;
+}
+
+GpuDevice::~GpuDevice() {
+  cudaSetDevice(gpu_);
+  if (stream_)
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  for (void *p : allocations_)
+    cudaFree(p);
+  if (staging_)
+    cudaFreeHost(staging_);
+  if (stream_)
+    cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+Status GpuDevice::select() const { return cudaCheck(cudaSetDevice(gpu_), "cudaSetDevice", gpu_); }
+
+Expected<void *> GpuDevice::alloc(uint64_t bytes) {
+  void *p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<uint64_t>(bytes, 256));
+  if (e != cudaSuccess) {
+    size_t freeBytes = 0, total = 0;
+    cudaMemGetInfo(&freeBytes, &total);
+    return errorf("GPU ", gpu_, ": cannot allocate ", bytes, " bytes (", cudaGetErrorString(e), "; ", freeBytes,
+                  " of ", total, " bytes free)");
+  }
+  allocations_.push_back(p);
+  return p;
+}
+
+Status GpuDevice::upload(void *dst, const void *src, uint64_t bytes) {
+  return cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)),
+                   "copy to the GPU", gpu_);
+}
+
+Status GpuDevice::download(void *dst, const void *src, uint64_t bytes) {
+  return cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_)),
+                   "copy from the GPU", gpu_);
+}
+
+Status GpuDevice::sync() {
+  return cudaCheck(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "running the stream", gpu_);
+}
+
+Expected<void *> GpuDevice::staging(uint64_t bytes) {
+  if (bytes <= stagingBytes_)
+    return staging_;
+  if (staging_)
+    cudaFreeHost(staging_);
+  staging_ = nullptr;
+  stagingBytes_ = 0;
+  PIPEC_TRY(cudaCheck(cudaMallocHost(&staging_, std::max<uint64_t>(bytes, 4096)), "cudaMallocHost", gpu_));
+  stagingBytes_ = std::max<uint64_t>(bytes, 4096);
+  return staging_;
+}
+#else
+Expected<std::unique_ptr<GpuDevice>> GpuDevice::open(int) {
+  return errorf("this pipec was built without CUDA");
+}
+GpuDevice::~GpuDevice() = default;
+Status GpuDevice::select() const { return errorf("built without CUDA"); }
+Expected<void *> GpuDevice::alloc(uint64_t) { return errorf("built without CUDA"); }
+Status GpuDevice::upload(void *, const void *, uint64_t) { return errorf("built without CUDA"); }
+Status GpuDevice::download(void *, const void *, uint64_t) { return errorf("built without CUDA"); }
+Status GpuDevice::sync() { return errorf("built without CUDA"); }
+Expected<void *> GpuDevice::staging(uint64_t) { return errorf("built without CUDA"); }
+#endif
 
 } // namespace pipec::cuda

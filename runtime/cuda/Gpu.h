@@ -11,6 +11,7 @@
 #include "support/Error.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,41 @@ bool built();
 /// The GPUs the CUDA runtime reports, or an error saying why there are
 /// none: the build has no CUDA, no driver, no device.
 Expected<std::vector<GpuInfo>> listGpus();
+
+/// One plan device placed on a GPU: the GPU's index, its stream, the
+/// device memory it allocated (freed with it) and a pinned host buffer for
+/// the copies to and from the host. The executor (runtime/Executor.h)
+/// calls it from the device's thread; select() makes the GPU that thread's
+/// current one.
+class GpuDevice {
+public:
+  /// Opens GPU `gpu` (an index into listGpus()).
+  static Expected<std::unique_ptr<GpuDevice>> open(int gpu);
+  ~GpuDevice();
+  GpuDevice(const GpuDevice &) = delete;
+  GpuDevice &operator=(const GpuDevice &) = delete;
+
+  int gpu() const { return gpu_; }
+  void *stream() const { return stream_; }
+  Status select() const;
+  /// Device memory of `bytes` (at least 256-byte aligned), or an error
+  /// naming the GPU and the size.
+  Expected<void *> alloc(uint64_t bytes);
+  /// Copies on the stream; they finish by the next sync().
+  Status upload(void *dst, const void *src, uint64_t bytes);
+  Status download(void *dst, const void *src, uint64_t bytes);
+  /// Waits for everything issued on the stream; reports a kernel's error.
+  Status sync();
+  /// A pinned host buffer of at least `bytes`, valid until the next call.
+  Expected<void *> staging(uint64_t bytes);
+
+private:
+  GpuDevice() = default;
+  int gpu_ = 0;
+  void *stream_ = nullptr;
+  std::vector<void *> allocations_;
+  void *staging_ = nullptr;
+  uint64_t stagingBytes_ = 0;
+};
 
 } // namespace pipec::cuda

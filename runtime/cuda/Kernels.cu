@@ -71,6 +71,49 @@ __global__ void adamKernel(body::AdamScalars s, float *p, const float *g, float 
     body::adamElement(s, p[i], g[i], m[i], v[i]);
 }
 
+__global__ void reduceSumKernel(const float *x, float *y, int64_t outN, body::Reduction r) {
+  for (int64_t o = firstItem(); o < outN; o += itemStride())
+    y[o] = body::reduceSumElement(x, o, r);
+}
+
+__global__ void sceLossKernel(const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d, float *loss,
+                              int *bad) {
+  for (int64_t pos = firstItem(); pos < n * d; pos += itemStride()) {
+    const int64_t i = pos / d, j = pos % d, t = target[pos];
+    if (t < 0 || t >= c) {
+      *bad = 1;
+      loss[pos] = __int_as_float(0x7fc00000);
+      continue;
+    }
+    loss[pos] = body::sceLoss(x + i * c * d + j, c, d, t);
+  }
+}
+
+__global__ void sumInOrderKernel(const float *v, int64_t p, bool mean, float *out) {
+  if (firstItem() != 0)
+    return;
+  double s = 0.0;
+  for (int64_t i = 0; i < p; ++i)
+    s += static_cast<double>(v[i]);
+  *out = static_cast<float>(mean ? s / static_cast<double>(p) : s);
+}
+
+__global__ void sceGradKernel(const float *dl, const float *x, const int64_t *target, int64_t n, int64_t c,
+                              int64_t d, int reduction, float *dx, int *bad) {
+  for (int64_t pos = firstItem(); pos < n * d; pos += itemStride()) {
+    const int64_t i = pos / d, j = pos % d, t = target[pos];
+    if (t < 0 || t >= c) {
+      *bad = 1;
+      continue;
+    }
+    // reduction: 0 none, 1 sum, 2 mean (as Kernels.h says).
+    const float g = reduction == 0 ? dl[pos]
+                    : reduction == 1 ? dl[0]
+                                     : static_cast<float>(static_cast<double>(dl[0]) / static_cast<double>(n * d));
+    body::sceGrad(x + i * c * d + j, dx + i * c * d + j, c, d, t, g);
+  }
+}
+
 Status launched(const char *what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
@@ -123,6 +166,37 @@ Status launchSoftmax(bool log, const float *x, float *y, int64_t outer, int64_t 
     return Status::ok();
   softmaxKernel<<<l.grid, l.block, 0, asStream(stream)>>>(log, x, y, outer, len, inner);
   return launched("softmax");
+}
+
+Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduction &r, void *stream) {
+  const LaunchShape l = itemLaunch(outN);
+  if (l.grid == 0)
+    return Status::ok();
+  reduceSumKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, y, outN, r);
+  return launched("ReduceSum");
+}
+
+Status launchSceLoss(const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d, float *perPosition,
+                     int *badTarget, void *stream) {
+  const LaunchShape l = itemLaunch(n * d, 128);
+  if (l.grid == 0)
+    return Status::ok();
+  sceLossKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, target, n, c, d, perPosition, badTarget);
+  return launched("SoftmaxCrossEntropyLoss");
+}
+
+Status launchSumInOrder(const float *v, int64_t p, bool mean, float *out, void *stream) {
+  sumInOrderKernel<<<1, 32, 0, asStream(stream)>>>(v, p, mean, out);
+  return launched("loss sum");
+}
+
+Status launchSceGrad(const float *dLoss, const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d,
+                     int reduction, float *dx, int *badTarget, void *stream) {
+  const LaunchShape l = itemLaunch(n * d, 128);
+  if (l.grid == 0)
+    return Status::ok();
+  sceGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dLoss, x, target, n, c, d, reduction, dx, badTarget);
+  return launched("SoftmaxCrossEntropyLossGrad");
 }
 
 Status launchSgd(const body::SgdScalars &s, float *p, const float *g, float *buf, int64_t n, void *stream) {

@@ -74,6 +74,8 @@ double compareWithCpu(const cpu::OpDesc &d, const std::vector<Tensor> &inputs) {
   }
   cpu::ExecContext ctx;
   ctx.stream = stream;
+  DeviceBuffer workspace((*k)->workspaceBytes());
+  ctx.workspace = workspace.p;
   Status s = (*k)->run(ctx, in.data(), out.data());
   EXPECT_TRUE(s.isOk()) << s.message();
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -181,4 +183,30 @@ TEST(CudaKernels, OptimizerKernelsAreTheBodies) {
     worst = std::max(worst, std::fabs(double(got[i]) - pi) / std::max(1.0, std::fabs(double(pi))));
   }
   EXPECT_LE(worst, 4e-7);
+}
+
+TEST(CudaKernels, ReduceSumAndLossAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = randomF32({64, 100}, 30);
+  Tensor axes(DType::I64, {1});
+  axes.data<int64_t>()[0] = 0;
+  cpu::OpDesc r = makeDesc("ReduceSum", {x.desc(), axes.desc()}, {{DType::F32, {100}}});
+  r.attrs["keepdims"] = Attribute::ofInt(0);
+  r.constInputs = {Tensor(), axes};
+  EXPECT_LE(compareWithCpu(r, {x, axes}), 1e-5); // index order against the CPU's lanes
+  const int64_t N = 32, C = 10;
+  Tensor s = randomF32({N, C}, 31), t(DType::I64, {N});
+  for (int64_t i = 0; i < N; ++i)
+    t.data<int64_t>()[i] = (i * 7) % C;
+  for (const char *red : {"mean", "sum", "none"}) {
+    cpu::OpDesc l = makeDesc("SoftmaxCrossEntropyLoss", {s.desc(), t.desc()},
+                             {{DType::F32, std::string(red) == "none" ? Shape{N} : Shape{}}});
+    l.attrs["reduction"] = Attribute::ofString(red);
+    EXPECT_LE(compareWithCpu(l, {s, t}), 1e-6) << red;
+  }
+  Tensor g = Tensor::scalarF32(1.0f);
+  EXPECT_LE(compareWithCpu(makeDesc("SoftmaxCrossEntropyLossGrad", {g.desc(), s.desc(), t.desc()}, {s.desc()},
+                                    "pipec"),
+                           {g, s, t}),
+            1e-6);
 }

@@ -43,3 +43,13 @@ if "detect_leaks=1" in os.environ.get("ASAN_OPTIONS", ""):
     mpi_env = "env ASAN_OPTIONS=" + os.environ["ASAN_OPTIONS"].replace("detect_leaks=1", "detect_leaks=0") + " "
 config.substitutions.append(("%mpirun", mpi_env + "mpirun --oversubscribe --bind-to none"))
 config.substitutions.append(("%mpicheck", "/usr/bin/python3 " + os.path.join(config.test_source_root, "..", "tools", "mpi_check.py")))
+# A GPU the CUDA runtime can use (nvidia-smi lists one): the end-to-end
+# tests of --device cuda (tests/lit/e2e/cuda.test) run; elsewhere they are
+# reported unsupported.
+import subprocess
+try:
+    if shutil.which("nvidia-smi") and "GPU" in subprocess.run(
+            ["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=20).stdout:
+        config.available_features.add("cuda-gpu")
+except (OSError, subprocess.SubprocessError):
+    pass

@@ -288,3 +288,57 @@ TEST(CudaGpus, ListingSaysWhyThereIsNoneInsteadOfCrashing) {
   EXPECT_TRUE(m.rfind("no CUDA device", 0) == 0 || m.find("built without CUDA") != std::string::npos) << m;
   EXPECT_EQ(cuda::built(), m.find("built without CUDA") == std::string::npos);
 }
+
+TEST(CudaBodies, ReduceSumAndTheLossMatchTheCpuKernels) {
+  // ReduceSum over axis 0 (a bias gradient) and over axes {1, 2}.
+  Tensor x = randomF32({6, 5, 7}, 30);
+  for (const std::vector<int64_t> &axes : {std::vector<int64_t>{0}, std::vector<int64_t>{1, 2}}) {
+    Tensor ax(DType::I64, {static_cast<int64_t>(axes.size())});
+    for (size_t i = 0; i < axes.size(); ++i)
+      ax.data<int64_t>()[i] = axes[i];
+    Shape out;
+    for (int64_t a = 0; a < 3; ++a)
+      if (std::find(axes.begin(), axes.end(), a) == axes.end())
+        out.push_back(x.shape()[a]);
+    cpu::OpDesc d = makeDesc("ReduceSum", {x.desc(), ax.desc()}, {{DType::F32, out}});
+    d.attrs["keepdims"] = Attribute::ofInt(0);
+    d.constInputs = {Tensor(), ax};
+    Tensor ref = evalOne(d, {x, ax});
+    // The body's index arithmetic for the same reduction.
+    body::Reduction r;
+    const int64_t strides[3] = {35, 7, 1};
+    for (int64_t a = 0; a < 3; ++a) {
+      if (std::find(axes.begin(), axes.end(), a) != axes.end()) {
+        r.reducedDims[r.reducedRank] = x.shape()[a];
+        r.reducedStrides[r.reducedRank++] = strides[a];
+        r.reducedCount *= x.shape()[a];
+      } else {
+        r.keptDims[r.keptRank] = x.shape()[a];
+        r.keptStrides[r.keptRank++] = strides[a];
+      }
+    }
+    std::vector<float> y(static_cast<size_t>(ref.numel()));
+    for (int64_t o = 0; o < ref.numel(); ++o)
+      y[o] = body::reduceSumElement(x.data<float>(), o, r);
+    // The body adds in index order, the CPU kernel in its own lanes: the
+    // same sum to float rounding (35 terms of up to 4).
+    EXPECT_LE(worstError(y.data(), ref.data<float>(), ref.numel()), 1e-5) << axes.size() << " axes";
+  }
+  // Softmax cross-entropy (mean) and its gradient, scores [N, C].
+  const int64_t N = 9, C = 13;
+  Tensor s = randomF32({N, C}, 31, -6.f, 6.f), t(DType::I64, {N});
+  for (int64_t i = 0; i < N; ++i)
+    t.data<int64_t>()[i] = (i * 5) % C;
+  Tensor loss = evalOne(makeDesc("SoftmaxCrossEntropyLoss", {s.desc(), t.desc()}, {{DType::F32, {}}}), {s, t});
+  double sum = 0;
+  for (int64_t i = 0; i < N; ++i)
+    sum += body::sceLoss(s.data<float>() + i * C, C, 1, t.data<int64_t>()[i]);
+  EXPECT_NEAR(sum / N, loss.data<float>()[0], 1e-6 * std::max(1.0, std::fabs(sum / N)));
+  Tensor g = Tensor::scalarF32(1.0f);
+  Tensor dx = evalOne(makeDesc("SoftmaxCrossEntropyLossGrad", {g.desc(), s.desc(), t.desc()}, {s.desc()}, "pipec"),
+                      {g, s, t});
+  std::vector<float> mine(static_cast<size_t>(N * C));
+  for (int64_t i = 0; i < N; ++i)
+    body::sceGrad(s.data<float>() + i * C, mine.data() + i * C, C, 1, t.data<int64_t>()[i], 1.0f / N);
+  EXPECT_LE(worstError(mine.data(), dx.data<float>(), N * C), 1e-7);
+}
