@@ -66,8 +66,10 @@ Status checkFitsMachine(const plan::Plan &p, int onlyDevice, bool arenasOnGpu) {
   const long double total = arenas + weights + state;
   if (total <= machine)
     return Status::ok();
+  const std::string devices =
+      onlyDevice >= 0 ? cat("device ", onlyDevice) : cat(p.devices_size() * D, " device(s)");
   return errorf("it needs ", formatBytes(static_cast<double>(total)), " of memory on this machine (",
-                onlyDevice >= 0 ? cat("device ", onlyDevice) : cat(p.devices_size() * D, " device(s)"), ": arenas ", formatBytes(static_cast<double>(arenas)),
+                devices, ": arenas ", formatBytes(static_cast<double>(arenas)),
                 ", weights ", formatBytes(static_cast<double>(weights)), ", training state ",
                 formatBytes(static_cast<double>(state)), "), more than the ",
                 formatBytes(static_cast<double>(machine)),
