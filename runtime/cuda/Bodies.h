@@ -188,6 +188,74 @@ PIPEC_HD inline void sceGrad(const float *x, float *dx, int64_t C, int64_t strid
     dx[c * stride] = g * (cpu::expOf(x[c * stride] - m) * r - (c == t ? 1.0f : 0.0f));
 }
 
+// ---- Layer normalization, one row per thread (statistics in double, in
+// index order: the CPU kernels add the same terms in lanes).
+
+struct RowStats {
+  double mean, rstd;
+};
+PIPEC_HD inline RowStats layerNormStats(const float *x, int64_t cols, double eps) {
+  double s = 0.0;
+  for (int64_t i = 0; i < cols; ++i)
+    s += x[i];
+  const double mean = cols ? s / static_cast<double>(cols) : 0.0;
+  double q = 0.0;
+  for (int64_t i = 0; i < cols; ++i) {
+    const double d = x[i] - mean;
+    q += d * d;
+  }
+  const double var = cols ? q / static_cast<double>(cols) : 0.0;
+  return {mean, 1.0 / sqrt(var + eps)};
+}
+
+/// Y = (X - mean) rstd scale + bias over a row (bias may be null).
+PIPEC_HD inline void layerNormRow(const float *x, const float *scale, const float *bias, float *y, int64_t cols,
+                                  double eps) {
+  const RowStats st = layerNormStats(x, cols, eps);
+  for (int64_t i = 0; i < cols; ++i) {
+    const double v = (x[i] - st.mean) * st.rstd * scale[i] + (bias ? bias[i] : 0.0f);
+    y[i] = static_cast<float>(v);
+  }
+}
+
+/// dX of a row: rstd (g - mean(g) - xhat mean(g xhat)), g = dY scale.
+PIPEC_HD inline void layerNormGradRow(const float *dy, const float *x, const float *scale, float *dx,
+                                      int64_t cols, double eps) {
+  const RowStats st = layerNormStats(x, cols, eps);
+  double mg = 0.0, mgx = 0.0;
+  for (int64_t i = 0; i < cols; ++i) {
+    const double g = static_cast<double>(dy[i]) * scale[i];
+    mg += g;
+    mgx += g * (x[i] - st.mean) * st.rstd;
+  }
+  mg /= static_cast<double>(cols);
+  mgx /= static_cast<double>(cols);
+  for (int64_t i = 0; i < cols; ++i) {
+    const double g = static_cast<double>(dy[i]) * scale[i];
+    const double xhat = (x[i] - st.mean) * st.rstd;
+    dx[i] = static_cast<float>(st.rstd * (g - mg - xhat * mgx));
+  }
+}
+
+/// dScale of column `c`: the sum over rows of dY xhat, in row order, with
+/// each row's statistics (stats[r]).
+PIPEC_HD inline float layerNormScaleGradColumn(const float *dy, const float *x, const RowStats *stats,
+                                               int64_t rows, int64_t cols, int64_t c) {
+  double acc = 0.0;
+  for (int64_t r = 0; r < rows; ++r)
+    acc += static_cast<double>(dy[r * cols + c]) * (x[r * cols + c] - stats[r].mean) * stats[r].rstd;
+  return static_cast<float>(acc);
+}
+
+/// SoftmaxGrad of a row strided by `stride`: dX = Y (dY - sum(dY Y)).
+PIPEC_HD inline void softmaxGradRow(const float *dy, const float *y, float *dx, int64_t n, int64_t stride) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    s += dy[i * stride] * y[i * stride];
+  for (int64_t i = 0; i < n; ++i)
+    dx[i * stride] = y[i * stride] * (dy[i * stride] - s);
+}
+
 // ---- Optimizers: one parameter element per thread.
 
 struct SgdScalars {

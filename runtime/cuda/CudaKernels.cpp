@@ -296,6 +296,193 @@ Expected<KernelPtr> makeSce(const OpDesc &d) {
   return KernelPtr(new SceKernel(grad, reduction, x[0], x[1], dd));
 }
 
+/// A node whose run is one launch of a lambda (the launchers take device
+/// pointers and the stream); `ws` says how much workspace it needs.
+template <typename F> class LaunchKernel final : public Kernel {
+public:
+  LaunchKernel(F f, size_t ws) : f_(std::move(f)), ws_(ws) {}
+  size_t workspaceBytes() const override { return ws_; }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override { return f_(ctx, in, out); }
+
+private:
+  F f_;
+  size_t ws_;
+};
+template <typename F> KernelPtr launchKernel(F f, size_t ws = 0) {
+  return KernelPtr(new LaunchKernel<F>(std::move(f), ws));
+}
+
+/// Reads back the flag a kernel raises for an index out of range (the
+/// first int of the workspace, cleared before the launch).
+Status checkFlag(ExecContext &ctx, const std::string &what) {
+  int bad = 0;
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  if (cudaMemcpyAsync(&bad, ctx.workspace, sizeof bad, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess)
+    return errorf(what, ": ", cudaGetErrorString(cudaGetLastError()));
+  if (bad)
+    return errorf(what, ": an index is out of range");
+  return Status::ok();
+}
+
+int64_t normAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
+
+int64_t prodDims(const Shape &s, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t a = from; a < to && a < s.size(); ++a)
+    p *= s[a];
+  return p;
+}
+
+Expected<KernelPtr> makeTranspose(const OpDesc &d) {
+  const Shape &in = d.inputs[0].shape;
+  const size_t rank = in.size();
+  if (rank > static_cast<size_t>(body::kMaxRank))
+    return errorf(d.where(), ": rank ", rank, " (the CUDA kernel transposes up to rank ", body::kMaxRank, ")");
+  std::vector<int64_t> perm = attrInts(d.attrs, "perm");
+  if (perm.empty())
+    for (size_t a = 0; a < rank; ++a)
+      perm.push_back(static_cast<int64_t>(rank - 1 - a));
+  if (perm.size() != rank)
+    return errorf(d.where(), ": perm has ", perm.size(), " axes for rank ", rank);
+  std::vector<int64_t> strides(rank, 1);
+  for (size_t a = rank; a-- > 1;)
+    strides[a - 1] = strides[a] * in[a];
+  // Output axis a reads input axis perm[a].
+  body::Broadcast b;
+  b.rank = static_cast<int>(rank);
+  for (size_t a = 0; a < rank; ++a) {
+    if (perm[a] < 0 || perm[a] >= static_cast<int64_t>(rank))
+      return errorf(d.where(), ": perm ", perm[a], " out of range");
+    b.dims[a] = in[static_cast<size_t>(perm[a])];
+    b.strides[a] = strides[static_cast<size_t>(perm[a])];
+  }
+  const int64_t n = d.outputs[0].numel();
+  return launchKernel([b, n](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchBroadcastScale(static_cast<const float *>(in[0]), b, 1.0f, static_cast<float *>(out[0]), n,
+                                ctx.stream);
+  });
+}
+
+/// Concat (parts = inputs) and Split (parts = outputs) along an axis.
+Expected<KernelPtr> makeSlices(const OpDesc &d, bool concat) {
+  const TensorDesc &whole = concat ? d.outputs[0] : d.inputs[0];
+  const int64_t axis = normAxis(attrInt(d.attrs, "axis", concat ? 0 : 0), whole.shape.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(whole.shape.size()))
+    return errorf(d.where(), ": axis out of range for ", whole.str());
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t inner = prodDims(whole.shape, ax + 1, whole.shape.size());
+  const int64_t wholeLen = whole.shape[ax];
+  struct Part {
+    int64_t n, len, offset;
+  };
+  std::vector<Part> parts;
+  int64_t offset = 0;
+  const std::vector<TensorDesc> &ps = concat ? d.inputs : d.outputs;
+  for (const TensorDesc &t : ps) {
+    if (t.shape.size() != whole.shape.size())
+      return errorf(d.where(), ": part ", t.str(), " does not match ", whole.str());
+    parts.push_back({t.numel(), t.shape[ax], offset});
+    offset += t.shape[ax];
+  }
+  if (offset != wholeLen)
+    return errorf(d.where(), ": the parts add up to ", offset, " along axis ", axis, ", not ", wholeLen);
+  return launchKernel([parts, wholeLen, inner, concat](ExecContext &ctx, const void *const *in,
+                                                       void *const *out) -> Status {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Part &pt = parts[i];
+      if (concat)
+        PIPEC_TRY(launchSliceCopy(static_cast<const float *>(in[i]), static_cast<float *>(out[0]), pt.n, pt.len,
+                                  wholeLen, pt.offset, inner, true, ctx.stream));
+      else
+        PIPEC_TRY(launchSliceCopy(static_cast<const float *>(in[0]), static_cast<float *>(out[i]), pt.n, pt.len,
+                                  wholeLen, pt.offset, inner, false, ctx.stream));
+    }
+    return Status::ok();
+  });
+}
+
+Expected<KernelPtr> makeGather(const OpDesc &d) {
+  const bool grad = d.domain == "pipec";
+  const TensorDesc &data = grad ? d.outputs[0] : d.inputs[0];
+  const TensorDesc &idx = d.inputs[1];
+  if (idx.dtype != DType::I64)
+    return errorf(d.where(), ": indices are ", dtypeName(idx.dtype), "; the CUDA kernel takes int64");
+  if ((grad ? d.inputs[0].dtype : data.dtype) != DType::F32 || d.outputs[0].dtype != DType::F32)
+    return errorf(d.where(), ": the CUDA kernel takes float32 data");
+  const int64_t axis = normAxis(attrInt(d.attrs, "axis", 0), data.shape.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(data.shape.size()))
+    return errorf(d.where(), ": axis out of range for ", data.str());
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t outer = prodDims(data.shape, 0, ax), len = data.shape[ax];
+  const int64_t inner = prodDims(data.shape, ax + 1, data.shape.size()), count = idx.numel();
+  if (grad)
+    return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+      return launchGatherGrad(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),
+                              static_cast<float *>(out[0]), outer, len, inner, count, ctx.stream);
+    });
+  return launchKernel(
+      [=, where = d.where()](ExecContext &ctx, const void *const *in, void *const *out) -> Status {
+        if (cudaMemsetAsync(ctx.workspace, 0, sizeof(int), static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess)
+          return errorf(where, ": cudaMemsetAsync failed");
+        PIPEC_TRY(launchGather(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),
+                               static_cast<float *>(out[0]), outer, len, inner, count,
+                               static_cast<int *>(ctx.workspace), ctx.stream));
+        return checkFlag(ctx, where);
+      },
+      256);
+}
+
+Expected<KernelPtr> makeLayerNorm(const OpDesc &d) {
+  const bool grad = d.opType == "LayerNormalizationGrad", scaleGrad = d.opType == "LayerNormalizationScaleGrad";
+  const TensorDesc &x = grad || scaleGrad ? d.inputs[1] : d.inputs[0];
+  const int64_t axis = normAxis(attrInt(d.attrs, "axis", -1), x.shape.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(x.shape.size()))
+    return errorf(d.where(), ": axis out of range for ", x.str());
+  const double eps = attrFloat(d.attrs, "epsilon", 1e-5f);
+  const int64_t rows = prodDims(x.shape, 0, static_cast<size_t>(axis));
+  const int64_t cols = prodDims(x.shape, static_cast<size_t>(axis), x.shape.size());
+  if (scaleGrad)
+    return launchKernel(
+        [=](ExecContext &ctx, const void *const *in, void *const *out) {
+          return launchLayerNormScaleGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                                          static_cast<float *>(out[0]), rows, cols, eps,
+                                          static_cast<body::RowStats *>(ctx.workspace), ctx.stream);
+        },
+        static_cast<size_t>(rows) * sizeof(body::RowStats));
+  if (grad)
+    return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+      return launchLayerNormGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                                 static_cast<const float *>(in[2]), static_cast<float *>(out[0]), rows, cols, eps,
+                                 ctx.stream);
+    });
+  if (d.outputs.size() > 1)
+    return errorf(d.where(), ": the Mean and InvStdDev outputs are not implemented in the CUDA kernel");
+  if (d.inputs[1].numel() != cols || (d.hasInput(2) && d.inputs[2].numel() != cols))
+    return errorf(d.where(), ": scale and bias must hold ", cols, " elements (the CUDA kernel does not broadcast them)");
+  const bool bias = d.hasInput(2);
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchLayerNorm(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                           bias ? static_cast<const float *>(in[2]) : nullptr, static_cast<float *>(out[0]), rows,
+                           cols, eps, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeSoftmaxGrad(const OpDesc &d) {
+  if (attrInt(d.attrs, "coerce2d", 0) != 0)
+    return errorf(d.where(), ": the opset < 13 form (coerce2d) is not implemented in the CUDA kernel");
+  const Shape &s = d.inputs[1].shape;
+  const int64_t axis = normAxis(attrInt(d.attrs, "axis", -1), s.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(s.size()))
+    return errorf(d.where(), ": axis out of range for ", shapeStr(s));
+  const int64_t outer = prodDims(s, 0, static_cast<size_t>(axis)), len = s[static_cast<size_t>(axis)];
+  const int64_t inner = prodDims(s, static_cast<size_t>(axis) + 1, s.size());
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchSoftmaxGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                             static_cast<float *>(out[0]), outer, len, inner, ctx.stream);
+  });
+}
+
 Expected<KernelPtr> makeUnary(const OpDesc &d, UnaryOp op) {
   if (d.inputs.size() != 1 || d.outputs.size() != 1 || d.inputs[0].shape != d.outputs[0].shape)
     return errorf(d.where(), ": expects one input and one output of its shape");
@@ -384,6 +571,67 @@ Expected<KernelPtr> makeMatMul(const OpDesc &d) {
   return KernelPtr(k.release());
 }
 
+/// Einsum of a batched matrix product: "<batch>ij,<batch>jk-><batch>ik" in
+/// any of the four transpositions (and with the operands' roles swapped),
+/// the batch letters leading and equal in all three terms.
+Expected<KernelPtr> makeEinsum(const OpDesc &d) {
+  std::string eq = attrHas(d.attrs, "equation") ? d.attrs.at("equation").s : "";
+  eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
+  const size_t comma = eq.find(','), arrow = eq.find("->");
+  auto refuse = [&] {
+    return errorf(d.where(), ": equation '", eq,
+                  "' is not a batched matrix product; the CUDA kernel takes '<batch>ij,<batch>jk-><batch>ik' "
+                  "and its transpositions");
+  };
+  if (d.inputs.size() != 2 || comma == std::string::npos || arrow == std::string::npos || arrow < comma)
+    return refuse();
+  std::string a = eq.substr(0, comma), b = eq.substr(comma + 1, arrow - comma - 1), o = eq.substr(arrow + 2);
+  if (a.size() < 2 || a.size() != b.size() || a.size() != o.size() ||
+      a.size() != d.inputs[0].shape.size() || b.size() != d.inputs[1].shape.size())
+    return refuse();
+  const size_t r = a.size();
+  if (a.substr(0, r - 2) != b.substr(0, r - 2) || a.substr(0, r - 2) != o.substr(0, r - 2))
+    return refuse();
+  const std::string ma = a.substr(r - 2), mb = b.substr(r - 2), mo = o.substr(r - 2);
+  bool swap = false;
+  if (ma.find(mo[0]) == std::string::npos) { // the output's rows come from B
+    swap = true;
+  }
+  const std::string A = swap ? mb : ma, B = swap ? ma : mb;
+  const char u = mo[0], v = mo[1];
+  // The contracted letter: in both, not in the output.
+  char c = 0;
+  for (char x : A)
+    if (B.find(x) != std::string::npos && mo.find(x) == std::string::npos)
+      c = x;
+  if (!c || A.find(u) == std::string::npos || B.find(v) == std::string::npos || A.find(v) != std::string::npos ||
+      B.find(u) != std::string::npos)
+    return refuse();
+  auto k = std::make_unique<GemmKernel>();
+  Gemm &g = k->g;
+  const Shape &sa = d.inputs[swap ? 1 : 0].shape, &sb = d.inputs[swap ? 0 : 1].shape;
+  g.ta = A[0] == c; // A stored [.., c, u]
+  g.tb = B[1] == c; // B stored [.., v, c]
+  g.m = sa[r - 2 + (g.ta ? 1 : 0)];
+  g.k = sa[r - 2 + (g.ta ? 0 : 1)];
+  g.n = sb[r - 2 + (g.tb ? 0 : 1)];
+  if (sb[r - 2 + (g.tb ? 1 : 0)] != g.k)
+    return errorf(d.where(), ": the contracted axes differ in size");
+  g.batch = prodDims(sa, 0, r - 2);
+  g.strideA = g.m * g.k;
+  g.strideB = g.k * g.n;
+  g.strideY = g.m * g.n;
+  k->outElems = d.outputs[0].numel();
+  if (!swap)
+    return KernelPtr(k.release());
+  // The operands' roles swapped: run with the inputs exchanged.
+  return launchKernel([kk = std::shared_ptr<GemmKernel>(k.release())](ExecContext &ctx, const void *const *in,
+                                                                     void *const *out) {
+    const void *swapped[2] = {in[1], in[0]};
+    return kk->run(ctx, swapped, out);
+  });
+}
+
 Expected<KernelPtr> makeGemm(const OpDesc &d) {
   if (d.inputs.size() < 2 || d.inputs[0].shape.size() != 2 || d.inputs[1].shape.size() != 2)
     return errorf(d.where(), ": Gemm takes 2-D A and B");
@@ -425,6 +673,17 @@ const std::map<std::string, Factory> &table() {
       {"MatMul", makeMatMul},
       {"Gemm", makeGemm},
       {"ReduceSum", makeReduceSum},
+      {"Erf", [](const OpDesc &d) { return makeUnary(d, UnaryOp::Erf); }},
+      {"Transpose", makeTranspose},
+      {"Concat", [](const OpDesc &d) { return makeSlices(d, true); }},
+      {"Split", [](const OpDesc &d) { return makeSlices(d, false); }},
+      {"Gather", makeGather},
+      {"pipec:GatherGrad", makeGather},
+      {"LayerNormalization", makeLayerNorm},
+      {"pipec:LayerNormalizationGrad", makeLayerNorm},
+      {"pipec:LayerNormalizationScaleGrad", makeLayerNorm},
+      {"pipec:SoftmaxGrad", makeSoftmaxGrad},
+      {"Einsum", makeEinsum},
       {"SoftmaxCrossEntropyLoss", makeSce},
       {"pipec:SoftmaxCrossEntropyLossGrad", makeSce},
   };
@@ -442,11 +701,12 @@ Expected<KernelPtr> createKernel(const OpDesc &d) {
   if (it == table().end())
     return errorf("node '", d.name, "' (op type '", d.opType, "', domain ",
                   d.domain.empty() ? "ai.onnx" : d.domain, ", opset ", d.opset, ") has no CUDA kernel");
-  // The losses check their own types (int64 targets); ReduceSum's axes are
-  // int64.
-  if (d.opType == "ReduceSum")
+  // The losses and gathers check their own types (int64 targets and
+  // indices); ReduceSum's axes and Split's sizes are int64.
+  if (d.opType == "ReduceSum" || d.opType == "Split")
     PIPEC_TRY(needF32(d, d.hasInput(1) ? 1 : -1));
-  else if (d.opType != "SoftmaxCrossEntropyLoss" && d.opType != "SoftmaxCrossEntropyLossGrad")
+  else if (d.opType != "SoftmaxCrossEntropyLoss" && d.opType != "SoftmaxCrossEntropyLossGrad" &&
+           d.opType != "Gather" && d.opType != "GatherGrad")
     PIPEC_TRY(needF32(d));
   return it->second(d);
 }

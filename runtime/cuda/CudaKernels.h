@@ -8,11 +8,14 @@
 // createKernel() refuses a node without a CUDA kernel naming the node, its
 // op type and opset.
 //
-// Ops so far: Relu, Neg, Sigmoid, Tanh, Exp, Gelu, pipec:ReluGrad, Add,
-// Sub, Mul, Div (numpy broadcasting), Softmax, LogSoftmax, MatMul (2-D and
-// batched of equal batch), Gemm, ReduceSum, SoftmaxCrossEntropyLoss and
-// pipec:SoftmaxCrossEntropyLossGrad (int64 targets; no class weights,
-// ignore_index or log_prob output): the MLP sample's training plans.
+// Ops so far: Relu, Neg, Sigmoid, Tanh, Exp, Erf, Gelu, pipec:ReluGrad,
+// Add, Sub, Mul, Div (numpy broadcasting), Softmax, LogSoftmax,
+// pipec:SoftmaxGrad, MatMul (2-D and batched of equal batch), Gemm, Einsum
+// (batched matrix products), ReduceSum, Transpose, Concat, Split, Gather
+// and pipec:GatherGrad (int64 indices), LayerNormalization and its two
+// gradients, SoftmaxCrossEntropyLoss and pipec:SoftmaxCrossEntropyLossGrad
+// (int64 targets; no class weights, ignore_index or log_prob output): the
+// MLP and GPT-like samples' training plans.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -29,6 +29,7 @@ __global__ void unaryKernel(UnaryOp op, const float *x, float *y, int64_t n) {
     case UnaryOp::Sigmoid: y[i] = body::sigmoid(v); break;
     case UnaryOp::Tanh: y[i] = body::tanhF(v); break;
     case UnaryOp::Exp: y[i] = body::expF(v); break;
+    case UnaryOp::Erf: y[i] = cpu::erfOf(v); break;
     case UnaryOp::GeluErf: y[i] = body::geluErf(v); break;
     case UnaryOp::GeluTanh: y[i] = body::geluTanh(v); break;
     }
@@ -111,6 +112,78 @@ __global__ void sceGradKernel(const float *dl, const float *x, const int64_t *ta
                     : reduction == 1 ? dl[0]
                                      : static_cast<float>(static_cast<double>(dl[0]) / static_cast<double>(n * d));
     body::sceGrad(x + i * c * d + j, dx + i * c * d + j, c, d, t, g);
+  }
+}
+
+__global__ void sliceCopyKernel(const float *src, float *dst, int64_t n, int64_t partLen, int64_t wholeLen,
+                                int64_t offset, int64_t inner, bool toWhole) {
+  for (int64_t i = firstItem(); i < n; i += itemStride()) {
+    const int64_t o = i / (partLen * inner), m = (i / inner) % partLen, k = i % inner;
+    const int64_t w = (o * wholeLen + offset + m) * inner + k;
+    if (toWhole)
+      dst[w] = src[i];
+    else
+      dst[i] = src[w];
+  }
+}
+
+__global__ void gatherKernel(const float *data, const int64_t *idx, float *out, int64_t outer, int64_t len,
+                             int64_t inner, int64_t count, int *bad) {
+  for (int64_t i = firstItem(); i < outer * count * inner; i += itemStride()) {
+    const int64_t o = i / (count * inner), j = (i / inner) % count, k = i % inner;
+    int64_t r = idx[j];
+    r = r < 0 ? r + len : r;
+    if (r < 0 || r >= len) {
+      *bad = 1;
+      out[i] = 0.0f;
+      continue;
+    }
+    out[i] = data[(o * len + r) * inner + k];
+  }
+}
+
+__global__ void gatherGradKernel(const float *dy, const int64_t *idx, float *dData, int64_t outer, int64_t len,
+                                 int64_t inner, int64_t count) {
+  for (int64_t i = firstItem(); i < outer * len * inner; i += itemStride()) {
+    const int64_t o = i / (len * inner), r = (i / inner) % len, k = i % inner;
+    float s = 0.0f;
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t t = idx[j] < 0 ? idx[j] + len : idx[j];
+      if (t == r)
+        s += dy[(o * count + j) * inner + k];
+    }
+    dData[i] = s;
+  }
+}
+
+__global__ void layerNormKernel(const float *x, const float *scale, const float *bias, float *y, int64_t rows,
+                                int64_t cols, double eps) {
+  for (int64_t r = firstItem(); r < rows; r += itemStride())
+    body::layerNormRow(x + r * cols, scale, bias, y + r * cols, cols, eps);
+}
+
+__global__ void layerNormGradKernel(const float *dy, const float *x, const float *scale, float *dx, int64_t rows,
+                                    int64_t cols, double eps) {
+  for (int64_t r = firstItem(); r < rows; r += itemStride())
+    body::layerNormGradRow(dy + r * cols, x + r * cols, scale, dx + r * cols, cols, eps);
+}
+
+__global__ void rowStatsKernel(const float *x, body::RowStats *stats, int64_t rows, int64_t cols, double eps) {
+  for (int64_t r = firstItem(); r < rows; r += itemStride())
+    stats[r] = body::layerNormStats(x + r * cols, cols, eps);
+}
+
+__global__ void scaleGradKernel(const float *dy, const float *x, const body::RowStats *stats, float *ds,
+                                int64_t rows, int64_t cols) {
+  for (int64_t c = firstItem(); c < cols; c += itemStride())
+    ds[c] = body::layerNormScaleGradColumn(dy, x, stats, rows, cols, c);
+}
+
+__global__ void softmaxGradKernel(const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
+                                  int64_t inner) {
+  for (int64_t r = firstItem(); r < outer * inner; r += itemStride()) {
+    const int64_t off = (r / inner) * len * inner + r % inner;
+    body::softmaxGradRow(dy + off, y + off, dx + off, len, inner);
   }
 }
 
@@ -197,6 +270,71 @@ Status launchSceGrad(const float *dLoss, const float *x, const int64_t *target, 
     return Status::ok();
   sceGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dLoss, x, target, n, c, d, reduction, dx, badTarget);
   return launched("SoftmaxCrossEntropyLossGrad");
+}
+
+Status launchSliceCopy(const float *src, float *dst, int64_t n, int64_t partLen, int64_t wholeLen, int64_t offset,
+                       int64_t inner, bool toWhole, void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  sliceCopyKernel<<<l.grid, l.block, 0, asStream(stream)>>>(src, dst, n, partLen, wholeLen, offset, inner, toWhole);
+  return launched(toWhole ? "Concat" : "Split");
+}
+
+Status launchGather(const float *data, const int64_t *idx, float *out, int64_t outer, int64_t len, int64_t inner,
+                    int64_t count, int *bad, void *stream) {
+  const LaunchShape l = itemLaunch(outer * count * inner);
+  if (l.grid == 0)
+    return Status::ok();
+  gatherKernel<<<l.grid, l.block, 0, asStream(stream)>>>(data, idx, out, outer, len, inner, count, bad);
+  return launched("Gather");
+}
+
+Status launchGatherGrad(const float *dy, const int64_t *idx, float *dData, int64_t outer, int64_t len,
+                        int64_t inner, int64_t count, void *stream) {
+  const LaunchShape l = itemLaunch(outer * len * inner);
+  if (l.grid == 0)
+    return Status::ok();
+  gatherGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, idx, dData, outer, len, inner, count);
+  return launched("GatherGrad");
+}
+
+Status launchLayerNorm(const float *x, const float *scale, const float *bias, float *y, int64_t rows, int64_t cols,
+                       double eps, void *stream) {
+  const LaunchShape l = itemLaunch(rows, 64);
+  if (l.grid == 0)
+    return Status::ok();
+  layerNormKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, scale, bias, y, rows, cols, eps);
+  return launched("LayerNormalization");
+}
+
+Status launchLayerNormGrad(const float *dy, const float *x, const float *scale, float *dx, int64_t rows,
+                           int64_t cols, double eps, void *stream) {
+  const LaunchShape l = itemLaunch(rows, 64);
+  if (l.grid == 0)
+    return Status::ok();
+  layerNormGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, x, scale, dx, rows, cols, eps);
+  return launched("LayerNormalizationGrad");
+}
+
+Status launchLayerNormScaleGrad(const float *dy, const float *x, float *ds, int64_t rows, int64_t cols, double eps,
+                                body::RowStats *stats, void *stream) {
+  const LaunchShape lr = itemLaunch(rows, 64), lc = itemLaunch(cols, 64);
+  if (lr.grid == 0 || lc.grid == 0)
+    return Status::ok();
+  rowStatsKernel<<<lr.grid, lr.block, 0, asStream(stream)>>>(x, stats, rows, cols, eps);
+  PIPEC_TRY(launched("LayerNormalizationScaleGrad statistics"));
+  scaleGradKernel<<<lc.grid, lc.block, 0, asStream(stream)>>>(dy, x, stats, ds, rows, cols);
+  return launched("LayerNormalizationScaleGrad");
+}
+
+Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t outer, int64_t len, int64_t inner,
+                         void *stream) {
+  const LaunchShape l = itemLaunch(outer * inner, 128);
+  if (l.grid == 0 || len == 0)
+    return Status::ok();
+  softmaxGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, y, dx, outer, len, inner);
+  return launched("SoftmaxGrad");
 }
 
 Status launchSgd(const body::SgdScalars &s, float *p, const float *g, float *buf, int64_t n, void *stream) {

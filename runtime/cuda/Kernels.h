@@ -15,7 +15,7 @@
 
 namespace pipec::cuda {
 
-enum class UnaryOp : int { Relu, Neg, Sigmoid, Tanh, Exp, GeluErf, GeluTanh };
+enum class UnaryOp : int { Relu, Neg, Sigmoid, Tanh, Exp, Erf, GeluErf, GeluTanh };
 
 Status launchUnary(UnaryOp op, const float *x, float *y, int64_t n, void *stream);
 Status launchReluGrad(const float *dy, const float *y, float *dx, int64_t n, void *stream);
@@ -43,6 +43,31 @@ Status launchSumInOrder(const float *v, int64_t p, bool mean, float *out, void *
 /// dLoss[0] (sum) or dLoss[position] (none).
 Status launchSceGrad(const float *dLoss, const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d,
                      int reduction, float *dx, int *badTarget, void *stream);
+/// Concat and Split: the n elements of a part [outer, partLen, inner] and
+/// their place at `offset` along the axis of the whole [outer, wholeLen,
+/// inner]; toWhole copies part -> whole (Concat), else whole -> part.
+Status launchSliceCopy(const float *src, float *dst, int64_t n, int64_t partLen, int64_t wholeLen, int64_t offset,
+                       int64_t inner, bool toWhole, void *stream);
+/// Gather along an axis: data [outer, len, inner], idx (int64, j < count;
+/// negative counts from the end) -> out [outer, count, inner]; an index
+/// out of range sets *bad.
+Status launchGather(const float *data, const int64_t *idx, float *out, int64_t outer, int64_t len, int64_t inner,
+                    int64_t count, int *bad, void *stream);
+/// GatherGrad: dData [outer, len, inner] = the sum, in index order, of the
+/// dY [outer, count, inner] rows gathered from each row.
+Status launchGatherGrad(const float *dy, const int64_t *idx, float *dData, int64_t outer, int64_t len,
+                        int64_t inner, int64_t count, void *stream);
+/// Layer normalization over rows of `cols` (bias may be null), its input
+/// gradient, and its scale gradient (`stats`: rows RowStats of workspace).
+Status launchLayerNorm(const float *x, const float *scale, const float *bias, float *y, int64_t rows, int64_t cols,
+                       double eps, void *stream);
+Status launchLayerNormGrad(const float *dy, const float *x, const float *scale, float *dx, int64_t rows,
+                           int64_t cols, double eps, void *stream);
+Status launchLayerNormScaleGrad(const float *dy, const float *x, float *ds, int64_t rows, int64_t cols, double eps,
+                                body::RowStats *stats, void *stream);
+/// SoftmaxGrad over `len` elements strided by `inner`, outer x inner rows.
+Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t outer, int64_t len, int64_t inner,
+                         void *stream);
 /// One optimizer update of n elements (the bodies' formulas).
 Status launchSgd(const body::SgdScalars &s, float *p, const float *g, float *buf, int64_t n, void *stream);
 Status launchAdam(const body::AdamScalars &s, float *p, const float *g, float *m, float *v, int64_t n,

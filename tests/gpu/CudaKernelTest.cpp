@@ -79,14 +79,16 @@ double compareWithCpu(const cpu::OpDesc &d, const std::vector<Tensor> &inputs) {
   Status s = (*k)->run(ctx, in.data(), out.data());
   EXPECT_TRUE(s.isOk()) << s.message();
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  Tensor got(d.outputs[0]);
-  cudaMemcpy(got.raw(), out[0], got.bytes(), cudaMemcpyDeviceToHost);
   cudaStreamDestroy(stream);
   double worst = 0;
-  const Tensor &r = (*ref)[0];
-  for (int64_t i = 0; i < r.numel(); ++i) {
-    const double a = got.data<float>()[i], b = r.data<float>()[i];
-    worst = std::max(worst, std::fabs(a - b) / std::max(1.0, std::fabs(b)));
+  for (size_t o = 0; o < d.outputs.size(); ++o) {
+    Tensor got(d.outputs[o]);
+    cudaMemcpy(got.raw(), out[o], got.bytes(), cudaMemcpyDeviceToHost);
+    const Tensor &r = (*ref)[o];
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      const double a = got.data<float>()[i], b = r.data<float>()[i];
+      worst = std::max(worst, std::fabs(a - b) / std::max(1.0, std::fabs(b)));
+    }
   }
   return worst;
 }
@@ -209,4 +211,55 @@ TEST(CudaKernels, ReduceSumAndLossAgainstCpu) {
                                     "pipec"),
                            {g, s, t}),
             1e-6);
+}
+
+TEST(CudaKernels, GptOpsAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  // Data movement: exact.
+  Tensor x = randomF32({4, 16, 4, 16}, 40);
+  cpu::OpDesc t = makeDesc("Transpose", {x.desc()}, {{DType::F32, {4, 4, 16, 16}}});
+  t.attrs["perm"] = Attribute::ofInts({0, 2, 1, 3});
+  EXPECT_EQ(compareWithCpu(t, {x}), 0.0) << "Transpose";
+  Tensor a = randomF32({4, 16, 64}, 41), b = randomF32({4, 16, 64}, 42), c = randomF32({4, 16, 64}, 43);
+  cpu::OpDesc cat = makeDesc("Concat", {a.desc(), b.desc(), c.desc()}, {{DType::F32, {4, 16, 192}}});
+  cat.attrs["axis"] = Attribute::ofInt(2);
+  EXPECT_EQ(compareWithCpu(cat, {a, b, c}), 0.0) << "Concat";
+  Tensor whole = randomF32({4, 16, 192}, 44), sizes(DType::I64, {3});
+  for (int i = 0; i < 3; ++i)
+    sizes.data<int64_t>()[i] = 64;
+  cpu::OpDesc sp = makeDesc("Split", {whole.desc(), sizes.desc()}, {a.desc(), b.desc(), c.desc()});
+  sp.attrs["axis"] = Attribute::ofInt(-1);
+  sp.constInputs = {Tensor(), sizes};
+  EXPECT_EQ(compareWithCpu(sp, {whole, sizes}), 0.0) << "Split";
+  Tensor table = randomF32({128, 64}, 45), idx(DType::I64, {4, 16});
+  for (int64_t i = 0; i < 64; ++i)
+    idx.data<int64_t>()[i] = (i * 37) % 128 - (i % 5 == 0 ? 128 : 0); // some negative
+  cpu::OpDesc ga = makeDesc("Gather", {table.desc(), idx.desc()}, {{DType::F32, {4, 16, 64}}});
+  EXPECT_EQ(compareWithCpu(ga, {table, idx}), 0.0) << "Gather";
+  Tensor dy = randomF32({4, 16, 64}, 46);
+  cpu::OpDesc gg = makeDesc("GatherGrad", {dy.desc(), idx.desc()}, {table.desc()}, "pipec");
+  gg.attrs["shape"] = Attribute::ofInts({128, 64});
+  EXPECT_LE(compareWithCpu(gg, {dy, idx}), 1e-6) << "GatherGrad";
+  // Normalization, attention and activation.
+  Tensor h = randomF32({4, 16, 64}, 47), scale = randomF32({64}, 48, 0.5f, 1.5f), bias = randomF32({64}, 49);
+  cpu::OpDesc ln = makeDesc("LayerNormalization", {h.desc(), scale.desc(), bias.desc()}, {h.desc()});
+  EXPECT_LE(compareWithCpu(ln, {h, scale, bias}), 1e-6) << "LayerNormalization";
+  cpu::OpDesc lg = makeDesc("LayerNormalizationGrad", {dy.desc(), h.desc(), scale.desc()}, {h.desc()}, "pipec");
+  lg.attrs["axis"] = Attribute::ofInt(2);
+  EXPECT_LE(compareWithCpu(lg, {dy, h, scale}), 1e-6) << "LayerNormalizationGrad";
+  cpu::OpDesc ls = makeDesc("LayerNormalizationScaleGrad", {dy.desc(), h.desc()}, {scale.desc()}, "pipec");
+  ls.attrs["axis"] = Attribute::ofInt(2);
+  ls.attrs["shape"] = Attribute::ofInts({64});
+  EXPECT_LE(compareWithCpu(ls, {dy, h}), 1e-6) << "LayerNormalizationScaleGrad";
+  Tensor p = randomF32({4, 4, 16, 16}, 50, 0.f, 1.f), q = randomF32({4, 4, 16, 16}, 51);
+  cpu::OpDesc sg = makeDesc("SoftmaxGrad", {q.desc(), p.desc()}, {p.desc()}, "pipec");
+  sg.attrs["axis"] = Attribute::ofInt(3);
+  EXPECT_LE(compareWithCpu(sg, {q, p}), 1e-6) << "SoftmaxGrad";
+  for (const char *eq : {"abmk,abmn->abkn", "abmn,abkn->abmk", "abij,abjk->abik", "abjk,abij->abik"}) {
+    cpu::OpDesc e = makeDesc("Einsum", {p.desc(), q.desc()}, {p.desc()}, "", 12);
+    e.attrs["equation"] = Attribute::ofString(eq);
+    EXPECT_LE(compareWithCpu(e, {p, q}), 1e-5) << eq;
+  }
+  Tensor z = randomF32({4, 16, 256}, 52, -5.f, 5.f);
+  EXPECT_LE(compareWithCpu(makeDesc("Erf", {z.desc()}, {z.desc()}), {z}), 4e-7) << "Erf";
 }

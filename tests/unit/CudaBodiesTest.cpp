@@ -342,3 +342,55 @@ TEST(CudaBodies, ReduceSumAndTheLossMatchTheCpuKernels) {
     body::sceGrad(s.data<float>() + i * C, mine.data() + i * C, C, 1, t.data<int64_t>()[i], 1.0f / N);
   EXPECT_LE(worstError(mine.data(), dx.data<float>(), N * C), 1e-7);
 }
+
+TEST(CudaBodies, LayerNormAndSoftmaxGradientsMatchTheCpuKernels) {
+  const int64_t rows = 12, cols = 64;
+  Tensor x = randomF32({3, 4, cols}, 50), dy = randomF32({3, 4, cols}, 51);
+  Tensor scale = randomF32({cols}, 52, 0.5f, 1.5f), bias = randomF32({cols}, 53);
+  // Forward.
+  cpu::OpDesc f = makeDesc("LayerNormalization", {x.desc(), scale.desc(), bias.desc()}, {x.desc()});
+  f.attrs["axis"] = Attribute::ofInt(-1);
+  f.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
+  Tensor y = evalOne(f, {x, scale, bias});
+  std::vector<float> mine(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    body::layerNormRow(x.data<float>() + r * cols, scale.data<float>(), bias.data<float>(), mine.data() + r * cols,
+                       cols, static_cast<double>(1e-5f));
+  // The CPU's float LayerNormalization is oneDNN's: a few ulps apart.
+  EXPECT_LE(worstError(mine.data(), y.data<float>(), rows * cols), 5e-7) << "LayerNormalization";
+  // dX.
+  cpu::OpDesc g = makeDesc("LayerNormalizationGrad", {dy.desc(), x.desc(), scale.desc()}, {x.desc()}, "pipec");
+  g.attrs["axis"] = Attribute::ofInt(2);
+  g.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
+  Tensor dx = evalOne(g, {dy, x, scale});
+  for (int64_t r = 0; r < rows; ++r)
+    body::layerNormGradRow(dy.data<float>() + r * cols, x.data<float>() + r * cols, scale.data<float>(),
+                           mine.data() + r * cols, cols, static_cast<double>(1e-5f));
+  EXPECT_LE(worstError(mine.data(), dx.data<float>(), rows * cols), 2e-7) << "LayerNormalizationGrad";
+  // dScale.
+  cpu::OpDesc sg = makeDesc("LayerNormalizationScaleGrad", {dy.desc(), x.desc()}, {scale.desc()}, "pipec");
+  sg.attrs["axis"] = Attribute::ofInt(2);
+  sg.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
+  sg.attrs["shape"] = Attribute::ofInts({cols});
+  Tensor ds = evalOne(sg, {dy, x});
+  std::vector<body::RowStats> stats(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    stats[r] = body::layerNormStats(x.data<float>() + r * cols, cols, static_cast<double>(1e-5f));
+  std::vector<float> dsMine(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c)
+    dsMine[c] = body::layerNormScaleGradColumn(dy.data<float>(), x.data<float>(), stats.data(), rows, cols, c);
+  EXPECT_LE(worstError(dsMine.data(), ds.data<float>(), cols), 2e-7) << "LayerNormalizationScaleGrad";
+  // SoftmaxGrad along a middle axis.
+  Tensor sy = randomF32({4, 9, 5}, 54, 0.f, 1.f), sdy = randomF32({4, 9, 5}, 55);
+  cpu::OpDesc sm = makeDesc("SoftmaxGrad", {sdy.desc(), sy.desc()}, {sy.desc()}, "pipec");
+  sm.attrs["axis"] = Attribute::ofInt(1);
+  Tensor sdx = evalOne(sm, {sdy, sy});
+  std::vector<float> smMine(static_cast<size_t>(sy.numel()));
+  for (int64_t o = 0; o < 4; ++o)
+    for (int64_t k = 0; k < 5; ++k)
+      body::softmaxGradRow(sdy.data<float>() + o * 45 + k, sy.data<float>() + o * 45 + k,
+                           smMine.data() + o * 45 + k, 9, 5);
+  // The same float sum in the same order; multiply-adds contracted in the
+  // compiler's own ways: an ulp or two.
+  EXPECT_LE(worstError(smMine.data(), sdx.data<float>(), sy.numel()), 5e-7) << "SoftmaxGrad";
+}

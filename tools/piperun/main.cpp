@@ -576,14 +576,10 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   return Status::ok();
 }
 
-/// `--device cuda`: the GPUs, then every node of the plan against the CUDA
-/// kernels, so that the first missing one is named before anything is
-/// allocated (docs/cuda.md).
+/// `--device cuda`: every node of the plan against the CUDA kernels, so
+/// that the first missing one is named (on any machine), then the GPUs,
+/// before anything is allocated (docs/cuda.md).
 Status checkCudaDevice(const Options &o) {
-  auto listed = cuda::listGpus();
-  if (!listed)
-    return listed.status().withContext("--device cuda");
-  const std::vector<cuda::GpuInfo> &gpus = *listed;
 #if PIPEC_HAVE_CUDA
   PIPEC_ASSIGN(plan::LoadedPlan lp, plan::loadPlan(o.plan));
   for (const plan::Device &d : lp.plan.devices())
@@ -593,15 +589,16 @@ Status checkCudaDevice(const Options &o) {
                       printable(n.op_type()), "', domain ", n.domain().empty() ? "ai.onnx" : printable(n.domain()),
                       ", opset ", n.opset(), ") has no CUDA kernel (", cuda::kernelOpNames().size(),
                       " op types have one: docs/cuda.md)");
+#endif
+  auto listed = cuda::listGpus();
+  if (!listed)
+    return listed.status().withContext("--device cuda");
+  const std::vector<cuda::GpuInfo> &gpus = *listed;
   if (!o.json)
     std::fprintf(stderr, "piperun: %zu GPU(s): %s (%s), devices on GPU i modulo %zu\n", gpus.size(),
                  gpus[0].name.c_str(), formatBytes(static_cast<double>(gpus[0].memoryBytes)).c_str(),
                  gpus.size());
   return Status::ok();
-#else
-  (void)gpus; // listGpus() has said why there is none
-  return errorf("--device cuda: this piperun was built without CUDA");
-#endif
 }
 
 Status runPlan(const Options &o) {
