@@ -63,6 +63,7 @@ struct Options {
   std::string recompute = "none";
   bool calibrate = false;
   bool install = false;
+  std::string link;
   int calibrateThreads = 1;
 };
 
@@ -122,13 +123,58 @@ Status addOpCurves(partitioner::DeviceProfile &p, int threads) {
   return Status::ok();
 }
 
+/// --link FILE: the profile's link figures from the transport that will run
+/// the plans, as `pipec-bench-transport --json` measured it (under mpirun:
+/// the MPI transport between two ranks): the latency is the one-way time
+/// of the smallest message, the bandwidth the bytes over the one-way time
+/// of the largest.
+Status linkFromTransport(partitioner::DeviceProfile &p, const std::string &file) {
+  PIPEC_ASSIGN(std::string text, readFile(file));
+  nlohmann::json rows = nlohmann::json::parse(text, nullptr, false);
+  auto bad = [&](const std::string &why) {
+    return errorf("--link '", file, "': ", why, " (write it with pipec-bench-transport --json)");
+  };
+  if (!rows.is_array() || rows.empty())
+    return bad("not a JSON array of measurements");
+  const nlohmann::json *small = nullptr, *large = nullptr;
+  for (const nlohmann::json &r : rows) {
+    if (!r.is_object() || !r.contains("bytes") || !r.contains("one_way_seconds") || !r["bytes"].is_number() ||
+        !r["one_way_seconds"].is_number() || !(r["one_way_seconds"].get<double>() > 0))
+      return bad("every entry needs bytes and a positive one_way_seconds");
+    if (!small || r["bytes"].get<double>() < (*small)["bytes"].get<double>())
+      small = &r;
+    if (!large || r["bytes"].get<double>() > (*large)["bytes"].get<double>())
+      large = &r;
+  }
+  if ((*large)["bytes"].get<double>() < 65536)
+    return bad("its largest message has fewer than 64 KiB: too small for a bandwidth");
+  p.linkLatency = (*small)["one_way_seconds"].get<double>();
+  p.linkBandwidth = (*large)["bytes"].get<double>() / (*large)["one_way_seconds"].get<double>();
+  const std::string kind = (*small).contains("transport") && (*small)["transport"].is_string()
+                               ? (*small)["transport"].get<std::string>()
+                               : std::string("given");
+  p.source += cat("; link figures from the ", kind, " transport (", file, ": one-way time of ",
+                  static_cast<int64_t>((*small)["bytes"].get<double>()), " bytes, bandwidth at ",
+                  static_cast<int64_t>((*large)["bytes"].get<double>()), " bytes)");
+  return Status::ok();
+}
+
 /// --calibrate [-o FILE.json | --install]: measure this machine, print or
 /// write a profile, or install it as this machine's default.
 Status runCalibrate(const Options &o) {
   partitioner::CalibrateOptions co;
   co.threads = o.calibrateThreads;
+  // The link file first: a bad one is refused before the measuring.
+  partitioner::DeviceProfile link;
+  if (!o.link.empty())
+    PIPEC_TRY(linkFromTransport(link, o.link));
   PIPEC_ASSIGN(partitioner::DeviceProfile p, partitioner::calibrate(co));
   PIPEC_TRY(addOpCurves(p, o.calibrateThreads));
+  if (!o.link.empty()) {
+    p.linkLatency = link.linkLatency;
+    p.linkBandwidth = link.linkBandwidth;
+    p.source += link.source;
+  }
   std::string text = jsonText(partitioner::profileToJson(p), 2) + "\n";
   if (o.install) {
     const std::string dir = partitioner::userProfileDirectory();
@@ -395,6 +441,9 @@ int main(int argc, char **argv) {
   app.add_flag("--calibrate", o.calibrate,
                "measure this machine (sgemm, memcpy, thread handoff, the kernels of the sample "
                "models) and print its device profile, or write it to -o FILE.json");
+  app.add_option("--link", o.link,
+                 "with --calibrate: take the link latency and bandwidth from FILE.json, "
+                 "`pipec-bench-transport --json` (under mpirun: the MPI transport)");
   app.add_flag("--install", o.install,
                "with --calibrate: save the profile as this machine's this-cpu "
                "(~/.config/pipec/profiles, or $XDG_CONFIG_HOME/pipec/profiles or "
@@ -429,6 +478,8 @@ int main(int argc, char **argv) {
       return errorf("--calibrate-threads goes with --calibrate");
     if (o.install && !o.calibrate)
       return errorf("--install goes with --calibrate");
+    if (!o.link.empty() && !o.calibrate)
+      return errorf("--link goes with --calibrate");
     if (o.install && !o.output.empty())
       return errorf("--calibrate writes to -o FILE or installs (--install), not both");
     if (o.calibrate)
