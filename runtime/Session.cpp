@@ -374,7 +374,7 @@ Status Session::gatherStats() {
   return Status::ok();
 }
 
-Status Session::gatherTrainingState(bool optimizerState) {
+Status Session::gatherTrainingState() {
   if (!distributed() || !isTraining() || devices_.size() < 2)
     return Status::ok();
   Transport *tr = transport();
@@ -385,7 +385,7 @@ Status Session::gatherTrainingState(bool optimizerState) {
   // message is its position.
   auto move = [&](int owner, void *data, size_t bytes) -> Status {
     const uint64_t tag = sessionTag(kind, index++);
-    if (owner == 0 || owner < 0)
+    if (owner <= 0)
       return Status::ok();
     if (me == owner)
       return tr->send(me, 0, tag, data, bytes);
@@ -393,19 +393,8 @@ Status Session::gatherTrainingState(bool optimizerState) {
       return tr->recv(0, owner, tag, data, bytes);
     return Status::ok();
   };
-  for (ParamState &ps : params_) {
-    const size_t bytes = static_cast<size_t>(ps.n) * sizeof(float);
-    PIPEC_TRY(move(ps.device, ps.data, bytes));
-    if (!optimizerState)
-      continue;
-    for (size_t k = 0; k < optimizer_->stateTensors(); ++k) {
-      if (me == 0 && ps.state.size() <= k)
-        ps.state.resize(k + 1);
-      if (me == 0 && ps.state[k].size() != static_cast<size_t>(ps.n))
-        ps.state[k].assign(static_cast<size_t>(ps.n), 0.0f);
-      PIPEC_TRY(move(ps.device, me == 0 || ps.device == me ? ps.state[k].data() : nullptr, bytes));
-    }
-  }
+  for (ParamState &ps : params_)
+    PIPEC_TRY(move(ps.device, ps.data, static_cast<size_t>(ps.n) * sizeof(float)));
   const auto &updates = lp_.plan.training().state_updates();
   for (int k = 0; k < updates.size(); ++k)
     PIPEC_TRY(move(stateProducer_[k], residentData(updates[k].state()),
@@ -421,12 +410,43 @@ Expected<Session::TrainStep> Session::train(const std::vector<Tensor> &inputs) {
   return step;
 }
 
+Status Session::agree(const Status &mine, const std::string &what) {
+  // Every process learns which failed, so all stop together (or none).
+  const int n = static_cast<int>(devices_.size());
+  std::vector<double> failed(static_cast<size_t>(n), 0.0);
+  failed[static_cast<size_t>(opts_.rank)] = mine.isOk() ? 0.0 : 1.0;
+  PIPEC_TRY(transport()->allReduceSum(opts_.rank, failed.data(), failed.size()));
+  if (!mine.isOk())
+    return mine;
+  for (int r = 0; r < n; ++r)
+    if (failed[static_cast<size_t>(r)] != 0.0)
+      return errorf(what, ": rank ", r, " failed (it prints its own error)");
+  return Status::ok();
+}
+
 Status Session::saveCheckpoint(const std::string &dir) {
   if (!isTraining())
     return errorf("checkpoints hold training state; this is an inference plan");
-  PIPEC_TRY(gatherTrainingState(true));
-  if (!leader())
-    return Status::ok();
+  if (distributed() && devices_.size() > 1) {
+    // Each process writes the part it owns into the leader's staging
+    // directory; once every part is there the leader commits the whole.
+    const int n = static_cast<int>(devices_.size());
+    Status begun = leader() ? train::beginCheckpointParts(dir, static_cast<int64_t>(steps_)).status()
+                            : Status::ok();
+    PIPEC_TRY(agree(begun, cat("checkpoint '", dir, "'")));
+    const std::string tmp = train::checkpointPartsDirectory(dir, static_cast<int64_t>(steps_));
+    PIPEC_ASSIGN(train::Checkpoint part, checkpointContents(opts_.rank));
+    PIPEC_TRY(agree(train::writeCheckpointPart(tmp, opts_.rank, n, part), cat("checkpoint '", dir, "'")));
+    return agree(leader() ? train::commitCheckpointParts(tmp, dir, n) : Status::ok(),
+                 cat("checkpoint '", dir, "'"));
+  }
+  PIPEC_ASSIGN(train::Checkpoint c, checkpointContents(-1));
+  return train::writeCheckpoint(dir, c);
+}
+
+Expected<train::Checkpoint> Session::checkpointContents(int owner) const {
+  // owner -1: everything (one process); else what that device updates or
+  // computes: its parameters with their optimizer state, its statistics.
   const plan::Plan &p = lp_.plan;
   train::Checkpoint c;
   c.step = static_cast<int64_t>(steps_);
@@ -435,18 +455,23 @@ Status Session::saveCheckpoint(const std::string &dir) {
   c.meta["schedule"] = p.training().lr_schedule();
   c.meta["rng.seed"] = std::to_string(opts_.seed);
   for (const ParamState &ps : params_) {
+    if (owner >= 0 && ps.device != owner)
+      continue;
     const std::string &name = p.tensors(ps.weight).name();
     PIPEC_TRY(c.addFloats("param/" + name, ps.data, ps.n));
     for (size_t k = 0; k < ps.state.size(); ++k)
       PIPEC_TRY(c.addFloats("state/" + name + "/" + optimizer_->stateNames()[k], ps.state[k].data(), ps.n));
   }
-  for (const plan::StateUpdate &u : p.training().state_updates()) {
-    const plan::TensorInfo &ti = p.tensors(u.state());
-    const void *data = residentData(u.state());
+  const auto &updates = p.training().state_updates();
+  for (int k = 0; k < updates.size(); ++k) {
+    if (owner >= 0 && stateProducer_[static_cast<size_t>(k)] != owner)
+      continue;
+    const plan::TensorInfo &ti = p.tensors(updates[k].state());
+    const void *data = residentData(updates[k].state());
     PIPEC_TRY(c.addFloats("buffer/" + ti.name(), static_cast<const float *>(data),
                           static_cast<int64_t>(ti.bytes() / sizeof(float))));
   }
-  return train::writeCheckpoint(dir, c);
+  return c;
 }
 
 Status Session::loadCheckpoint(const std::string &dir) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "runtime/Executor.h"
+#include "runtime/train/Checkpoint.h"
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/Schedule.h"
 
@@ -125,8 +126,9 @@ public:
   }
   /// Writes the training state after the steps run so far (parameters,
   /// optimizer buffers, step count) to a checkpoint directory, atomically.
-  /// In a distributed run every process calls it: the leader gathers the
-  /// state and writes the one checkpoint, the same as a run on threads.
+  /// In a distributed run every process calls it and writes its own part
+  /// (runtime/train/Checkpoint.h: checkpoints in parts); any layout reads
+  /// either form back, keyed by name.
   Status saveCheckpoint(const std::string &dir);
   /// Restores a checkpoint written by saveCheckpoint for this plan; the next
   /// train() call runs the step after it, as an uninterrupted run would.
@@ -151,10 +153,9 @@ public:
   /// receives every device's stats and trace. A no-op otherwise.
   Status gatherStats();
   /// Collective of a distributed run: the leader receives every trained
-  /// parameter and running statistic (and, with `optimizerState`, the
-  /// optimizer's buffers), so that weight(), saveCheckpoint() and a saved
-  /// model hold the whole model there. A no-op otherwise.
-  Status gatherTrainingState(bool optimizerState);
+  /// parameter and running statistic, so that weight() and a saved model
+  /// hold the whole model there. A no-op otherwise.
+  Status gatherTrainingState();
   /// Steps run so far (with a resumed checkpoint's).
   uint64_t stepsRun() const { return steps_; }
   /// Wall-clock seconds of the steps measured so far (since the session
@@ -180,6 +181,12 @@ private:
   /// Step shape of tensor t: [M*b, ...] if it has a leading axis and M > 1.
   TensorDesc stepDesc(int32_t t) const;
   Status prepareTraining();
+  /// The checkpoint's tensors: all (owner -1) or those device `owner`
+  /// updates or computes.
+  Expected<train::Checkpoint> checkpointContents(int owner) const;
+  /// Distributed: every process passes its own status; each returns its
+  /// own error, or one naming the first process that failed, or ok.
+  Status agree(const Status &mine, const std::string &what);
   /// Distributed: after a step, the gradient norms' slots and the loss
   /// are summed over the processes, and an inference step's outputs are
   /// sent to the leader.

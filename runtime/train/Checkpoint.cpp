@@ -27,6 +27,9 @@ namespace {
 constexpr const char *kManifest = "manifest.json";
 constexpr const char *kData = "tensors.bin";
 constexpr const char *kFormat = "pipec-checkpoint";
+/// A checkpoint in parts (writeCheckpointPart): the index of its parts.
+constexpr const char *kParts = "parts.json";
+constexpr const char *kPartsFormat = "pipec-checkpoint-parts";
 
 std::string sysError() { return std::strerror(errno); }
 
@@ -239,7 +242,46 @@ Expected<Checkpoint> parseCheckpointWith(const std::string &text, ReadData &&rea
 }
 
 
+Expected<Checkpoint> readPart(const std::string &dir);
+
+/// A checkpoint in parts: every part read and verified, their tensors
+/// merged (each name in one part), step and metadata equal in all.
+Expected<Checkpoint> readParts(const std::string &dir) {
+  std::string where = cat("checkpoint '", dir, "'");
+  PIPEC_ASSIGN(std::string text, readFile(joinPath(dir, kParts)));
+  json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (index.is_discarded() || !index.is_object() || index.value("format", "") != kPartsFormat ||
+      !index.contains("parts") || !index["parts"].is_array() || index["parts"].empty() ||
+      !index.contains("checksum") || !index["checksum"].is_number_unsigned() ||
+      index["checksum"].get<uint64_t>() != manifestChecksum(index))
+    return errorf(where, ": ", kParts, " is corrupt");
+  Checkpoint all;
+  bool first = true;
+  for (const json &name : index["parts"]) {
+    if (!name.is_string() || name.get<std::string>().find('/') != std::string::npos)
+      return errorf(where, ": ", kParts, " names a part that is not a directory of it");
+    PIPEC_ASSIGN(Checkpoint part, readPart(joinPath(dir, name.get<std::string>())));
+    if (first) {
+      all.step = part.step;
+      all.meta = part.meta;
+      first = false;
+    } else if (part.step != all.step || part.meta != all.meta) {
+      return errorf(where, ": part '", name.get<std::string>(), "' is of step ", part.step,
+                    " or other settings than the first part (step ", all.step, ")");
+    }
+    for (Checkpoint::Entry &e : part.tensors)
+      PIPEC_TRY(all.add(e.name, std::move(e.tensor)).withContext(where));
+  }
+  return all;
+}
+
 Expected<Checkpoint> readOne(const std::string &dir) {
+  if (isDirectory(dir) && fileExists(joinPath(dir, kParts)))
+    return readParts(dir);
+  return readPart(dir);
+}
+
+Expected<Checkpoint> readPart(const std::string &dir) {
   std::string where = cat("checkpoint '", dir, "'");
   if (!isDirectory(dir))
     return errorf(where, ": no such directory");
@@ -311,7 +353,7 @@ Status checkCheckpointTarget(const std::string &dir) {
     return errorf("checkpoint '", dir, "': it exists and is not a directory");
   std::error_code ec;
   if (isDirectory(dir) && !std::filesystem::is_empty(dir, ec) &&
-      !fileExists(joinPath(dir, "manifest.json")))
+      !fileExists(joinPath(dir, "manifest.json")) && !fileExists(joinPath(dir, kParts)))
     return errorf("refusing to write a checkpoint into '", dir,
                   "': it is a non-empty directory that holds no checkpoint (no manifest.json)");
   return Status::ok();
@@ -343,6 +385,73 @@ Status writeCheckpoint(const std::string &dirIn, const Checkpoint &ckpt) {
   }
   // A checkpoint is in place: copies moved aside by an earlier, interrupted
   // fallback commit are now stale.
+  for (const std::string &old : siblings(dir, ".old-"))
+    PIPEC_TRY(removeTree(old));
+  return Status::ok();
+}
+
+namespace {
+std::string stripSlashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/')
+    dir.pop_back();
+  return dir;
+}
+std::string partName(int part, int parts) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "part-%05d-of-%05d", part, parts);
+  return buf;
+}
+} // namespace
+
+std::string checkpointPartsDirectory(const std::string &dir, int64_t step) {
+  return cat(stripSlashes(dir), ".tmp-parts-", step);
+}
+
+Expected<std::string> beginCheckpointParts(const std::string &dirIn, int64_t step) {
+  const std::string dir = stripSlashes(dirIn);
+  if (dir.empty())
+    return errorf("checkpoint: empty directory name");
+  PIPEC_TRY(makeDirs(dirName(dir)));
+  PIPEC_TRY(checkCheckpointTarget(dir));
+  for (const std::string &stale : siblings(dir, ".tmp-"))
+    PIPEC_TRY(removeTree(stale));
+  const std::string tmp = checkpointPartsDirectory(dir, step);
+  if (::mkdir(tmp.c_str(), 0755) != 0)
+    return errorf("cannot create directory '", tmp, "': ", sysError());
+  return tmp;
+}
+
+Status writeCheckpointPart(const std::string &tmp, int part, int parts, const Checkpoint &ckpt) {
+  if (part < 0 || part >= parts)
+    return errorf("checkpoint part ", part, " of ", parts);
+  const std::string sub = joinPath(tmp, partName(part, parts));
+  if (::mkdir(sub.c_str(), 0755) != 0)
+    return errorf("cannot create directory '", sub, "': ", sysError());
+  return writeFiles(sub, ckpt).withContext(cat("writing checkpoint part '", sub, "'"));
+}
+
+Status commitCheckpointParts(const std::string &tmp, const std::string &dirIn, int parts) {
+  const std::string dir = stripSlashes(dirIn);
+  json names = json::array();
+  for (int p = 0; p < parts; ++p) {
+    const std::string name = partName(p, parts);
+    if (!fileExists(joinPath(joinPath(tmp, name), kManifest)))
+      return errorf("checkpoint '", dir, "': part ", p, " of ", parts, " was not written");
+    names.push_back(name);
+  }
+  json index = {{"format", kPartsFormat}, {"version", kCheckpointVersion}, {"parts", names}};
+  index["checksum"] = manifestChecksum(index);
+  const std::string text = jsonText(index, 1) + "\n";
+  SyncedFile f;
+  PIPEC_TRY(f.open(joinPath(tmp, kParts)));
+  PIPEC_TRY(f.write(text.data(), text.size()));
+  PIPEC_TRY(f.close());
+  PIPEC_TRY(fsyncDir(tmp));
+  Status s = commit(tmp, dir, dirName(dir));
+  if (!s.isOk()) {
+    (void)removeTree(tmp);
+    return s.withContext(cat("writing checkpoint '", dir, "'"));
+  }
   for (const std::string &old : siblings(dir, ".old-"))
     PIPEC_TRY(removeTree(old));
   return Status::ok();

@@ -69,6 +69,22 @@ Status checkCheckpointTarget(const std::string &dir);
 /// directories as needed and replacing any checkpoint already there.
 Status writeCheckpoint(const std::string &dir, const Checkpoint &ckpt);
 
+/// A checkpoint in parts, one per process of a distributed run, each
+/// holding the tensors its process owns (runtime/Session.cpp):
+///   DIR/parts.json              the parts' names, with its own checksum
+///   DIR/part-P-of-N/...         a checkpoint each (manifest, tensors)
+/// Written in three steps the caller orders across the processes: the
+/// leader begins (the target checked, DIR.tmp-parts-STEP created, its path
+/// returned), every process writes its part there, and once all have, the
+/// leader commits: parts.json is written and the directory swapped in as
+/// writeCheckpoint swaps one, so DIR holds the old checkpoint or the whole
+/// new one. readCheckpoint reads both forms.
+Expected<std::string> beginCheckpointParts(const std::string &dir, int64_t step);
+/// The directory beginCheckpointParts makes (every process can name it).
+std::string checkpointPartsDirectory(const std::string &dir, int64_t step);
+Status writeCheckpointPart(const std::string &tmp, int part, int parts, const Checkpoint &ckpt);
+Status commitCheckpointParts(const std::string &tmp, const std::string &dir, int parts);
+
 /// Reads and verifies the checkpoint in `dir`: manifest checksum, file size,
 /// each tensor's bounds, size and CRC-32C. Errors say which file or tensor is
 /// truncated or corrupt.

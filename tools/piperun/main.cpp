@@ -536,7 +536,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
     std::fprintf(stderr, "\n");
   PIPEC_TRY(session.gatherStats());
   if (!o.save.empty())
-    PIPEC_TRY(session.gatherTrainingState(false));
+    PIPEC_TRY(session.gatherTrainingState());
   if (quiet)
     return Status::ok();
   double med = median(stepSeconds);
