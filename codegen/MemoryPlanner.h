@@ -3,7 +3,7 @@
 // Assigns every buffer an offset in one arena so that buffers whose
 // lifetimes overlap never overlap in memory. Greedy by size (largest first,
 // each at the lowest fitting offset), the heuristic TFLite and XLA use;
-// deterministic for a given request list.
+// deterministic for a given request list, and the same for every method.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -27,6 +27,13 @@ struct MemoryPlan {
   uint64_t liveBound = 0;
 };
 
-MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t alignment = 64);
+/// How planMemory finds each offset; every method gives the same plan
+/// (codegen/MemoryPlanner.cpp): a scan of the placed buffers (quadratic,
+/// cheap per buffer), a segment tree over time (n log^2 n), or the scan
+/// below 50,000 buffers and the tree from there.
+enum class PlanMethod { Auto, Scan, Tree };
+
+MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t alignment = 64,
+                      PlanMethod method = PlanMethod::Auto);
 
 } // namespace pipec::codegen
