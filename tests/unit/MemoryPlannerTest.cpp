@@ -116,11 +116,11 @@ TEST(MemoryPlanner, PlacesAsTheOffsetScanDoes) {
 TEST(MemoryPlanner, PlansAHundredThousandBuffersWithoutTheQuadraticScan) {
   // 32 micro-batches x 1,000 layers x 3 buffers: 96,000 requests, most of
   // them alive at once (the activations of a 1F1B stage), planned by the
-  // tree search (the scan's time grows with the square: 3.2 s here, about
-  // 30 s at three times the layers). No timing asserted: ctest's time
+  // tree search (the scan's time grows with the square: 2.2 s here against
+  // the tree's 0.9 s, and the gap widens). No timing asserted: ctest's time
   // limit is the bound.
   std::vector<BufferRequest> r = pipelineRequests(32, 1000, 5);
-  MemoryPlan p = planMemory(r, 64); // the tree, from 50,000 buffers
+  MemoryPlan p = planMemory(r, 64); // the tree, from 16,384 buffers
   ASSERT_EQ(p.offsets.size(), r.size());
   EXPECT_GE(p.peak, p.liveBound);
   EXPECT_LE(p.peak, 2 * p.liveBound);
