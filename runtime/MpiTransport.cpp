@@ -100,14 +100,7 @@ public:
     if (to < 0 || to >= size_)
       return errorf("send to device ", to, " of ", size_);
     PIPEC_ASSIGN(int mtag, mpiTag(tag));
-    reapSends();
-    Buffer b = takeBuffer(bytes);
-    std::memcpy(b.data.get(), data, bytes);
-    Pending p;
-    PIPEC_TRY(post(/*isSend=*/true, b.data.get(), bytes, to, mtag, p.requests));
-    p.buffer = std::move(b);
-    pending_.push_back(std::move(p));
-    return Status::ok();
+    return sendRaw(data, bytes, to, mtag);
   }
 
   Status recv(int to, int from, uint64_t tag, void *data, size_t bytes) override {
@@ -118,21 +111,7 @@ public:
     if (from < 0 || from >= size_)
       return errorf("receive from device ", from, " of ", size_);
     PIPEC_ASSIGN(int mtag, mpiTag(tag));
-    std::vector<MPI_Request> reqs;
-    PIPEC_TRY(post(/*isSend=*/false, data, bytes, from, mtag, reqs));
-    std::vector<MPI_Status> st(reqs.size());
-    PIPEC_TRY(wait(reqs, st));
-    // Each piece must have filled its part: a shorter message means the
-    // ranks disagree about the tensor.
-    size_t got = 0;
-    for (MPI_Status &s : st) {
-      int n = 0;
-      MPI_Get_count(&s, MPI_BYTE, &n);
-      got += static_cast<size_t>(n);
-    }
-    if (got != bytes)
-      return errorf("rank ", rank_, " expected ", bytes, " bytes from rank ", from, ", got ", got);
-    return Status::ok();
+    return recvRaw(data, bytes, from, mtag);
   }
 
   Status allReduceSum(int device, double *data, size_t n) override {
@@ -224,7 +203,10 @@ private:
     return Status::ok();
   }
 
+  /// A copy of the bytes leaves by MPI_Isend; the buffer is reused once the
+  /// send completes.
   Status sendRaw(const void *data, size_t bytes, int to, int tag) {
+    reapSends();
     Buffer b = takeBuffer(bytes);
     std::memcpy(b.data.get(), data, bytes);
     Pending p;
@@ -234,11 +216,22 @@ private:
     return Status::ok();
   }
 
+  /// Waits for the message; each piece must have filled its part (a
+  /// shorter message means the ranks disagree about it).
   Status recvRaw(void *data, size_t bytes, int from, int tag) {
     std::vector<MPI_Request> reqs;
     PIPEC_TRY(post(false, data, bytes, from, tag, reqs));
     std::vector<MPI_Status> st(reqs.size());
-    return wait(reqs, st);
+    PIPEC_TRY(wait(reqs, st));
+    size_t got = 0;
+    for (MPI_Status &s : st) {
+      int n = 0;
+      MPI_Get_count(&s, MPI_BYTE, &n);
+      got += static_cast<size_t>(n);
+    }
+    if (got != bytes)
+      return errorf("rank ", rank_, " expected ", bytes, " bytes from rank ", from, ", got ", got);
+    return Status::ok();
   }
 
   /// Polls `reqs` until all complete or another rank's abort notice comes:
