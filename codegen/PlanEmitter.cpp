@@ -1,5 +1,6 @@
 //===- codegen/PlanEmitter.cpp - IR + partition -> plan directory ---------===//
 #include "codegen/PlanEmitter.h"
+#include "support/Parallel.h"
 
 #include "codegen/MemoryPlanner.h"
 #include "codegen/Schedule.h"
@@ -10,6 +11,8 @@
 #include "support/FileIO.h"
 
 #include <algorithm>
+#include <exception>
+#include <thread>
 #include <cstdint>
 #include <filesystem>
 #include <unordered_map>
@@ -405,8 +408,31 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     keep[table.id(grad)] = 1;
   for (const auto &[state, value] : opts.train.stateUpdates)
     keep[table.id(value)] = 1;
-  for (unsigned s = 0; s < K; ++s) {
-    MemoryPlan mp = planDeviceMemory(p, *p.mutable_devices(s), keep);
+  // The devices' arenas are independent: planned on the usable cores at
+  // once (each device by one thread, device s by thread s mod threads, so
+  // the plan does not depend on the count). A large training compile spends
+  // most of its time here (a 10k-node chain at K=64, M=32: 41%).
+  std::vector<MemoryPlan> arenas(K);
+  const unsigned threads = std::max(1u, std::min<unsigned>(K, usableCores()));
+  std::vector<std::exception_ptr> failed(threads);
+  auto planSome = [&](unsigned t) {
+    try {
+      for (unsigned s = t; s < K; s += threads)
+        arenas[s] = planDeviceMemory(p, *p.mutable_devices(static_cast<int>(s)), keep);
+    } catch (...) {
+      failed[t] = std::current_exception(); // out of memory: rethrown below
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(planSome, t);
+  planSome(0);
+  for (std::thread &th : pool)
+    th.join();
+  for (const std::exception_ptr &e : failed)
+    if (e)
+      std::rethrow_exception(e);
+  for (const MemoryPlan &mp : arenas) {
     out.arenaPeak.push_back(mp.peak);
     out.arenaLiveBound.push_back(mp.liveBound);
   }
