@@ -36,8 +36,8 @@ Expected<std::vector<GpuInfo>> listGpus() {
   }
   return gpus;
 #else
-  return errorf("this pipec was built without CUDA (no CUDA toolkit was found when it was configured; "
-                "see docs/cuda.md)");
+  return errorf("this pipec was built without CUDA (the CUDA toolkit was not found when it was configured, "
+                "or the build turned the backend off: docs/cuda.md)");
 #endif
 }
 
