@@ -161,29 +161,33 @@ PIPEC_HD inline float reduceSumElement(const float *x, int64_t o, const Reductio
   return s;
 }
 
-/// Softmax cross-entropy at one position: scores x[c * stride] for c < C
-/// and the target class t: log(sum exp(x - max)) + max - x[t], the sum in
-/// class order.
-PIPEC_HD inline float sceLoss(const float *x, int64_t C, int64_t stride, int64_t t) {
+/// The maximum of C scores x[c * stride] and the sum, in class order, of
+/// exp(x - max).
+struct MaxExpSum {
+  float max, sum;
+};
+PIPEC_HD inline MaxExpSum maxExpSum(const float *x, int64_t C, int64_t stride) {
   float m = x[0];
   for (int64_t c = 1; c < C; ++c)
     m = x[c * stride] > m ? x[c * stride] : m;
   float s = 0.0f;
   for (int64_t c = 0; c < C; ++c)
     s += cpu::expOf(x[c * stride] - m);
-  return logf(s) + m - x[t * stride];
+  return {m, s};
+}
+
+/// Softmax cross-entropy at one position with target class t:
+/// log(sum exp(x - max)) + max - x[t].
+PIPEC_HD inline float sceLoss(const float *x, int64_t C, int64_t stride, int64_t t) {
+  const MaxExpSum ms = maxExpSum(x, C, stride);
+  return logf(ms.sum) + ms.max - x[t * stride];
 }
 
 /// Its gradient with respect to the scores, scaled by g:
 /// dx[c] = g (softmax(x)[c] - [c == t]).
 PIPEC_HD inline void sceGrad(const float *x, float *dx, int64_t C, int64_t stride, int64_t t, float g) {
-  float m = x[0];
-  for (int64_t c = 1; c < C; ++c)
-    m = x[c * stride] > m ? x[c * stride] : m;
-  float s = 0.0f;
-  for (int64_t c = 0; c < C; ++c)
-    s += cpu::expOf(x[c * stride] - m);
-  const float r = 1.0f / s;
+  const MaxExpSum ms = maxExpSum(x, C, stride);
+  const float m = ms.max, r = 1.0f / ms.sum;
   for (int64_t c = 0; c < C; ++c)
     dx[c * stride] = g * (cpu::expOf(x[c * stride] - m) * r - (c == t ? 1.0f : 0.0f));
 }

@@ -581,8 +581,13 @@ Status trainPlan(const Options &o, runtime::Session &session) {
 /// before anything is allocated (docs/cuda.md).
 Status checkCudaDevice(const Options &o) {
 #if PIPEC_HAVE_CUDA
-  PIPEC_ASSIGN(plan::LoadedPlan lp, plan::loadPlan(o.plan));
-  for (const plan::Device &d : lp.plan.devices())
+  // plan.pb alone (checked against the manifest): the weights are loaded
+  // once, by the session.
+  PIPEC_ASSIGN(std::string bytes, plan::readVerified(o.plan, "plan.pb"));
+  plan::Plan planProto;
+  if (!planProto.ParseFromString(bytes))
+    return errorf("plan '", o.plan, "': plan.pb does not parse");
+  for (const plan::Device &d : planProto.devices())
     for (const plan::Node &n : d.nodes())
       if (!n.view() && !cuda::hasKernel(n.domain(), n.op_type()))
         return errorf("--device cuda: plan '", o.plan, "': node '", printable(n.name()), "' (op type '",
