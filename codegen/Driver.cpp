@@ -10,7 +10,10 @@
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/Schedule.h"
 
+#include <chrono>
 #include <cmath>
+#include <iomanip>
+#include <ostream>
 
 namespace pipec::codegen {
 
@@ -68,7 +71,15 @@ void addReplicaExchange(Compiled &c, int D) {
 } // namespace
 
 Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
+  std::vector<std::pair<std::string, double>> phases;
+  auto last = std::chrono::steady_clock::now();
+  auto phaseDone = [&](const char *what) {
+    auto now = std::chrono::steady_clock::now();
+    phases.emplace_back(what, std::chrono::duration<double>(now - last).count());
+    last = now;
+  };
   PIPEC_TRY(runPasses(g, opts));
+  phaseDone("passes");
   EmitOptions emit = opts.emit;
   if (emit.training) {
     const TrainOptions &t = opts.train;
@@ -111,6 +122,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     emit.train.clipGradNorm = t.clipGradNorm;
   }
   PIPEC_TRY(ir::verifyGraph(g).withContext("the graph is not ready for code generation"));
+  phaseDone(emit.training ? "training transforms" : "verify");
   Compiled c;
   partitioner::PartitionOptions po = opts.partition;
   po.microBatches = opts.emit.microBatches;
@@ -135,6 +147,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     }
   }
   PIPEC_ASSIGN(c.partition, partitioner::partitionGraph(g, po));
+  phaseDone("partition");
   if (po.recompute != "none") {
     if (!emit.training)
       return errorf("--recompute ", po.recompute,
@@ -150,7 +163,11 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     PIPEC_TRY(passes::rematerialize(g, ro).status());
     PIPEC_TRY(ir::verifyGraph(g).withContext("after recompute"));
   }
+  if (po.recompute != "none")
+    phaseDone("recompute");
   PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
+  last = std::chrono::steady_clock::now();
+  phases.insert(phases.end(), c.plan.phaseSeconds.begin(), c.plan.phaseSeconds.end());
   // The cost model's predictions go into the plan, so that piperun can put
   // its measurements next to them.
   const partitioner::PartitionEstimate &est = c.partition.estimate;
@@ -179,6 +196,20 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   // (the partition's ideal schedule where those cannot be timed).
   c.plan.plan.mutable_pipeline()->set_predicted_step_seconds(
       c.report["predicted_step_seconds"].get<double>());
+  phaseDone("report");
+  if (opts.passManager.timePasses && opts.passManager.out) {
+    std::ostream &os = *opts.passManager.out;
+    os << "compile phases:\n";
+    double total = 0;
+    for (const auto &[what, sec] : phases) {
+      os << "  " << std::left << std::setw(28) << what << std::right << std::fixed
+         << std::setprecision(3) << std::setw(9) << sec * 1e3 << " ms\n";
+      total += sec;
+    }
+    os << "  " << std::left << std::setw(28) << "total" << std::right << std::setw(9)
+       << total * 1e3 << " ms\n";
+    os.unsetf(std::ios::floatfield | std::ios::adjustfield);
+  }
   return c;
 }
 

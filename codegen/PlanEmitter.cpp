@@ -7,10 +7,13 @@
 #include "pipec/Version.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/plan/ScheduleCheck.h"
+#include "support/DenseIds.h"
 #include "support/DisjointSets.h"
 #include "support/FileIO.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <exception>
 #include <thread>
 #include <cstdint>
@@ -183,11 +186,27 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
   struct Interval {
     int64_t start = -1, end = -1;
   };
-  std::vector<Interval> live(static_cast<size_t>(p.tensors_size()) * M);
-  auto at = [&](int32_t t, unsigned mb) -> Interval & { return live[static_cast<size_t>(t) * M + mb]; };
   auto inArena = [&](int32_t t) {
     auto kind = p.tensors(t).kind();
     return kind != plan::TensorInfo::WEIGHT && kind != plan::TensorInfo::CONSTANT;
+  };
+  // The device's arena tensors, numbered densely (support/DenseIds.h).
+  DenseIds ids(static_cast<size_t>(p.tensors_size()));
+  for (const plan::Instruction &ins : dev.program()) {
+    if (ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV)
+      ids.add(ins.tensor());
+    for (int32_t ni : ins.nodes()) {
+      for (int32_t t : dev.nodes(ni).inputs())
+        if (t >= 0 && inArena(t))
+          ids.add(t);
+      for (int32_t t : dev.nodes(ni).outputs())
+        ids.add(t);
+    }
+  }
+  ids.finish();
+  std::vector<Interval> live(ids.size() * M);
+  auto at = [&](int32_t t, unsigned mb) -> Interval & {
+    return live[static_cast<size_t>(ids.local(t)) * M + mb];
   };
   int64_t time = 0;
   for (const plan::Instruction &ins : dev.program()) {
@@ -234,10 +253,10 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
   for (const plan::Instruction &ins : dev.program())
     for (int32_t ni : ins.nodes()) {
       const plan::Node &pn = dev.nodes(ni);
-      if (!pn.view())
+      if (!pn.view() || ids.local(pn.inputs(0)) < 0)
         continue;
-      size_t in = find(static_cast<size_t>(pn.inputs(0)) * M + ins.micro_batch());
-      size_t out = find(static_cast<size_t>(pn.outputs(0)) * M + ins.micro_batch());
+      size_t in = find(static_cast<size_t>(ids.local(pn.inputs(0))) * M + ins.micro_batch());
+      size_t out = find(static_cast<size_t>(ids.local(pn.outputs(0))) * M + ins.micro_batch());
       if (in == out)
         continue;
       buffers.join(in, out);
@@ -250,14 +269,14 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
     if (live[k].start < 0 || find(k) != k)
       continue;
     requestOf[k] = requests.size();
-    requests.push_back({p.tensors(static_cast<int32_t>(k / M)).bytes(), live[k].start, live[k].end});
+    requests.push_back({p.tensors(ids.id(k / M)).bytes(), live[k].start, live[k].end});
   }
   MemoryPlan mp = planMemory(requests);
   for (size_t k = 0; k < live.size(); ++k) {
     if (live[k].start < 0)
       continue;
     plan::Allocation *a = dev.add_allocations();
-    a->set_tensor(static_cast<int32_t>(k / M));
+    a->set_tensor(ids.id(k / M));
     a->set_micro_batch(static_cast<unsigned>(k % M));
     a->set_offset(mp.offsets[requestOf[find(k)]]);
   }
@@ -281,6 +300,121 @@ bool isParameter(const ir::Value &v) {
   return true;
 }
 
+namespace {
+
+// Calls sink with `n` zero bytes.
+Status feedZeros(const ByteSink &sink, uint64_t n) {
+  static const char zeros[4096] = {};
+  for (; n > 0; n -= std::min<uint64_t>(n, sizeof zeros))
+    PIPEC_TRY(sink(zeros, static_cast<size_t>(std::min<uint64_t>(n, sizeof zeros))));
+  return Status::ok();
+}
+
+// Feeds weights.bin's bytes, piece by piece, to `sink`; a file-backed
+// piece is read in bounded chunks, never whole.
+Status feedWeightFile(const std::vector<WeightPiece> &pieces, const ByteSink &sink) {
+  uint64_t at = 0;
+  for (const WeightPiece &w : pieces) {
+    PIPEC_TRY(feedZeros(sink, w.offset - at));
+    if (const FileRegion *r = w.data.resident() ? nullptr : w.data.fileRegion())
+      PIPEC_TRY(readFileRegion(r->path, r->offset, w.data.bytes(), sink));
+    else if (w.data.bytes())
+      PIPEC_TRY(sink(w.data.raw(), w.data.bytes()));
+    at = w.offset + w.data.bytes();
+  }
+  return Status::ok();
+}
+
+// CRC-32C of each (path, offset, bytes) region, on the cores there are:
+// the weights of a large model are read at the disk's speed.
+struct RegionSum {
+  int32_t tensor;
+  const FileRegion *region;
+  uint64_t bytes;
+};
+
+Status checksumRegions(const std::vector<RegionSum> &regions, plan::Plan &p) {
+  std::vector<uint32_t> crcs(regions.size());
+  std::vector<Status> errors(regions.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < regions.size();) {
+      auto crc = crc32cOfFileRegion(regions[i].region->path, regions[i].region->offset,
+                                    regions[i].bytes);
+      if (crc)
+        crcs[i] = *crc;
+      else
+        errors[i] = crc.status();
+    }
+  };
+  const unsigned n = std::min<unsigned>(std::max(usableCores(), 1u), 8);
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < n && t < regions.size(); ++t)
+    threads.emplace_back(work);
+  work();
+  for (std::thread &t : threads)
+    t.join();
+  for (size_t i = 0; i < regions.size(); ++i) {
+    if (!errors[i])
+      return errors[i].withContext(cat("checksumming weight '", p.tensors(regions[i].tensor).name(), "'"));
+    p.mutable_tensors(regions[i].tensor)->set_crc32c(crcs[i]);
+  }
+  return Status::ok();
+}
+
+// Weights: those in the model's external data files are referenced where
+// they are (WeightMode::Reference), the rest go to weights.bin, 64-byte
+// aligned regions in tensor order.
+Status addWeights(const ir::Graph &g, WeightMode mode, TensorTable &table, EmittedPlan &out) {
+  plan::Plan &p = out.plan;
+  p.add_weight_files()->set_path(kWeightFile);
+  std::unordered_map<std::string, int32_t> referenced;
+  std::vector<RegionSum> sums;
+  uint64_t size = 0;
+  for (const ir::Value *v : g.constants()) {
+    int32_t id = table.add(v, p, isParameter(*v) ? plan::TensorInfo::WEIGHT
+                                                 : plan::TensorInfo::CONSTANT);
+    plan::TensorInfo *t = p.mutable_tensors(id);
+    t->set_onnx_name(v->name());
+    const Tensor &c = v->constant();
+    const FileRegion *r = c.fileRegion();
+    if (r && mode != WeightMode::Copy) {
+      auto [it, fresh] = referenced.emplace(r->path, p.weight_files_size());
+      if (fresh) {
+        std::error_code ec;
+        std::filesystem::path abs = std::filesystem::absolute(r->path, ec).lexically_normal();
+        PIPEC_ASSIGN(uint64_t fileBytes, regularFileSize(r->path));
+        plan::WeightFile *wf = p.add_weight_files();
+        wf->set_path(ec ? r->path : abs.string());
+        wf->set_bytes(fileBytes);
+        wf->set_referenced(true);
+      }
+      t->set_weight_file(it->second);
+      t->set_weight_offset(r->offset);
+      if (mode == WeightMode::Reference)
+        sums.push_back({id, r, c.bytes()});
+      continue;
+    }
+    size = (size + 63) / 64 * 64;
+    t->set_weight_file(0);
+    t->set_weight_offset(size);
+    out.weightPieces.push_back({size, c});
+    size += c.bytes();
+  }
+  p.mutable_weight_files(0)->set_bytes(size);
+  if (mode == WeightMode::Describe)
+    return Status::ok();
+  uint32_t crc = 0;
+  PIPEC_TRY(feedWeightFile(out.weightPieces, [&](const void *d, size_t n) {
+    crc = crc32c(d, n, crc);
+    return Status::ok();
+  }));
+  p.mutable_weight_files(0)->set_crc32c(crc);
+  return checksumRegions(sums, p);
+}
+
+} // namespace
+
 Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition &part,
                                const EmitOptions &opts) {
   if (opts.microBatches < 1)
@@ -288,6 +422,12 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   if (opts.training && (!opts.train.loss || opts.train.paramGrads.empty()))
     return errorf("a training plan needs a loss and at least one parameter with a gradient");
   EmittedPlan out;
+  auto last = std::chrono::steady_clock::now();
+  auto phaseDone = [&](const char *what) {
+    auto now = std::chrono::steady_clock::now();
+    out.phaseSeconds.emplace_back(what, std::chrono::duration<double>(now - last).count());
+    last = now;
+  };
   plan::Plan &p = out.plan;
   p.set_format_version(plan::formatVersion());
   p.set_producer(std::string("pipec ") + PIPEC_VERSION);
@@ -318,20 +458,8 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     p.mutable_tensors(id)->set_onnx_name(v->name());
     p.add_inputs(id);
   }
-  // Weights: one file, 64-byte aligned regions in tensor order.
-  p.add_weight_files()->set_path(kWeightFile);
-  for (const ir::Value *v : g.constants()) {
-    int32_t id = table.add(v, p, isParameter(*v) ? plan::TensorInfo::WEIGHT
-                                                 : plan::TensorInfo::CONSTANT);
-    plan::TensorInfo *t = p.mutable_tensors(id);
-    t->set_onnx_name(v->name());
-    out.weights.resize((out.weights.size() + 63) / 64 * 64, '\0');
-    t->set_weight_file(0);
-    t->set_weight_offset(out.weights.size());
-    out.weights.append(static_cast<const char *>(v->constant().raw()), v->constant().bytes());
-  }
-  p.mutable_weight_files(0)->set_bytes(out.weights.size());
-  p.mutable_weight_files(0)->set_crc32c(crc32c(out.weights.data(), out.weights.size()));
+  PIPEC_TRY(addWeights(g, opts.weights, table, out));
+  phaseDone("emit: weights");
 
   std::vector<ir::Node *> nodes = g.nodes();
   for (const ir::Node *n : nodes)
@@ -399,6 +527,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     dev->set_weight_bytes(weightBytes);
   }
   PIPEC_TRY(emitPrograms(p, slots, nodeWork));
+  phaseDone("emit: nodes and programs");
   // Graph outputs, gradients and state updates are collected after the
   // instruction that made them.
   std::vector<char> keep(p.tensors_size(), 0);
@@ -436,6 +565,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     out.arenaPeak.push_back(mp.peak);
     out.arenaLiveBound.push_back(mp.liveBound);
   }
+  phaseDone("emit: arenas");
   if (opts.training) {
     plan::Training *t = p.mutable_training();
     t->set_loss(table.id(opts.train.loss));
@@ -456,6 +586,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     t->set_clip_grad_norm(opts.train.clipGradNorm);
   }
   PIPEC_TRY(plan::validatePlan(p).withContext("internal error: emitted an invalid plan"));
+  phaseDone("emit: validate");
   return out;
 }
 
@@ -471,7 +602,9 @@ Status writePlanDirectory(const std::string &dir, const EmittedPlan &p) {
                     "': it is a non-empty directory that holds no plan");
   }
   PIPEC_TRY(makeDirs(dir));
-  PIPEC_TRY(writeFileAtomic(joinPath(dir, kWeightFile), p.weights));
+  PIPEC_TRY(writeFileAtomicStreamed(joinPath(dir, kWeightFile), [&](const ByteSink &sink) {
+    return feedWeightFile(p.weightPieces, sink);
+  }));
   PIPEC_TRY(plan::writePlan(dir, p.plan));
   return plan::writeManifest(dir);
 }

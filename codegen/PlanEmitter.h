@@ -28,8 +28,18 @@ struct TrainingSpec {
   double clipGradNorm = 0;
 };
 
+/// What the plan does with the weights that live in the model's external
+/// data files (docs/plan-format.md). Constants held in memory (the model
+/// file's own initializers, folded values) always go to weights.bin.
+enum class WeightMode {
+  Reference, ///< the plan refers to the files: path, size, each region's CRC-32C
+  Copy,      ///< copied into weights.bin, in bounded chunks: a self-contained plan
+  Describe,  ///< referenced without reading a byte (no checksums): for reports
+};
+
 struct EmitOptions {
   int microBatches = 1;
+  WeightMode weights = WeightMode::Reference;
   /// Replicas of the pipeline (data parallelism); 1: one pipeline.
   int dataParallel = 1;
   /// Pipeline schedule (codegen/Schedule.h): "gpipe" or "1f1b".
@@ -44,10 +54,19 @@ struct EmitOptions {
   std::string compileOptions;
 };
 
-/// The plan and the weight file's bytes.
+/// A tensor's bytes at `offset` of weights.bin (64-byte aligned; zeros
+/// between pieces).
+struct WeightPiece {
+  uint64_t offset = 0;
+  Tensor data; ///< in memory, or file-backed (read while writing)
+};
+
+/// The plan and what goes into its weight file.
 struct EmittedPlan {
   plan::Plan plan;
-  std::string weights;
+  std::vector<WeightPiece> weightPieces;
+  /// Seconds each part of the emission took, in order (pipec --time-passes).
+  std::vector<std::pair<std::string, double>> phaseSeconds;
   /// Planned arena peak per device and the live-size lower bound.
   std::vector<uint64_t> arenaPeak, arenaLiveBound;
 };
@@ -58,7 +77,7 @@ inline constexpr const char *kWeightFile = "weights.bin";
 Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition &part,
                                const EmitOptions &opts);
 
-/// Writes plan.pb and the weight file into `dir`, replacing an existing plan
+/// Writes plan.pb and the weight file (streamed from its pieces) into `dir`, replacing an existing plan
 /// directory (and nothing else: a non-plan directory is refused).
 Status writePlanDirectory(const std::string &dir, const EmittedPlan &p);
 

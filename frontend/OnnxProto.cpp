@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <fstream>
+#include <filesystem>
 #include <limits>
 
 namespace pipec::frontend {
@@ -59,24 +59,18 @@ Expected<Tensor> readExternal(const onnx::TensorProto &t, const std::string &bas
     return errorf("tensor '", t.name(), "': external data length ", length,
                   " does not match its shape (", desc.bytes(), " bytes)");
   std::string path = joinPath(baseDir, location);
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return errorf("tensor '", t.name(), "': cannot open external data file '", path, "'");
-  in.seekg(0, std::ios::end);
-  uint64_t fileSize = static_cast<uint64_t>(std::max<std::streamoff>(in.tellg(), 0));
-  // Checked before allocating, so a bogus shape cannot allocate more than
-  // the file holds.
+  std::error_code ec;
+  uint64_t fileSize = std::filesystem::file_size(path, ec);
+  if (ec || !std::filesystem::is_regular_file(path, ec))
+    return errorf("tensor '", t.name(), "': cannot open external data file '", path, "'",
+                  ec ? cat(": ", ec.message()) : std::string(" (not a regular file)"));
   if (offset > fileSize || fileSize - offset < desc.bytes())
     return errorf("tensor '", t.name(), "': external data file '", path,
                   "' is too short (needs ", desc.bytes(), " bytes at offset ", offset,
                   ", the file has ", fileSize, ")");
-  Tensor out(desc);
-  in.seekg(static_cast<std::streamoff>(offset));
-  in.read(static_cast<char *>(out.raw()), static_cast<std::streamsize>(out.bytes()));
-  if (static_cast<uint64_t>(in.gcount()) != out.bytes())
-    return errorf("tensor '", t.name(), "': external data file '", path,
-                  "' is too short (needs ", out.bytes(), " bytes at offset ", offset, ")");
-  return out;
+  // The bytes stay in the file: the compiler reads only the few constants
+  // whose values it needs, and the plan refers to the region.
+  return Tensor::fromFile(desc, FileRegion{path, offset});
 }
 
 // Number of values a TensorProto stores in the typed field its data type

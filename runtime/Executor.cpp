@@ -78,8 +78,7 @@ Status DeviceExecutor::prepare() {
     const plan::TensorInfo &t = p.tensors(w);
     if (t.kind() != plan::TensorInfo::WEIGHT && t.kind() != plan::TensorInfo::CONSTANT)
       return errorf("device ", index_, " lists tensor '", t.name(), "' as a weight");
-    const std::string &file = lp_.weightData[t.weight_file()];
-    weightAddr_[w] = const_cast<char *>(file.data()) + t.weight_offset();
+    weightAddr_[w] = lp_.weightAddress(w);
   }
 
   // Tensors whose bytes change only between steps: parameters, and

@@ -321,17 +321,7 @@ int Session::deviceHolding(int32_t tensor, unsigned mb) const {
   return -1;
 }
 
-void *Session::residentData(int32_t tensor) const {
-  const plan::Plan &p = lp_.plan;
-  if (tensor < 0 || tensor >= p.tensors_size())
-    return nullptr;
-  const plan::TensorInfo &ti = p.tensors(tensor);
-  if (ti.kind() != plan::TensorInfo::WEIGHT && ti.kind() != plan::TensorInfo::CONSTANT)
-    return nullptr;
-  // Validated by loadPlan: the file exists and holds the region.
-  const std::string &file = lp_.weightData[static_cast<size_t>(ti.weight_file())];
-  return const_cast<char *>(file.data()) + ti.weight_offset();
-}
+void *Session::residentData(int32_t tensor) const { return lp_.weightAddress(tensor); }
 
 const DeviceStats &Session::deviceStats(int d) const {
   if (isLocal(d))

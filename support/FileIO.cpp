@@ -1,6 +1,7 @@
 //===- support/FileIO.cpp - Whole-file I/O, atomic writes, checksums ------===//
 #include "support/FileIO.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fcntl.h>
 #include <fstream>
+#include <memory>
 #include <new>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,6 +60,90 @@ Expected<std::string> readFile(const std::string &path) {
   }
   data.resize(got);
   return data;
+}
+
+Expected<uint64_t> regularFileSize(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return errorf("cannot open '", path, "': ", std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return errorf("cannot read '", path, "': ", S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Status readFileRegion(const std::string &path, uint64_t offset, uint64_t bytes,
+                      const ByteSink &sink) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return errorf("cannot open '", path, "': ", std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return errorf("cannot read '", path, "': not a regular file");
+  if (offset > static_cast<uint64_t>(st.st_size) || static_cast<uint64_t>(st.st_size) - offset < bytes)
+    return errorf("'", path, "' is too short: it has ", st.st_size, " bytes, ", bytes,
+                  " are needed at offset ", offset);
+  constexpr size_t kChunk = size_t(4) << 20;
+  std::unique_ptr<char[]> buf(new char[std::min<uint64_t>(kChunk, std::max<uint64_t>(bytes, 1))]);
+  uint64_t done = 0;
+  while (done < bytes) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, bytes - done));
+    ssize_t got = ::pread(fd, buf.get(), want, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      return errorf("cannot read '", path, "': ", std::strerror(errno));
+    if (got == 0)
+      return errorf("'", path, "' ended at ", offset + done, " bytes, before the ", bytes,
+                    " bytes at offset ", offset);
+    PIPEC_TRY(sink(buf.get(), static_cast<size_t>(got)));
+    done += static_cast<uint64_t>(got);
+  }
+  return Status::ok();
+}
+
+Expected<uint32_t> crc32cOfFileRegion(const std::string &path, uint64_t offset, uint64_t bytes) {
+  uint32_t crc = 0;
+  PIPEC_TRY(readFileRegion(path, offset, bytes, [&](const void *p, size_t n) {
+    crc = crc32c(p, n, crc);
+    return Status::ok();
+  }));
+  return crc;
+}
+
+Status writeFileAtomicStreamed(const std::string &path,
+                               const std::function<Status(const ByteSink &)> &produce) {
+  std::string tmp = path + ".tmp." + uniqueSuffix();
+  std::error_code ec;
+  Status s = [&]() -> Status {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out)
+      return errorf("cannot create '", tmp, "': ", std::strerror(errno));
+    PIPEC_TRY(produce([&](const void *data, size_t n) -> Status {
+      out.write(static_cast<const char *>(data), static_cast<std::streamsize>(n));
+      if (!out)
+        return errorf("cannot write '", tmp, "': ", std::strerror(errno));
+      return Status::ok();
+    }));
+    out.flush();
+    out.close();
+    if (!out)
+      return errorf("cannot write '", tmp, "': ", std::strerror(errno));
+    return Status::ok();
+  }();
+  if (!s) {
+    fs::remove(tmp, ec); // no partial file left behind
+    return s;
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return errorf("cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  }
+  return Status::ok();
 }
 
 std::string uniqueSuffix() {

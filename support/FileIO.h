@@ -4,6 +4,7 @@
 #include "support/Error.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace pipec {
@@ -14,6 +15,21 @@ Expected<std::string> readFile(const std::string &path);
 /// Writes via a temporary file in the same directory and rename(), so that a
 /// reader sees the old file or the new one, never a torn one.
 Status writeFileAtomic(const std::string &path, const std::string &bytes);
+/// Receives consecutive chunks of a stream of bytes.
+using ByteSink = std::function<Status(const void *data, size_t n)>;
+/// writeFileAtomic for bytes produced in pieces: `produce` writes them
+/// through the sink it is given, so nothing holds the whole file.
+Status writeFileAtomicStreamed(const std::string &path,
+                               const std::function<Status(const ByteSink &)> &produce);
+/// Feeds `bytes` bytes at `offset` of the regular file `path` to `sink` in
+/// chunks of at most 4 MiB; an error names the file if it is shorter.
+Status readFileRegion(const std::string &path, uint64_t offset, uint64_t bytes,
+                      const ByteSink &sink);
+/// CRC-32C of a region of a file, read as readFileRegion does.
+Expected<uint32_t> crc32cOfFileRegion(const std::string &path, uint64_t offset,
+                                      uint64_t bytes);
+/// Size of a regular file (an error for anything else).
+Expected<uint64_t> regularFileSize(const std::string &path);
 /// Creates a directory and its parents (no error if it exists).
 Status makeDirs(const std::string &path);
 /// Removes a directory tree (no error if it does not exist).

@@ -1,11 +1,15 @@
 //===- support/Tensor.cpp - Host tensors ----------------------------------===//
 #include "support/Tensor.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <limits>
+#include <mutex>
 #include <sstream>
+#include <unistd.h>
 
 namespace pipec {
 
@@ -61,8 +65,11 @@ std::string TensorDesc::str() const {
   return std::string(dtypeName(dtype)) + shapeStr(shape);
 }
 
-Tensor::Tensor(TensorDesc desc) : desc_(std::move(desc)) {
-  size_t n = desc_.bytes();
+namespace {
+
+// 64-byte aligned, zeroed storage for `desc`; OutOfMemory if none.
+std::shared_ptr<void> allocateStorage(const TensorDesc &desc) {
+  size_t n = desc.bytes();
   size_t alloc = (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (alloc == 0)
     alloc = kTensorAlignment;
@@ -71,11 +78,69 @@ Tensor::Tensor(TensorDesc desc) : desc_(std::move(desc)) {
     // Callers validate sizes from untrusted input before allocating; this
     // is the machine running out of memory. The tools turn it into a
     // one-line error naming the tensor (OutOfMemory).
-    throw OutOfMemory(cat("a ", desc_.str(), " tensor needs ", alloc, " bytes"));
+    throw OutOfMemory(cat("a ", desc.str(), " tensor needs ", alloc, " bytes"));
   }
   std::memset(p, 0, alloc);
-  storage_ = std::shared_ptr<void>(p, [](void *q) { std::free(q); });
-  data_ = p;
+  return std::shared_ptr<void>(p, [](void *q) { std::free(q); });
+}
+
+} // namespace
+
+/// The shared state of a file-backed tensor and its copies: the region, and
+/// once read, the bytes.
+struct Tensor::Lazy {
+  FileRegion region;
+  std::once_flag once;
+  std::shared_ptr<void> storage;
+};
+
+Tensor::Tensor(TensorDesc desc) : desc_(std::move(desc)) {
+  storage_ = allocateStorage(desc_);
+  data_ = storage_.get();
+}
+
+Tensor Tensor::fromFile(TensorDesc desc, FileRegion region) {
+  Tensor t;
+  t.desc_ = std::move(desc);
+  t.lazy_ = std::make_shared<Lazy>();
+  t.lazy_->region = std::move(region);
+  return t;
+}
+
+const FileRegion *Tensor::fileRegion() const { return lazy_ ? &lazy_->region : nullptr; }
+
+bool Tensor::resident() const { return !lazy_ || lazy_->storage != nullptr; }
+
+void *Tensor::load() const {
+  // Copies share the Lazy (reshaped ones too: same bytes), so the region is
+  // read once. A failed read throws out of call_once, which a later access
+  // retries.
+  std::call_once(lazy_->once, [this] {
+    std::shared_ptr<void> storage = allocateStorage(desc_);
+    const FileRegion &r = lazy_->region;
+    int fd = ::open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      throw TensorReadError(cat("cannot read a ", desc_.str(), " tensor from '", r.path,
+                                "': ", std::strerror(errno)));
+    size_t done = 0, want = desc_.bytes();
+    char *dst = static_cast<char *>(storage.get());
+    while (done < want) {
+      ssize_t got = ::pread(fd, dst + done, want - done, static_cast<off_t>(r.offset + done));
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0) {
+        int err = errno;
+        ::close(fd);
+        throw TensorReadError(cat("cannot read a ", desc_.str(), " tensor from '", r.path,
+                                  "' at offset ", r.offset, ": ",
+                                  got == 0 ? "the file is shorter than it was" : std::strerror(err)));
+      }
+      done += static_cast<size_t>(got);
+    }
+    ::close(fd);
+    lazy_->storage = std::move(storage);
+  });
+  return lazy_->storage.get();
 }
 
 Tensor::Tensor(TensorDesc desc, void *data, std::shared_ptr<void> keepAlive)
@@ -84,7 +149,7 @@ Tensor::Tensor(TensorDesc desc, void *data, std::shared_ptr<void> keepAlive)
 Tensor Tensor::clone() const {
   Tensor t(desc_);
   if (bytes())
-    std::memcpy(t.data_, data_, bytes());
+    std::memcpy(t.data_, raw(), bytes());
   return t;
 }
 
@@ -130,7 +195,7 @@ std::vector<int64_t> Tensor::toInts() const {
 bool Tensor::identical(const Tensor &o) const {
   if (desc_ != o.desc_)
     return false;
-  return bytes() == 0 || std::memcmp(data_, o.data_, bytes()) == 0;
+  return bytes() == 0 || std::memcmp(raw(), o.raw(), bytes()) == 0;
 }
 
 Tensor Tensor::scalarF32(float v) {

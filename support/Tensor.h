@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,21 @@ private:
   std::string what_;
 };
 
+/// Thrown where a file-backed tensor (Tensor::fromFile) cannot be read on
+/// first use: the file changed or vanished after it was checked. The tools
+/// catch it and exit with a one-line error.
+class TensorReadError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Where a file-backed tensor's bytes live: raw little-endian data at
+/// `offset` of the file at `path`.
+struct FileRegion {
+  std::string path;
+  uint64_t offset = 0;
+};
+
 /// Element type and static shape of a tensor.
 struct TensorDesc {
   DType dtype = DType::Undefined;
@@ -66,6 +82,12 @@ constexpr size_t kTensorAlignment = 64;
 
 /// A host tensor. Copies share storage (like a shared_ptr); use clone() for a
 /// deep copy. Storage is zero-initialised and 64-byte aligned.
+///
+/// A file-backed tensor (fromFile) holds no bytes until something reads
+/// them: the first raw() or data() reads its region (once, for every copy)
+/// and throws TensorReadError if it cannot. Code that only needs the bytes'
+/// location (the plan emitter) asks fileRegion() and reads nothing, so a
+/// model's weights need not fit in memory to be compiled.
 class Tensor {
 public:
   Tensor() = default;
@@ -73,23 +95,34 @@ public:
   Tensor(DType dtype, Shape shape) : Tensor(TensorDesc{dtype, std::move(shape)}) {}
   /// Wraps memory owned elsewhere; `keepAlive` holds the owner.
   Tensor(TensorDesc desc, void *data, std::shared_ptr<void> keepAlive);
+  /// A tensor whose bytes stay in `region` until first read. The caller
+  /// has checked that the file holds desc.bytes() bytes there.
+  static Tensor fromFile(TensorDesc desc, FileRegion region);
 
   const TensorDesc &desc() const { return desc_; }
   DType dtype() const { return desc_.dtype; }
   const Shape &shape() const { return desc_.shape; }
   int64_t numel() const { return desc_.numel(); }
   size_t bytes() const { return desc_.bytes(); }
-  bool empty() const { return data_ == nullptr && desc_.dtype == DType::Undefined; }
+  bool empty() const {
+    return data_ == nullptr && !lazy_ && desc_.dtype == DType::Undefined;
+  }
 
-  void *raw() { return data_; }
-  const void *raw() const { return data_; }
-  template <typename T> T *data() { return static_cast<T *>(data_); }
-  template <typename T> const T *data() const { return static_cast<const T *>(data_); }
+  void *raw() { return lazy_ ? load() : data_; }
+  const void *raw() const { return lazy_ ? load() : data_; }
+  template <typename T> T *data() { return static_cast<T *>(raw()); }
+  template <typename T> const T *data() const { return static_cast<const T *>(raw()); }
+
+  /// Where a file-backed tensor's bytes live (read or not); null for a
+  /// tensor made in memory.
+  const FileRegion *fileRegion() const;
+  /// Whether the bytes are in memory (false for an unread file-backed one).
+  bool resident() const;
 
   Tensor clone() const;
   /// Whether this is the only Tensor that holds its storage (nobody else
   /// can see a write to it).
-  bool soleOwner() const { return storage_ && storage_.use_count() == 1; }
+  bool soleOwner() const { return !lazy_ && storage_ && storage_.use_count() == 1; }
   /// Same storage, new shape of equal element count.
   Tensor reshaped(Shape shape) const;
   /// Element i converted to double / int64 (any numeric dtype).
@@ -105,9 +138,13 @@ public:
   static Tensor fromFloats(const std::vector<float> &v, Shape shape);
 
 private:
+  struct Lazy;
+  void *load() const;
+
   TensorDesc desc_;
   std::shared_ptr<void> storage_;
   void *data_ = nullptr;
+  std::shared_ptr<Lazy> lazy_; ///< set for a file-backed tensor
 };
 
 } // namespace pipec

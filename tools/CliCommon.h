@@ -9,6 +9,7 @@
 #pragma once
 
 #include "support/Error.h"
+#include "support/Tensor.h"
 
 #include <CLI/CLI.hpp>
 
@@ -28,6 +29,8 @@ template <typename F> Status guarded(F &&f) {
   } catch (const std::bad_alloc &e) {
     const std::string what = e.what();
     return errorf(what.rfind("out of memory", 0) == 0 ? what : "out of memory (" + what + ")");
+  } catch (const TensorReadError &e) {
+    return errorf(e.what());
   } catch (const std::exception &e) {
     return errorf("internal error: ", e.what());
   }

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -121,7 +123,10 @@ Status checkWeightRegions(const Plan &p) {
   std::vector<Region> regions;
   for (int i = 0; i < p.tensors_size(); ++i) {
     const TensorInfo &t = p.tensors(i);
-    if ((t.kind() == TensorInfo::WEIGHT || t.kind() == TensorInfo::CONSTANT) && t.bytes() > 0)
+    // Regions of referenced files are read into buffers of their own.
+    if ((t.kind() == TensorInfo::WEIGHT || t.kind() == TensorInfo::CONSTANT) && t.bytes() > 0 &&
+        t.weight_file() >= 0 && t.weight_file() < p.weight_files_size() &&
+        !p.weight_files(t.weight_file()).referenced())
       regions.push_back({t.weight_file(), t.weight_offset(), t.weight_offset() + t.bytes(), i});
   }
   std::sort(regions.begin(), regions.end(), [](const Region &a, const Region &b) {
@@ -239,9 +244,15 @@ Status validatePlan(const Plan &p) {
       return errorf("INPUT tensor '", p.tensors(i).name(), "' is not a graph input: nothing feeds it");
   for (int32_t t : p.outputs())
     PIPEC_TRY(checkTensorRef(p, t, "a graph output", false));
-  for (const WeightFile &wf : p.weight_files())
-    if (wf.path().empty() || wf.path().find("..") != std::string::npos || wf.path()[0] == '/')
+  for (const WeightFile &wf : p.weight_files()) {
+    if (wf.referenced()) {
+      if (wf.path().empty() || wf.path().find('\0') != std::string::npos)
+        return errorf("referenced weight file path '", wf.path(), "' is not a path");
+    } else if (wf.path().empty() || wf.path().find("..") != std::string::npos ||
+               wf.path()[0] == '/') {
       return errorf("weight file path '", wf.path(), "' must be a plain relative path");
+    }
+  }
   for (int d = 0; d < p.devices_size(); ++d) {
     const Device &dev = p.devices(d);
     std::string where = cat("device ", d);
@@ -327,6 +338,53 @@ Expected<std::string> readVerified(const std::string &dir, const std::string &na
   return bytes;
 }
 
+namespace {
+
+// Reads every WEIGHT/CONSTANT region of the referenced files into a 64-byte
+// aligned buffer of its own and checks its CRC-32C; a file whose size
+// differs from the plan's is refused before anything is read.
+Status loadReferencedWeights(LoadedPlan &lp) {
+  const Plan &p = lp.plan;
+  lp.regionData.assign(static_cast<size_t>(p.tensors_size()), nullptr);
+  for (const WeightFile &wf : p.weight_files()) {
+    if (!wf.referenced())
+      continue;
+    auto size = regularFileSize(wf.path());
+    if (!size)
+      return size.status().withContext(cat("the plan's weights are in '", wf.path(), "'"));
+    if (*size != wf.bytes())
+      return errorf("weight file '", wf.path(), "' has ", *size, " bytes, the plan says ", wf.bytes(),
+                    " (it changed since the plan was compiled; compile again)");
+  }
+  for (int32_t i = 0; i < p.tensors_size(); ++i) {
+    const TensorInfo &t = p.tensors(i);
+    if ((t.kind() != TensorInfo::WEIGHT && t.kind() != TensorInfo::CONSTANT) ||
+        !p.weight_files(t.weight_file()).referenced())
+      continue;
+    const std::string &path = p.weight_files(t.weight_file()).path();
+    const size_t alloc = std::max<uint64_t>((t.bytes() + 63) / 64 * 64, 64);
+    char *buf = static_cast<char *>(std::aligned_alloc(64, alloc));
+    if (!buf)
+      return errorf("out of memory: weight '", t.name(), "' needs ", alloc, " bytes");
+    lp.regionData[static_cast<size_t>(i)] = std::shared_ptr<char>(buf, [](char *q) { std::free(q); });
+    uint64_t at = 0;
+    uint32_t crc = 0;
+    PIPEC_TRY(readFileRegion(path, t.weight_offset(), t.bytes(), [&](const void *d, size_t n) {
+      std::memcpy(buf + at, d, n);
+      at += n;
+      crc = crc32c(d, n, crc);
+      return Status::ok();
+    }).withContext(cat("loading weight '", t.name(), "'")));
+    if (crc != t.crc32c())
+      return errorf("weight '", t.name(), "' (", t.bytes(), " bytes at offset ", t.weight_offset(),
+                    " of '", path, "') is corrupt or changed since the plan was compiled: its "
+                    "CRC-32C differs from the plan's");
+  }
+  return Status::ok();
+}
+
+} // namespace
+
 Expected<LoadedPlan> loadPlan(const std::string &dir) {
   if (!isDirectory(dir))
     return errorf("'", dir, "' is not a plan directory",
@@ -345,6 +403,10 @@ Expected<LoadedPlan> loadPlan(const std::string &dir) {
   PIPEC_TRY(validatePlan(lp.plan).withContext(cat("invalid plan '", dir, "'")));
   PIPEC_ASSIGN(auto manifest, readManifest(dir));
   for (const WeightFile &wf : lp.plan.weight_files()) {
+    if (wf.referenced()) {
+      lp.weightData.emplace_back();
+      continue;
+    }
     std::string path = joinPath(dir, wf.path());
     auto listed = manifest.find(wf.path());
     if (listed == manifest.end() || listed->second.crc != wf.crc32c() ||
@@ -363,7 +425,21 @@ Expected<LoadedPlan> loadPlan(const std::string &dir) {
                     wf.crc32c());
     lp.weightData.push_back(data.take());
   }
+  PIPEC_TRY(loadReferencedWeights(lp));
   return lp;
+}
+
+char *LoadedPlan::weightAddress(int32_t tensor) const {
+  if (tensor < 0 || tensor >= plan.tensors_size())
+    return nullptr;
+  const TensorInfo &ti = plan.tensors(tensor);
+  if (ti.kind() != TensorInfo::WEIGHT && ti.kind() != TensorInfo::CONSTANT)
+    return nullptr;
+  if (plan.weight_files(ti.weight_file()).referenced())
+    return regionData[static_cast<size_t>(tensor)].get();
+  // Validated by loadPlan: the file holds the region.
+  return const_cast<char *>(weightData[static_cast<size_t>(ti.weight_file())].data()) +
+         ti.weight_offset();
 }
 
 } // namespace pipec::plan

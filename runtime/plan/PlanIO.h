@@ -13,6 +13,7 @@
 #include "runtime/plan/plan.pb.h"
 #include "support/Error.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,18 @@ inline constexpr const char *kPlanFile = "plan.pb";
 /// The plan format version this build reads and writes.
 uint32_t formatVersion();
 
-/// A loaded plan with its weight files' contents.
+/// A loaded plan with its weights: the plan directory's weight files whole,
+/// and each region of a referenced file (the model's external data) in a
+/// buffer of its own.
 struct LoadedPlan {
   std::string dir;
   Plan plan;
-  std::vector<std::string> weightData; ///< one per Plan.weight_files
+  std::vector<std::string> weightData; ///< one per Plan.weight_files (empty if referenced)
+  std::vector<std::shared_ptr<char>> regionData; ///< per tensor, for referenced files
+
+  /// The loaded bytes of a WEIGHT/CONSTANT tensor (training updates them in
+  /// place); null for other tensors.
+  char *weightAddress(int32_t tensor) const;
 };
 
 /// Name of the checksum manifest inside a plan directory.

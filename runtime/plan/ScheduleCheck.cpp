@@ -1,9 +1,13 @@
 //===- runtime/plan/ScheduleCheck.cpp - Proving a plan's programs ---------===//
 #include "runtime/plan/ScheduleCheck.h"
 
+#include "support/DenseIds.h"
 #include "support/DisjointSets.h"
+#include "support/Parallel.h"
 
 #include <algorithm>
+#include <exception>
+#include <thread>
 #include <map>
 #include <queue>
 #include <set>
@@ -109,14 +113,32 @@ Status checkDevice(const Plan &p, int d) {
   std::vector<char> resident(T, 0);
   for (int32_t w : dev.weights())
     resident[w] = 1;
-  std::vector<int64_t> offset(T * M, -1);
+  // The tensors the device allocates or touches, numbered densely
+  // (support/DenseIds.h): the tables below are per (tensor, micro-batch).
+  DenseIds ids(T);
   for (const Allocation &a : dev.allocations())
-    offset[a.tensor() * M + a.micro_batch()] = static_cast<int64_t>(a.offset());
+    ids.add(a.tensor());
+  for (const Instruction &ins : dev.program())
+    if (ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV)
+      ids.add(ins.tensor());
+  for (const Node &n : dev.nodes()) {
+    for (int32_t t : n.inputs())
+      if (t >= 0)
+        ids.add(t);
+    for (int32_t t : n.outputs())
+      ids.add(t);
+  }
+  ids.finish();
+  const size_t L = ids.size();
+  auto key = [&](int32_t t, unsigned mb) { return static_cast<size_t>(ids.local(t)) * M + mb; };
+  std::vector<int64_t> offset(L * M, -1);
+  for (const Allocation &a : dev.allocations())
+    offset[key(a.tensor(), a.micro_batch())] = static_cast<int64_t>(a.offset());
   struct Life {
     int64_t start = -1, end = -1;
   };
-  std::vector<Life> life(T * M);
-  std::vector<char> written(T * M, 0);
+  std::vector<Life> life(L * M);
+  std::vector<char> written(L * M, 0);
   // Tensors the runtime takes after the instruction that writes them (graph
   // outputs, parameter gradients, running statistics): they must survive the
   // rest of that instruction.
@@ -130,7 +152,7 @@ Status checkDevice(const Plan &p, int d) {
   std::vector<size_t> writtenHere;
   // A view's output is its input's buffer: both instances live as one,
   // under the instance that came first.
-  DisjointSets instances(T * M);
+  DisjointSets instances(L * M);
   auto find = [&](size_t k) { return instances.find(k); };
   int64_t time = 0;
   auto read = [&](int32_t t, unsigned mb, int i, const std::string &what) -> Status {
@@ -140,7 +162,7 @@ Status checkDevice(const Plan &p, int d) {
     if (ti.kind() == TensorInfo::WEIGHT || ti.kind() == TensorInfo::CONSTANT)
       return errorf(where, " ", what, " at instruction ", i, " reads weight '", ti.name(),
                     "' that the device does not load");
-    size_t k = t * M + mb;
+    size_t k = key(t, mb);
     if (ti.kind() == TensorInfo::INPUT && !written[k]) {
       written[k] = 1; // fed just before the instruction
       life[k].start = time;
@@ -155,7 +177,7 @@ Status checkDevice(const Plan &p, int d) {
     return Status::ok();
   };
   auto write = [&](int32_t t, unsigned mb, int i) -> Status {
-    size_t k = t * M + mb;
+    size_t k = key(t, mb);
     const TensorInfo &ti = p.tensors(t);
     if (ti.kind() != TensorInfo::ACTIVATION)
       return errorf(where, " instruction ", i, " writes '", ti.name(), "', which is not an activation");
@@ -176,7 +198,7 @@ Status checkDevice(const Plan &p, int d) {
     if (n.inputs_size() < 1 || n.outputs_size() != 1 || n.inputs(0) < 0)
       return errorf(where, ": view node '", n.name(), "' needs an input 0 and one output");
     const int32_t in = n.inputs(0), out = n.outputs(0);
-    const size_t ki = in * M + mb, ko = out * M + mb;
+    const size_t ki = key(in, mb), ko = key(out, mb);
     if (resident[in] || p.tensors(in).bytes() != p.tensors(out).bytes() || offset[ki] != offset[ko])
       return errorf(where, ": view node '", n.name(), "' must map '", p.tensors(in).name(),
                     "' of micro-batch ", mb, " (", p.tensors(in).bytes(), " bytes in the arena at ",
@@ -232,7 +254,7 @@ Status checkDevice(const Plan &p, int d) {
   // plain sweep against every live instance was quadratic in training
   // plans, where most activations live from forward to backward.
   std::vector<size_t> order;
-  for (size_t k = 0; k < T * M; ++k)
+  for (size_t k = 0; k < L * M; ++k)
     if (life[k].start >= 0 && find(k) == k)
       order.push_back(k);
   std::sort(order.begin(), order.end(),
@@ -241,8 +263,8 @@ Status checkDevice(const Plan &p, int d) {
   using Death = std::pair<int64_t, uint64_t>;            // (end time, offset)
   std::priority_queue<Death, std::vector<Death>, std::greater<Death>> deaths;
   auto collide = [&](size_t k, size_t a) {
-    return errorf(where, ": '", p.tensors(k / M).name(), "' of micro-batch ", k % M, " and '",
-                  p.tensors(a / M).name(), "' of micro-batch ", a % M,
+    return errorf(where, ": '", p.tensors(ids.id(k / M)).name(), "' of micro-batch ", k % M, " and '",
+                  p.tensors(ids.id(a / M)).name(), "' of micro-batch ", a % M,
                   " are live at once but share arena bytes");
   };
   for (size_t k : order) {
@@ -250,7 +272,7 @@ Status checkDevice(const Plan &p, int d) {
       live.erase(deaths.top().second);
       deaths.pop();
     }
-    const uint64_t lo = static_cast<uint64_t>(offset[k]), hi = lo + p.tensors(k / M).bytes();
+    const uint64_t lo = static_cast<uint64_t>(offset[k]), hi = lo + p.tensors(ids.id(k / M)).bytes();
     if (hi == lo)
       continue; // no bytes to share
     auto next = live.upper_bound(lo);
@@ -316,8 +338,31 @@ Status checkSchedule(const Plan &p) {
   PIPEC_TRY(checkPairing(p));
   PIPEC_TRY(checkProgress(p));
   PIPEC_TRY(checkGradients(p));
-  for (int d = 0; d < p.devices_size(); ++d)
-    PIPEC_TRY(checkDevice(p, d));
+  // The devices' arenas are checked on the usable cores at once; the
+  // error reported is the lowest device's, whatever the thread count.
+  const int D = p.devices_size();
+  const unsigned threads = std::max(1u, std::min<unsigned>(static_cast<unsigned>(D), usableCores()));
+  std::vector<Status> results(static_cast<size_t>(D));
+  std::vector<std::exception_ptr> failed(threads);
+  auto checkSome = [&](unsigned t) {
+    try {
+      for (int d = static_cast<int>(t); d < D; d += static_cast<int>(threads))
+        results[static_cast<size_t>(d)] = checkDevice(p, d);
+    } catch (...) {
+      failed[t] = std::current_exception(); // out of memory: rethrown below
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(checkSome, t);
+  checkSome(0);
+  for (std::thread &th : pool)
+    th.join();
+  for (const std::exception_ptr &e : failed)
+    if (e)
+      std::rethrow_exception(e);
+  for (Status &r : results)
+    PIPEC_TRY(std::move(r));
   return Status::ok();
 }
 

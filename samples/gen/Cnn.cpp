@@ -72,7 +72,7 @@ Expected<BuiltModel> buildCnn(const CnnOptions &o, const CommonOptions &c) {
                   " channels (--width ", o.width, " doubled over ", o.stages - 1,
                   " stages); the limit is 65536");
 
-  ModelBuilder b("cnn", c.seed, c.batch, c.maxWeightMiB << 20);
+  ModelBuilder b("cnn", c.seed, c.batch, c.maxWeightMiB << 20, c.zeroWeights);
   b.addInput("image", onnx::TensorProto::FLOAT, {b.batchDim(), 3, o.image, o.image});
   std::string x = conv(b, "stem/conv", "image", 3, o.width, 3, 1, true);
   x = batchNorm(b, "stem/bn", x, o.width);

@@ -105,7 +105,7 @@ Expected<BuiltModel> buildGpt(const GptOptions &o, const CommonOptions &c) {
     return errorf("--dmodel (", o.dmodel, ") must be divisible by --heads (", o.heads, ")");
   Dims n{o.dmodel, o.heads, o.dmodel / o.heads, o.seq, o.layers};
 
-  ModelBuilder b("gpt", c.seed, c.batch, c.maxWeightMiB << 20);
+  ModelBuilder b("gpt", c.seed, c.batch, c.maxWeightMiB << 20, c.zeroWeights);
   b.addInput("tokens", onnx::TensorProto::INT64, {b.batchDim(), o.seq});
   // Embedding variance 1/dmodel keeps a tied lm_head's logits O(1).
   std::string wte = b.weight("embed/tok.weight", {o.vocab, o.dmodel}, Init::lecun(o.dmodel));

@@ -11,12 +11,12 @@
 namespace pipec::samples {
 
 Expected<BuiltModel> buildMlp(const MlpOptions &o, const CommonOptions &c) {
-  PIPEC_TRY(checkSize("--layers", o.layers, 10000));
+  PIPEC_TRY(checkSize("--layers", o.layers, 100000));
   PIPEC_TRY(checkSize("--hidden", o.hidden, 1 << 24));
   PIPEC_TRY(checkSize("--in", o.in, 1 << 24));
   PIPEC_TRY(checkSize("--out", o.out, 1 << 24));
 
-  ModelBuilder b("mlp", c.seed, c.batch, c.maxWeightMiB << 20);
+  ModelBuilder b("mlp", c.seed, c.batch, c.maxWeightMiB << 20, c.zeroWeights);
   b.addInput("x", onnx::TensorProto::FLOAT, {b.batchDim(), o.in});
   std::string h = "x";
   int64_t fanIn = o.in;

@@ -47,8 +47,9 @@ Attr Attr::s(const std::string &name, const std::string &v) {
 }
 
 ModelBuilder::ModelBuilder(std::string graphName, uint64_t seed,
-                           std::optional<int64_t> batch, uint64_t maxWeightBytes)
-    : init_(seed), batch_(batch), maxWeightBytes_(maxWeightBytes) {
+                           std::optional<int64_t> batch, uint64_t maxWeightBytes,
+                           bool zeroWeights)
+    : init_(seed), batch_(batch), maxWeightBytes_(maxWeightBytes), zeroWeights_(zeroWeights) {
   graph_.set_name(std::move(graphName));
 }
 
@@ -127,7 +128,7 @@ std::string ModelBuilder::weight(const std::string &name, const std::vector<int6
     }
   }
   uint64_t bytes = n * sizeof(float);
-  if (bytes > maxWeightBytes_ - std::min(weightBytes_, maxWeightBytes_)) {
+  if (!zeroWeights_ && bytes > maxWeightBytes_ - std::min(weightBytes_, maxWeightBytes_)) {
     fail(errorf("the weights would exceed the limit of ", maxWeightBytes_ >> 20,
                 " MiB at '", name, "' (", n, " elements; ", (weightBytes_ + bytes) >> 20,
                 " MiB with the weights before it); choose smaller sizes or raise "
@@ -142,6 +143,10 @@ std::string ModelBuilder::weight(const std::string &name, const std::vector<int6
   t->set_data_type(onnx::TensorProto::FLOAT);
   for (int64_t d : dims)
     t->add_dims(d);
+  if (zeroWeights_) {
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    return name;
+  }
   std::string *raw = t->mutable_raw_data();
   raw->resize(bytes);
   init_.fill(name, init, reinterpret_cast<float *>(raw->data()), n);

@@ -56,8 +56,11 @@ public:
   /// `batch` fixes the batch dimension; without it the dimension is the
   /// symbol "batch". `maxWeightBytes` bounds the initializers' total size so
   /// that a typo in a size gives an error instead of exhausting memory.
+  /// `zeroWeights` leaves every initializer without data, marked
+  /// EXTERNAL with no location: writeModel() stores it as a hole (zeros) of
+  /// a sparse external data file, and the weight budget does not apply.
   ModelBuilder(std::string graphName, uint64_t seed, std::optional<int64_t> batch,
-               uint64_t maxWeightBytes);
+               uint64_t maxWeightBytes, bool zeroWeights = false);
 
   /// The batch dimension for input and output declarations.
   Dim batchDim() const;
@@ -116,6 +119,7 @@ private:
   WeightInit init_;
   std::optional<int64_t> batch_;
   uint64_t maxWeightBytes_;
+  bool zeroWeights_;
   uint64_t weightBytes_ = 0;
   uint64_t parameters_ = 0, buffers_ = 0;
   std::set<std::string> values_, nodes_;

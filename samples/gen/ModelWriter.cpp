@@ -16,8 +16,22 @@ namespace {
 
 constexpr uint64_t kAlign = 64;
 
+// A zero initializer from ModelBuilder(zeroWeights): EXTERNAL, no location.
+bool isZeroPlaceholder(const onnx::TensorProto &t) {
+  return t.data_location() == onnx::TensorProto::EXTERNAL && t.external_data_size() == 0;
+}
+
+uint64_t floatBytes(const onnx::TensorProto &t) {
+  uint64_t n = sizeof(float);
+  for (int64_t d : t.dims())
+    n *= static_cast<uint64_t>(d);
+  return n;
+}
+
 // Streams every initializer's raw_data into `dataPath` and replaces it with
-// an external_data reference relative to the model's directory.
+// an external_data reference relative to the model's directory. Zero
+// placeholders become holes: the stream seeks past them, and the file is
+// sized at the end, so they take no disk.
 Status externalize(onnx::ModelProto &model, const std::string &dataPath) {
   std::string location = std::filesystem::path(dataPath).filename().string();
   std::string tmp = dataPath + ".tmp." + std::to_string(::getpid());
@@ -28,11 +42,14 @@ Status externalize(onnx::ModelProto &model, const std::string &dataPath) {
     uint64_t offset = 0;
     for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
       uint64_t pad = (kAlign - offset % kAlign) % kAlign;
-      static const char zeros[kAlign] = {};
-      out.write(zeros, static_cast<std::streamsize>(pad));
       offset += pad;
+      const bool zero = isZeroPlaceholder(t);
       const std::string &raw = t.raw_data();
-      out.write(raw.data(), static_cast<std::streamsize>(raw.size()));
+      const uint64_t size = zero ? floatBytes(t) : raw.size();
+      if (!zero) {
+        out.seekp(static_cast<std::streamoff>(offset));
+        out.write(raw.data(), static_cast<std::streamsize>(raw.size()));
+      }
       auto add = [&](const char *key, const std::string &value) {
         auto *kv = t.add_external_data();
         kv->set_key(key);
@@ -40,12 +57,18 @@ Status externalize(onnx::ModelProto &model, const std::string &dataPath) {
       };
       add("location", location);
       add("offset", std::to_string(offset));
-      add("length", std::to_string(raw.size()));
+      add("length", std::to_string(size));
       t.set_data_location(onnx::TensorProto::EXTERNAL);
-      offset += raw.size();
+      offset += size;
       t.clear_raw_data();
     }
     out.flush();
+    out.close();
+    std::error_code ec;
+    if (out)
+      std::filesystem::resize_file(tmp, offset, ec);
+    if (ec)
+      out.setstate(std::ios::failbit);
     if (!out) {
       std::error_code ec;
       std::filesystem::remove(tmp, ec);
@@ -66,9 +89,12 @@ Status externalize(onnx::ModelProto &model, const std::string &dataPath) {
 Status writeModel(onnx::ModelProto &model, const std::string &path, ExternalData mode,
                   bool &external) {
   uint64_t weightBytes = 0;
-  for (const onnx::TensorProto &t : model.graph().initializer())
-    weightBytes += t.raw_data().size();
-  external = mode == ExternalData::Always ||
+  bool zeros = false;
+  for (const onnx::TensorProto &t : model.graph().initializer()) {
+    zeros = zeros || isZeroPlaceholder(t);
+    weightBytes += isZeroPlaceholder(t) ? floatBytes(t) : t.raw_data().size();
+  }
+  external = zeros || mode == ExternalData::Always ||
              (mode == ExternalData::Auto && weightBytes > kAutoExternalBytes);
   std::string dataPath = path + ".data";
   if (external)

@@ -21,6 +21,9 @@ struct CommonOptions {
   uint64_t seed = kDefaultSeed;
   bool withLoss = false;        ///< add 'labels' input and 'loss' output
   uint64_t maxWeightMiB = 16384;
+  /// Weights are zeros in a sparse external data file: nothing generated,
+  /// no disk used, for compile-time and memory tests of large models.
+  bool zeroWeights = false;
   std::string command;          ///< the command line, stored as metadata
 };
 

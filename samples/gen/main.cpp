@@ -45,6 +45,9 @@ void addCommon(CLI::App &sub, Cli &cli) {
       ->capture_default_str();
   sub.add_flag("--external-data", cli.externalData,
                "store weights in FILE.data (automatic above 1 GiB of weights)");
+  sub.add_flag("--zero-weights", cli.common.zeroWeights,
+               "weights are zeros in a sparse FILE.data (no disk, no generation; for "
+               "compile-time and memory tests of large models)");
   sub.add_option("--max-weight-mib", cli.common.maxWeightMiB,
                  "refuse models with more weight bytes than this")
       ->capture_default_str();
@@ -67,6 +70,8 @@ std::string describeCommon(const Cli &cli) {
     s += cat(" --batch ", *cli.common.batch);
   if (cli.common.withLoss)
     s += " --with-loss";
+  if (cli.common.zeroWeights)
+    s += " --zero-weights";
   return s + cat(" --seed ", cli.common.seed);
 }
 

@@ -55,6 +55,7 @@ struct Options {
   bool train = false;
   codegen::TrainOptions trainOpts;
   bool quiet = false;
+  bool copyWeights = false;
   // Partitioner (docs/partitioner.md).
   std::string profile;
   std::string mem;
@@ -318,6 +319,11 @@ Status compile(const Options &o, const std::string &commandLine) {
   co.emit.microBatches = o.microBatches;
   co.emit.dataParallel = o.dataParallel;
   co.emit.training = o.train;
+  if (o.copyWeights && o.emit != "plan")
+    return errorf("--copy-weights needs a plan to copy them into (--emit=plan)");
+  co.emit.weights = o.emit == "report" ? codegen::WeightMode::Describe
+                    : o.copyWeights    ? codegen::WeightMode::Copy
+                                       : codegen::WeightMode::Reference;
   co.train = o.trainOpts;
   co.emit.sourceModel = std::filesystem::path(o.model).filename().string();
   PIPEC_ASSIGN(std::string modelBytes, readFile(o.model));
@@ -403,6 +409,10 @@ int main(int argc, char **argv) {
   app.add_option("--stop-after", o.stopAfter, "run only the first N passes");
   app.add_option("--ir-constants", o.irConstants,
                  "with --emit=ir: print constants up to this many elements, 'all' for every one");
+  app.add_flag("--copy-weights", o.copyWeights,
+               "copy the weights of the model's external data files into the plan (a "
+               "self-contained plan); by default the plan refers to those files, checked by "
+               "CRC-32C when piperun loads them");
   app.add_flag("--train", o.train, "compile for training: loss, backward pass and optimizer");
   app.add_option("--loss-output", o.trainOpts.lossOutput,
                  "with --train: the scalar graph output to minimise (when the model has several)");
