@@ -100,11 +100,13 @@ public:
   void insert(size_t lo, size_t hi, uint64_t a, uint64_t b) { insert(1, 0, n_ - 1, lo, hi, a, b); }
 
   /// The lowest x with [x, x + size) free over time indices [lo, hi].
-  uint64_t lowestFree(size_t lo, size_t hi, uint64_t size) const {
-    std::vector<const IntervalUnion *> sets;
-    collect(1, 0, n_ - 1, lo, hi, sets);
+  uint64_t lowestFree(size_t lo, size_t hi, uint64_t size) {
+    sets_.clear();
+    collect(1, 0, n_ - 1, lo, hi, sets_);
+    const std::vector<const IntervalUnion *> &sets = sets_;
     uint64_t x = 0;
     for (bool moved = true; moved;) {
+      steps_ += sets.size();
       moved = false;
       for (const IntervalUnion *s : sets) {
         const uint64_t end = s->blockEnd(x, size);
@@ -122,6 +124,7 @@ private:
   void insert(size_t node, size_t l, size_t r, size_t lo, size_t hi, uint64_t a, uint64_t b) {
     if (hi < l || r < lo)
       return;
+    ++steps_;
     below_[node].insert(a, b); // the node's range meets the lifetime
     if (lo <= l && r <= hi) {
       cover_[node].insert(a, b);
@@ -150,7 +153,13 @@ private:
     collect(2 * node + 1, m + 1, r, lo, hi, sets);
   }
 
+public:
+  uint64_t steps() const { return steps_; }
+
+private:
   size_t n_;
+  uint64_t steps_ = 0;
+  std::vector<const IntervalUnion *> sets_; // lowestFree's, reused
   std::pmr::monotonic_buffer_resource arena_;
   std::pmr::unsynchronized_pool_resource pool_{&arena_}; // map nodes, reused once erased
   /// cover_: buffers whose lifetime contains the node's range; below_:
@@ -212,6 +221,7 @@ void placeByScan(const std::vector<BufferRequest> &requests, const std::vector<s
     uint64_t best = 0, cursor = 0;
     bool found = false;
     for (const Placed &p : placed) {
+      ++plan.searchSteps;
       if (p.end < r.start || p.start > r.end)
         continue; // lifetimes do not overlap
       if (p.offset >= cursor + size) {
@@ -260,6 +270,7 @@ void placeByTree(const std::vector<BufferRequest> &requests, const std::vector<s
     tree.insert(lo, hi, best, best + size);
     plan.peak = std::max(plan.peak, best + size);
   }
+  plan.searchSteps = tree.steps();
 }
 
 /// The live-size lower bound, by a sweep over start/end events.

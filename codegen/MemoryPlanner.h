@@ -25,6 +25,10 @@ struct MemoryPlan {
   /// Largest sum of live buffer sizes at any time step: the lower bound no
   /// placement can beat.
   uint64_t liveBound = 0;
+  /// Work the search did: placed buffers the scan looked at, or interval
+  /// sets the tree visited (insertions and queries). A timing-free measure
+  /// of the complexity, which tests bound.
+  uint64_t searchSteps = 0;
 };
 
 /// How planMemory finds each offset; every method gives the same plan

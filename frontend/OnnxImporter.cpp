@@ -368,6 +368,18 @@ template <typename F>
 Expected<std::unique_ptr<ir::Graph>> noThrow(const std::string &what, F &&f) {
   try {
     return f();
+  } catch (const TensorReadError &e) {
+    return errorf("importing '", what, "': ", e.what());
+  } catch (const std::bad_alloc &e) {
+    // Protobuf holds the whole model while it is parsed, and the importer
+    // copies the initializers stored in it; external data is not read.
+    auto size = regularFileSize(what);
+    return errorf("out of memory importing '", what, "'",
+                  size ? cat(" (", *size, " bytes: the model file, its parsed form and the "
+                                 "initializers stored in it are held at once; weights in "
+                                 "external data files are not)")
+                       : std::string(),
+                  ": ", e.what());
   } catch (const std::exception &e) {
     return errorf("importing '", what, "': internal error: ", e.what());
   }

@@ -43,6 +43,10 @@ if "detect_leaks=1" in os.environ.get("ASAN_OPTIONS", ""):
     mpi_env = "env ASAN_OPTIONS=" + os.environ["ASAN_OPTIONS"].replace("detect_leaks=1", "detect_leaks=0") + " "
 config.substitutions.append(("%mpirun", mpi_env + "mpirun --oversubscribe --bind-to none"))
 config.substitutions.append(("%mpicheck", "/usr/bin/python3 " + os.path.join(config.test_source_root, "..", "tools", "mpi_check.py")))
+# Address-space limits (ulimit -v) for the out-of-memory tests: not under
+# AddressSanitizer, whose shadow memory reserves terabytes of addresses.
+if getattr(config, "pipec_sanitize", "OFF").upper() not in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("ulimit-v")
 # A GPU the CUDA runtime can use (nvidia-smi lists one): the end-to-end
 # tests of --device cuda (tests/lit/e2e/cuda.test) run; elsewhere they are
 # reported unsupported.
