@@ -34,7 +34,7 @@ struct MemoryPlan {
 /// How planMemory finds each offset; every method gives the same plan
 /// (codegen/MemoryPlanner.cpp): a scan of the placed buffers (quadratic,
 /// cheap per buffer), a segment tree over time (n log^2 n), or the scan
-/// below 16,384 buffers and the tree from there.
+/// below 4,096 buffers and the tree from there.
 enum class PlanMethod { Auto, Scan, Tree };
 
 MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t alignment = 64,
