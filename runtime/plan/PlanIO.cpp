@@ -21,6 +21,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <type_traits>
 
 namespace pipec::plan {
 
@@ -147,11 +148,19 @@ Status checkWeightRegions(const Plan &p) {
   return Status::ok();
 }
 
-Status checkTensorRef(const Plan &p, int32_t t, const std::string &what, bool allowNone) {
+/// `what` names the referrer: a string, or a callable that makes one only
+/// for an error (a large plan has millions of references, and formatting a
+/// description for each was a fifth of its validation).
+template <typename What>
+Status checkTensorRef(const Plan &p, int32_t t, const What &what, bool allowNone) {
   if (allowNone && t == -1)
     return Status::ok();
-  if (t < 0 || t >= p.tensors_size())
-    return errorf(what, " refers to tensor ", t, " of ", p.tensors_size());
+  if (t < 0 || t >= p.tensors_size()) {
+    if constexpr (std::is_invocable_v<const What &>)
+      return errorf(what(), " refers to tensor ", t, " of ", p.tensors_size());
+    else
+      return errorf(what, " refers to tensor ", t, " of ", p.tensors_size());
+  }
   return Status::ok();
 }
 
@@ -183,7 +192,8 @@ Status validatePlan(const Plan &p) {
     if (!isKnownDType(t.dtype()) || t.dtype() == 0)
       return errorf("tensor ", i, " '", t.name(), "' has unknown dtype ", t.dtype());
     TensorDesc d{static_cast<DType>(t.dtype()), {t.shape().begin(), t.shape().end()}};
-    PIPEC_TRY(validShape(d.shape, cat("tensor '", t.name(), "'")).status());
+    if (!validShape(d.shape, "tensor"))
+      return validShape(d.shape, cat("tensor '", t.name(), "'")).status();
     if (t.bytes() != d.bytes())
       return errorf("tensor '", t.name(), "' is ", t.bytes(), " bytes but ", d.str(),
                     " needs ", d.bytes());
@@ -261,17 +271,20 @@ Status validatePlan(const Plan &p) {
     if (dev.arena_bytes() > (uint64_t(1) << 50))
       return errorf(where, " asks for an arena of ", dev.arena_bytes(), " bytes");
     for (const Node &n : dev.nodes()) {
+      auto node = [&] { return cat(where, " node '", n.name(), "'"); };
       for (int32_t t : n.inputs())
-        PIPEC_TRY(checkTensorRef(p, t, cat(where, " node '", n.name(), "'"), true));
+        PIPEC_TRY(checkTensorRef(p, t, node, true));
       if (n.outputs_size() == 0)
         return errorf(where, " node '", n.name(), "' has no outputs");
       for (int32_t t : n.outputs())
-        PIPEC_TRY(checkTensorRef(p, t, cat(where, " node '", n.name(), "'"), false));
+        PIPEC_TRY(checkTensorRef(p, t, node, false));
       for (const Attribute &a : n.attrs())
-        PIPEC_TRY(checkAttribute(a).withContext(cat(where, " node '", n.name(), "'")));
+        if (Status s = checkAttribute(a); !s)
+          return s.withContext(node());
     }
+    auto allocation = [&] { return where + " allocation"; };
     for (const Allocation &a : dev.allocations()) {
-      PIPEC_TRY(checkTensorRef(p, a.tensor(), where + " allocation", false));
+      PIPEC_TRY(checkTensorRef(p, a.tensor(), allocation, false));
       if (a.micro_batch() >= pl.num_micro_batches())
         return errorf(where, " allocates micro-batch ", a.micro_batch(), " of ",
                       pl.num_micro_batches());
@@ -291,13 +304,13 @@ Status validatePlan(const Plan &p) {
         return errorf(where, " instruction for micro-batch ", ins.micro_batch(), " of ",
                       pl.num_micro_batches());
       if (ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV) {
-        PIPEC_TRY(checkTensorRef(p, ins.tensor(), where + " send/receive", false));
+        PIPEC_TRY(checkTensorRef(p, ins.tensor(), [&] { return where + " send/receive"; }, false));
         if (ins.peer() < 0 || ins.peer() >= p.devices_size() || ins.peer() == d)
           return errorf(where, " sends to or receives from device ", ins.peer());
       }
     }
     for (int32_t w : dev.weights())
-      PIPEC_TRY(checkTensorRef(p, w, where + " weight list", false));
+      PIPEC_TRY(checkTensorRef(p, w, [&] { return where + " weight list"; }, false));
   }
   return checkSchedule(p);
 }
