@@ -590,7 +590,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   return out;
 }
 
-Status writePlanDirectory(const std::string &dir, const EmittedPlan &p) {
+Status writePlanDirectory(const std::string &dir, const EmittedPlan &p, bool manifest) {
   namespace fs = std::filesystem;
   if (fileExists(dir)) {
     if (!isDirectory(dir))
@@ -606,7 +606,7 @@ Status writePlanDirectory(const std::string &dir, const EmittedPlan &p) {
     return feedWeightFile(p.weightPieces, sink);
   }));
   PIPEC_TRY(plan::writePlan(dir, p.plan));
-  return plan::writeManifest(dir);
+  return manifest ? plan::writeManifest(dir) : Status::ok();
 }
 
 } // namespace pipec::codegen

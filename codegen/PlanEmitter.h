@@ -79,7 +79,8 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
 
 /// Writes plan.pb and the weight file (streamed from its pieces) into `dir`, replacing an existing plan
 /// directory (and nothing else: a non-plan directory is refused).
-Status writePlanDirectory(const std::string &dir, const EmittedPlan &p);
+/// `manifest` false leaves MANIFEST to a caller that adds files first.
+Status writePlanDirectory(const std::string &dir, const EmittedPlan &p, bool manifest = true);
 
 /// True for constants that count as trainable parameters: the model's
 /// floating-point initializers, except a normalisation's running statistics

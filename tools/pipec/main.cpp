@@ -29,6 +29,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <chrono>
+#include <iomanip>
 #include <iostream>
 
 using namespace pipec;
@@ -347,9 +349,18 @@ Status compile(const Options &o, const std::string &commandLine) {
   while (out.size() > 1 && out.back() == '/')
     out.pop_back();
   const std::string tmp = out + ".tmp-" + uniqueSuffix();
+  auto last = std::chrono::steady_clock::now();
+  std::vector<std::pair<const char *, double>> phases;
+  auto phaseDone = [&](const char *what) {
+    auto now = std::chrono::steady_clock::now();
+    phases.emplace_back(what, std::chrono::duration<double>(now - last).count());
+    last = now;
+  };
   Status written = [&]() -> Status {
-    PIPEC_TRY(codegen::writePlanDirectory(tmp, c.plan));
+    PIPEC_TRY(codegen::writePlanDirectory(tmp, c.plan, /*manifest=*/false));
+    phaseDone("write: plan.pb and weights");
     PIPEC_TRY(codegen::writeReport(tmp, c.report));
+    phaseDone("write: report");
     if (!isIrText(o.model)) {
       // Keep the model's graph (not its weights) for piperun --save.
       std::set<std::string> stored;
@@ -359,10 +370,19 @@ Status compile(const Options &o, const std::string &commandLine) {
           stored.insert(t.onnx_name());
       PIPEC_ASSIGN(std::string stripped, frontend::stripInitializers(modelBytes, o.model, stored));
       PIPEC_TRY(writeFileAtomic(joinPath(tmp, frontend::kSourceModelFile), stripped));
+      phaseDone("write: source.onnx");
     }
     PIPEC_TRY(plan::writeManifest(tmp));
+    phaseDone("write: manifest");
     return replaceDirectory(tmp, out);
   }();
+  if (o.timePasses) {
+    std::cerr << "writing:\n";
+    for (const auto &[what, sec] : phases)
+      std::cerr << "  " << std::left << std::setw(28) << what << std::right << std::fixed
+                << std::setprecision(3) << std::setw(9) << sec * 1e3 << " ms\n";
+    std::cerr.unsetf(std::ios::floatfield | std::ios::adjustfield);
+  }
   if (!written.isOk()) {
     (void)removeTree(tmp);
     return written;
