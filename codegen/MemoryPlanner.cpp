@@ -27,6 +27,13 @@
 // 0.96 s. With the sets in std::map the tree took 0.12 s at 24,000 and
 // 2.9 s at 288,000.
 //
+// From kSweepFrom buffers (MemoryPlanner.h) a stage is planned in time
+// order instead, best fit into merged free blocks: O(n log n) with a small
+// constant. Greedy by size sees every buffer before placing the first, so
+// it packs better in general; on pipeline stages the two differ by under
+// 1% (the sweep 10x faster: 220,800 buffers of a 1F1B-like stage, random
+// sizes, 0.82 s and 0.074 s, peaks 1.003x apart).
+//
 //===----------------------------------------------------------------------===//
 #include "codegen/MemoryPlanner.h"
 
@@ -37,6 +44,8 @@
 #include <memory_resource>
 #include <new>
 #include <numeric>
+#include <set>
+#include <utility>
 
 namespace pipec::codegen {
 
@@ -190,6 +199,8 @@ void placeByScan(const std::vector<BufferRequest> &, const std::vector<size_t> &
 template <typename Aligned>
 void placeByTree(const std::vector<BufferRequest> &, const std::vector<size_t> &, const Aligned &, MemoryPlan &);
 template <typename Aligned>
+void placeBySweep(const std::vector<BufferRequest> &, const Aligned &, MemoryPlan &);
+template <typename Aligned>
 void addLiveBound(const std::vector<BufferRequest> &, const Aligned &, MemoryPlan &);
 } // namespace
 
@@ -199,18 +210,20 @@ MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t align
   plan.offsets.assign(n, 0);
   auto aligned = [&](uint64_t b) { return (b + alignment - 1) / alignment * alignment; };
 
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (requests[a].bytes != requests[b].bytes)
-      return requests[a].bytes > requests[b].bytes;
-    return requests[a].start < requests[b].start;
-  });
-
-  if (method == PlanMethod::Scan || (method == PlanMethod::Auto && n < kTreeFrom)) {
-    placeByScan(requests, order, aligned, plan);
+  if (method == PlanMethod::Sweep || (method == PlanMethod::Auto && n >= kSweepFrom)) {
+    placeBySweep(requests, aligned, plan);
   } else {
-    placeByTree(requests, order, aligned, plan);
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      if (requests[a].bytes != requests[b].bytes)
+        return requests[a].bytes > requests[b].bytes;
+      return requests[a].start < requests[b].start;
+    });
+    if (method == PlanMethod::Scan || (method == PlanMethod::Auto && n < kTreeFrom))
+      placeByScan(requests, order, aligned, plan);
+    else
+      placeByTree(requests, order, aligned, plan);
   }
   addLiveBound(requests, aligned, plan);
   return plan;
@@ -284,6 +297,95 @@ void placeByTree(const std::vector<BufferRequest> &requests, const std::vector<s
     plan.peak = std::max(plan.peak, best + size);
   }
   plan.searchSteps = tree.steps();
+}
+
+/// Best fit in time order. At each start time the buffers that ended
+/// before it are freed first (their blocks merged with free neighbours;
+/// a block reaching the arena's end shrinks the end instead), then the
+/// buffers starting there are placed, largest first, each into the
+/// smallest free block that holds it (the lowest such on a tie), or at the
+/// end of the arena (taking a free block that reaches the end).
+template <typename Aligned>
+void placeBySweep(const std::vector<BufferRequest> &requests, const Aligned &aligned, MemoryPlan &plan) {
+  const size_t n = requests.size();
+  auto endOf = [&](size_t i) { return std::max(requests[i].start, requests[i].end); };
+  std::vector<size_t> byStart(n), byEnd(n);
+  std::iota(byStart.begin(), byStart.end(), 0);
+  std::iota(byEnd.begin(), byEnd.end(), 0);
+  std::sort(byStart.begin(), byStart.end(), [&](size_t a, size_t b) {
+    if (requests[a].start != requests[b].start)
+      return requests[a].start < requests[b].start;
+    if (requests[a].bytes != requests[b].bytes)
+      return requests[a].bytes > requests[b].bytes;
+    return a < b;
+  });
+  std::sort(byEnd.begin(), byEnd.end(), [&](size_t a, size_t b) {
+    return endOf(a) != endOf(b) ? endOf(a) < endOf(b) : a < b;
+  });
+  // Node containers on a pool: a node each per free block, allocated and
+  // freed at every step.
+  std::pmr::unsynchronized_pool_resource pool;
+  std::pmr::map<uint64_t, uint64_t> freeAt(&pool);               // offset -> size
+  std::pmr::set<std::pair<uint64_t, uint64_t>> freeBySize(&pool); // (size, offset)
+  uint64_t top = 0;
+  auto release = [&](uint64_t off, uint64_t size) {
+    auto next = freeAt.lower_bound(off);
+    if (next != freeAt.end() && next->first == off + size) {
+      size += next->second;
+      freeBySize.erase({next->second, next->first});
+      next = freeAt.erase(next);
+    }
+    if (next != freeAt.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == off) {
+        off = prev->first;
+        size += prev->second;
+        freeBySize.erase({prev->second, prev->first});
+        freeAt.erase(prev);
+      }
+    }
+    if (off + size == top) {
+      top = off;
+      return;
+    }
+    freeAt.emplace(off, size);
+    freeBySize.emplace(size, off);
+  };
+  size_t e = 0;
+  for (size_t idx : byStart) {
+    const BufferRequest &r = requests[idx];
+    while (e < n && endOf(byEnd[e]) < r.start) {
+      const size_t k = byEnd[e++];
+      release(plan.offsets[k], aligned(std::max<uint64_t>(requests[k].bytes, 1)));
+    }
+    ++plan.searchSteps;
+    const uint64_t size = aligned(std::max<uint64_t>(r.bytes, 1));
+    uint64_t off;
+    auto fit = freeBySize.lower_bound({size, 0});
+    if (fit != freeBySize.end()) {
+      const auto [blockSize, blockAt] = *fit;
+      freeBySize.erase(fit);
+      freeAt.erase(blockAt);
+      off = blockAt;
+      if (blockSize > size) {
+        freeAt.emplace(blockAt + size, blockSize - size);
+        freeBySize.emplace(blockSize - size, blockAt + size);
+      }
+    } else {
+      off = top;
+      if (!freeAt.empty()) {
+        auto last = std::prev(freeAt.end());
+        if (last->first + last->second == top) {
+          off = last->first;
+          freeBySize.erase({last->second, last->first});
+          freeAt.erase(last);
+        }
+      }
+      top = off + size;
+    }
+    plan.offsets[idx] = off;
+    plan.peak = std::max(plan.peak, off + size);
+  }
 }
 
 /// The live-size lower bound, by a sweep over start/end events.

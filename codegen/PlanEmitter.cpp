@@ -181,7 +181,8 @@ Status emitPrograms(plan::Plan &p, const std::vector<std::vector<Slot>> &slots,
 /// just before the instruction that first reads them; tensors in `keep`
 /// (graph outputs, gradients) are collected after the instruction that
 /// made them, so they live to its end.
-MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::vector<char> &keep) {
+MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::vector<char> &keep,
+                            PlanMethod method) {
   const unsigned M = p.pipeline().num_micro_batches();
   struct Interval {
     int64_t start = -1, end = -1;
@@ -271,7 +272,7 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
     requestOf[k] = requests.size();
     requests.push_back({p.tensors(ids.id(k / M)).bytes(), live[k].start, live[k].end});
   }
-  MemoryPlan mp = planMemory(requests);
+  MemoryPlan mp = planMemory(requests, 64, method);
   for (size_t k = 0; k < live.size(); ++k) {
     if (live[k].start < 0)
       continue;
@@ -547,7 +548,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   auto planSome = [&](unsigned t) {
     try {
       for (unsigned s = t; s < K; s += threads)
-        arenas[s] = planDeviceMemory(p, *p.mutable_devices(static_cast<int>(s)), keep);
+        arenas[s] = planDeviceMemory(p, *p.mutable_devices(static_cast<int>(s)), keep, opts.arenaPlanner);
     } catch (...) {
       failed[t] = std::current_exception(); // out of memory: rethrown below
     }

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "codegen/MemoryPlanner.h"
 #include "ir/IR.h"
 #include "partitioner/Partitioner.h"
 #include "runtime/plan/plan.pb.h"
@@ -40,6 +41,8 @@ enum class WeightMode {
 struct EmitOptions {
   int microBatches = 1;
   WeightMode weights = WeightMode::Reference;
+  /// How each device's arena is planned (codegen/MemoryPlanner.h).
+  PlanMethod arenaPlanner = PlanMethod::Auto;
   /// Replicas of the pipeline (data parallelism); 1: one pipeline.
   int dataParallel = 1;
   /// Pipeline schedule (codegen/Schedule.h): "gpipe" or "1f1b".

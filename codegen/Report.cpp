@@ -132,13 +132,15 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
 
   json stages = json::array();
   double totalFlops = 0, totalParams = 0;
+  std::vector<size_t> nodesOnStage(K, 0);
+  for (const ir::Node *n : g.nodes())
+    if (int s = part.stageOf(n); s >= 0 && static_cast<size_t>(s) < K)
+      ++nodesOnStage[static_cast<size_t>(s)];
   for (size_t s = 0; s < K; ++s) {
     const pt::Stage &st = part.stages[s];
     const pt::StageEstimate &e = est.stages[s];
     const plan::Device &dev = p.devices(static_cast<int>(s));
-    size_t numNodes = 0;
-    for (const ir::Node *n : g.nodes())
-      numNodes += part.stageOf(n) == static_cast<int>(s);
+    const size_t numNodes = nodesOnStage[s];
     double paramBytes = 0;
     for (int32_t w : dev.weights())
       if (p.tensors(w).kind() == plan::TensorInfo::WEIGHT)

@@ -9,6 +9,7 @@
 #include <exception>
 #include <thread>
 #include <map>
+#include <memory_resource>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -262,7 +263,8 @@ Status checkDevice(const Plan &p, int d) {
       order.push_back(k);
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return life[a].start < life[b].start; });
-  std::map<uint64_t, std::pair<uint64_t, size_t>> live; // offset -> (end offset, instance)
+  std::pmr::unsynchronized_pool_resource pool; // the map's nodes, reused as instances die
+  std::pmr::map<uint64_t, std::pair<uint64_t, size_t>> live(&pool); // offset -> (end offset, instance)
   using Death = std::pair<int64_t, uint64_t>;            // (end time, offset)
   std::priority_queue<Death, std::vector<Death>, std::greater<Death>> deaths;
   auto collide = [&](size_t k, size_t a) {
