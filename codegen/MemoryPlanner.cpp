@@ -200,6 +200,35 @@ template <typename Aligned>
 void placeByTree(const std::vector<BufferRequest> &, const std::vector<size_t> &, const Aligned &, MemoryPlan &);
 template <typename Aligned>
 void placeBySweep(const std::vector<BufferRequest> &, const Aligned &, MemoryPlan &);
+
+/// The indices 0 .. n-1 ordered by key(i), ties in index order: a counting
+/// sort when the keys (time steps) span at most a few times n values, a
+/// comparison sort otherwise. Sorting the requests by time was a tenth of
+/// a large compile.
+template <typename Key> std::vector<size_t> orderByKey(size_t n, const Key &key) {
+  std::vector<size_t> order(n);
+  if (n == 0)
+    return order;
+  int64_t lo = key(0), hi = key(0);
+  for (size_t i = 1; i < n; ++i) {
+    lo = std::min(lo, key(i));
+    hi = std::max(hi, key(i));
+  }
+  const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) + 1;
+  if (span > 4 * static_cast<uint64_t>(n) + 1024) {
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+    return order;
+  }
+  std::vector<size_t> count(static_cast<size_t>(span) + 1, 0);
+  for (size_t i = 0; i < n; ++i)
+    ++count[static_cast<size_t>(key(i) - lo) + 1];
+  for (size_t k = 1; k < count.size(); ++k)
+    count[k] += count[k - 1];
+  for (size_t i = 0; i < n; ++i)
+    order[count[static_cast<size_t>(key(i) - lo)]++] = i;
+  return order;
+}
 template <typename Aligned>
 void addLiveBound(const std::vector<BufferRequest> &, const Aligned &, MemoryPlan &);
 } // namespace
@@ -309,19 +338,16 @@ template <typename Aligned>
 void placeBySweep(const std::vector<BufferRequest> &requests, const Aligned &aligned, MemoryPlan &plan) {
   const size_t n = requests.size();
   auto endOf = [&](size_t i) { return std::max(requests[i].start, requests[i].end); };
-  std::vector<size_t> byStart(n), byEnd(n);
-  std::iota(byStart.begin(), byStart.end(), 0);
-  std::iota(byEnd.begin(), byEnd.end(), 0);
-  std::sort(byStart.begin(), byStart.end(), [&](size_t a, size_t b) {
-    if (requests[a].start != requests[b].start)
-      return requests[a].start < requests[b].start;
-    if (requests[a].bytes != requests[b].bytes)
-      return requests[a].bytes > requests[b].bytes;
-    return a < b;
-  });
-  std::sort(byEnd.begin(), byEnd.end(), [&](size_t a, size_t b) {
-    return endOf(a) != endOf(b) ? endOf(a) < endOf(b) : a < b;
-  });
+  // By start (largest first within a start, then by index), and by end.
+  std::vector<size_t> byStart = orderByKey(n, [&](size_t i) { return requests[i].start; });
+  for (size_t a = 0, b; a < n; a = b) {
+    for (b = a + 1; b < n && requests[byStart[b]].start == requests[byStart[a]].start;)
+      ++b;
+    std::stable_sort(byStart.begin() + static_cast<std::ptrdiff_t>(a),
+                     byStart.begin() + static_cast<std::ptrdiff_t>(b),
+                     [&](size_t x, size_t y) { return requests[x].bytes > requests[y].bytes; });
+  }
+  const std::vector<size_t> byEnd = orderByKey(n, endOf);
   // Node containers on a pool: a node each per free block, allocated and
   // freed at every step.
   std::pmr::unsynchronized_pool_resource pool;
@@ -391,16 +417,20 @@ void placeBySweep(const std::vector<BufferRequest> &requests, const Aligned &ali
 /// The live-size lower bound, by a sweep over start/end events.
 template <typename Aligned>
 void addLiveBound(const std::vector<BufferRequest> &requests, const Aligned &aligned, MemoryPlan &plan) {
-  std::map<int64_t, int64_t> delta;
-  for (const BufferRequest &r : requests) {
-    int64_t s = static_cast<int64_t>(aligned(std::max<uint64_t>(r.bytes, 1)));
-    delta[r.start] += s;
-    delta[r.end + 1] -= s;
-  }
+  // Sizes added at each start and removed after each end, summed in time
+  // order (starts and ends in one order by time; at equal times the sum
+  // is taken after all of them, as one map entry per time would).
+  const size_t n = requests.size();
+  auto timeOf = [&](size_t e) { return e < n ? requests[e].start : requests[e - n].end + 1; };
+  const std::vector<size_t> events = orderByKey(2 * n, timeOf);
   int64_t live = 0;
-  for (const auto &[t, d] : delta) {
-    live += d;
-    plan.liveBound = std::max<uint64_t>(plan.liveBound, static_cast<uint64_t>(live));
+  for (size_t k = 0; k < events.size(); ++k) {
+    const size_t e = events[k];
+    const BufferRequest &r = requests[e < n ? e : e - n];
+    const int64_t s = static_cast<int64_t>(aligned(std::max<uint64_t>(r.bytes, 1)));
+    live += e < n ? s : -s;
+    if (k + 1 == events.size() || timeOf(events[k + 1]) != timeOf(e))
+      plan.liveBound = std::max<uint64_t>(plan.liveBound, static_cast<uint64_t>(std::max<int64_t>(live, 0)));
   }
 }
 

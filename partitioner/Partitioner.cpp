@@ -217,9 +217,6 @@ Expected<PartitionEstimate> estimatePartition(const ChainModel &chain,
 }
 
 Status assignNonForwardNodes(const ir::Graph &g, Partition &p) {
-  std::unordered_map<std::string, const ir::Node *> byName;
-  for (const ir::Node *n : g.nodes())
-    byName[n->name()] = n;
   const int last = static_cast<int>(p.numStages()) - 1;
   for (const ir::Node *n : g.nodes()) {
     if (p.stageOf(n) >= 0)
@@ -227,11 +224,9 @@ Status assignNonForwardNodes(const ir::Graph &g, Partition &p) {
     if (n->phase() == ir::Phase::Forward)
       return errorf("internal error: forward node '", n->name(), "' was not placed on a stage");
     int s = -1;
-    if (!n->forwardOf().empty()) {
-      auto it = byName.find(n->forwardOf());
-      if (it != byName.end())
-        s = p.stageOf(it->second);
-    }
+    if (!n->forwardOf().empty())
+      if (const ir::Node *f = g.findNode(n->forwardOf()))
+        s = p.stageOf(f);
     for (size_t i = 0; s < 0 && i < n->numInputs(); ++i)
       if (n->input(i) && n->input(i)->producer())
         s = p.stageOf(n->input(i)->producer());

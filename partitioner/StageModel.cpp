@@ -51,28 +51,27 @@ Expected<ChainModel> ChainModel::build(const ir::Graph &g, std::vector<const ir:
   m.cost_ = cost;
   const size_t N = order.size();
   m.nodes_.resize(N);
+  std::vector<ir::Node *> all = g.nodes();
   std::unordered_map<const ir::Node *, int> owner;
-  std::unordered_map<std::string, int> forwardIndex;
-  for (size_t i = 0; i < N; ++i) {
+  owner.reserve(all.size());
+  for (size_t i = 0; i < N; ++i)
     owner[order[i]] = static_cast<int>(i);
-    forwardIndex[order[i]->name()] = static_cast<int>(i);
-  }
   std::unordered_map<const ir::Value *, int> ids;
+  ids.reserve(2 * all.size());
   auto idOf = [&](const ir::Value *v) {
     auto [it, fresh] = ids.emplace(v, static_cast<int>(ids.size()));
     return it->second;
   };
   // Owners of non-forward nodes, as assignNonForwardNodes places them.
-  std::vector<ir::Node *> all = g.nodes();
   for (const ir::Node *n : all) {
     if (owner.count(n))
       continue;
     int o = -1;
-    if (!n->forwardOf().empty()) {
-      auto it = forwardIndex.find(n->forwardOf());
-      if (it != forwardIndex.end())
-        o = it->second;
-    }
+    if (!n->forwardOf().empty())
+      if (const ir::Node *f = g.findNode(n->forwardOf()))
+        if (f->phase() == ir::Phase::Forward)
+          if (auto it = owner.find(f); it != owner.end() && it->second < static_cast<int>(N))
+            o = it->second;
     for (size_t i = 0; o < 0 && i < n->numInputs(); ++i)
       if (n->input(i) && n->input(i)->producer()) {
         auto it = owner.find(n->input(i)->producer());
@@ -83,6 +82,7 @@ Expected<ChainModel> ChainModel::build(const ir::Graph &g, std::vector<const ir:
   }
   // Last forward use of every value, by chain index.
   std::unordered_map<const ir::Value *, int> lastUse;
+  lastUse.reserve(2 * N);
   for (size_t i = 0; i < N; ++i)
     for (const ir::Value *v : order[i]->inputs())
       if (v)

@@ -257,12 +257,20 @@ Status checkDevice(const Plan &p, int d) {
   // there; they leave it (a heap by end time) once dead. O(n log n): the
   // plain sweep against every live instance was quadratic in training
   // plans, where most activations live from forward to backward.
-  std::vector<size_t> order;
+  // The instances by start time (0 .. time - 1), by a counting sort.
+  std::vector<size_t> byStart(static_cast<size_t>(time) + 2, 0);
+  size_t live0 = 0;
+  for (size_t k = 0; k < L * M; ++k)
+    if (life[k].start >= 0 && find(k) == k) {
+      ++byStart[static_cast<size_t>(life[k].start) + 1];
+      ++live0;
+    }
+  for (size_t t = 1; t < byStart.size(); ++t)
+    byStart[t] += byStart[t - 1];
+  std::vector<size_t> order(live0);
   for (size_t k = 0; k < L * M; ++k)
     if (life[k].start >= 0 && find(k) == k)
-      order.push_back(k);
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return life[a].start < life[b].start; });
+      order[byStart[static_cast<size_t>(life[k].start)]++] = k;
   std::pmr::unsynchronized_pool_resource pool; // the map's nodes, reused as instances die
   std::pmr::map<uint64_t, std::pair<uint64_t, size_t>> live(&pool); // offset -> (end offset, instance)
   using Death = std::pair<int64_t, uint64_t>;            // (end time, offset)
