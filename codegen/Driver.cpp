@@ -165,20 +165,16 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   }
   if (po.recompute != "none")
     phaseDone("recompute");
-  PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
-  last = std::chrono::steady_clock::now();
-  phases.insert(phases.end(), c.plan.phaseSeconds.begin(), c.plan.phaseSeconds.end());
   // The cost model's predictions go into the plan, so that piperun can put
   // its measurements next to them.
   const partitioner::PartitionEstimate &est = c.partition.estimate;
   // Devices of a pipeline compute at the same time: the profile's
   // two-core time (StageModel scales the stage times the same way).
-  const double concurrent =
-      c.plan.plan.devices_size() > 1 ? est.model.profile.concurrentSlowdown : 1.0;
-  for (plan::Device &dev : *c.plan.plan.mutable_devices())
-    for (plan::Node &pn : *dev.mutable_nodes())
-      if (const ir::Node *n = g.findNode(pn.name()))
-        pn.set_predicted_seconds(est.model.nodeTime(*n) * concurrent);
+  const double concurrent = c.partition.numStages() > 1 ? est.model.profile.concurrentSlowdown : 1.0;
+  emit.nodeSeconds = [&](const ir::Node &n) { return est.model.nodeTime(n) * concurrent; };
+  PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
+  last = std::chrono::steady_clock::now();
+  phases.insert(phases.end(), c.plan.phaseSeconds.begin(), c.plan.phaseSeconds.end());
   if (est.stages.size() == static_cast<size_t>(c.plan.plan.devices_size())) {
     const double M = emit.microBatches;
     for (size_t s = 0; s < est.stages.size(); ++s) {

@@ -58,6 +58,7 @@ void setAttr(const std::string &name, const Attribute &a, plan::Attribute &out) 
 /// Builds the tensor table: inputs, constants, then node outputs in order.
 class TensorTable {
 public:
+  void reserve(size_t n) { ids_.reserve(n); }
   int32_t add(const ir::Value *v, plan::Plan &p, plan::TensorInfo::Kind kind) {
     int32_t id = p.tensors_size();
     plan::TensorInfo *t = p.add_tensors();
@@ -453,7 +454,9 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   if (!g.inputs().empty() && !g.inputs()[0]->shape().empty())
     pl->set_micro_batch_size(g.inputs()[0]->shape()[0]);
 
+  std::vector<ir::Node *> nodes = g.nodes();
   TensorTable table;
+  table.reserve(g.inputs().size() + g.constants().size() + 2 * nodes.size());
   for (const ir::Value *v : g.inputs()) {
     int32_t id = table.add(v, p, plan::TensorInfo::INPUT);
     p.mutable_tensors(id)->set_onnx_name(v->name());
@@ -462,7 +465,6 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   PIPEC_TRY(addWeights(g, opts.weights, table, out));
   phaseDone("emit: weights");
 
-  std::vector<ir::Node *> nodes = g.nodes();
   for (const ir::Node *n : nodes)
     for (const ir::Value *o : n->outputs())
       table.add(o, p, plan::TensorInfo::ACTIVATION);
@@ -501,6 +503,8 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
           ((n->is("Dropout") && n->phase() != ir::Phase::Forward) ||
            n->phase() == ir::Phase::Recompute);
       pn->set_node_id(fnv1a64(replaysForward ? n->forwardOf() : n->name()));
+      if (opts.nodeSeconds)
+        pn->set_predicted_seconds(opts.nodeSeconds(*n));
       for (const auto &[name, a] : n->attrs())
         setAttr(name, a, *pn->add_attrs());
       for (const ir::Value *v : n->inputs()) {

@@ -13,6 +13,7 @@
 #include "partitioner/Partitioner.h"
 #include "runtime/plan/plan.pb.h"
 
+#include <functional>
 #include <string>
 
 namespace pipec::codegen {
@@ -41,6 +42,9 @@ enum class WeightMode {
 struct EmitOptions {
   int microBatches = 1;
   WeightMode weights = WeightMode::Reference;
+  /// The cost model's time of a node on its device, recorded in the plan
+  /// (Node.predicted_seconds); none if empty.
+  std::function<double(const ir::Node &)> nodeSeconds;
   /// How each device's arena is planned (codegen/MemoryPlanner.h).
   PlanMethod arenaPlanner = PlanMethod::Auto;
   /// Replicas of the pipeline (data parallelism); 1: one pipeline.

@@ -11,6 +11,11 @@ namespace pipec::frontend {
 Expected<std::string> stripInitializers(const std::string &modelBytes, const std::string &what,
                                         const std::set<std::string> &names) {
   PIPEC_ASSIGN(onnx::ModelProto model, parseModelProto(modelBytes, what));
+  return stripInitializers(std::move(model), what, names);
+}
+
+Expected<std::string> stripInitializers(onnx::ModelProto model, const std::string &what,
+                                        const std::set<std::string> &names) {
   for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
     if (!names.count(t.name()))
       continue;

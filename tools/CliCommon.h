@@ -15,6 +15,7 @@
 
 #include <exception>
 #include <new>
+#include <optional>
 
 namespace pipec::tools {
 
@@ -34,6 +35,19 @@ template <typename F> Status guarded(F &&f) {
   } catch (const std::exception &e) {
     return errorf("internal error: ", e.what());
   }
+}
+
+/// guarded() for a function returning Expected<T>.
+template <typename F> auto guardedValue(F &&f) -> decltype(f()) {
+  using Result = decltype(f());
+  std::optional<Result> out;
+  Status s = guarded([&]() -> Status {
+    out.emplace(f());
+    return out->status();
+  });
+  if (!s)
+    return s;
+  return std::move(*out);
 }
 
 } // namespace pipec::tools

@@ -10,6 +10,7 @@
 #include "codegen/Schedule.h"
 #include "frontend/OnnxExport.h"
 #include "frontend/OnnxImporter.h"
+#include "frontend/OnnxProto.h"
 #include "ir/Text.h"
 #include "ir/Verifier.h"
 #include "partitioner/Calibrate.h"
@@ -30,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <set>
 #include <chrono>
 #include <iomanip>
@@ -354,7 +356,20 @@ Status compile(const Options &o, const std::string &commandLine) {
   PIPEC_ASSIGN(std::string modelBytes, readFile(o.model));
   co.emit.sourceCrc32c = crc32c(modelBytes.data(), modelBytes.size());
   co.emit.compileOptions = commandLine;
-  PIPEC_ASSIGN(codegen::Compiled c, codegen::compileGraph(*g, co));
+  // The plan keeps the model's graph (not its weights) for piperun --save:
+  // parsed on the other core while the compile's single-threaded passes run.
+  std::future<Expected<onnx::ModelProto>> parsedSource;
+  if (o.emit == "plan" && !isIrText(o.model))
+    parsedSource = std::async(std::launch::async, [&] {
+      return tools::guardedValue([&] { return frontend::parseModelProto(modelBytes, o.model); });
+    });
+  auto compiled = codegen::compileGraph(*g, co);
+  if (!compiled) {
+    if (parsedSource.valid())
+      parsedSource.wait();
+    return compiled.status();
+  }
+  codegen::Compiled c = compiled.take();
   if (o.emit == "report") {
     std::cout << jsonText(c.report, 2) << "\n";
     return Status::ok();
@@ -391,7 +406,8 @@ Status compile(const Options &o, const std::string &commandLine) {
         if (!t.onnx_name().empty() &&
             (t.kind() == plan::TensorInfo::WEIGHT || t.kind() == plan::TensorInfo::CONSTANT))
           stored.insert(t.onnx_name());
-      PIPEC_ASSIGN(std::string stripped, frontend::stripInitializers(modelBytes, o.model, stored));
+      PIPEC_ASSIGN(onnx::ModelProto source, parsedSource.get());
+      PIPEC_ASSIGN(std::string stripped, frontend::stripInitializers(std::move(source), o.model, stored));
       PIPEC_TRY(writeFileAtomic(joinPath(tmp, frontend::kSourceModelFile), stripped));
       phaseDone("write: source.onnx");
     }
