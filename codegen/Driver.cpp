@@ -113,7 +113,9 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
       emit.train.stateUpdates.emplace_back(u.state, u.value);
     passes::AutodiffOptions ao;
     ao.loss = loss->name();
+    phaseDone("training: loss and state");
     PIPEC_ASSIGN(std::vector<passes::GradientPair> grads, passes::differentiate(g, ao));
+    phaseDone("training: autodiff");
     emit.train.loss = loss;
     for (const passes::GradientPair &gp : grads)
       emit.train.paramGrads.emplace_back(gp.param, gp.grad);
@@ -122,7 +124,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     emit.train.clipGradNorm = t.clipGradNorm;
   }
   PIPEC_TRY(ir::verifyGraph(g).withContext("the graph is not ready for code generation"));
-  phaseDone(emit.training ? "training transforms" : "verify");
+  phaseDone("verify");
   Compiled c;
   partitioner::PartitionOptions po = opts.partition;
   po.microBatches = opts.emit.microBatches;

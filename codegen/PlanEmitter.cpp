@@ -483,11 +483,15 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   }
   std::vector<std::vector<Work>> nodeWork(K);
   for (unsigned s = 0; s < K; ++s) {
-    for (const ir::Node *n : stageNodes[s])
-      nodeWork[s].push_back(workOf(*n));
     plan::Device *dev = p.add_devices();
     dev->set_index(static_cast<int32_t>(s));
     dev->set_backend("cpu");
+  }
+  // The devices' node tables are independent: filled on the usable cores.
+  forEachOnCores(K, [&](size_t s) {
+    for (const ir::Node *n : stageNodes[s])
+      nodeWork[s].push_back(workOf(*n));
+    plan::Device *dev = p.mutable_devices(static_cast<int>(s));
     std::vector<char> usesWeight(p.tensors_size(), 0);
     for (const ir::Node *n : stageNodes[s]) {
       plan::Node *pn = dev->add_nodes();
@@ -530,7 +534,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
         weightBytes += p.tensors(t).bytes();
       }
     dev->set_weight_bytes(weightBytes);
-  }
+  });
   PIPEC_TRY(emitPrograms(p, slots, nodeWork));
   phaseDone("emit: nodes and programs");
   // Graph outputs, gradients and state updates are collected after the
@@ -547,25 +551,9 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   // the plan does not depend on the count). A large training compile spends
   // most of its time here (a 10k-node chain at K=64, M=32: 41%).
   std::vector<MemoryPlan> arenas(K);
-  const unsigned threads = std::max(1u, std::min<unsigned>(K, usableCores()));
-  std::vector<std::exception_ptr> failed(threads);
-  auto planSome = [&](unsigned t) {
-    try {
-      for (unsigned s = t; s < K; s += threads)
-        arenas[s] = planDeviceMemory(p, *p.mutable_devices(static_cast<int>(s)), keep, opts.arenaPlanner);
-    } catch (...) {
-      failed[t] = std::current_exception(); // out of memory: rethrown below
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t)
-    pool.emplace_back(planSome, t);
-  planSome(0);
-  for (std::thread &th : pool)
-    th.join();
-  for (const std::exception_ptr &e : failed)
-    if (e)
-      std::rethrow_exception(e);
+  forEachOnCores(K, [&](size_t s) {
+    arenas[s] = planDeviceMemory(p, *p.mutable_devices(static_cast<int>(s)), keep, opts.arenaPlanner);
+  });
   for (const MemoryPlan &mp : arenas) {
     out.arenaPeak.push_back(mp.peak);
     out.arenaLiveBound.push_back(mp.liveBound);

@@ -113,6 +113,12 @@ Expected<Node *> Graph::addNode(const std::string &name, const std::string &opTy
                     std::move(attrs));
 }
 
+void Graph::reserve(size_t nodes, size_t values) {
+  nodes_.reserve(nodes);
+  nodeByName_.reserve(nodes);
+  valueByName_.reserve(values);
+}
+
 Expected<Node *> Graph::insertNode(Node *pos, const std::string &name,
                                    const std::string &opType,
                                    const std::string &domain,

@@ -178,6 +178,10 @@ public:
   /// Nodes in topological order.
   std::vector<Node *> nodes() const;
   size_t numNodes() const { return nodes_.size(); }
+  /// Makes room for `nodes` nodes and `values` values in all (a pass about
+  /// to add many: autodiff quadruples a training graph, and growing the
+  /// name indexes step by step rehashes every name several times).
+  void reserve(size_t nodes, size_t values);
   Node *nodeAt(size_t i) const { return nodes_[i].get(); }
   /// Position of a node in the order (linear search).
   size_t indexOf(const Node *n) const;

@@ -7,6 +7,7 @@ namespace pipec::ir {
 
 Status verifyGraph(const Graph &g, const VerifyOptions &opts) {
   std::unordered_set<const Value *> defined;
+  defined.reserve(g.inputs().size() + 2 * g.numNodes());
   for (const Value *v : g.inputs()) {
     if (!v->typeKnown())
       return errorf("graph input '", v->name(), "' has no type");

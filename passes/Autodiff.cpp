@@ -58,6 +58,8 @@ public:
   Differentiator(ir::Graph &g) : g_(g) {}
 
   Expected<std::vector<GradientPair>> run(const AutodiffOptions &opts) {
+    // The backward pass adds about three nodes per forward node.
+    g_.reserve(5 * g_.numNodes(), 6 * g_.numNodes() + g_.constants().size());
     ir::Value *loss = g_.findValue(opts.loss);
     if (!loss)
       return errorf("autodiff: the loss '", opts.loss, "' is not a value of the graph");

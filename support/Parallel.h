@@ -18,8 +18,11 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <thread>
+#include <vector>
 
 namespace pipec {
 
@@ -62,6 +65,34 @@ template <typename F> void parallelFor(int64_t n, bool worthThreads, F &&body) {
   }
   for (int64_t i = 0; i < n; ++i)
     body(i);
+}
+
+/// Runs body(i) for i in [0, n) on plain threads, one per usable core (at
+/// most n): thread t takes t, t + threads, ..., so which thread runs an
+/// item does not depend on timing, and results written per item do not
+/// depend on the thread count. For the compiler's independent per-device
+/// work (arenas, checks, node tables). The first exception (running out
+/// of memory) is rethrown after every thread has finished.
+template <typename F> void forEachOnCores(size_t n, F &&body) {
+  const unsigned threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(n, usableCores())));
+  std::vector<std::exception_ptr> failed(threads);
+  auto some = [&](unsigned t) {
+    try {
+      for (size_t i = t; i < n; i += threads)
+        body(i);
+    } catch (...) {
+      failed[t] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(some, t);
+  some(0);
+  for (std::thread &th : pool)
+    th.join();
+  for (const std::exception_ptr &e : failed)
+    if (e)
+      std::rethrow_exception(e);
 }
 
 } // namespace pipec

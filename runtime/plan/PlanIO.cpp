@@ -7,6 +7,7 @@
 #include "support/Limits.h"
 #include "support/Tensor.h"
 #include "support/FileIO.h"
+#include "support/Parallel.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -263,7 +264,9 @@ Status validatePlan(const Plan &p) {
       return errorf("weight file path '", wf.path(), "' must be a plain relative path");
     }
   }
-  for (int d = 0; d < p.devices_size(); ++d) {
+  // Each device's tables are checked on the usable cores at once; the
+  // error reported is the lowest device's, whatever the thread count.
+  auto checkDeviceTables = [&](int d) -> Status {
     const Device &dev = p.devices(d);
     std::string where = cat("device ", d);
     if (dev.index() != d)
@@ -311,7 +314,12 @@ Status validatePlan(const Plan &p) {
     }
     for (int32_t w : dev.weights())
       PIPEC_TRY(checkTensorRef(p, w, [&] { return where + " weight list"; }, false));
-  }
+    return Status::ok();
+  };
+  std::vector<Status> results(static_cast<size_t>(p.devices_size()));
+  forEachOnCores(results.size(), [&](size_t d) { results[d] = checkDeviceTables(static_cast<int>(d)); });
+  for (Status &r : results)
+    PIPEC_TRY(std::move(r));
   return checkSchedule(p);
 }
 

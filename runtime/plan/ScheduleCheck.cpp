@@ -353,27 +353,8 @@ Status checkSchedule(const Plan &p) {
   PIPEC_TRY(checkGradients(p));
   // The devices' arenas are checked on the usable cores at once; the
   // error reported is the lowest device's, whatever the thread count.
-  const int D = p.devices_size();
-  const unsigned threads = std::max(1u, std::min<unsigned>(static_cast<unsigned>(D), usableCores()));
-  std::vector<Status> results(static_cast<size_t>(D));
-  std::vector<std::exception_ptr> failed(threads);
-  auto checkSome = [&](unsigned t) {
-    try {
-      for (int d = static_cast<int>(t); d < D; d += static_cast<int>(threads))
-        results[static_cast<size_t>(d)] = checkDevice(p, d);
-    } catch (...) {
-      failed[t] = std::current_exception(); // out of memory: rethrown below
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t)
-    pool.emplace_back(checkSome, t);
-  checkSome(0);
-  for (std::thread &th : pool)
-    th.join();
-  for (const std::exception_ptr &e : failed)
-    if (e)
-      std::rethrow_exception(e);
+  std::vector<Status> results(static_cast<size_t>(p.devices_size()));
+  forEachOnCores(results.size(), [&](size_t d) { results[d] = checkDevice(p, static_cast<int>(d)); });
   for (Status &r : results)
     PIPEC_TRY(std::move(r));
   return Status::ok();
