@@ -54,16 +54,19 @@ for lm in "${models[@]}"; do
     [ "$k" -gt "$1" ] && continue
     row "$label" "$params" "$f" training "$k" 32
   done
-  [ "$1" -ge 128 ] && row "$label" "$params" "$f" training 128 128
+  if [ "$1" -ge 128 ]; then
+    row "$label" "$params" "$f" training 1 128
+    row "$label" "$params" "$f" training 128 128
+  fi
   rm -f "$f" "$f.data"
 done
 for n in 10000 100000; do
   f="$OUT/chain$n.onnx"
   "$S" mlp --layers $((n / 2)) --hidden 16 --in 16 --out 4 --with-loss -o "$f" -q
   row "chain $n" - "$f" inference 64 32
-  for km in "8 8" "8 32" "64 32" "128 128"; do
+  for km in "1 128" "8 8" "8 32" "64 32" "128 128"; do
     set -- $km
-    [ "$n" -eq 100000 ] && [ "$1" -eq 8 ] && [ "$2" -eq 32 ] && continue
+    [ "$n" -eq 100000 ] && [ "$1" -le 8 ] && [ "$2" -ge 32 ] && continue
     row "chain $n" - "$f" training "$1" "$2"
   done
 done

@@ -83,7 +83,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   if (opts.threadsPerDevice < 1)
     return errorf("threads per device must be at least 1 (got ", opts.threadsPerDevice, ")");
   std::unique_ptr<Session> s(new Session());
-  PIPEC_ASSIGN(s->lp_, plan::loadPlan(planDir));
+  PIPEC_ASSIGN(s->lp_, plan::loadPlan(planDir, plan::LoadWeights::No));
   s->opts_ = opts;
   // K stages, D replicas of them: N devices.
   const int K = s->lp_.plan.devices_size();
@@ -101,6 +101,8 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
                     opts.transport->numDevices());
   }
   PIPEC_TRY(checkFitsMachine(s->lp_.plan, opts.rank, opts.cuda).withContext(cat("plan '", planDir, "'")));
+  // The weights, once the machine is known to hold them.
+  PIPEC_TRY(plan::loadWeights(s->lp_));
   int gpus = 0;
   if (opts.cuda) {
     auto listed = cuda::listGpus();

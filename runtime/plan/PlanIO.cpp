@@ -406,7 +406,7 @@ Status loadReferencedWeights(LoadedPlan &lp) {
 
 } // namespace
 
-Expected<LoadedPlan> loadPlan(const std::string &dir) {
+Expected<LoadedPlan> loadPlan(const std::string &dir, LoadWeights weights) {
   if (!isDirectory(dir))
     return errorf("'", dir, "' is not a plan directory",
                   fileExists(dir) ? " (it is a file; plans are directories written by pipec -o)"
@@ -422,6 +422,14 @@ Expected<LoadedPlan> loadPlan(const std::string &dir) {
   if (bytes->empty() || !lp.plan.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
     return errorf("'", joinPath(dir, kPlanFile), "' is corrupt or truncated: it does not parse as a plan");
   PIPEC_TRY(validatePlan(lp.plan).withContext(cat("invalid plan '", dir, "'")));
+  if (weights == LoadWeights::Yes)
+    PIPEC_TRY(loadWeights(lp));
+  return lp;
+}
+
+Status loadWeights(LoadedPlan &lp) {
+  const std::string &dir = lp.dir;
+  lp.weightData.clear();
   PIPEC_ASSIGN(auto manifest, readManifest(dir));
   for (const WeightFile &wf : lp.plan.weight_files()) {
     if (wf.referenced()) {
@@ -446,8 +454,7 @@ Expected<LoadedPlan> loadPlan(const std::string &dir) {
                     wf.crc32c());
     lp.weightData.push_back(data.take());
   }
-  PIPEC_TRY(loadReferencedWeights(lp));
-  return lp;
+  return loadReferencedWeights(lp);
 }
 
 char *LoadedPlan::weightAddress(int32_t tensor) const {

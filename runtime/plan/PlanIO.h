@@ -51,8 +51,15 @@ Status writePlan(const std::string &dir, const Plan &p);
 Status writeManifest(const std::string &dir);
 /// Reads `name` from the plan directory and checks it against MANIFEST.
 Expected<std::string> readVerified(const std::string &dir, const std::string &name);
-/// Reads and validates a plan directory, including weight checksums.
-Expected<LoadedPlan> loadPlan(const std::string &dir);
+enum class LoadWeights { Yes, No };
+/// Reads and validates a plan directory and, unless told not to, its
+/// weights with their checksums (loadWeights).
+Expected<LoadedPlan> loadPlan(const std::string &dir, LoadWeights weights = LoadWeights::Yes);
+/// Reads the weights of a plan loaded without them: the plan directory's
+/// weight files whole, each region of a referenced file into a buffer of
+/// its own, every one checked against its CRC-32C. piperun calls it once
+/// it knows the machine can hold them.
+Status loadWeights(LoadedPlan &lp);
 /// Structural validation of a Plan message (no file access).
 Status validatePlan(const Plan &p);
 
