@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -63,6 +64,7 @@ struct Options {
   bool skipNonFinite = false;
   std::string resume;
   std::string save;
+  bool saveExternal = false;
   std::string trace;
   bool showProgram = false;
   std::string injectFailure;
@@ -283,9 +285,16 @@ private:
   std::vector<Tensor> files_;
 };
 
+/// Weights saved above this many bytes go to an external data file.
+constexpr uint64_t kSaveExternalFrom = uint64_t(1) << 30;
+
 /// Writes the plan's source model (source.onnx in the plan directory, kept
-/// by pipec without weight data) with the session's current weights.
-Status saveModel(const runtime::Session &session, const std::string &planDir, const std::string &out) {
+/// by pipec without weight data) with the session's current weights: in the
+/// model file, or, above 1 GiB of weights or with `external`, in OUT.data
+/// as ONNX external data (64-byte aligned, location relative to the model),
+/// streamed one weight at a time, since protobuf cannot hold 2 GiB.
+Status saveModel(const runtime::Session &session, const std::string &planDir, const std::string &out,
+                 bool external) {
   std::string src = joinPath(planDir, "source.onnx");
   // Checked against the plan's manifest: a hand-edited source would be
   // written out with the trained weights as if pipec had compiled it.
@@ -296,6 +305,8 @@ Status saveModel(const runtime::Session &session, const std::string &planDir, co
   in.SetTotalBytesLimit(std::numeric_limits<int>::max());
   if (!model.ParseFromCodedStream(&in))
     return errorf("'", src, "' is corrupt: it does not parse as an ONNX model");
+  std::vector<onnx::TensorProto *> filled;
+  uint64_t total = 0;
   for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
     bool stripped = !t.has_raw_data() && t.float_data_size() == 0 && t.int64_data_size() == 0 &&
                     t.int32_data_size() == 0 && t.double_data_size() == 0 && t.uint64_data_size() == 0;
@@ -305,8 +316,44 @@ Status saveModel(const runtime::Session &session, const std::string &planDir, co
     if (static_cast<int32_t>(w.dtype()) != t.data_type())
       return errorf("initializer '", t.name(), "' of '", src, "' has data type ", t.data_type(),
                     ", the plan holds ", dtypeName(w.dtype()));
-    t.set_raw_data(std::string(static_cast<const char *>(w.raw()), w.bytes()));
+    filled.push_back(&t);
+    total += w.bytes();
   }
+  external = external || total > kSaveExternalFrom;
+  if (!external) {
+    for (onnx::TensorProto *t : filled) {
+      PIPEC_ASSIGN(Tensor w, session.weight(t->name()));
+      t->set_raw_data(std::string(static_cast<const char *>(w.raw()), w.bytes()));
+    }
+  } else {
+    const std::string dataPath = out + ".data";
+    const std::string location = std::filesystem::path(dataPath).filename().string();
+    PIPEC_TRY(writeFileAtomicStreamed(dataPath, [&](const ByteSink &sink) -> Status {
+      static const char zeros[64] = {};
+      uint64_t offset = 0;
+      for (onnx::TensorProto *t : filled) {
+        const uint64_t pad = (64 - offset % 64) % 64;
+        PIPEC_TRY(sink(zeros, pad));
+        offset += pad;
+        PIPEC_ASSIGN(Tensor w, session.weight(t->name()));
+        PIPEC_TRY(sink(w.raw(), w.bytes()));
+        auto add = [&](const char *key, const std::string &value) {
+          auto *kv = t->add_external_data();
+          kv->set_key(key);
+          kv->set_value(value);
+        };
+        add("location", location);
+        add("offset", std::to_string(offset));
+        add("length", std::to_string(w.bytes()));
+        t->set_data_location(onnx::TensorProto::EXTERNAL);
+        offset += w.bytes();
+      }
+      return Status::ok();
+    }));
+  }
+  if (model.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return errorf("the trained model is ", model.ByteSizeLong(),
+                  " bytes without its weights, over protobuf's 2 GiB limit");
   std::string outBytes;
   if (!model.SerializeToString(&outBytes))
     return errorf("cannot serialize the trained model");
@@ -569,7 +616,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
                   o.checkpoint.c_str());
   }
   if (!o.save.empty()) {
-    PIPEC_TRY(saveModel(session, o.plan, o.save));
+    PIPEC_TRY(saveModel(session, o.plan, o.save, o.saveExternal));
     if (!o.json)
       std::printf("trained model written to %s\n", o.save.c_str());
   }
@@ -737,7 +784,7 @@ Status runPlan(const Options &o) {
     return Status::ok();
 
   if (!o.save.empty())
-    PIPEC_TRY(saveModel(*session, o.plan, o.save));
+    PIPEC_TRY(saveModel(*session, o.plan, o.save, o.saveExternal));
   if (!o.outputsDir.empty()) {
     PIPEC_TRY(makeDirs(o.outputsDir));
     std::vector<std::string> outNames = session->outputNames();
@@ -845,7 +892,10 @@ int main(int argc, char **argv) {
   app.add_option("--metrics", o.metrics,
                  "training: write one JSON object per step (step, loss, lr, grad_norm, samples/s)");
   app.add_option("--save", o.save,
-                 "write the source ONNX model with the current (trained) weights to this file");
+                 "write the source ONNX model with the current (trained) weights to this file "
+                 "(the weights in FILE.data, ONNX external data, above 1 GiB)");
+  app.add_flag("--save-external-data", o.saveExternal,
+               "with --save: the weights in FILE.data whatever their size");
   app.add_option("--checkpoint", o.checkpoint,
                  "training: write the training state to DIR (atomically) at the end and every "
                  "--checkpoint-every steps");
@@ -877,6 +927,8 @@ int main(int argc, char **argv) {
   // Under mpirun each rank runs one device of the plan (runtime/Mpi.h).
   std::unique_ptr<runtime::Transport> transport;
   Status s = tools::guarded([&]() -> Status {
+    if (o.saveExternal && o.save.empty())
+      return errorf("--save-external-data goes with --save FILE");
     PIPEC_ASSIGN(o.job, runtime::initMpi());
     if (o.job && o.job->size > 1) {
       // Spin while waiting only when the ranks on this host and their
