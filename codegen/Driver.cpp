@@ -8,7 +8,7 @@
 #include "passes/Recompute.h"
 #include "passes/TrainingState.h"
 #include "runtime/train/Optimizer.h"
-#include "runtime/train/Schedule.h"
+#include "runtime/train/LrSchedule.h"
 
 #include <chrono>
 #include <cmath>
@@ -90,8 +90,8 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
                  train::parseOptimizer(t.optimizer, t.lr > 0 ? std::optional<double>(t.lr)
                                                              : std::nullopt));
     PIPEC_ASSIGN(train::Optimizer optimizer, train::Optimizer::create(oc));
-    if (!t.schedule.empty())
-      PIPEC_TRY(train::parseSchedule(t.schedule, optimizer.baseLr()).status());
+    if (!t.lrSchedule.empty())
+      PIPEC_TRY(train::parseLrSchedule(t.lrSchedule, optimizer.baseLr()).status());
     if (!(t.clipGradNorm >= 0) || !std::isfinite(t.clipGradNorm))
       return errorf("--clip-grad-norm must be a positive number (got ", t.clipGradNorm, ")");
     ir::Value *loss = nullptr;
@@ -120,7 +120,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     for (const passes::GradientPair &gp : grads)
       emit.train.paramGrads.emplace_back(gp.param, gp.grad);
     emit.train.optimizer = optimizer.config().str();
-    emit.train.schedule = t.schedule;
+    emit.train.lrSchedule = t.lrSchedule;
     emit.train.clipGradNorm = t.clipGradNorm;
   }
   PIPEC_TRY(ir::verifyGraph(g).withContext("the graph is not ready for code generation"));

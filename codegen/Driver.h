@@ -27,7 +27,7 @@ struct TrainOptions {
   std::string labels = "labels"; ///< --labels: the new target input's name
   std::string optimizer = "adam";
   double lr = 0;            ///< > 0: overrides the optimizer spec's rate
-  std::string schedule;
+  std::string lrSchedule;   ///< --lr-schedule (runtime/train/LrSchedule.h)
   double clipGradNorm = 0;
 };
 

@@ -574,7 +574,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       u->set_value(table.id(value));
     }
     t->set_optimizer(opts.train.optimizer);
-    t->set_lr_schedule(opts.train.schedule);
+    t->set_lr_schedule(opts.train.lrSchedule);
     t->set_clip_grad_norm(opts.train.clipGradNorm);
   }
   PIPEC_TRY(plan::validatePlan(p).withContext("internal error: emitted an invalid plan"));

@@ -26,7 +26,7 @@ struct TrainingSpec {
   /// (state constant, forward value replacing it after each micro-batch).
   std::vector<std::pair<const ir::Value *, const ir::Value *>> stateUpdates;
   std::string optimizer;  ///< runtime/train spec ("adam:lr=0.001,...")
-  std::string schedule;   ///< learning-rate schedule spec, "" for constant
+  std::string lrSchedule; ///< learning-rate schedule spec, "" for constant
   double clipGradNorm = 0;
 };
 
@@ -49,7 +49,7 @@ struct EmitOptions {
   PlanMethod arenaPlanner = PlanMethod::Auto;
   /// Replicas of the pipeline (data parallelism); 1: one pipeline.
   int dataParallel = 1;
-  /// Pipeline schedule (codegen/Schedule.h): "gpipe" or "1f1b".
+  /// Pipeline schedule (codegen/Schedule.h): gpipe, 1f1b, zbh1 or zbh2.
   std::string schedule = "1f1b";
   bool training = false;
   TrainingSpec train;

@@ -178,9 +178,9 @@ Status Session::prepareTraining() {
   PIPEC_ASSIGN(train::Optimizer opt, train::Optimizer::create(oc));
   optimizer_ = opt;
   if (t.lr_schedule().empty()) {
-    schedule_.baseLr = opt.baseLr();
+    lrSchedule_.baseLr = opt.baseLr();
   } else {
-    PIPEC_ASSIGN(schedule_, train::parseSchedule(t.lr_schedule(), opt.baseLr()));
+    PIPEC_ASSIGN(lrSchedule_, train::parseLrSchedule(t.lr_schedule(), opt.baseLr()));
   }
   paramOfGrad_.assign(lp_.plan.tensors_size(), -1);
   stateDst_.assign(lp_.plan.tensors_size(), nullptr);
@@ -664,7 +664,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   bool skip = false; // the step's gradients are not finite: drop the update
   std::vector<double> sq(params_.size(), 0.0);
   const int64_t stepNumber = static_cast<int64_t>(steps_) + 1;
-  const float lr = training ? schedule_.lrAt(stepNumber) : 0.0f;
+  const float lr = training ? lrSchedule_.lrAt(stepNumber) : 0.0f;
   auto optimize = [&](int d) -> Status {
     const int replica = d / K, stage = d % K;
     const uint32_t reduceKind = static_cast<uint32_t>(SessionMessage::ReplicaGradient);

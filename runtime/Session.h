@@ -12,7 +12,7 @@
 #include "runtime/Executor.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/Optimizer.h"
-#include "runtime/train/Schedule.h"
+#include "runtime/train/LrSchedule.h"
 
 #include <optional>
 
@@ -245,7 +245,7 @@ private:
   std::vector<DeviceStats> gatheredStats_;
   std::vector<std::vector<TraceEvent>> gatheredTrace_;
   std::optional<train::Optimizer> optimizer_;
-  train::Schedule schedule_;
+  train::LrSchedule lrSchedule_;
   std::vector<ParamState> params_;
   /// The last step's outputs, shared with the caller: the next step writes
   /// into those the caller has let go of (a fresh quarter-megabyte of

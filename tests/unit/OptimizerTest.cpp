@@ -12,7 +12,7 @@
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/Clip.h"
 #include "runtime/train/Optimizer.h"
-#include "runtime/train/Schedule.h"
+#include "runtime/train/LrSchedule.h"
 
 #include "support/FileIO.h"
 
@@ -480,12 +480,12 @@ TEST(OptimizerTest, BitwiseIndependentOfThreadCount) {
 
 TEST(ScheduleTest, ClosedForms) {
   const double lr = 1e-3;
-  Expected<Schedule> s = parseSchedule("constant", lr);
+  Expected<LrSchedule> s = parseLrSchedule("constant", lr);
   ASSERT_TRUE(s.isOk()) << s.status().message();
   EXPECT_EQ(s->lrAt(1), static_cast<float>(lr));
   EXPECT_EQ(s->lrAt(100000), static_cast<float>(lr));
 
-  s = parseSchedule("exponential:gamma=0.9", lr);
+  s = parseLrSchedule("exponential:gamma=0.9", lr);
   ASSERT_TRUE(s.isOk()) << s.status().message();
   EXPECT_DOUBLE_EQ(s->lrAtExact(1), lr); // torch: the first step uses the base rate
   EXPECT_DOUBLE_EQ(s->lrAtExact(4), lr * 0.9 * 0.9 * 0.9);
@@ -494,7 +494,7 @@ TEST(ScheduleTest, ClosedForms) {
     recursive *= 0.9;
   EXPECT_NEAR(s->lrAtExact(50), recursive, 1e-14);
 
-  s = parseSchedule("cosine:T=1000,min=1e-5", lr);
+  s = parseLrSchedule("cosine:T=1000,min=1e-5", lr);
   ASSERT_TRUE(s.isOk()) << s.status().message();
   EXPECT_DOUBLE_EQ(s->lrAtExact(1), lr);
   EXPECT_DOUBLE_EQ(s->lrAtExact(501), 1e-5 + (lr - 1e-5) * 0.5);
@@ -503,7 +503,7 @@ TEST(ScheduleTest, ClosedForms) {
   EXPECT_DOUBLE_EQ(s->lrAtExact(124),
                    1e-5 + (lr - 1e-5) * (1 + std::cos(std::numbers::pi * t / 1000)) / 2);
 
-  s = parseSchedule("cosine:T=1000,min=1e-5,warmup=100", lr);
+  s = parseLrSchedule("cosine:T=1000,min=1e-5,warmup=100", lr);
   ASSERT_TRUE(s.isOk()) << s.status().message();
   EXPECT_EQ(s->lrAtExact(1), 0.0);
   EXPECT_DOUBLE_EQ(s->lrAtExact(51), lr * 0.5);
@@ -512,14 +512,14 @@ TEST(ScheduleTest, ClosedForms) {
   EXPECT_DOUBLE_EQ(s->lrAtExact(601), 1e-5 + (lr - 1e-5) * 0.5);
   EXPECT_NEAR(s->lrAtExact(1101), 1e-5, 1e-18);
 
-  s = parseSchedule("linear-warmup:warmup=10,start=0.1", lr);
+  s = parseLrSchedule("linear-warmup:warmup=10,start=0.1", lr);
   ASSERT_TRUE(s.isOk()) << s.status().message();
   EXPECT_DOUBLE_EQ(s->lrAtExact(1), lr * 0.1);
   EXPECT_DOUBLE_EQ(s->lrAtExact(6), lr * (0.1 + 0.9 * 0.5));
   EXPECT_DOUBLE_EQ(s->lrAtExact(11), lr);
   EXPECT_DOUBLE_EQ(s->lrAtExact(5000), lr);
 
-  s = parseSchedule("exponential:gamma=0.5,warmup=4", 1.0);
+  s = parseLrSchedule("exponential:gamma=0.5,warmup=4", 1.0);
   ASSERT_TRUE(s.isOk()) << s.status().message();
   EXPECT_DOUBLE_EQ(s->lrAtExact(3), 0.5);
   EXPECT_DOUBLE_EQ(s->lrAtExact(5), 1.0);
@@ -531,12 +531,12 @@ TEST(ScheduleTest, SpecRoundTripAndErrors) {
   for (const char *spec : {"constant", "linear-warmup:warmup=10,start=0.25",
                            "exponential:gamma=0.99,warmup=5,start=0",
                            "cosine:T=1000,min=1e-05,warmup=100,start=0"}) {
-    Expected<Schedule> s = parseSchedule(spec, 0.1);
+    Expected<LrSchedule> s = parseLrSchedule(spec, 0.1);
     ASSERT_TRUE(s.isOk()) << spec << ": " << s.status().message();
     EXPECT_EQ(s->str(), spec);
   }
   auto err = [](const std::string &spec) {
-    Expected<Schedule> s = parseSchedule(spec, 0.1);
+    Expected<LrSchedule> s = parseLrSchedule(spec, 0.1);
     return s.isOk() ? std::string("<ok>") : s.status().message();
   };
   EXPECT_NE(err("cosine").find("needs T="), std::string::npos);
@@ -551,7 +551,7 @@ TEST(ScheduleTest, SpecRoundTripAndErrors) {
   EXPECT_NE(err("constant:warmup=5,start=2").find("not in [0, 1]"), std::string::npos);
   EXPECT_NE(err("step:gamma=0.1").find("unknown schedule 'step'"), std::string::npos);
   EXPECT_NE(err("cosine:").find("nothing after ':'"), std::string::npos);
-  EXPECT_FALSE(parseSchedule("constant", -1.0).isOk());
+  EXPECT_FALSE(parseLrSchedule("constant", -1.0).isOk());
 }
 
 // --- Clipping --------------------------------------------------------------------

@@ -266,7 +266,7 @@ void exitWithoutTeardown() {
 
 Status compile(const Options &o, const std::string &commandLine) {
   bool trainFlags = !o.trainOpts.lossOutput.empty() || !o.trainOpts.lossKind.empty() ||
-                    !o.trainOpts.schedule.empty() || o.trainOpts.lr != 0 ||
+                    !o.trainOpts.lrSchedule.empty() || o.trainOpts.lr != 0 ||
                     o.trainOpts.clipGradNorm != 0 || o.trainOpts.optimizer != "adam";
   if (trainFlags && !o.train)
     return errorf("--loss, --loss-output, --optimizer, --lr, --lr-schedule and --clip-grad-norm "
@@ -489,7 +489,7 @@ int main(int argc, char **argv) {
                  "with --train: sgd, adam (default), adamw or rmsprop, with options as in "
                  "'sgd:lr=0.1,momentum=0.9,nesterov=true' (docs/training.md); torch.optim defaults");
   app.add_option("--lr", o.trainOpts.lr, "with --train: learning rate (overrides the optimizer's)");
-  app.add_option("--lr-schedule", o.trainOpts.schedule,
+  app.add_option("--lr-schedule", o.trainOpts.lrSchedule,
                  "with --train: e.g. 'cosine:T=1000,min=1e-5,warmup=100' (docs/training.md)");
   app.add_option("--clip-grad-norm", o.trainOpts.clipGradNorm,
                  "with --train: clip gradients to this global L2 norm");

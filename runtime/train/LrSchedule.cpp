@@ -1,5 +1,5 @@
-//===- runtime/train/Schedule.cpp - Learning-rate schedules ---------------===//
-#include "runtime/train/Schedule.h"
+//===- runtime/train/LrSchedule.cpp - Learning-rate schedules -------------===//
+#include "runtime/train/LrSchedule.h"
 
 #include "runtime/train/Spec.h"
 
@@ -17,7 +17,7 @@ std::string num(double v) {
 }
 } // namespace
 
-double Schedule::lrAtExact(int64_t step) const {
+double LrSchedule::lrAtExact(int64_t step) const {
   int64_t t = step < 1 ? 0 : step - 1;
   if (t < warmup)
     return baseLr * (warmupStart + (1.0 - warmupStart) * static_cast<double>(t) /
@@ -35,9 +35,9 @@ double Schedule::lrAtExact(int64_t step) const {
   return baseLr;
 }
 
-float Schedule::lrAt(int64_t step) const { return static_cast<float>(lrAtExact(step)); }
+float LrSchedule::lrAt(int64_t step) const { return static_cast<float>(lrAtExact(step)); }
 
-std::string Schedule::str() const {
+std::string LrSchedule::str() const {
   std::string s;
   switch (kind) {
   case Kind::Constant:
@@ -57,7 +57,7 @@ std::string Schedule::str() const {
   return s;
 }
 
-Status Schedule::validate() const {
+Status LrSchedule::validate() const {
   if (!std::isfinite(baseLr) || baseLr < 0)
     return errorf("schedule: invalid base learning rate ", baseLr, " (must be >= 0)");
   if (warmup < 0)
@@ -75,24 +75,24 @@ Status Schedule::validate() const {
   return Status::ok();
 }
 
-Expected<Schedule> parseSchedule(const std::string &text, double baseLr) {
+Expected<LrSchedule> parseLrSchedule(const std::string &text, double baseLr) {
   PIPEC_ASSIGN(Spec spec, Spec::parse(text));
-  Schedule s;
+  LrSchedule s;
   s.baseLr = baseLr;
   const std::string &k = spec.kind();
   std::string accepted = "warmup, start";
   if (k == "constant" || k == "linear-warmup") {
-    s.kind = Schedule::Kind::Constant;
+    s.kind = LrSchedule::Kind::Constant;
     if (k == "linear-warmup" && !spec.has("warmup"))
       return errorf("schedule spec '", text, "': linear-warmup needs warmup=STEPS");
   } else if (k == "exponential") {
-    s.kind = Schedule::Kind::Exponential;
+    s.kind = LrSchedule::Kind::Exponential;
     if (!spec.has("gamma"))
       return errorf("schedule spec '", text, "': exponential needs gamma=FACTOR");
     PIPEC_TRY(spec.getDouble("gamma", s.gamma));
     accepted = "gamma, " + accepted;
   } else if (k == "cosine") {
-    s.kind = Schedule::Kind::Cosine;
+    s.kind = LrSchedule::Kind::Cosine;
     if (!spec.has("t"))
       return errorf("schedule spec '", text, "': cosine needs T=STEPS (its period after the warm-up)");
     PIPEC_TRY(spec.getInt("t", s.tMax));

@@ -1,4 +1,4 @@
-//===- runtime/train/Schedule.h - Learning-rate schedules -------*- C++ -*-===//
+//===- runtime/train/LrSchedule.h - Learning-rate schedules ---*- C++ -*-===//
 //
 // The learning rate of each optimizer step, as closed forms of PyTorch's
 // schedulers stepped once per optimizer step. With t = step - 1 (the steps
@@ -33,7 +33,7 @@
 namespace pipec::train {
 
 /// A learning-rate schedule: a pure function of the step number.
-struct Schedule {
+struct LrSchedule {
   enum class Kind { Constant, Exponential, Cosine };
   Kind kind = Kind::Constant;
   /// The optimizer's learning rate (the schedule's peak).
@@ -60,6 +60,6 @@ struct Schedule {
 
 /// Parses a schedule spec (grammar above) for an optimizer whose learning
 /// rate is `baseLr`. Errors name the spec and the bad key or value.
-Expected<Schedule> parseSchedule(const std::string &spec, double baseLr);
+Expected<LrSchedule> parseLrSchedule(const std::string &spec, double baseLr);
 
 } // namespace pipec::train
