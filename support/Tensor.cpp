@@ -9,6 +9,7 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace pipec {
@@ -118,10 +119,18 @@ void *Tensor::load() const {
   std::call_once(lazy_->once, [this] {
     std::shared_ptr<void> storage = allocateStorage(desc_);
     const FileRegion &r = lazy_->region;
-    int fd = ::open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Non-blocking, and only a regular file: the file was checked when the
+    // model was imported, but a FIFO put in its place since must not hang.
+    int fd = ::open(r.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
       throw TensorReadError(cat("cannot read a ", desc_.str(), " tensor from '", r.path,
                                 "': ", std::strerror(errno)));
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw TensorReadError(cat("cannot read a ", desc_.str(), " tensor from '", r.path,
+                                "': not a regular file"));
+    }
     size_t done = 0, want = desc_.bytes();
     char *dst = static_cast<char *>(storage.get());
     while (done < want) {

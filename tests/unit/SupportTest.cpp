@@ -2,10 +2,14 @@
 //
 // CRC-32C against the published check values (RFC 3720, B.4), the hardware
 // and table paths against each other at every length, offset and chaining
-// split; readFile refuses what could be read forever (FIFOs, devices).
+// split; readFile refuses what could be read forever (FIFOs, devices);
+// file-backed tensors read their region once, on first use, and a region
+// that became unreadable is a TensorReadError, not a crash or a hang;
+// readFileRegion and crc32cOfFileRegion agree with the whole file.
 //
 //===----------------------------------------------------------------------===//
 #include "support/FileIO.h"
+#include "support/Tensor.h"
 
 #include <gtest/gtest.h>
 
@@ -87,6 +91,54 @@ TEST(ReadFile, ReadsRegularFilesAndRefusesWhatNeverEnds) {
   Expected<std::string> m = readFile(joinPath(dir, "missing"));
   ASSERT_FALSE(m.isOk());
   EXPECT_NE(m.status().message().find("cannot open"), std::string::npos);
+  ASSERT_TRUE(removeTree(dir).isOk());
+}
+
+TEST(FileBackedTensor, ReadsItsRegionOnFirstUseOnly) {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("pipec-lazy-" + std::to_string(::getpid())))
+                        .string();
+  ASSERT_TRUE(makeDirs(dir).isOk());
+  std::string file = joinPath(dir, "w.data");
+  std::vector<float> values(1000);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>(i) * 0.5f;
+  std::string bytes(64, 'x'); // the region starts at offset 64
+  bytes.append(reinterpret_cast<const char *>(values.data()), values.size() * sizeof(float));
+  ASSERT_TRUE(writeFileAtomic(file, bytes).isOk());
+
+  Tensor t = Tensor::fromFile(TensorDesc{DType::F32, {10, 100}}, FileRegion{file, 64});
+  ASSERT_NE(t.fileRegion(), nullptr);
+  EXPECT_EQ(t.fileRegion()->offset, 64u);
+  EXPECT_FALSE(t.resident());
+  EXPECT_FALSE(t.empty());
+  Tensor copy = t.reshaped({1000});
+  EXPECT_EQ(copy.data<float>()[999], 499.5f); // the copy's read serves both
+  EXPECT_TRUE(t.resident());
+  EXPECT_EQ(t.data<float>(), copy.data<float>());
+  EXPECT_EQ(std::memcmp(t.raw(), values.data(), values.size() * sizeof(float)), 0);
+  EXPECT_TRUE(t.clone().identical(t));
+  EXPECT_EQ(t.clone().fileRegion(), nullptr);
+
+  // The region agrees with a chunked read of the file.
+  Expected<uint32_t> crc = crc32cOfFileRegion(file, 64, values.size() * sizeof(float));
+  ASSERT_TRUE(crc.isOk()) << crc.status().message();
+  EXPECT_EQ(*crc, crc32c(values.data(), values.size() * sizeof(float)));
+  EXPECT_FALSE(crc32cOfFileRegion(file, 64, values.size() * sizeof(float) + 1).isOk());
+
+  // Unreadable before first use: shortened, or replaced by a FIFO.
+  Tensor shortened = Tensor::fromFile(TensorDesc{DType::F32, {1000}}, FileRegion{file, 64});
+  ASSERT_TRUE(writeFileAtomic(file, bytes.substr(0, 100)).isOk());
+  EXPECT_THROW(shortened.raw(), TensorReadError);
+  Tensor piped = Tensor::fromFile(TensorDesc{DType::F32, {1000}}, FileRegion{file, 64});
+  std::filesystem::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  try {
+    piped.raw();
+    ADD_FAILURE() << "a FIFO was read";
+  } catch (const TensorReadError &e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
   ASSERT_TRUE(removeTree(dir).isOk());
 }
 
