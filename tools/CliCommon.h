@@ -13,7 +13,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <exception>
+#include <iostream>
+#include <string>
+#include <unistd.h>
 #include <new>
 #include <optional>
 
@@ -34,6 +38,25 @@ template <typename F> Status guarded(F &&f) {
     return errorf(e.what());
   } catch (const std::exception &e) {
     return errorf("internal error: ", e.what());
+  }
+}
+
+/// Writes `line` to stderr in one write(2): under mpirun the ranks' stderr
+/// pipes are merged as they are read, and a line written piece by piece
+/// (std::cerr sends each << on its own) can come out spliced into another
+/// rank's (seen under AddressSanitizer, where the ranks run slower).
+inline void writeStderrLine(const std::string &line) {
+  std::cerr.flush();
+  const char *p = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = ::write(2, p, left);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return;
+    p += n;
+    left -= static_cast<size_t>(n);
   }
 }
 

@@ -950,8 +950,8 @@ int main(int argc, char **argv) {
   if (!s) {
     // Every rank's error reaches the user, with its rank; the others stop
     // (their waits fail with this error) and the job ends.
-    std::cerr << "piperun: error: " << (o.transport ? cat("rank ", o.job->rank, ": ") : "")
-              << printable(s.message()) << "\n";
+    tools::writeStderrLine(cat("piperun: error: ", o.transport ? cat("rank ", o.job->rank, ": ") : "",
+                               printable(s.message()), "\n"));
     if (o.job) {
       std::cerr.flush();
       if (o.transport)
