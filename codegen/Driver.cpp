@@ -8,12 +8,10 @@
 #include "passes/Recompute.h"
 #include "passes/TrainingState.h"
 #include "runtime/train/Optimizer.h"
+#include "support/PhaseTimer.h"
 #include "runtime/train/LrSchedule.h"
 
-#include <chrono>
 #include <cmath>
-#include <iomanip>
-#include <ostream>
 
 namespace pipec::codegen {
 
@@ -71,15 +69,9 @@ void addReplicaExchange(Compiled &c, int D) {
 } // namespace
 
 Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
-  std::vector<std::pair<std::string, double>> phases;
-  auto last = std::chrono::steady_clock::now();
-  auto phaseDone = [&](const char *what) {
-    auto now = std::chrono::steady_clock::now();
-    phases.emplace_back(what, std::chrono::duration<double>(now - last).count());
-    last = now;
-  };
+  PhaseTimer phases;
   PIPEC_TRY(runPasses(g, opts));
-  phaseDone("passes");
+  phases.done("passes");
   EmitOptions emit = opts.emit;
   if (emit.training) {
     const TrainOptions &t = opts.train;
@@ -113,9 +105,9 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
       emit.train.stateUpdates.emplace_back(u.state, u.value);
     passes::AutodiffOptions ao;
     ao.loss = loss->name();
-    phaseDone("training: loss and state");
+    phases.done("training: loss and state");
     PIPEC_ASSIGN(std::vector<passes::GradientPair> grads, passes::differentiate(g, ao));
-    phaseDone("training: autodiff");
+    phases.done("training: autodiff");
     emit.train.loss = loss;
     for (const passes::GradientPair &gp : grads)
       emit.train.paramGrads.emplace_back(gp.param, gp.grad);
@@ -124,7 +116,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     emit.train.clipGradNorm = t.clipGradNorm;
   }
   PIPEC_TRY(ir::verifyGraph(g).withContext("the graph is not ready for code generation"));
-  phaseDone("verify");
+  phases.done("verify");
   Compiled c;
   partitioner::PartitionOptions po = opts.partition;
   po.microBatches = opts.emit.microBatches;
@@ -149,7 +141,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     }
   }
   PIPEC_ASSIGN(c.partition, partitioner::partitionGraph(g, po));
-  phaseDone("partition");
+  phases.done("partition");
   if (po.recompute != "none") {
     if (!emit.training)
       return errorf("--recompute ", po.recompute,
@@ -166,7 +158,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     PIPEC_TRY(ir::verifyGraph(g).withContext("after recompute"));
   }
   if (po.recompute != "none")
-    phaseDone("recompute");
+    phases.done("recompute");
   // The cost model's predictions go into the plan, so that piperun can put
   // its measurements next to them.
   const partitioner::PartitionEstimate &est = c.partition.estimate;
@@ -175,8 +167,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   const double concurrent = c.partition.numStages() > 1 ? est.model.profile.concurrentSlowdown : 1.0;
   emit.nodeSeconds = [&](const ir::Node &n) { return est.model.nodeTime(n) * concurrent; };
   PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
-  last = std::chrono::steady_clock::now();
-  phases.insert(phases.end(), c.plan.phaseSeconds.begin(), c.plan.phaseSeconds.end());
+  phases.append(c.plan.phaseSeconds);
   if (est.stages.size() == static_cast<size_t>(c.plan.plan.devices_size())) {
     const double M = emit.microBatches;
     for (size_t s = 0; s < est.stages.size(); ++s) {
@@ -194,20 +185,9 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   // (the partition's ideal schedule where those cannot be timed).
   c.plan.plan.mutable_pipeline()->set_predicted_step_seconds(
       c.report["predicted_step_seconds"].get<double>());
-  phaseDone("report");
-  if (opts.passManager.timePasses && opts.passManager.out) {
-    std::ostream &os = *opts.passManager.out;
-    os << "compile phases:\n";
-    double total = 0;
-    for (const auto &[what, sec] : phases) {
-      os << "  " << std::left << std::setw(28) << what << std::right << std::fixed
-         << std::setprecision(3) << std::setw(9) << sec * 1e3 << " ms\n";
-      total += sec;
-    }
-    os << "  " << std::left << std::setw(28) << "total" << std::right << std::setw(9)
-       << total * 1e3 << " ms\n";
-    os.unsetf(std::ios::floatfield | std::ios::adjustfield);
-  }
+  phases.done("report");
+  if (opts.passManager.timePasses && opts.passManager.out)
+    phases.print(*opts.passManager.out, "compile phases", true);
   return c;
 }
 

@@ -1,6 +1,7 @@
 //===- codegen/PlanEmitter.cpp - IR + partition -> plan directory ---------===//
 #include "codegen/PlanEmitter.h"
 #include "support/Parallel.h"
+#include "support/PhaseTimer.h"
 
 #include "codegen/MemoryPlanner.h"
 #include "codegen/Schedule.h"
@@ -13,7 +14,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <exception>
 #include <thread>
 #include <cstdint>
@@ -424,12 +424,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   if (opts.training && (!opts.train.loss || opts.train.paramGrads.empty()))
     return errorf("a training plan needs a loss and at least one parameter with a gradient");
   EmittedPlan out;
-  auto last = std::chrono::steady_clock::now();
-  auto phaseDone = [&](const char *what) {
-    auto now = std::chrono::steady_clock::now();
-    out.phaseSeconds.emplace_back(what, std::chrono::duration<double>(now - last).count());
-    last = now;
-  };
+  PhaseTimer phases;
   plan::Plan &p = out.plan;
   p.set_format_version(plan::formatVersion());
   p.set_producer(std::string("pipec ") + PIPEC_VERSION);
@@ -463,7 +458,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     p.add_inputs(id);
   }
   PIPEC_TRY(addWeights(g, opts.weights, table, out));
-  phaseDone("emit: weights");
+  phases.done("emit: weights");
 
   for (const ir::Node *n : nodes)
     for (const ir::Value *o : n->outputs())
@@ -536,7 +531,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     dev->set_weight_bytes(weightBytes);
   });
   PIPEC_TRY(emitPrograms(p, slots, nodeWork));
-  phaseDone("emit: nodes and programs");
+  phases.done("emit: nodes and programs");
   // Graph outputs, gradients and state updates are collected after the
   // instruction that made them.
   std::vector<char> keep(p.tensors_size(), 0);
@@ -557,7 +552,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     out.arenaPeak.push_back(mp.peak);
     out.arenaLiveBound.push_back(mp.liveBound);
   }
-  phaseDone("emit: arenas");
+  phases.done("emit: arenas");
   if (opts.training) {
     plan::Training *t = p.mutable_training();
     t->set_loss(table.id(opts.train.loss));
@@ -578,7 +573,8 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     t->set_clip_grad_norm(opts.train.clipGradNorm);
   }
   PIPEC_TRY(plan::validatePlan(p).withContext("internal error: emitted an invalid plan"));
-  phaseDone("emit: validate");
+  phases.done("emit: validate");
+  out.phaseSeconds = phases.phases();
   return out;
 }
 

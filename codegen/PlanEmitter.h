@@ -9,6 +9,7 @@
 #pragma once
 
 #include "codegen/MemoryPlanner.h"
+#include "support/PhaseTimer.h"
 #include "ir/IR.h"
 #include "partitioner/Partitioner.h"
 #include "runtime/plan/plan.pb.h"
@@ -73,7 +74,7 @@ struct EmittedPlan {
   plan::Plan plan;
   std::vector<WeightPiece> weightPieces;
   /// Seconds each part of the emission took, in order (pipec --time-passes).
-  std::vector<std::pair<std::string, double>> phaseSeconds;
+  PhaseTimer::Phases phaseSeconds;
   /// Planned arena peak per device and the live-size lower bound.
   std::vector<uint64_t> arenaPeak, arenaLiveBound;
 };

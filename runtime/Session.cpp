@@ -502,18 +502,22 @@ Status Session::loadCheckpoint(const std::string &dir) {
 }
 
 Expected<Tensor> Session::weight(const std::string &name) const {
+  PIPEC_ASSIGN(Tensor view, weightView(name));
+  return view.clone();
+}
+
+Expected<Tensor> Session::weightView(const std::string &name) const {
   const plan::Plan &p = lp_.plan;
   for (int32_t t = 0; t < p.tensors_size(); ++t) {
     const plan::TensorInfo &ti = p.tensors(t);
     if (ti.name() != name || (ti.kind() != plan::TensorInfo::WEIGHT &&
                               ti.kind() != plan::TensorInfo::CONSTANT))
       continue;
-    Tensor out(TensorDesc{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())});
-    const void *src = residentData(t);
-    if (!src)
+    void *data = residentData(t);
+    if (!data)
       return errorf("weight '", name, "' is not resident");
-    std::memcpy(out.raw(), src, out.bytes());
-    return out;
+    return Tensor(TensorDesc{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())},
+                  data, nullptr);
   }
   return errorf("the plan has no weight named '", name, "'");
 }

@@ -135,6 +135,9 @@ public:
   Status loadCheckpoint(const std::string &dir);
   /// Current value of a weight or constant (training updates weights).
   Expected<Tensor> weight(const std::string &name) const;
+  /// The same bytes in place, not copied: valid while the session lives
+  /// and runs no step (piperun --save writes them out).
+  Expected<Tensor> weightView(const std::string &name) const;
 
   /// One executor per device of the plan; in a distributed run only this
   /// process's device has one (the others are null).

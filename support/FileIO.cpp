@@ -20,23 +20,44 @@ namespace pipec {
 
 namespace fs = std::filesystem;
 
-Expected<std::string> readFile(const std::string &path) {
-  // Only regular files: a FIFO or a character device (a link to
-  // /dev/urandom, say) would be read forever, where a regular file ends.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
+namespace {
+
+/// A regular file open for reading, closed with the object.
+struct RegularFile {
+  int fd = -1;
+  struct stat st {};
+  RegularFile() = default;
+  RegularFile(const RegularFile &) = delete;
+  RegularFile &operator=(const RegularFile &) = delete;
+  ~RegularFile() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+/// Opens `path` for reading if it is a regular file: a FIFO or a character
+/// device (a link to /dev/urandom, say) would be read forever, where a
+/// regular file ends. Non-blocking, so that opening a FIFO does not wait.
+Status openRegular(const std::string &path, RegularFile &f) {
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (f.fd < 0)
     return errorf("cannot open '", path, "': ", std::strerror(errno));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0)
+  if (::fstat(f.fd, &f.st) != 0)
     return errorf("cannot read '", path, "': ", std::strerror(errno));
-  if (S_ISDIR(st.st_mode))
+  if (S_ISDIR(f.st.st_mode))
     return errorf("cannot read '", path, "': is a directory");
-  if (!S_ISREG(st.st_mode))
+  if (!S_ISREG(f.st.st_mode))
     return errorf("cannot read '", path, "': not a regular file");
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<std::string> readFile(const std::string &path) {
+  RegularFile f;
+  PIPEC_TRY(openRegular(path, f));
+  const int fd = f.fd;
+  const struct stat &st = f.st;
   // Read to the end, in one read where st_size is right (files of /proc
   // report 0).
   std::string data;
@@ -73,16 +94,10 @@ Expected<uint64_t> regularFileSize(const std::string &path) {
 
 Status readFileRegion(const std::string &path, uint64_t offset, uint64_t bytes,
                       const ByteSink &sink) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    return errorf("cannot open '", path, "': ", std::strerror(errno));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    return errorf("cannot read '", path, "': not a regular file");
+  RegularFile f;
+  PIPEC_TRY(openRegular(path, f));
+  const int fd = f.fd;
+  const struct stat &st = f.st;
   if (offset > static_cast<uint64_t>(st.st_size) || static_cast<uint64_t>(st.st_size) - offset < bytes)
     return errorf("'", path, "' is too short: it has ", st.st_size, " bytes, ", bytes,
                   " are needed at offset ", offset);
@@ -178,33 +193,7 @@ Status replaceDirectory(const std::string &from, const std::string &to) {
 }
 
 Status writeFileAtomic(const std::string &path, const std::string &bytes) {
-  std::string tmp = path + ".tmp." + uniqueSuffix();
-  std::error_code ec;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      return errorf("cannot create '", tmp, "': ", std::strerror(errno));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      const std::string why = std::strerror(errno);
-      out.close();
-      fs::remove(tmp, ec); // no partial file left behind
-      return errorf("cannot write '", tmp, "': ", why);
-    }
-    out.close();
-    if (!out) {
-      const std::string why = std::strerror(errno);
-      fs::remove(tmp, ec);
-      return errorf("cannot write '", tmp, "': ", why);
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return errorf("cannot rename '", tmp, "' to '", path, "': ", ec.message());
-  }
-  return Status::ok();
+  return writeFileAtomicStreamed(path, [&](const ByteSink &sink) { return sink(bytes.data(), bytes.size()); });
 }
 
 Status makeDirs(const std::string &path) {

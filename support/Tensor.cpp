@@ -1,16 +1,14 @@
 //===- support/Tensor.cpp - Host tensors ----------------------------------===//
 #include "support/Tensor.h"
 
-#include <cerrno>
+#include "support/FileIO.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <limits>
 #include <mutex>
 #include <sstream>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace pipec {
 
@@ -119,34 +117,17 @@ void *Tensor::load() const {
   std::call_once(lazy_->once, [this] {
     std::shared_ptr<void> storage = allocateStorage(desc_);
     const FileRegion &r = lazy_->region;
-    // Non-blocking, and only a regular file: the file was checked when the
-    // model was imported, but a FIFO put in its place since must not hang.
-    int fd = ::open(r.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-      throw TensorReadError(cat("cannot read a ", desc_.str(), " tensor from '", r.path,
-                                "': ", std::strerror(errno)));
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw TensorReadError(cat("cannot read a ", desc_.str(), " tensor from '", r.path,
-                                "': not a regular file"));
-    }
-    size_t done = 0, want = desc_.bytes();
     char *dst = static_cast<char *>(storage.get());
-    while (done < want) {
-      ssize_t got = ::pread(fd, dst + done, want - done, static_cast<off_t>(r.offset + done));
-      if (got < 0 && errno == EINTR)
-        continue;
-      if (got <= 0) {
-        int err = errno;
-        ::close(fd);
-        throw TensorReadError(cat("cannot read a ", desc_.str(), " tensor from '", r.path,
-                                  "' at offset ", r.offset, ": ",
-                                  got == 0 ? "the file is shorter than it was" : std::strerror(err)));
-      }
-      done += static_cast<size_t>(got);
-    }
-    ::close(fd);
+    // readFileRegion reads only a regular file, opened non-blocking: the
+    // file was checked when the model was imported, but a FIFO put in its
+    // place since must not hang.
+    Status read = readFileRegion(r.path, r.offset, desc_.bytes(), [&](const void *p, size_t n) {
+      std::memcpy(dst, p, n);
+      dst += n;
+      return Status::ok();
+    });
+    if (!read)
+      throw TensorReadError(cat("cannot read a ", desc_.str(), " tensor: ", read.message()));
     lazy_->storage = std::move(storage);
   });
   return lazy_->storage.get();

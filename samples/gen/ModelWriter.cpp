@@ -16,8 +16,8 @@ namespace {
 
 constexpr uint64_t kAlign = 64;
 
-// A zero initializer from ModelBuilder(zeroWeights): EXTERNAL, no location.
-bool isZeroPlaceholder(const onnx::TensorProto &t) {
+// A zero weight from ModelBuilder(zeroWeights): EXTERNAL, no location yet.
+bool isZeroWeight(const onnx::TensorProto &t) {
   return t.data_location() == onnx::TensorProto::EXTERNAL && t.external_data_size() == 0;
 }
 
@@ -30,8 +30,8 @@ uint64_t floatBytes(const onnx::TensorProto &t) {
 
 // Streams every initializer's raw_data into `dataPath` and replaces it with
 // an external_data reference relative to the model's directory. Zero
-// placeholders become holes: the stream seeks past them, and the file is
-// sized at the end, so they take no disk.
+// weights become holes: the stream seeks past them, and the file is sized
+// at the end, so they take no disk.
 Status externalize(onnx::ModelProto &model, const std::string &dataPath) {
   std::string location = std::filesystem::path(dataPath).filename().string();
   std::string tmp = dataPath + ".tmp." + std::to_string(::getpid());
@@ -43,7 +43,7 @@ Status externalize(onnx::ModelProto &model, const std::string &dataPath) {
     for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
       uint64_t pad = (kAlign - offset % kAlign) % kAlign;
       offset += pad;
-      const bool zero = isZeroPlaceholder(t);
+      const bool zero = isZeroWeight(t);
       const std::string &raw = t.raw_data();
       const uint64_t size = zero ? floatBytes(t) : raw.size();
       if (!zero) {
@@ -91,8 +91,9 @@ Status writeModel(onnx::ModelProto &model, const std::string &path, ExternalData
   uint64_t weightBytes = 0;
   bool zeros = false;
   for (const onnx::TensorProto &t : model.graph().initializer()) {
-    zeros = zeros || isZeroPlaceholder(t);
-    weightBytes += isZeroPlaceholder(t) ? floatBytes(t) : t.raw_data().size();
+    const bool zero = isZeroWeight(t);
+    zeros = zeros || zero;
+    weightBytes += zero ? floatBytes(t) : t.raw_data().size();
   }
   external = zeros || mode == ExternalData::Always ||
              (mode == ExternalData::Auto && weightBytes > kAutoExternalBytes);

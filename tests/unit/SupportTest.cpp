@@ -25,6 +25,18 @@
 
 using namespace pipec;
 
+namespace {
+
+/// A fresh directory under the system's temporary one, "" if it cannot be
+/// made.
+std::string makeTempDir(const std::string &prefix) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()))).string();
+  return makeDirs(dir).isOk() ? dir : std::string();
+}
+
+} // namespace
+
 TEST(Crc32c, PublishedCheckValues) {
   const char *digits = "123456789";
   EXPECT_EQ(crc32c(digits, 9), 0xE3069283u);
@@ -59,10 +71,8 @@ TEST(Crc32c, EveryLengthOffsetAndSplitAgreesWithTheTable) {
 }
 
 TEST(ReadFile, ReadsRegularFilesAndRefusesWhatNeverEnds) {
-  std::string dir = (std::filesystem::temp_directory_path() /
-                     ("pipec-support-" + std::to_string(::getpid())))
-                        .string();
-  ASSERT_TRUE(makeDirs(dir).isOk());
+  const std::string dir = makeTempDir("pipec-support-");
+  ASSERT_FALSE(dir.empty());
   std::string file = joinPath(dir, "f.bin");
   std::string bytes(100000, '\0');
   for (size_t i = 0; i < bytes.size(); ++i)
@@ -95,10 +105,8 @@ TEST(ReadFile, ReadsRegularFilesAndRefusesWhatNeverEnds) {
 }
 
 TEST(FileBackedTensor, ReadsItsRegionOnFirstUseOnly) {
-  std::string dir = (std::filesystem::temp_directory_path() /
-                     ("pipec-lazy-" + std::to_string(::getpid())))
-                        .string();
-  ASSERT_TRUE(makeDirs(dir).isOk());
+  const std::string dir = makeTempDir("pipec-lazy-");
+  ASSERT_FALSE(dir.empty());
   std::string file = joinPath(dir, "w.data");
   std::vector<float> values(1000);
   for (size_t i = 0; i < values.size(); ++i)
@@ -146,10 +154,8 @@ TEST(FileBackedTensor, ReadsItsRegionOnFirstUseOnly) {
 // would) reports the error, leaves the old file as it was and no temporary
 // file behind. Run in a child so the limit stays there.
 TEST(WriteFileAtomic, FailedWriteLeavesNothingBehind) {
-  std::string dir = (std::filesystem::temp_directory_path() /
-                     ("pipec-atomic-" + std::to_string(::getpid())))
-                        .string();
-  ASSERT_TRUE(makeDirs(dir).isOk());
+  const std::string dir = makeTempDir("pipec-atomic-");
+  ASSERT_FALSE(dir.empty());
   std::string file = joinPath(dir, "f.bin");
   ASSERT_TRUE(writeFileAtomic(file, "old").isOk());
   pid_t pid = ::fork();

@@ -24,6 +24,7 @@
 #include "support/Json.h"
 #include "support/Npy.h"
 #include "support/Parallel.h"
+#include "support/PhaseTimer.h"
 
 #include <CLI/CLI.hpp>
 
@@ -33,8 +34,6 @@
 #include <filesystem>
 #include <future>
 #include <set>
-#include <chrono>
-#include <iomanip>
 #include <iostream>
 
 using namespace pipec;
@@ -387,18 +386,12 @@ Status compile(const Options &o, const std::string &commandLine) {
   while (out.size() > 1 && out.back() == '/')
     out.pop_back();
   const std::string tmp = out + ".tmp-" + uniqueSuffix();
-  auto last = std::chrono::steady_clock::now();
-  std::vector<std::pair<const char *, double>> phases;
-  auto phaseDone = [&](const char *what) {
-    auto now = std::chrono::steady_clock::now();
-    phases.emplace_back(what, std::chrono::duration<double>(now - last).count());
-    last = now;
-  };
+  PhaseTimer phases;
   Status written = [&]() -> Status {
     PIPEC_TRY(codegen::writePlanDirectory(tmp, c.plan, /*manifest=*/false));
-    phaseDone("write: plan.pb and weights");
+    phases.done("write: plan.pb and weights");
     PIPEC_TRY(codegen::writeReport(tmp, c.report));
-    phaseDone("write: report");
+    phases.done("write: report");
     if (!isIrText(o.model)) {
       // Keep the model's graph (not its weights) for piperun --save.
       std::set<std::string> stored;
@@ -409,19 +402,14 @@ Status compile(const Options &o, const std::string &commandLine) {
       PIPEC_ASSIGN(onnx::ModelProto source, parsedSource.get());
       PIPEC_ASSIGN(std::string stripped, frontend::stripInitializers(std::move(source), o.model, stored));
       PIPEC_TRY(writeFileAtomic(joinPath(tmp, frontend::kSourceModelFile), stripped));
-      phaseDone("write: source.onnx");
+      phases.done("write: source.onnx");
     }
     PIPEC_TRY(plan::writeManifest(tmp));
-    phaseDone("write: manifest");
+    phases.done("write: manifest");
     return replaceDirectory(tmp, out);
   }();
-  if (o.timePasses) {
-    std::cerr << "writing:\n";
-    for (const auto &[what, sec] : phases)
-      std::cerr << "  " << std::left << std::setw(28) << what << std::right << std::fixed
-                << std::setprecision(3) << std::setw(9) << sec * 1e3 << " ms\n";
-    std::cerr.unsetf(std::ios::floatfield | std::ios::adjustfield);
-  }
+  if (o.timePasses)
+    phases.print(std::cerr, "writing", false);
   if (!written.isOk()) {
     (void)removeTree(tmp);
     return written;

@@ -292,7 +292,8 @@ constexpr uint64_t kSaveExternalFrom = uint64_t(1) << 30;
 /// by pipec without weight data) with the session's current weights: in the
 /// model file, or, above 1 GiB of weights or with `external`, in OUT.data
 /// as ONNX external data (64-byte aligned, location relative to the model),
-/// streamed one weight at a time, since protobuf cannot hold 2 GiB.
+/// written from the session's weights in place, since protobuf cannot hold
+/// 2 GiB.
 Status saveModel(const runtime::Session &session, const std::string &planDir, const std::string &out,
                  bool external) {
   std::string src = joinPath(planDir, "source.onnx");
@@ -305,37 +306,35 @@ Status saveModel(const runtime::Session &session, const std::string &planDir, co
   in.SetTotalBytesLimit(std::numeric_limits<int>::max());
   if (!model.ParseFromCodedStream(&in))
     return errorf("'", src, "' is corrupt: it does not parse as an ONNX model");
-  std::vector<onnx::TensorProto *> filled;
+  // The session's weights in place, one per initializer to fill.
+  std::vector<std::pair<onnx::TensorProto *, Tensor>> filled;
   uint64_t total = 0;
   for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
     bool stripped = !t.has_raw_data() && t.float_data_size() == 0 && t.int64_data_size() == 0 &&
                     t.int32_data_size() == 0 && t.double_data_size() == 0 && t.uint64_data_size() == 0;
     if (!stripped)
       continue;
-    PIPEC_ASSIGN(Tensor w, session.weight(t.name()));
+    PIPEC_ASSIGN(Tensor w, session.weightView(t.name()));
     if (static_cast<int32_t>(w.dtype()) != t.data_type())
       return errorf("initializer '", t.name(), "' of '", src, "' has data type ", t.data_type(),
                     ", the plan holds ", dtypeName(w.dtype()));
-    filled.push_back(&t);
     total += w.bytes();
+    filled.emplace_back(&t, std::move(w));
   }
   external = external || total > kSaveExternalFrom;
   if (!external) {
-    for (onnx::TensorProto *t : filled) {
-      PIPEC_ASSIGN(Tensor w, session.weight(t->name()));
+    for (auto &[t, w] : filled)
       t->set_raw_data(std::string(static_cast<const char *>(w.raw()), w.bytes()));
-    }
   } else {
     const std::string dataPath = out + ".data";
     const std::string location = std::filesystem::path(dataPath).filename().string();
     PIPEC_TRY(writeFileAtomicStreamed(dataPath, [&](const ByteSink &sink) -> Status {
       static const char zeros[64] = {};
       uint64_t offset = 0;
-      for (onnx::TensorProto *t : filled) {
+      for (auto &[t, w] : filled) {
         const uint64_t pad = (64 - offset % 64) % 64;
         PIPEC_TRY(sink(zeros, pad));
         offset += pad;
-        PIPEC_ASSIGN(Tensor w, session.weight(t->name()));
         PIPEC_TRY(sink(w.raw(), w.bytes()));
         auto add = [&](const char *key, const std::string &value) {
           auto *kv = t->add_external_data();
