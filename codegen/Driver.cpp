@@ -164,18 +164,20 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   const partitioner::PartitionEstimate &est = c.partition.estimate;
   // Devices of a pipeline compute at the same time: the profile's
   // two-core time (StageModel scales the stage times the same way).
-  const double concurrent = c.partition.numStages() > 1 ? est.model.profile.concurrentSlowdown : 1.0;
+  const double concurrent = c.partition.numDevices() > 1 ? est.model.profile.concurrentSlowdown : 1.0;
   emit.nodeSeconds = [&](const ir::Node &n) { return est.model.nodeTime(n) * concurrent; };
   PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
   phases.append(c.plan.phaseSeconds);
-  if (est.stages.size() == static_cast<size_t>(c.plan.plan.devices_size())) {
+  if (c.partition.numDevices() == static_cast<size_t>(c.plan.plan.devices_size())) {
+    // A device's prediction sums its stages'.
     const double M = emit.microBatches;
     for (size_t s = 0; s < est.stages.size(); ++s) {
       const partitioner::StageEstimate &se = est.stages[s];
-      plan::Device *dev = c.plan.plan.mutable_devices(static_cast<int>(s));
+      plan::Device *dev = c.plan.plan.mutable_devices(c.partition.deviceOf(static_cast<int>(s)));
       dev->set_predicted_busy_seconds(
+          dev->predicted_busy_seconds() +
           (se.forwardTime + se.backwardTime + se.recomputeTime) * M + se.optimizerTime);
-      dev->set_predicted_memory_bytes(se.memory.total());
+      dev->set_predicted_memory_bytes(dev->predicted_memory_bytes() + se.memory.total());
     }
   }
   PIPEC_ASSIGN(c.report, buildReport(g, c.partition, c.plan));

@@ -4,8 +4,8 @@
 #include "support/PhaseTimer.h"
 
 #include "codegen/MemoryPlanner.h"
-#include "codegen/Schedule.h"
 #include "pipec/Version.h"
+#include "pipeline/Schedule.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/plan/ScheduleCheck.h"
 #include "support/DenseIds.h"
@@ -23,6 +23,9 @@
 namespace pipec::codegen {
 
 namespace {
+
+using pipeline::Slot;
+using pipeline::Work;
 
 void setAttr(const std::string &name, const Attribute &a, plan::Attribute &out) {
   out.set_name(name);
@@ -106,11 +109,13 @@ Work workOf(const ir::Node &n) {
 }
 
 /// Turns each device's schedule slots into instructions: a compute
-/// instruction per non-empty slot, a RECV before the first instruction of a
-/// micro-batch that reads a tensor another device produces, and a SEND to
-/// every device that reads it after the instruction that produced it.
-Status emitPrograms(plan::Plan &p, const std::vector<std::vector<Slot>> &slots,
-                    const std::vector<std::vector<Work>> &nodeWork) {
+/// instruction per non-empty slot (the nodes of the slot's stage doing the
+/// slot's work), a RECV before the first instruction of a micro-batch that
+/// reads a tensor another device produces, and a SEND to every device that
+/// reads it after the instruction that produced it.
+Status emitPrograms(plan::Plan &p, const pipeline::Slots &slots,
+                    const std::vector<std::vector<Work>> &nodeWork,
+                    const std::vector<std::vector<unsigned>> &nodeStage) {
   const int K = p.devices_size();
   const size_t T = static_cast<size_t>(p.tensors_size());
   std::vector<int> producer(T, -1);
@@ -134,7 +139,7 @@ Status emitPrograms(plan::Plan &p, const std::vector<std::vector<Slot>> &slots,
       }
       std::vector<int32_t> picked;
       for (int i = 0; i < dev->nodes_size(); ++i)
-        if (nodeWork[d][i] == slot.work)
+        if (nodeWork[d][i] == slot.work && nodeStage[d][i] == slot.stage)
           picked.push_back(i);
       if (picked.empty())
         continue;
@@ -161,6 +166,7 @@ Status emitPrograms(plan::Plan &p, const std::vector<std::vector<Slot>> &slots,
       plan::Instruction *ins = dev->add_program();
       ins->set_kind(instructionKind(slot.work));
       ins->set_micro_batch(mb);
+      ins->set_stage(slot.stage);
       for (int32_t ni : picked)
         ins->add_nodes(ni);
       for (int32_t t : outs)
@@ -438,13 +444,21 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     o->set_version(version);
   }
   const unsigned M = static_cast<unsigned>(opts.microBatches);
-  const unsigned K = static_cast<unsigned>(part.stages.size());
+  const pipeline::Schedule &schedule = opts.schedule;
+  const unsigned S = static_cast<unsigned>(part.stages.size());
+  const unsigned per = schedule.stagesPerDevice();
+  if (S % per != 0)
+    return errorf("internal error: ", S, " stages for the ", schedule.name(), " schedule's ", per,
+                  " per device");
+  const unsigned K = S / per;
   plan::Pipeline *pl = p.mutable_pipeline();
   pl->set_num_stages(K);
   pl->set_num_micro_batches(M);
+  if (per > 1)
+    pl->set_stages_per_device(per);
   if (opts.dataParallel > 1)
     pl->set_data_parallel(static_cast<uint32_t>(opts.dataParallel));
-  pl->set_schedule(opts.schedule);
+  pl->set_schedule(schedule.name());
   pl->set_training(opts.training);
   if (!g.inputs().empty() && !g.inputs()[0]->shape().empty())
     pl->set_micro_batch_size(g.inputs()[0]->shape()[0]);
@@ -466,15 +480,18 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   for (const ir::Value *v : g.outputs())
     p.add_outputs(table.id(v));
 
-  // Each device runs the nodes of its stage, in graph order within a phase.
-  PIPEC_ASSIGN(std::vector<std::vector<Slot>> slots,
-               buildSchedule(opts.schedule, K, M, opts.training));
+  // Each device runs the nodes of its stages, in graph order within a
+  // phase and stage.
+  PIPEC_ASSIGN(pipeline::Slots slots, schedule.build(K, M, opts.training));
   std::vector<std::vector<const ir::Node *>> stageNodes(K);
+  std::vector<std::vector<unsigned>> nodeStage(K);
   for (const ir::Node *n : nodes) {
     int s = part.stageOf(n);
-    if (s < 0 || s >= static_cast<int>(K))
-      return errorf("internal error: node '", n->name(), "' is on no stage of ", K);
-    stageNodes[s].push_back(n);
+    if (s < 0 || s >= static_cast<int>(S))
+      return errorf("internal error: node '", n->name(), "' is on no stage of ", S);
+    const unsigned d = schedule.deviceOf(static_cast<unsigned>(s), K);
+    stageNodes[d].push_back(n);
+    nodeStage[d].push_back(static_cast<unsigned>(s));
   }
   std::vector<std::vector<Work>> nodeWork(K);
   for (unsigned s = 0; s < K; ++s) {
@@ -516,8 +533,8 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
         pn->add_outputs(table.id(v));
       pn->set_view(ir::isView(*n));
     }
-    // Graph outputs that are weights are read from the last device.
-    if (s + 1 == K)
+    // Graph outputs that are weights are read from the last stage's device.
+    if (s == schedule.deviceOf(S - 1, K))
       for (int32_t o : p.outputs())
         if (p.tensors(o).kind() == plan::TensorInfo::CONSTANT ||
             p.tensors(o).kind() == plan::TensorInfo::WEIGHT)
@@ -530,7 +547,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       }
     dev->set_weight_bytes(weightBytes);
   });
-  PIPEC_TRY(emitPrograms(p, slots, nodeWork));
+  PIPEC_TRY(emitPrograms(p, slots, nodeWork, nodeStage));
   phases.done("emit: nodes and programs");
   // Graph outputs, gradients and state updates are collected after the
   // instruction that made them.

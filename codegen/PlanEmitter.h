@@ -12,6 +12,7 @@
 #include "support/PhaseTimer.h"
 #include "ir/IR.h"
 #include "partitioner/Partitioner.h"
+#include "pipeline/Schedule.h"
 #include "runtime/plan/plan.pb.h"
 
 #include <functional>
@@ -50,8 +51,9 @@ struct EmitOptions {
   PlanMethod arenaPlanner = PlanMethod::Auto;
   /// Replicas of the pipeline (data parallelism); 1: one pipeline.
   int dataParallel = 1;
-  /// Pipeline schedule (codegen/Schedule.h): gpipe, 1f1b, zbh1 or zbh2.
-  std::string schedule = "1f1b";
+  /// Pipeline schedule (pipeline/Schedule.h); the partition has
+  /// stagesPerDevice() stages per device.
+  pipeline::Schedule schedule;
   bool training = false;
   TrainingSpec train;
   /// Base name and checksum of the source model, recorded in the plan.

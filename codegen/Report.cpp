@@ -87,7 +87,10 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   r["model"] = g.name();
   r["source_model"] = p.source_model();
   r["producer"] = p.producer();
-  r["stages"] = p.pipeline().num_stages();
+  // Devices K; stages K x stages_per_device (interleaved, zbv).
+  r["devices"] = p.pipeline().num_stages();
+  r["stages"] = part.numStages();
+  r["stages_per_device"] = std::max(1u, p.pipeline().stages_per_device());
   r["micro_batches"] = p.pipeline().num_micro_batches();
   r["micro_batch_size"] = p.pipeline().micro_batch_size();
   r["schedule"] = p.pipeline().schedule();
@@ -110,19 +113,19 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   // Simulate the emitted programs; a multi-stage plan without SEND/RECV
   // cannot be timed faithfully, so the partition's ideal schedule stands in.
   const size_t K = part.stages.size();
+  const bool onePerDevice = part.numDevices() == K;
   bool hasComm = false;
   for (const plan::Device &d : p.devices())
     for (const plan::Instruction &ins : d.program())
       hasComm = hasComm || ins.kind() == plan::Instruction::SEND;
   std::vector<pt::SimProgram> progs;
-  if (K == 1 || hasComm) {
+  if (part.numDevices() == 1 || hasComm) {
     progs = planPrograms(p, est);
     r["timeline_source"] = "plan";
   } else {
     std::vector<pt::StageTimes> times;
     for (const pt::StageEstimate &e : est.stages)
-      times.push_back({e.forwardTime, e.backwardTime, e.recomputeTime, e.sendForwardTime,
-                       e.sendBackwardTime, e.optimizerTime});
+      times.push_back(pt::timesOf(e));
     PIPEC_ASSIGN(progs, pt::idealSchedule(est.schedule, est.microBatches, est.training, times));
     r["timeline_source"] = "partition";
   }
@@ -136,10 +139,13 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   for (const ir::Node *n : g.nodes())
     if (int s = part.stageOf(n); s >= 0 && static_cast<size_t>(s) < K)
       ++nodesOnStage[static_cast<size_t>(s)];
+  // Per stage; the memory and busy figures of a device that runs several
+  // stages (arena, weights, training state, peak, busy) are the device's.
   for (size_t s = 0; s < K; ++s) {
     const pt::Stage &st = part.stages[s];
     const pt::StageEstimate &e = est.stages[s];
-    const plan::Device &dev = p.devices(static_cast<int>(s));
+    const int device = part.deviceOf(static_cast<int>(s));
+    const plan::Device &dev = p.devices(device);
     const size_t numNodes = nodesOnStage[s];
     double paramBytes = 0;
     for (int32_t w : dev.weights())
@@ -147,6 +153,7 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
         paramBytes += static_cast<double>(p.tensors(w).bytes());
     json js;
     js["index"] = s;
+    js["device"] = device;
     // (A graph folded to constants has one stage with no nodes.)
     js["first_node"] = st.end > st.begin ? part.order[st.begin]->name() : "";
     js["last_node"] = st.end > st.begin ? part.order[st.end - 1]->name() : "";
@@ -178,13 +185,14 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
     }
     js["training_state_bytes"] = trainState;
     js["arena_bytes"] = dev.arena_bytes();
-    js["arena_live_lower_bound_bytes"] = s < ep.arenaLiveBound.size() ? ep.arenaLiveBound[s] : 0;
+    js["arena_live_lower_bound_bytes"] =
+        static_cast<size_t>(device) < ep.arenaLiveBound.size() ? ep.arenaLiveBound[device] : 0;
     js["peak_memory_bytes"] =
         static_cast<double>(dev.arena_bytes() + dev.weight_bytes()) + trainState;
     // Bytes sent per micro-batch: the plan's SENDs of micro-batch 0 when it
     // has them, else the partition's cut tensors.
     double fwdBytes = 0, gradBytes = 0;
-    if (hasComm) {
+    if (hasComm && onePerDevice) {
       for (const plan::Instruction &ins : dev.program())
         if (ins.kind() == plan::Instruction::SEND && ins.micro_batch() == 0)
           (ins.peer() > static_cast<int>(s) ? fwdBytes : gradBytes) +=
@@ -197,7 +205,7 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
     }
     js["bytes_sent_per_micro_batch"] = fwdBytes;
     js["gradient_bytes_sent_per_micro_batch"] = gradBytes;
-    js["busy_seconds"] = sim->busy[s];
+    js["busy_seconds"] = sim->busy[static_cast<size_t>(device)];
     stages.push_back(js);
     totalFlops += e.forwardFlops;
     totalParams += e.parameters;
@@ -235,7 +243,12 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
 std::string renderReportText(const json &r) {
   std::ostringstream os;
   os << "partition report: " << printable(r["model"].get<std::string>()) << " - " << r["nodes"].get<size_t>()
-     << " nodes, K=" << r["stages"].get<unsigned>() << " stages, M=" << r["micro_batches"].get<unsigned>()
+     << " nodes, K=" << r["devices"].get<unsigned>()
+     << (r["stages_per_device"].get<unsigned>() > 1
+             ? cat(" devices x ", r["stages_per_device"].get<unsigned>(), " = ",
+                   r["stages"].get<unsigned>())
+             : std::string())
+     << " stages, M=" << r["micro_batches"].get<unsigned>()
      << " micro-batches of " << r["micro_batch_size"].get<int64_t>() << ", schedule "
      << r["schedule"].get<std::string>() << (r["training"].get<bool>() ? ", training" : ", inference")
      << "\n";
@@ -264,8 +277,12 @@ std::string renderReportText(const json &r) {
     std::string mem = formatBytes(s["predicted_memory"]["total"].get<double>());
     if (!s["fits_budget"].get<bool>())
       mem += "!";
-    std::snprintf(line, sizeof line, "%-5zu %-22s %-22s %6zu %10s %12s %10s %10s %10s %11s %11s %10s\n",
-                  s["index"].get<size_t>(), clip(printable(s["first_node"].get<std::string>())).c_str(),
+    // Several stages per device: "stage@device"; the arena is the device's.
+    const std::string index = r["stages_per_device"].get<unsigned>() > 1
+                                  ? cat(s["index"].get<size_t>(), "@", s["device"].get<int>())
+                                  : cat(s["index"].get<size_t>());
+    std::snprintf(line, sizeof line, "%-5s %-22s %-22s %6zu %10s %12s %10s %10s %10s %11s %11s %10s\n",
+                  index.c_str(), clip(printable(s["first_node"].get<std::string>())).c_str(),
                   clip(printable(s["last_node"].get<std::string>())).c_str(), s["num_nodes"].get<size_t>(),
                   formatCount(s["parameters"].get<double>(), "").c_str(),
                   formatCount(s["forward_flops_per_micro_batch"].get<double>(), "FLOP").c_str(),
@@ -286,7 +303,7 @@ std::string renderReportText(const json &r) {
     std::snprintf(line, sizeof line,
                   "data parallel: %u replicas of the %u stages on %u devices, %u micro-batches a step; "
                   "gradients summed over the replicas at replica 0: %s moved per step, predicted %s\n",
-                  D, r["stages"].get<unsigned>(), D * r["stages"].get<unsigned>(),
+                  D, r["devices"].get<unsigned>(), D * r["devices"].get<unsigned>(),
                   D * r["micro_batches"].get<unsigned>(),
                   formatBytes(r["replica_exchange_bytes_per_step"].get<double>()).c_str(),
                   formatSeconds(r["predicted_replica_exchange_seconds"].get<double>()).c_str());

@@ -213,8 +213,13 @@ maxTrainableBlocks(const LayerFamily &family, const std::vector<CapacityQuery> &
     if (q.numStages < 1 || q.microBatches < 1 || q.microBatchSize < 1)
       return errorf(q.label, ": K (", q.numStages, "), M (", q.microBatches,
                     ") and the micro-batch size (", q.microBatchSize, ") must be at least 1");
-    if (q.schedule != "gpipe" && q.schedule != "1f1b")
-      return errorf(q.label, ": unknown schedule '", q.schedule, "' (gpipe, 1f1b)");
+    if (q.schedule.stagesPerDevice() != 1)
+      return errorf(q.label, ": the ", q.schedule.name(), " schedule runs ",
+                    q.schedule.stagesPerDevice(),
+                    " stages per device; capacity cuts one stage per device");
+    PIPEC_TRY(q.schedule.check(static_cast<unsigned>(q.numStages),
+                               static_cast<unsigned>(q.microBatches))
+                  .withContext(q.label));
     if (q.recompute == "auto")
       return errorf(q.label, ": recompute 'auto' changes policy with the stage size; "
                              "capacity takes none, selective or full");
@@ -324,7 +329,7 @@ nlohmann::json capacityToJson(const CapacityResult &r) {
           {"micro_batches", q.microBatches},
           {"micro_batch_size", q.microBatchSize},
           {"mini_batch", q.microBatchSize * q.microBatches},
-          {"schedule", q.schedule},
+          {"schedule", q.schedule.name()},
           {"recompute", q.recompute},
           {"optimizer_states", q.optimizerStates},
           {"profile", q.profile},

@@ -52,7 +52,8 @@ struct CapacityQuery {
   int numStages = 1;         ///< K
   int microBatches = 1;      ///< M
   int64_t microBatchSize = 1; ///< samples per micro-batch (the graph's batch)
-  std::string schedule = "gpipe";
+  /// One stage per device (gpipe, 1f1b, zbh1, zbh2).
+  pipeline::Schedule schedule;
   std::string recompute = "none";
   int optimizerStates = 2;   ///< adam
   std::string profile = "accel-8gb";

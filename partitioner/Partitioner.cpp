@@ -138,16 +138,51 @@ std::string describeMemory(const StageEstimate &e) {
              ", communication ", gib(m.communication), ", workspace ", gib(m.workspace), ")");
 }
 
-/// Cuts into K stages within the budget, or says which stages do not fit.
-Expected<std::vector<Stage>> cutWithin(const ChainModel &chain, int K, const std::string &search) {
+/// Memory of each device: the sum of its stages' (schedules with more than
+/// one stage per device).
+std::vector<double> deviceMemory(const ChainModel &chain, const std::vector<Stage> &st) {
+  const pipeline::Schedule &sched = chain.options().schedule;
+  const unsigned S = static_cast<unsigned>(st.size()), K = S / sched.stagesPerDevice();
+  std::vector<double> mem(K, 0.0);
+  for (unsigned s = 0; s < S; ++s)
+    mem[sched.deviceOf(s, K)] +=
+        chain.evaluate(st[s].begin, st[s].end, static_cast<int>(s), static_cast<int>(S))
+            .memory.total();
+  return mem;
+}
+
+/// Cuts into S stages within the budget, or says which stages (devices) do
+/// not fit. Each stage is cut to fit the budget on its own; with more than
+/// one stage per device the devices' sums are checked after.
+Expected<std::vector<Stage>> cutWithin(const ChainModel &chain, int S, const std::string &search) {
   const size_t N = chain.size();
-  if (N == 0 && K == 1)
+  const int per = static_cast<int>(chain.options().schedule.stagesPerDevice());
+  if (N == 0 && S == 1)
     return std::vector<Stage>{Stage{}}; // nothing to cut: one empty stage
-  if (static_cast<size_t>(K) > N)
-    return errorf("cannot cut ", N, " forward nodes into ", K, " stages: -k must be at most ", N);
-  std::vector<Stage> st = cut(chain, K, search, true);
+  if (static_cast<size_t>(S) > N) {
+    if (per > 1)
+      return errorf("cannot cut ", N, " forward nodes into ", S, " stages (", S / per,
+                    " devices x ", per, " stages each for the ",
+                    chain.options().schedule.name(),
+                    " schedule): devices x stages per device must be at most ", N);
+    return errorf("cannot cut ", N, " forward nodes into ", S, " stages: -k must be at most ", N);
+  }
+  std::vector<Stage> st = cut(chain, S, search, true);
+  if (!st.empty() && per > 1) {
+    std::string over;
+    std::vector<double> mem = deviceMemory(chain, st);
+    for (size_t d = 0; d < mem.size(); ++d)
+      if (mem[d] > budgetOf(chain))
+        over += cat(over.empty() ? "" : "; ", "device ", d, " needs ", gib(mem[d]), " for its ",
+                    per, " stages");
+    if (!over.empty())
+      return errorf("the stages do not fit the memory budget of ", gib(budgetOf(chain)),
+                    " per device with K=", S / per, " and ", per, " stages per device (", N,
+                    " forward nodes): ", over);
+  }
   if (!st.empty())
     return st;
+  const int K = S;
   // Explain with the best-balanced cut that ignores memory.
   std::vector<Stage> free = cut(chain, K, search, false);
   std::string over;
@@ -162,24 +197,19 @@ Expected<std::vector<Stage>> cutWithin(const ChainModel &chain, int K, const std
                 " per device with K=", K, " (", N, " forward nodes): ", over);
 }
 
-StageTimes timesOf(const StageEstimate &e) {
-  StageTimes t;
-  t.forward = e.forwardTime;
-  t.backward = e.backwardTime;
-  t.recompute = e.recomputeTime;
-  t.sendForward = e.sendForwardTime;
-  t.sendBackward = e.sendBackwardTime;
-  t.optimizer = e.optimizerTime;
-  return t;
-}
 
+/// The step of `st` under the chain's schedule; one stage runs as gpipe
+/// (on one device the order does not change the time).
 Expected<double> simulateStages(const ChainOptions &o, const std::vector<StageEstimate> &st,
                                 double *bubble) {
   std::vector<StageTimes> times;
   for (const StageEstimate &e : st)
     times.push_back(timesOf(e));
-  PIPEC_ASSIGN(auto progs, idealSchedule(st.size() == 1 ? "single" : o.schedule, o.microBatches,
-                                         o.training, times));
+  pipeline::Schedule sched = o.schedule;
+  if (st.size() == 1) {
+    PIPEC_ASSIGN(sched, pipeline::Schedule::parse("gpipe"));
+  }
+  PIPEC_ASSIGN(auto progs, idealSchedule(sched, o.microBatches, o.training, times));
   PIPEC_ASSIGN(SimResult r, simulate(progs));
   if (bubble)
     *bubble = r.bubbleFraction;
@@ -187,6 +217,18 @@ Expected<double> simulateStages(const ChainOptions &o, const std::vector<StageEs
 }
 
 } // namespace
+
+StageTimes timesOf(const StageEstimate &e) {
+  StageTimes t;
+  t.forward = e.forwardTime;
+  t.backward = e.backwardTime - e.weightGradTime;
+  t.weightGrad = e.weightGradTime;
+  t.recompute = e.recomputeTime;
+  t.sendForward = e.sendForwardTime;
+  t.sendBackward = e.sendBackwardTime;
+  t.optimizer = e.optimizerTime;
+  return t;
+}
 
 Expected<CostModel> makeCostModel(const PartitionOptions &opts) {
   CostModel m;
@@ -205,14 +247,17 @@ Expected<PartitionEstimate> estimatePartition(const ChainModel &chain,
   est.microBatches = o.microBatches;
   est.training = o.training;
   est.recompute = o.recompute;
-  const int K = static_cast<int>(stages.size());
-  for (int s = 0; s < K; ++s) {
-    est.stages.push_back(chain.evaluate(stages[s].begin, stages[s].end, s, K));
+  const int S = static_cast<int>(stages.size());
+  for (int s = 0; s < S; ++s) {
+    est.stages.push_back(chain.evaluate(stages[s].begin, stages[s].end, s, S));
     est.bottleneck = std::max(est.bottleneck, est.stages.back().time());
   }
   PIPEC_ASSIGN(est.stepTime, simulateStages(o, est.stages, &est.bubbleFraction));
+  // One device: the whole chain as one stage, run as gpipe.
+  ChainOptions single = o;
+  PIPEC_ASSIGN(single.schedule, pipeline::Schedule::parse("gpipe"));
   std::vector<StageEstimate> one{chain.evaluate(0, chain.size(), 0, 1)};
-  PIPEC_ASSIGN(est.singleDeviceStepTime, simulateStages(o, one, nullptr));
+  PIPEC_ASSIGN(est.singleDeviceStepTime, simulateStages(single, one, nullptr));
   return est;
 }
 
@@ -281,11 +326,18 @@ Expected<Partition> partitionGraph(const ir::Graph &g, const PartitionOptions &o
   co.memoryBudget = opts.memoryBudget > 0 ? opts.memoryBudget : cost.profile.memoryCapacity;
   PIPEC_ASSIGN(ChainModel chain, ChainModel::build(g, p.order, cost, co));
   const size_t N = chain.size();
+  const int per = static_cast<int>(opts.schedule.stagesPerDevice());
   if (opts.maxDevices > 0) {
     Status last;
-    int maxK = static_cast<int>(std::min<size_t>(static_cast<size_t>(opts.maxDevices), N));
-    for (int K = 1; K <= maxK && p.stages.empty(); ++K) {
-      auto st = cutWithin(chain, K, opts.search);
+    int maxK = static_cast<int>(std::min<size_t>(static_cast<size_t>(opts.maxDevices), N / per));
+    for (int K = per > 1 ? 2 : 1; K <= maxK && p.stages.empty(); ++K) {
+      if (Status ok = opts.schedule.check(static_cast<unsigned>(K),
+                                          static_cast<unsigned>(opts.microBatches));
+          !ok) {
+        last = ok;
+        continue;
+      }
+      auto st = cutWithin(chain, K * per, opts.search);
       if (st)
         p.stages = st.take();
       else
@@ -295,7 +347,10 @@ Expected<Partition> partitionGraph(const ir::Graph &g, const PartitionOptions &o
       return errorf("no K <= ", maxK, " (--devices ", opts.maxDevices, ", ", N,
                     " forward nodes) fits the memory budget; with K=", maxK, ": ", last.message());
   } else {
-    PIPEC_ASSIGN(p.stages, cutWithin(chain, opts.numStages, opts.search));
+    if (!(p.order.empty() && opts.numStages == 1))
+      PIPEC_TRY(opts.schedule.check(static_cast<unsigned>(opts.numStages),
+                                    static_cast<unsigned>(opts.microBatches)));
+    PIPEC_ASSIGN(p.stages, cutWithin(chain, opts.numStages * per, opts.search));
   }
   for (size_t s = 0; s < p.stages.size(); ++s)
     for (size_t i = p.stages[s].begin; i < p.stages[s].end; ++i)

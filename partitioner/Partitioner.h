@@ -25,6 +25,7 @@
 #pragma once
 
 #include "ir/IR.h"
+#include "partitioner/PipelineSim.h"
 #include "partitioner/StageModel.h"
 
 #include <string>
@@ -35,11 +36,11 @@
 namespace pipec::partitioner {
 
 struct PartitionOptions {
-  int numStages = 1;    ///< K
+  int numStages = 1;    ///< K: devices (stages = K x schedule.stagesPerDevice())
   int microBatches = 1; ///< M
-  /// Pipeline schedule the stages will run ("gpipe", "1f1b"); decides how
-  /// many micro-batches each stage keeps in flight.
-  std::string schedule = "gpipe";
+  /// Pipeline schedule the stages will run: decides how many stages each
+  /// device holds and how many micro-batches each stage keeps in flight.
+  pipeline::Schedule schedule;
   /// Whether the graph holds a backward pass (training).
   bool training = false;
   /// Device profile: a name in partitioner/profiles/ or a FILE.json; empty
@@ -47,7 +48,7 @@ struct PartitionOptions {
   std::string profile;
   /// Memory per device in bytes; 0 for the profile's capacity.
   double memoryBudget = 0;
-  /// > 0: choose the smallest K <= maxDevices whose stages fit the budget
+  /// > 0: choose the smallest K <= maxDevices whose devices fit the budget
   /// (numStages is then ignored).
   int maxDevices = 0;
   /// Rematerialization policy the memory model assumes: none, full,
@@ -71,7 +72,7 @@ struct PartitionOptions {
 struct PartitionEstimate {
   CostModel model;          ///< the profile and measured times used
   double memoryBudget = 0;  ///< bytes per device
-  std::string schedule;
+  pipeline::Schedule schedule;
   int microBatches = 1;
   bool training = false;
   std::string recompute;
@@ -97,6 +98,13 @@ struct Partition {
   PartitionEstimate estimate;
 
   size_t numStages() const { return stages.size(); }
+  /// Devices: numStages() / estimate.schedule.stagesPerDevice().
+  size_t numDevices() const { return stages.size() / estimate.schedule.stagesPerDevice(); }
+  /// The device that runs stage `stage`.
+  int deviceOf(int stage) const {
+    return static_cast<int>(estimate.schedule.deviceOf(static_cast<unsigned>(stage),
+                                                        static_cast<unsigned>(numDevices())));
+  }
   /// Stage of any node of the graph; -1 for a node the partition has not seen.
   int stageOf(const ir::Node *n) const {
     auto it = stageOf_.find(n);
@@ -109,10 +117,11 @@ private:
   std::unordered_map<const ir::Node *, int> stageOf_;
 };
 
-/// Cuts the forward nodes into numStages stages (or the fewest of at most
-/// maxDevices that fit). Errors: M < 1, K < 1, K larger than the forward
-/// node count, a stage over the memory budget (with the numbers), an
-/// unknown profile or recompute policy.
+/// Cuts the forward nodes into numStages x schedule.stagesPerDevice()
+/// stages (or onto the fewest devices of at most maxDevices that fit).
+/// Errors: M < 1, K < 1, more stages than forward nodes, a schedule that
+/// cannot run K and M, a device over the memory budget (with the numbers),
+/// an unknown profile or recompute policy.
 Expected<Partition> partitionGraph(const ir::Graph &g, const PartitionOptions &opts);
 
 /// The cost model partitionGraph uses for `opts` (profile and op times).
@@ -122,6 +131,10 @@ Expected<CostModel> makeCostModel(const PartitionOptions &opts);
 /// and the simulated step. Used by partitionGraph and by tests.
 Expected<PartitionEstimate> estimatePartition(const ChainModel &chain,
                                               const std::vector<Stage> &stages);
+
+/// A stage's per-micro-batch times as the simulator takes them (input and
+/// weight gradients apart).
+StageTimes timesOf(const StageEstimate &e);
 
 /// Places the graph's non-forward nodes: each on the stage of the forward
 /// node it belongs to (forwardOf), else on the stage of its first produced

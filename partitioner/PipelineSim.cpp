@@ -88,82 +88,59 @@ Expected<SimResult> simulate(const std::vector<SimProgram> &programs) {
   return r;
 }
 
-bool isScheduleName(const std::string &s) {
-  return s == "gpipe" || s == "1f1b" || s == "zbh1" || s == "zbh2";
-}
-
-unsigned scheduleWarmupForwards(const std::string &schedule, unsigned K, unsigned s, unsigned M) {
-  if (schedule == "1f1b" || schedule == "zbh1")
-    return std::min(K - s - 1, M);
-  if (schedule == "zbh2") // ZB-H2: K - s - 1 more, to fill the warm-up bubble
-    return std::min(2 * (K - s) - 2, M);
-  return M;
-}
-
-unsigned scheduleWeightGradDefer(const std::string &schedule, unsigned s) {
-  return schedule == "zbh1" || schedule == "zbh2" ? s : 0;
-}
-
-unsigned scheduleMicroBatchesInFlight(const std::string &schedule, unsigned K, unsigned s,
-                                      unsigned M) {
-  if (schedule == "gpipe" || !isScheduleName(schedule))
-    return M;
-  // The warm-up forwards and the one before each backward, plus the inputs
-  // of the weight gradients still deferred.
-  return std::min(scheduleWarmupForwards(schedule, K, s, M) + 1 +
-                      scheduleWeightGradDefer(schedule, s),
-                  M);
-}
-
-Expected<std::vector<SimProgram>> idealSchedule(const std::string &schedule, int M, bool training,
-                                                const std::vector<StageTimes> &t) {
-  const int K = static_cast<int>(t.size());
-  if (K < 1 || M < 1)
-    return errorf("a schedule needs at least one stage and one micro-batch (got K=", K, ", M=", M,
-                  ")");
-  // Stage times do not separate weight gradients from input gradients, so
-  // zbh1 and zbh2 are simulated without deferring them here; the report
-  // simulates the emitted programs, where W has its own time.
-  if (!isScheduleName(schedule) && schedule != "single")
-    return errorf("unknown schedule '", schedule, "' (gpipe, 1f1b, zbh1, zbh2)");
-  // Tags: 0 activations (forward), 1 gradients (backward).
-  std::vector<SimProgram> progs(static_cast<size_t>(K));
-  for (int s = 0; s < K; ++s) {
-    SimProgram &p = progs[static_cast<size_t>(s)];
-    const StageTimes &st = t[static_cast<size_t>(s)];
-    auto fwd = [&](int mb) {
-      if (s > 0)
-        p.push_back({SimOp::Recv, mb, 0, s - 1, 0});
-      p.push_back({SimOp::Forward, mb, st.forward, -1, 0});
-      if (s + 1 < K)
-        p.push_back({SimOp::Send, mb, st.sendForward, s + 1, 0});
-    };
-    auto bwd = [&](int mb) {
-      if (s + 1 < K)
-        p.push_back({SimOp::Recv, mb, 0, s + 1, 1});
-      if (st.recompute > 0)
-        p.push_back({SimOp::Recompute, mb, st.recompute, -1, 0});
-      p.push_back({SimOp::Backward, mb, st.backward, -1, 0});
-      if (s > 0)
-        p.push_back({SimOp::Send, mb, st.sendBackward, s - 1, 1});
-    };
-    if (!training) {
-      for (int mb = 0; mb < M; ++mb)
-        fwd(mb);
-      continue;
+Expected<std::vector<SimProgram>> idealSchedule(const pipeline::Schedule &schedule, int M,
+                                                bool training, const std::vector<StageTimes> &t) {
+  const unsigned per = schedule.stagesPerDevice();
+  if (t.empty() || t.size() % per != 0 || M < 1)
+    return errorf("the ", schedule.name(), " schedule needs a multiple of ", per,
+                  " stages and at least one micro-batch (got ", t.size(), " stages, M=", M, ")");
+  const unsigned K = static_cast<unsigned>(t.size()) / per;
+  const unsigned S = static_cast<unsigned>(t.size());
+  PIPEC_ASSIGN(pipeline::Slots slots, schedule.build(K, static_cast<unsigned>(M), training));
+  // Tags: 2s activations into stage s, 2s + 1 gradients into stage s.
+  std::vector<SimProgram> progs(K);
+  for (unsigned d = 0; d < K; ++d) {
+    SimProgram &p = progs[d];
+    const int self = static_cast<int>(d);
+    auto deviceOf = [&](unsigned s) { return static_cast<int>(schedule.deviceOf(s, K)); };
+    for (const pipeline::Slot &slot : slots[d]) {
+      const unsigned s = slot.stage;
+      const int mb = static_cast<int>(slot.microBatch);
+      const StageTimes &st = t[s];
+      switch (slot.work) {
+      case pipeline::Work::Forward:
+        if (s > 0 && deviceOf(s - 1) != self)
+          p.push_back({SimOp::Recv, mb, 0, deviceOf(s - 1), 2 * int64_t{s}});
+        p.push_back({SimOp::Forward, mb, st.forward, -1, 0});
+        if (s + 1 < S && deviceOf(s + 1) != self)
+          p.push_back({SimOp::Send, mb, st.sendForward, deviceOf(s + 1), 2 * int64_t{s} + 2});
+        break;
+      case pipeline::Work::Recompute:
+        if (st.recompute > 0)
+          p.push_back({SimOp::Recompute, mb, st.recompute, -1, 0});
+        break;
+      case pipeline::Work::Backward:
+        if (s + 1 < S && deviceOf(s + 1) != self)
+          p.push_back({SimOp::Recv, mb, 0, deviceOf(s + 1), 2 * int64_t{s} + 1});
+        p.push_back({SimOp::Backward, mb, st.backward, -1, 0});
+        if (s > 0 && deviceOf(s - 1) != self)
+          p.push_back({SimOp::Send, mb, st.sendBackward, deviceOf(s - 1), 2 * int64_t{s} - 1});
+        break;
+      case pipeline::Work::WeightGrad:
+        if (st.weightGrad > 0)
+          p.push_back({SimOp::WeightGrad, mb, st.weightGrad, -1, 0});
+        break;
+      case pipeline::Work::Optimizer: {
+        double opt = 0;
+        for (unsigned s2 = 0; s2 < S; ++s2)
+          if (deviceOf(s2) == self)
+            opt += t[s2].optimizer;
+        if (opt > 0)
+          p.push_back({SimOp::Optimizer, 0, opt, -1, 0});
+        break;
+      }
+      }
     }
-    const int warm = static_cast<int>(scheduleWarmupForwards(
-        schedule, static_cast<unsigned>(K), static_cast<unsigned>(s), static_cast<unsigned>(M)));
-    for (int mb = 0; mb < warm; ++mb)
-      fwd(mb);
-    for (int i = 0; i + warm < M; ++i) {
-      fwd(warm + i);
-      bwd(i);
-    }
-    for (int mb = M - warm; mb < M; ++mb)
-      bwd(mb);
-    if (st.optimizer > 0)
-      p.push_back({SimOp::Optimizer, 0, st.optimizer, -1, 0});
   }
   return progs;
 }

@@ -7,12 +7,13 @@
 // fraction and the timeline the report draws (GPipe's figure 2). A schedule
 // whose RECVs can never be satisfied is reported as a deadlock.
 //
-// idealSchedule() writes the programs of GPipe and 1F1B (PipeDream-Flush)
-// from per-stage times, for estimating a partition before codegen runs.
+// idealSchedule() writes the programs of any pipeline schedule from
+// per-stage times, for estimating a partition before codegen runs.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "pipeline/Schedule.h"
 #include "support/Error.h"
 
 #include <cstdint>
@@ -54,33 +55,23 @@ Expected<SimResult> simulate(const std::vector<SimProgram> &programs);
 
 /// Per-stage, per-micro-batch times for idealSchedule.
 struct StageTimes {
-  double forward = 0, backward = 0, recompute = 0;
+  double forward = 0;
+  double backward = 0;   ///< input gradients (B), or all of the backward if weightGrad is 0
+  double weightGrad = 0; ///< weight gradients (W)
+  double recompute = 0;
   double sendForward = 0;  ///< activations to the next stage
   double sendBackward = 0; ///< gradients to the previous stage
   double optimizer = 0;    ///< once per step
 };
 
-/// The shapes of the pipeline schedules (codegen/Schedule.h builds them),
-/// shared by the cost model, the simulator and codegen:
-///   scheduleWarmupForwards: forwards stage s runs before its first backward
-///     in a 1F1B-like schedule: 1f1b and zbh1 min(K - s - 1, M), zbh2
-///     min(2(K - s) - 2, M), gpipe M;
-///   scheduleWeightGradDefer: zbh1 and zbh2 run W(mb) after B(mb + s), the
-///     others right after B(mb);
-///   scheduleMicroBatchesInFlight: micro-batches whose activations (or
-///     weight-gradient inputs) stage s holds at most at once.
-bool isScheduleName(const std::string &schedule);
-unsigned scheduleWarmupForwards(const std::string &schedule, unsigned K, unsigned s, unsigned M);
-unsigned scheduleWeightGradDefer(const std::string &schedule, unsigned s);
-unsigned scheduleMicroBatchesInFlight(const std::string &schedule, unsigned K, unsigned s,
-                                      unsigned M);
-
-/// Programs of `schedule` (gpipe, 1f1b, zbh1, zbh2; "single" for one stage)
-/// for K = times.size() stages and M micro-batches, forwards and then
-/// backwards in the order scheduleWarmupForwards gives. Inference runs
-/// forwards only.
-Expected<std::vector<SimProgram>> idealSchedule(const std::string &schedule, int microBatches,
-                                                bool training,
+/// The programs `schedule` runs (pipeline/Schedule.h builds its slots) for
+/// times.size() stages on times.size() / stagesPerDevice() devices and M
+/// micro-batches: a RECV before a slot whose stage's input comes from
+/// another device, a SEND after it; consecutive stages on one device (the
+/// turn of zbv's V) pass their tensors in memory. Inference runs forwards
+/// only; the optimizer runs once per device, for all its stages.
+Expected<std::vector<SimProgram>> idealSchedule(const pipeline::Schedule &schedule,
+                                                int microBatches, bool training,
                                                 const std::vector<StageTimes> &times);
 
 } // namespace pipec::partitioner

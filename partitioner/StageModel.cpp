@@ -1,7 +1,6 @@
 //===- partitioner/StageModel.cpp - Time and memory of a stage ------------===//
 #include "partitioner/StageModel.h"
 
-#include "partitioner/PipelineSim.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -133,6 +132,8 @@ Expected<ChainModel> ChainModel::build(const ir::Graph &g, std::vector<const ir:
     case ir::Phase::WeightGrad:
     case ir::Phase::Recompute:
       (n->phase() == ir::Phase::Recompute ? c.rec : c.bwd) += t;
+      if (n->phase() == ir::Phase::WeightGrad)
+        c.wgt += t;
       if (n->phase() != ir::Phase::Recompute)
         c.bwdFlops += flops;
       for (const ir::Value *v : n->inputs())
@@ -186,6 +187,7 @@ void ChainModel::Sweep::push() {
   const int a = static_cast<int>(begin_), i = static_cast<int>(end_);
   fwd_ += c.fwd;
   bwd_ += c.bwd + c.rec;
+  wgt_ += c.wgt;
   opt_ += c.opt;
   if (!c.expensive)
     cheapFwd_ += c.fwd;
@@ -249,6 +251,7 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   e.end = end_;
   e.forwardTime = fwd_;
   e.backwardTime = o.training ? bwd_ : 0;
+  e.weightGradTime = o.training ? wgt_ : 0;
   e.optimizerTime = opt_ + (o.training ? params_ * o.optimizerSecondsPerParameter +
                                              collected_ * o.accumulateSecondsPerParameter
                                        : 0);
@@ -266,9 +269,10 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   if (o.training) {
     mem.gradients = paramBytes_;
     mem.optimizerState = paramBytes_ * o.optimizerStates;
-    e.inFlight = static_cast<int>(scheduleMicroBatchesInFlight(
-        o.schedule, static_cast<unsigned>(numStages), static_cast<unsigned>(stage),
-        static_cast<unsigned>(o.microBatches)));
+    const std::vector<unsigned> &inFlight = m_.inFlight(numStages);
+    e.inFlight = stage >= 0 && static_cast<size_t>(stage) < inFlight.size()
+                     ? static_cast<int>(inFlight[static_cast<size_t>(stage)])
+                     : o.microBatches;
   }
   const double inflight = e.inFlight;
   auto activations = [&](const std::string &policy) {
@@ -302,16 +306,33 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   e.recompute = policy;
   mem.activations = activations(policy);
   e.recomputeTime = recomputeTime(policy);
-  if (numStages > 1) {
+  if (numStages > static_cast<int>(o.schedule.stagesPerDevice())) {
     // Every device computes while the others do: each kernel takes the
     // profile's measured two-core time.
     const double f = m_.cost_.profile.concurrentSlowdown;
     e.forwardTime *= f;
     e.backwardTime *= f;
+    e.weightGradTime *= f;
     e.recomputeTime *= f;
     e.optimizerTime *= f;
   }
   return e;
+}
+
+const std::vector<unsigned> &ChainModel::inFlight(int numStages) const {
+  if (auto it = inFlight_.find(numStages); it != inFlight_.end())
+    return it->second;
+  // A stage count the schedule cannot run (checked by the partitioner
+  // before it cuts) keeps every micro-batch in flight.
+  const unsigned per = opts_.schedule.stagesPerDevice();
+  std::vector<unsigned> v(static_cast<size_t>(std::max(numStages, 0)),
+                          static_cast<unsigned>(std::max(opts_.microBatches, 1)));
+  if (numStages > 0 && numStages % static_cast<int>(per) == 0)
+    if (auto f = opts_.schedule.microBatchesInFlight(static_cast<unsigned>(numStages) / per,
+                                                     static_cast<unsigned>(opts_.microBatches),
+                                                     opts_.training))
+      v = f.take();
+  return inFlight_.emplace(numStages, std::move(v)).first->second;
 }
 
 StageEstimate ChainModel::evaluate(size_t begin, size_t end, int stage, int numStages) const {

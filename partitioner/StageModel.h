@@ -13,7 +13,8 @@
 //   gradients     one accumulator per parameter (training)
 //   optimizer     the optimizer's state tensors per parameter (adam 2, ...)
 //   activations   forward values its backward reads, times the micro-batches
-//                 in flight (GPipe M, 1F1B min(K - s, M)); with recompute
+//                 in flight, counted from the schedule's slots
+//                 (pipeline/Schedule.h: GPipe M, 1F1B min(K - s, M)); with recompute
 //                 "full" only the stage inputs are kept per micro-batch, plus
 //                 one micro-batch's activations while it is recomputed;
 //                 "selective" keeps the outputs of FLOP-heavy ops (MatMul,
@@ -27,9 +28,11 @@
 
 #include "ir/IR.h"
 #include "partitioner/CostModel.h"
+#include "pipeline/Schedule.h"
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -48,6 +51,8 @@ struct StageEstimate {
   size_t begin = 0, end = 0;
   /// Seconds per micro-batch.
   double forwardTime = 0, backwardTime = 0, recomputeTime = 0;
+  /// Of backwardTime, the weight gradients (W; zbh1, zbh2 and zbv defer them).
+  double weightGradTime = 0;
   /// Seconds per micro-batch moving activations onward and gradients back.
   double sendForwardTime = 0, sendBackwardTime = 0;
   double optimizerTime = 0; ///< once per step
@@ -67,7 +72,7 @@ struct StageEstimate {
 struct ChainOptions {
   bool training = false;
   int microBatches = 1;
-  std::string schedule = "gpipe";
+  pipeline::Schedule schedule;
   std::string recompute = "none"; ///< none, full, selective, auto
   int optimizerStates = 0;
   /// Seconds per trained parameter element per step: the optimizer step
@@ -89,7 +94,8 @@ public:
   size_t size() const { return nodes_.size(); }
   const ChainOptions &options() const { return opts_; }
   const CostModel &cost() const { return cost_; }
-  /// Stage [begin, end) as stage `stage` of `numStages`.
+  /// Stage [begin, end) as stage `stage` of `numStages` (numStages /
+  /// schedule.stagesPerDevice() devices).
   StageEstimate evaluate(size_t begin, size_t end, int stage, int numStages) const;
 
   /// Grows the stage [begin, end) one node at a time.
@@ -108,7 +114,7 @@ public:
     const ChainModel &m_;
     size_t begin_, end_;
     int tag_;
-    double fwd_ = 0, bwd_ = 0, opt_ = 0, cheapFwd_ = 0, fwdFlops_ = 0, bwdFlops_ = 0;
+    double fwd_ = 0, bwd_ = 0, wgt_ = 0, opt_ = 0, cheapFwd_ = 0, fwdFlops_ = 0, bwdFlops_ = 0;
     double weights_ = 0, params_ = 0, collected_ = 0, paramBytes_ = 0;
     double out_ = 0, in_ = 0, stash_ = 0, keptStash_ = 0, stageInputs_ = 0, workspace_ = 0;
     /// Selective: kept values only the recomputed nodes read.
@@ -123,7 +129,7 @@ private:
     int producer; ///< chain index of the producing forward node; -1 outside the chain
   };
   struct ChainNode {
-    double fwd = 0, bwd = 0, rec = 0, opt = 0, fwdFlops = 0, bwdFlops = 0, workspace = 0;
+    double fwd = 0, bwd = 0, wgt = 0, rec = 0, opt = 0, fwdFlops = 0, bwdFlops = 0, workspace = 0;
     bool expensive = false;
     std::vector<Use> constants;  ///< producer: 1 if a parameter, else 0
     std::vector<Use> produced;   ///< producer: last forward use index, -1 none
@@ -146,6 +152,10 @@ private:
   // time per model).
   mutable std::vector<int> seenConst_, seenIn_, seenStash_, seenInput_, seenChain_;
   mutable int nextTag_ = 0;
+  /// Micro-batches in flight per stage, by stage count (the schedule's
+  /// slots, built once per count).
+  const std::vector<unsigned> &inFlight(int numStages) const;
+  mutable std::map<int, std::vector<unsigned>> inFlight_;
 };
 
 /// One of "none", "full", "selective", "auto".

@@ -1,6 +1,8 @@
 //===- runtime/plan/ScheduleCheck.cpp - Proving a plan's programs ---------===//
 #include "runtime/plan/ScheduleCheck.h"
 
+#include "pipeline/Schedule.h"
+
 #include "support/DenseIds.h"
 #include "support/DisjointSets.h"
 #include "support/Parallel.h"
@@ -313,6 +315,9 @@ Status checkGradients(const Plan &p) {
   for (int i = 0; i < p.training().params_size(); ++i)
     gradOf[p.training().params(i).grad()] = i;
   std::vector<uint32_t> writes(static_cast<size_t>(p.training().params_size()) * M, 0);
+  // The last micro-batch whose gradient each parameter got: gradients
+  // accumulate in ascending micro-batch order, whatever K and the schedule.
+  std::vector<int64_t> last(static_cast<size_t>(p.training().params_size()), -1);
   for (const Device &dev : p.devices())
     for (const Instruction &ins : dev.program()) {
       if (ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV ||
@@ -325,6 +330,13 @@ Status checkGradients(const Plan &p) {
               return errorf("schedule: gradient '", p.tensors(t).name(), "' is computed by a ",
                             Instruction::Kind_Name(ins.kind()), " instruction");
             ++writes[static_cast<size_t>(gradOf[t]) * M + ins.micro_batch()];
+            int64_t &prev = last[static_cast<size_t>(gradOf[t])];
+            if (static_cast<int64_t>(ins.micro_batch()) < prev)
+              return errorf("schedule: the gradient of '",
+                            p.tensors(p.training().params(gradOf[t]).weight()).name(),
+                            "' is computed for micro-batch ", ins.micro_batch(), " after micro-batch ",
+                            prev, " (gradients accumulate in ascending micro-batch order)");
+            prev = ins.micro_batch();
           }
     }
   for (int i = 0; i < p.training().params_size(); ++i)
@@ -338,6 +350,17 @@ Status checkGradients(const Plan &p) {
 } // namespace
 
 Status checkSchedule(const Plan &p) {
+  // A named schedule must be one pipec knows, with its stages per device
+  // (hand-written plans may leave it empty).
+  if (!p.pipeline().schedule().empty()) {
+    const unsigned per = std::max(p.pipeline().stages_per_device(), 1u);
+    PIPEC_ASSIGN(pipeline::Schedule s,
+                 pipeline::Schedule::parse(p.pipeline().schedule(),
+                                           p.pipeline().schedule() == "interleaved" ? per : 0));
+    if (s.stagesPerDevice() != per)
+      return errorf("schedule: the ", s.name(), " schedule runs ", s.stagesPerDevice(),
+                    " stage(s) per device, the plan says ", per);
+  }
   for (int d = 0; d < p.devices_size(); ++d) {
     std::vector<char> computed(static_cast<size_t>(p.tensors_size()), 0);
     for (const Node &n : p.devices(d).nodes())

@@ -3,6 +3,10 @@
 // The schedule validator, run by pipec on every plan it emits and by the
 // runtime on every plan it loads. It proves, by looking only at the plan:
 //
+//  - the schedule: a named one is pipeline/Schedule.h's, with its stages
+//    per device; each parameter's gradient is computed in ascending
+//    micro-batch order (what keeps training independent of K and the
+//    schedule);
 //  - pairing: every SEND of (tensor, micro-batch) from device a to b has
 //    exactly one RECV of the same tensor and micro-batch on b from a, and
 //    the reverse; a device never receives a tensor it also computes;

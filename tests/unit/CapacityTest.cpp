@@ -89,7 +89,7 @@ TEST(Capacity, ExtrapolationMatchesDirectEvaluation) {
   for (Case c : {Case{"gpipe", "full", 22}, Case{"1f1b", "none", 44}, Case{"1f1b", "full", 30}}) {
     const char *schedule = c.schedule;
     CapacityQuery q = query("Pipeline-3", 3, 4, 2, c.recompute);
-    q.schedule = schedule;
+    q.schedule = pipeline::Schedule::parse(schedule).take();
     q.memoryBudget = c.mib * (1 << 20);
     auto r = maxTrainableBlocks(f, q);
     ASSERT_TRUE(r.isOk()) << r.status().message();

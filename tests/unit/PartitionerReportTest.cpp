@@ -25,9 +25,9 @@ Expected<codegen::Compiled> compileSample(const std::string &model, int K, int M
   PIPEC_ASSIGN(auto g, frontend::importOnnxFile(joinPath(PIPEC_BINARY_DIR, "samples/" + model), io));
   codegen::CompileOptions co;
   co.partition.numStages = K;
-  co.partition.schedule = "gpipe";
+  co.partition.schedule = pipeline::Schedule::parse("gpipe").take();
   co.partition.profile = profile;
-  co.emit.schedule = "gpipe";
+  co.emit.schedule = pipeline::Schedule::parse("gpipe").take();
   co.emit.microBatches = M;
   co.emit.training = train;
   auto c = codegen::compileGraph(*g, co);

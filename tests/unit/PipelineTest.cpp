@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
-#include "codegen/Schedule.h"
+#include "pipeline/Schedule.h"
 #include "frontend/OnnxImporter.h"
 #include "runtime/DeviceThreads.h"
 #include "runtime/Session.h"
@@ -63,6 +63,7 @@ struct Config {
   int K = 1;
   int M = 4;
   std::string schedule = "1f1b";
+  unsigned virtualStages = 0; ///< interleaved's v
   bool train = true;
   std::string recompute = "none";
 };
@@ -73,13 +74,17 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   io.batch = b;
   auto g = frontend::importOnnxFile(samplePath(model), io);
   EXPECT_TRUE(g.isOk()) << g.status().message();
+  auto schedule = pipeline::Schedule::parse(c.schedule, c.virtualStages);
+  EXPECT_TRUE(schedule.isOk()) << schedule.status().message();
+  if (!schedule.isOk())
+    return "";
   codegen::CompileOptions co;
   co.partition.numStages = c.K;
-  co.partition.schedule = c.schedule;
+  co.partition.schedule = *schedule;
   co.partition.training = c.train;
   co.partition.recompute = c.recompute;
   co.emit.microBatches = c.M;
-  co.emit.schedule = c.schedule;
+  co.emit.schedule = *schedule;
   co.emit.training = c.train;
   co.train.optimizer = "adam";
   co.train.lr = 1e-3;
@@ -88,8 +93,8 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   if (!compiled.isOk())
     return "";
   EXPECT_EQ(compiled->plan.plan.devices_size(), c.K);
-  std::string dir = tempDir(cat(model, "-k", c.K, "-m", c.M, "-", c.schedule, c.train ? "-t" : "",
-                                "-", c.recompute));
+  std::string dir = tempDir(cat(model, "-k", c.K, "-m", c.M, "-", c.schedule, c.virtualStages,
+                                c.train ? "-t" : "", "-", c.recompute));
   Status s = codegen::writePlanDirectory(dir, compiled->plan);
   EXPECT_TRUE(s.isOk()) << s.message();
   return dir;
@@ -191,13 +196,19 @@ TEST(Pipeline, TrainingIsBitwiseIndependentOfStagesAndSchedule) {
     RunResult ref = run(compile(m.name, m.microBatch, base), m.steps, true);
     ASSERT_FALSE(ref.weights.empty()) << m.name;
     for (int K : {2, 4})
-      for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2"}) {
+      for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2", "interleaved", "zbv"}) {
         Config c;
         c.K = K;
         c.schedule = schedule;
-        std::string what = cat(m.name, " K=", K, " ", schedule);
-        RunResult got = run(compile(m.name, m.microBatch, c), m.steps, true);
-        expectSame(ref, got, what);
+        // Interleaved: v = 2 on K = 2 and 4, v = 3 on K = 2.
+        for (unsigned v : {0u, 3u}) {
+          if (v == 3 && (c.schedule != "interleaved" || K != 2))
+            continue;
+          c.virtualStages = v;
+          std::string what = cat(m.name, " K=", K, " ", schedule, v ? cat(" v=", v) : "");
+          RunResult got = run(compile(m.name, m.microBatch, c), m.steps, true);
+          expectSame(ref, got, what);
+        }
       }
   }
 }
@@ -281,6 +292,15 @@ TEST(Pipeline, InferenceIsBitwiseIndependentOfStages) {
       Config c = base;
       c.K = K;
       expectSame(ref, run(compile(m.name, m.microBatch, c), m.steps, false), cat(m.name, " K=", K));
+      // Two stages per device (the inference MLP has 7 nodes: K = 2).
+      for (const char *schedule : {"interleaved", "zbv"}) {
+        if (K > 2)
+          break;
+        c.schedule = schedule;
+        expectSame(ref, run(compile(m.name, m.microBatch, c), m.steps, false),
+                   cat(m.name, " K=", K, " ", schedule));
+      }
+      c.schedule = base.schedule;
     }
   }
 }
@@ -289,9 +309,10 @@ TEST(Pipeline, FewerMicroBatchesThanStagesCompletes) {
   Config c;
   c.K = 4;
   c.M = 1;
-  for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2"}) {
+  for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2", "zbv"}) {
     c.schedule = schedule;
     Config base = c;
+    base.schedule = "1f1b";
     base.K = 1;
     expectSame(run(compile("mlp-train", 4, base), 3, true), run(compile("mlp-train", 4, c), 3, true),
                cat("M=1 K=4 ", schedule));
@@ -416,6 +437,26 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
       }
     expectRejected(p, "view node");
   }
+  { // Weight gradients out of micro-batch order: the last device's W of
+    // micro-batches 2 and 3 swapped.
+    plan::Plan p = good;
+    plan::Device *d = p.mutable_devices(1);
+    std::vector<int> w;
+    for (int i = 0; i < d->program_size(); ++i)
+      if (d->program(i).kind() == plan::Instruction::WEIGHT_GRAD && d->program(i).micro_batch() >= 2)
+        w.push_back(i);
+    ASSERT_EQ(w.size(), 2u);
+    d->mutable_program()->SwapElements(w[0], w[1]);
+    expectRejected(p, "ascending micro-batch order");
+  }
+  { // A schedule pipec does not know, and one with the wrong stage count.
+    plan::Plan p = good;
+    p.mutable_pipeline()->set_schedule("2f2b");
+    expectRejected(p, "unknown pipeline schedule");
+    p = good;
+    p.mutable_pipeline()->set_stages_per_device(2);
+    expectRejected(p, "stage(s) per device");
+  }
 }
 
 TEST(Pipeline, OneFOneBHoldsLessOnTheFirstStageThanGPipe) {
@@ -480,9 +521,9 @@ TEST(Pipeline, TiedWeightsAndLongSkipConnections) {
     codegen::CompileOptions co;
     co.emit.training = true;
     co.emit.microBatches = 2;
-    co.emit.schedule = schedule;
+    co.emit.schedule = pipeline::Schedule::parse(schedule).take();
     co.partition.numStages = K;
-    co.partition.schedule = schedule;
+    co.partition.schedule = co.emit.schedule;
     co.partition.training = true;
     co.train.optimizer = "adam:lr=0.01";
     co.train.lossOutput = "l";
@@ -500,7 +541,7 @@ TEST(Pipeline, TiedWeightsAndLongSkipConnections) {
     RunResult ref = run(build(1, "1f1b", clip), 8, true);
     ASSERT_FALSE(ref.weights.empty());
     for (int K : {2, 3, 5})
-      for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2"})
+      for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2", "zbv"})
         expectSame(ref, run(build(K, schedule, clip), 8, true),
                    cat("tied K=", K, " ", schedule, " clip ", clip));
   }
@@ -620,39 +661,3 @@ TEST(Pipeline, UsableCoresFollowTheAffinityMask) {
   ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
-// ZB-H1: stage i runs W(mb) after B(mb + i); stage 0 is 1F1B; every stage
-// runs B and W in ascending micro-batch order.
-TEST(Pipeline, ZeroBubbleH1DefersWeightGradientsOnLaterStages) {
-  auto str = [](const std::vector<codegen::Slot> &v) {
-    std::string out;
-    for (const codegen::Slot &s : v) {
-      if (s.work == codegen::Work::Recompute)
-        continue;
-      const char *k = s.work == codegen::Work::Forward    ? "F"
-                      : s.work == codegen::Work::Backward ? "B"
-                      : s.work == codegen::Work::WeightGrad ? "W"
-                                                            : "O";
-      out += cat(out.empty() ? "" : " ", k, s.work == codegen::Work::Optimizer ? "" : cat(s.microBatch));
-    }
-    return out;
-  };
-  auto zb = codegen::buildSchedule("zbh1", 3, 4, true);
-  auto one = codegen::buildSchedule("1f1b", 3, 4, true);
-  ASSERT_TRUE(zb.isOk() && one.isOk());
-  EXPECT_EQ(str((*zb)[0]), str((*one)[0]));
-  EXPECT_EQ(str((*zb)[1]), "F0 F1 B0 F2 B1 W0 F3 B2 W1 B3 W2 W3 O");
-  EXPECT_EQ(str((*zb)[2]), "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3 O");
-  EXPECT_EQ(codegen::microBatchesInFlight("zbh1", 3, 2, 4), 3u);
-  EXPECT_EQ(codegen::microBatchesInFlight("1f1b", 3, 2, 4), 1u);
-  // ZB-H2's warm-up: stage i runs 2(K-i)-2 forwards before its first
-  // backward (4, 2, 0 for K=3), weight gradients deferred as in ZB-H1.
-  auto h2 = codegen::buildSchedule("zbh2", 3, 6, true);
-  ASSERT_TRUE(h2.isOk());
-  EXPECT_EQ(str((*h2)[0]), "F0 F1 F2 F3 F4 B0 W0 F5 B1 W1 B2 W2 B3 W3 B4 W4 B5 W5 O");
-  EXPECT_EQ(str((*h2)[1]), "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 B4 W3 B5 W4 W5 O");
-  EXPECT_EQ(str((*h2)[2]), "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 F4 B4 W2 F5 B5 W3 W4 W5 O");
-  EXPECT_EQ(codegen::microBatchesInFlight("zbh2", 3, 0, 6), 5u);
-  EXPECT_EQ(codegen::microBatchesInFlight("zbh2", 3, 1, 6), 4u);
-  EXPECT_EQ(codegen::microBatchesInFlight("zbh2", 3, 2, 6), 3u);
-  EXPECT_EQ(codegen::microBatchesInFlight("zbh2", 3, 0, 2), 2u);
-}

@@ -40,13 +40,15 @@ struct Options {
 
 std::vector<partitioner::CapacityQuery> configurations(const Options &o, double budget) {
   std::vector<partitioner::CapacityQuery> qs;
+  // Checked in main.
+  const pipeline::Schedule schedule = pipeline::Schedule::parse(o.schedule).take();
   auto add = [&](std::string label, int K, int M, int64_t B, std::string rec) {
     partitioner::CapacityQuery q;
     q.label = std::move(label);
     q.numStages = K;
     q.microBatches = M;
     q.microBatchSize = B;
-    q.schedule = o.schedule;
+    q.schedule = schedule;
     q.recompute = std::move(rec);
     q.optimizerStates = o.optimizerStates;
     q.profile = o.profile;
@@ -103,6 +105,7 @@ Status run(const Options &o) {
   }
   if (o.maxDevices < 1)
     return errorf("--max-devices must be at least 1 (got ", o.maxDevices, ")");
+  PIPEC_TRY(pipeline::Schedule::parse(o.schedule).status());
   partitioner::LayerFamily f = capacity::gptFamily(o.gpt);
   PIPEC_ASSIGN(std::vector<partitioner::CapacityResult> rs,
                partitioner::maxTrainableBlocks(f, configurations(o, budget)));
@@ -135,7 +138,10 @@ int main(int argc, char **argv) {
   app.add_option("-m,--micro-batches", o.microBatches,
                  "micro-batches M (Naive-1 runs the M x B mini-batch at once)")
       ->capture_default_str();
-  app.add_option("--schedule", o.schedule, "gpipe or 1f1b")->capture_default_str();
+  app.add_option("--schedule", o.schedule,
+                 "pipeline schedule with one stage per device: gpipe (the default: the schedule "
+                 "of GPipe's table this tool reproduces), 1f1b, zbh1 or zbh2")
+      ->capture_default_str();
   app.add_option("--optimizer-states", o.optimizerStates,
                  "state tensors per parameter (adam 2)")
       ->capture_default_str();

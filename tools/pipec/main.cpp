@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
 #include "codegen/Report.h"
-#include "codegen/Schedule.h"
+#include "pipeline/Schedule.h"
 #include "frontend/OnnxExport.h"
 #include "frontend/OnnxImporter.h"
 #include "frontend/OnnxProto.h"
@@ -47,6 +47,7 @@ struct Options {
   int microBatches = 1;
   int dataParallel = 1;
   std::string schedule = "1f1b";
+  unsigned virtualStages = 0;
   int64_t batch = 0;
   std::vector<std::string> dims;
   std::vector<std::string> freeze;
@@ -270,13 +271,9 @@ Status compile(const Options &o, const std::string &commandLine) {
   if (trainFlags && !o.train)
     return errorf("--loss, --loss-output, --optimizer, --lr, --lr-schedule and --clip-grad-norm "
                   "need --train");
-  const std::vector<std::string> &schedules = codegen::scheduleNames();
-  if (std::find(schedules.begin(), schedules.end(), o.schedule) == schedules.end()) {
-    std::string known;
-    for (size_t i = 0; i < schedules.size(); ++i)
-      known += (i == 0 ? "" : i + 1 == schedules.size() ? " or " : ", ") + schedules[i];
-    return errorf("--schedule must be ", known, " (got '", o.schedule, "')");
-  }
+  auto schedule = pipeline::Schedule::parse(o.schedule, o.virtualStages);
+  if (!schedule)
+    return schedule.status();
   if (o.microBatches < 1)
     return errorf("-m/--micro-batches must be at least 1 (got ", o.microBatches, ")");
   if (o.stages < 1)
@@ -335,7 +332,7 @@ Status compile(const Options &o, const std::string &commandLine) {
   if (!o.opTimes.empty()) {
     PIPEC_ASSIGN(co.partition.opTimes, partitioner::loadOpTimes(o.opTimes));
   }
-  co.emit.schedule = o.schedule;
+  co.emit.schedule = *schedule;
   co.emit.microBatches = o.microBatches;
   co.emit.dataParallel = o.dataParallel;
   co.emit.training = o.train;
@@ -433,7 +430,9 @@ int main(int argc, char **argv) {
                            std::to_string(PIPEC_PLAN_FORMAT_VERSION) + ")");
   app.add_option("model", o.model, "ONNX model (.onnx) or pipec IR text (.pir)");
   app.add_option("-o,--output", o.output, "plan directory to write");
-  app.add_option("-k,--stages", o.stages, "number of pipeline stages K (one device each)");
+  app.add_option("-k,--stages", o.stages,
+                 "number of devices K of the pipeline (one stage each, or --virtual-stages "
+                 "of them under the interleaved schedule, two under zbv)");
   app.add_option("--data-parallel", o.dataParallel,
                  "replicas D of the pipeline (data parallelism): D x K devices, D x M micro-batches a "
                  "step, each gradient summed over the replicas in replica order (default 1)");
@@ -443,7 +442,12 @@ int main(int argc, char **argv) {
                  "(PipeDream-Flush: one forward, one backward; default), zbh1 (1F1B whose "
                  "later stages defer weight gradients: a shorter drain) or zbh2 (zbh1 with "
                  "K - i - 1 more warm-up forwards on stage i: more memory, a stage slowed "
-                 "for a moment stalls the next less)");
+                 "for a moment stalls the next less), interleaved (interleaved 1F1B: "
+                 "--virtual-stages v stages per device, round robin, bubble (K-1)/(vM); M a "
+                 "multiple of K) or zbv (zero-bubble V: two stages per device in a V, weight "
+                 "gradients deferred, 1F1B's activation memory)");
+  app.add_option("--virtual-stages", o.virtualStages,
+                 "stages per device v of the interleaved schedule (default 2)");
   app.add_option("-b,--batch", o.batch,
                  "bind the leading symbolic dimension of every input (the micro-batch size)");
   app.add_option("--dim", o.dims, "bind a symbolic dimension: name=value (repeatable)");

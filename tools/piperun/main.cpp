@@ -362,16 +362,20 @@ Status saveModel(const runtime::Session &session, const std::string &planDir, co
 
 /// Each device's instruction stream, one line per device: F/R/B/W with the
 /// micro-batch, sends (>) and receives (<) with the peer, the optimizer.
+/// One line per device: F0 B0 W0 ... (F0.2: micro-batch 0 of stage 2, on
+/// devices that run several stages), >PEER:TENSOR#MB sends, <PEER:... receives.
 void printPrograms(const plan::Plan &p) {
+  const bool stages = p.pipeline().stages_per_device() > 1;
   for (const plan::Device &d : p.devices()) {
     std::string line;
     for (const plan::Instruction &ins : d.program()) {
       const unsigned mb = ins.micro_batch();
+      const std::string at = stages ? cat(mb, ".", ins.stage()) : cat(mb);
       switch (ins.kind()) {
-      case plan::Instruction::FORWARD: line += cat(" F", mb); break;
-      case plan::Instruction::RECOMPUTE: line += cat(" R", mb); break;
-      case plan::Instruction::BACKWARD: line += cat(" B", mb); break;
-      case plan::Instruction::WEIGHT_GRAD: line += cat(" W", mb); break;
+      case plan::Instruction::FORWARD: line += " F" + at; break;
+      case plan::Instruction::RECOMPUTE: line += " R" + at; break;
+      case plan::Instruction::BACKWARD: line += " B" + at; break;
+      case plan::Instruction::WEIGHT_GRAD: line += " W" + at; break;
       case plan::Instruction::OPTIMIZER: line += " OPT"; break;
       case plan::Instruction::SEND: line += cat(" >", ins.peer(), ":", p.tensors(ins.tensor()).name(), "#", mb); break;
       case plan::Instruction::RECV: line += cat(" <", ins.peer(), ":", p.tensors(ins.tensor()).name(), "#", mb); break;

@@ -1,0 +1,120 @@
+//===- pipeline/Schedule.h - Pipeline schedules, one concept ----*- C++ -*-===//
+//
+// A pipeline schedule says, per device, the order in which the device runs
+// its work for each micro-batch and each stage it holds: forward F(mb),
+// recompute R(mb), input gradients B(mb), weight gradients W(mb), and the
+// optimizer step at the end. It is data (Slot lists), built here once and
+// read by everything that needs the schedule's shape:
+//   - the simulator (partitioner/PipelineSim.h) times the slots;
+//   - the memory model (partitioner/StageModel.h) takes each stage's
+//     micro-batches in flight from the slots (microBatchesInFlight);
+//   - the plan emitter (codegen/PlanEmitter.h) turns slots into
+//     instructions, with the sends and receives the cut tensors need;
+//   - the validator (runtime/plan/ScheduleCheck.h) checks a plan's schedule
+//     name and its weight-gradient order.
+// This library depends on support/ alone.
+//
+//   gpipe        all forwards in micro-batch order, then R B W of every
+//                micro-batch in ascending order (the flush); M micro-batches
+//                of activations are in flight on every stage.
+//   1f1b         PipeDream-Flush: stage i runs min(K-i-1, M) warm-up
+//                forwards, then alternates one forward and one backward,
+//                then drains; min(K-i, M) micro-batches in flight (default).
+//   interleaved  interleaved 1F1B (Narayanan et al. 2021, Megatron-LM):
+//                v stages per device, stage s on device s mod K; the
+//                micro-batches run in groups of K, each group through a
+//                device's stages in turn; device d warms up with
+//                2(K-d-1) + (v-1)K forwards. Bubble (K-1)/(vM) of the
+//                ideal step on equal stages, against 1F1B's (K-1)/M.
+//                Needs M a multiple of K.
+//   zbh1         1F1B whose stage i runs each W(mb) after B(mb + i) (ZB-H1
+//                of Qi et al., "Zero Bubble Pipeline Parallelism", 2023).
+//   zbh2         zbh1 with ZB-H2's warm-up: min(2(K-i)-2, M) forwards.
+//   zbv          ZB-V (Qi et al. 2024): two stages per device in a V,
+//                device d holds stages d and 2K-1-d (the first device also
+//                runs the last stage and the loss); input and weight
+//                gradients split. The order comes from list scheduling on
+//                unit times: a ready B first, then a ready F, then a W; a
+//                device starts a micro-batch only while it holds fewer than
+//                K unfinished ones (1F1B's peak activation memory).
+//
+// Every schedule runs each stage's forwards, backwards and weight gradients
+// in ascending micro-batch order, so weight gradients accumulate in the
+// same order whatever K, the schedule and v are: flush schedules train
+// bitwise alike. Inference plans run the forwards only.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace pipec::pipeline {
+
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZBH1, ZBH2, ZBV };
+
+enum class Work { Forward, Recompute, Backward, WeightGrad, Optimizer };
+
+struct Slot {
+  Work work = Work::Forward;
+  unsigned microBatch = 0;
+  unsigned stage = 0; ///< the stage whose nodes run (0 for the optimizer)
+};
+
+/// Per device, the slots in execution order.
+using Slots = std::vector<std::vector<Slot>>;
+
+class Schedule {
+public:
+  /// 1f1b.
+  Schedule() = default;
+
+  /// A schedule by name (names()). `virtualStages` is interleaved's v (at
+  /// least 2; 0 picks 2) and must be 0 or 1 for the others.
+  static Expected<Schedule> parse(const std::string &name, unsigned virtualStages = 0);
+  static const std::vector<std::string> &names();
+  /// "gpipe, 1f1b, interleaved, zbh1, zbh2 or zbv", for error messages.
+  static std::string namesText();
+
+  ScheduleKind kind() const { return kind_; }
+  const std::string &name() const;
+  /// Stages per device: v for interleaved, 2 for zbv, else 1.
+  unsigned stagesPerDevice() const { return perDevice_; }
+  unsigned numStages(unsigned devices) const { return devices * perDevice_; }
+  /// The device that runs stage `stage` of numStages(devices).
+  unsigned deviceOf(unsigned stage, unsigned devices) const;
+
+  /// Whether `devices` devices can run `microBatches` micro-batches this
+  /// way: interleaved and zbv need two devices or more, interleaved M a
+  /// multiple of K; at least one of each everywhere.
+  Status check(unsigned devices, unsigned microBatches) const;
+
+  /// Per device, the slots in execution order (after check()).
+  Expected<Slots> build(unsigned devices, unsigned microBatches, bool training) const;
+
+  /// Per stage of numStages(devices): the micro-batches whose activations
+  /// (or weight-gradient inputs) the stage holds at most at once, counted
+  /// from the slots: forwards run less weight gradients done. 1 for
+  /// inference. Memoized by the caller if it is called often.
+  Expected<std::vector<unsigned>> microBatchesInFlight(unsigned devices, unsigned microBatches,
+                                                       bool training) const;
+
+  bool operator==(const Schedule &o) const {
+    return kind_ == o.kind_ && perDevice_ == o.perDevice_;
+  }
+  bool operator!=(const Schedule &o) const { return !(*this == o); }
+
+private:
+  ScheduleKind kind_ = ScheduleKind::OneFOneB;
+  unsigned perDevice_ = 1;
+};
+
+/// Micro-batches in flight per stage of `slots` (see
+/// Schedule::microBatchesInFlight), for `stages` stages.
+std::vector<unsigned> microBatchesInFlight(const Slots &slots, unsigned stages, bool training);
+
+const char *workName(Work w); ///< "F", "R", "B", "W", "opt"
+
+} // namespace pipec::pipeline
