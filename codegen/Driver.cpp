@@ -166,6 +166,11 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   // two-core time (StageModel scales the stage times the same way).
   const double concurrent = c.partition.numDevices() > 1 ? est.model.profile.concurrentSlowdown : 1.0;
   emit.nodeSeconds = [&](const ir::Node &n) { return est.model.nodeTime(n) * concurrent; };
+  for (const partitioner::StageEstimate &se : est.stages) {
+    const partitioner::StageTimes t = partitioner::timesOf(se);
+    emit.stageCosts.push_back(
+        {t.forward, t.backward + t.recompute, t.weightGrad, t.sendForward, t.sendBackward});
+  }
   PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
   phases.append(c.plan.phaseSeconds);
   if (c.partition.numDevices() == static_cast<size_t>(c.plan.plan.devices_size())) {

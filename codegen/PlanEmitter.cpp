@@ -292,24 +292,6 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
   return mp;
 }
 
-} // namespace
-
-bool isParameter(const ir::Value &v) {
-  if (!v.isConstant() || !v.isTrainable())
-    return false;
-  for (const ir::Node *u : v.users()) {
-    if (u->is("BatchNormalization") && (u->input(3) == &v || u->input(4) == &v))
-      return false;
-    const ir::OpInfo *info = u->info();
-    for (size_t i = 0; i < u->numInputs(); ++i)
-      if (u->input(i) == &v && i < 32 && ((info->shapeValueInputs >> i) & 1u))
-        return false;
-  }
-  return true;
-}
-
-namespace {
-
 // Calls sink with `n` zero bytes.
 Status feedZeros(const ByteSink &sink, uint64_t n) {
   static const char zeros[4096] = {};
@@ -380,7 +362,7 @@ Status addWeights(const ir::Graph &g, WeightMode mode, TensorTable &table, Emitt
   std::vector<RegionSum> sums;
   uint64_t size = 0;
   for (const ir::Value *v : g.constants()) {
-    int32_t id = table.add(v, p, isParameter(*v) ? plan::TensorInfo::WEIGHT
+    int32_t id = table.add(v, p, ir::isParameter(*v) ? plan::TensorInfo::WEIGHT
                                                  : plan::TensorInfo::CONSTANT);
     plan::TensorInfo *t = p.mutable_tensors(id);
     t->set_onnx_name(v->name());
@@ -482,7 +464,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
 
   // Each device runs the nodes of its stages, in graph order within a
   // phase and stage.
-  PIPEC_ASSIGN(pipeline::Slots slots, schedule.build(K, M, opts.training));
+  PIPEC_ASSIGN(pipeline::Slots slots, schedule.build(K, M, opts.training, opts.stageCosts));
   std::vector<std::vector<const ir::Node *>> stageNodes(K);
   std::vector<std::vector<unsigned>> nodeStage(K);
   for (const ir::Node *n : nodes) {

@@ -54,6 +54,9 @@ struct EmitOptions {
   /// Pipeline schedule (pipeline/Schedule.h); the partition has
   /// stagesPerDevice() stages per device.
   pipeline::Schedule schedule;
+  /// Predicted times of each stage's work, for the schedules whose order
+  /// depends on them (zbv); unit times if empty.
+  std::vector<pipeline::StageCost> stageCosts;
   bool training = false;
   TrainingSpec train;
   /// Base name and checksum of the source model, recorded in the plan.
@@ -91,10 +94,5 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
 /// directory (and nothing else: a non-plan directory is refused).
 /// `manifest` false leaves MANIFEST to a caller that adds files first.
 Status writePlanDirectory(const std::string &dir, const EmittedPlan &p, bool manifest = true);
-
-/// True for constants that count as trainable parameters: the model's
-/// floating-point initializers, except a normalisation's running statistics
-/// and values used as shapes.
-bool isParameter(const ir::Value &v);
 
 } // namespace pipec::codegen

@@ -351,6 +351,20 @@ Status Graph::topoSort() {
   return Status::ok();
 }
 
+bool isParameter(const Value &v) {
+  if (!v.isConstant() || !v.isTrainable())
+    return false;
+  for (const Node *u : v.users()) {
+    if (u->is("BatchNormalization") && (u->input(3) == &v || u->input(4) == &v))
+      return false;
+    const OpInfo *info = u->info();
+    for (size_t i = 0; i < u->numInputs(); ++i)
+      if (u->input(i) == &v && i < 32 && ((info->shapeValueInputs >> i) & 1u))
+        return false;
+  }
+  return true;
+}
+
 bool isView(const Node &n) {
   if (!n.is("Reshape") && !n.is("Flatten") && !n.is("Squeeze") && !n.is("Unsqueeze"))
     return false;

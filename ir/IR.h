@@ -230,4 +230,10 @@ private:
 /// (plan::Node::view); the cost model charges nothing for it.
 bool isView(const Node &n);
 
+/// True for constants that count as trainable parameters: the model's
+/// floating-point initializers, except a normalisation's running statistics
+/// and values used as shapes. The one definition the memory model, the
+/// plan emitter and the reports use.
+bool isParameter(const Value &v);
+
 } // namespace pipec::ir

@@ -151,6 +151,68 @@ std::vector<double> deviceMemory(const ChainModel &chain, const std::vector<Stag
   return mem;
 }
 
+/// With several stages per device the cut balances stages, but a device's
+/// time per micro-batch is the sum of its stages' (with their optimizer
+/// steps spread over the micro-batches): this moves single cut positions
+/// (by halving steps) while that lowers the largest device time
+/// (then the sum of squares), each changed stage within the budget. The
+/// work is bounded by 64 evaluations of the whole chain.
+void balanceDevices(const ChainModel &chain, std::vector<Stage> &st) {
+  const pipeline::Schedule &sched = chain.options().schedule;
+  const int S = static_cast<int>(st.size());
+  const unsigned K = static_cast<unsigned>(S) / sched.stagesPerDevice();
+  const double budget = budgetOf(chain);
+  std::vector<double> time(st.size());
+  const double M = std::max(1, chain.options().microBatches);
+  auto eval = [&](const Stage &x, int s) {
+    return chain.evaluate(x.begin, x.end, s, S);
+  };
+  auto load = [&](const StageEstimate &e) { return e.time() + e.optimizerTime / M; };
+  for (int s = 0; s < S; ++s)
+    time[static_cast<size_t>(s)] = load(eval(st[static_cast<size_t>(s)], s));
+  auto score = [&](const std::vector<double> &t) {
+    std::vector<double> dev(K, 0.0);
+    for (int s = 0; s < S; ++s)
+      dev[sched.deviceOf(static_cast<unsigned>(s), K)] += t[static_cast<size_t>(s)];
+    double worst = 0, squares = 0;
+    for (double x : dev)
+      worst = std::max(worst, x), squares += x * x;
+    return std::pair<double, double>{worst, squares};
+  };
+  double work = 0;
+  const double maxWork = 64.0 * static_cast<double>(chain.size());
+  auto best = score(time);
+  for (size_t step = std::max<size_t>(1, chain.size() / (4 * st.size())); step >= 1; step /= 2) {
+    for (bool moved = true; moved && work < maxWork;) {
+      moved = false;
+      for (int i = 1; i < S && work < maxWork; ++i) {
+        Stage &a = st[static_cast<size_t>(i - 1)], &b = st[static_cast<size_t>(i)];
+        for (int dir : {-1, 1}) {
+          const size_t cutAt = a.end;
+          if (dir < 0 ? cutAt < a.begin + step + 1 : cutAt + step + 1 > b.end)
+            continue;
+          Stage na{a.begin, dir < 0 ? cutAt - step : cutAt + step}, nb{na.end, b.end};
+          StageEstimate ea = eval(na, i - 1), eb = eval(nb, i);
+          work += static_cast<double>(b.end - a.begin);
+          if (ea.memory.total() > budget || eb.memory.total() > budget)
+            continue;
+          std::vector<double> t = time;
+          t[static_cast<size_t>(i - 1)] = load(ea);
+          t[static_cast<size_t>(i)] = load(eb);
+          auto sc = score(t);
+          if (sc.first < best.first * (1 - 1e-12) ||
+              (sc.first <= best.first && sc.second < best.second * (1 - 1e-12))) {
+            a = na, b = nb, time = t, best = sc, moved = true;
+            break;
+          }
+        }
+      }
+    }
+    if (step == 1)
+      break;
+  }
+}
+
 /// Cuts into S stages within the budget, or says which stages (devices) do
 /// not fit. Each stage is cut to fit the budget on its own; with more than
 /// one stage per device the devices' sums are checked after.
@@ -168,6 +230,8 @@ Expected<std::vector<Stage>> cutWithin(const ChainModel &chain, int S, const std
     return errorf("cannot cut ", N, " forward nodes into ", S, " stages: -k must be at most ", N);
   }
   std::vector<Stage> st = cut(chain, S, search, true);
+  if (!st.empty() && per > 1)
+    balanceDevices(chain, st);
   if (!st.empty() && per > 1) {
     std::string over;
     std::vector<double> mem = deviceMemory(chain, st);

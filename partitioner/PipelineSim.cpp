@@ -96,7 +96,12 @@ Expected<std::vector<SimProgram>> idealSchedule(const pipeline::Schedule &schedu
                   " stages and at least one micro-batch (got ", t.size(), " stages, M=", M, ")");
   const unsigned K = static_cast<unsigned>(t.size()) / per;
   const unsigned S = static_cast<unsigned>(t.size());
-  PIPEC_ASSIGN(pipeline::Slots slots, schedule.build(K, static_cast<unsigned>(M), training));
+  std::vector<pipeline::StageCost> costs;
+  for (const StageTimes &st : t)
+    costs.push_back({st.forward, st.backward + st.recompute, st.weightGrad, st.sendForward,
+                     st.sendBackward});
+  PIPEC_ASSIGN(pipeline::Slots slots,
+               schedule.build(K, static_cast<unsigned>(M), training, costs));
   // Tags: 2s activations into stage s, 2s + 1 gradients into stage s.
   std::vector<SimProgram> progs(K);
   for (unsigned d = 0; d < K; ++d) {

@@ -1,6 +1,8 @@
 //===- partitioner/StageModel.cpp - Time and memory of a stage ------------===//
 #include "partitioner/StageModel.h"
 
+#include "passes/Recompute.h"
+
 
 #include <algorithm>
 #include <unordered_map>
@@ -21,24 +23,6 @@ nlohmann::json memoryToJson(const MemoryBreakdown &m) {
 }
 
 namespace {
-/// FLOP-heavy ops whose outputs selective recompute keeps.
-bool isExpensive(const ir::Node &n) {
-  return n.is("MatMul") || n.is("Gemm") || n.is("Conv") || n.is("ConvTranspose") ||
-         n.is("Einsum") || n.is("MatMulInteger") || n.is("QLinearMatMul");
-}
-
-/// A trainable constant that gets a gradient: not a normalisation's running
-/// statistics (codegen's isParameter has the full rule, including shape
-/// inputs; a parameter is never a shape input in practice).
-bool isParam(const ir::Value &v) {
-  if (!v.isConstant() || !v.isTrainable())
-    return false;
-  for (const ir::Node *u : v.users())
-    if (u->is("BatchNormalization") && (u->input(3) == &v || u->input(4) == &v))
-      return false;
-  return true;
-}
-
 double bytesOf(const ir::Value *v) { return static_cast<double>(v->type().bytes()); }
 } // namespace
 
@@ -106,7 +90,7 @@ Expected<ChainModel> ChainModel::build(const ir::Graph &g, std::vector<const ir:
     c.workspace = std::max(c.workspace, ws);
     for (const ir::Value *v : n->inputs())
       if (v && v->isConstant()) {
-        bool p = isParam(*v);
+        bool p = ir::isParameter(*v);
         c.constants.push_back({idOf(v), bytesOf(v), p ? 1 : 0});
         c.paramElems.push_back(p ? static_cast<double>(v->type().numel()) : 0.0);
         const bool inPlace = opts.accumulatedInPlace && opts.accumulatedInPlace->count(v);
@@ -116,7 +100,7 @@ Expected<ChainModel> ChainModel::build(const ir::Graph &g, std::vector<const ir:
     case ir::Phase::Forward: {
       c.fwd += t;
       c.fwdFlops += flops;
-      c.expensive = isExpensive(*n);
+      c.expensive = passes::isExpensiveToRecompute(*n);
       for (const ir::Value *v : n->outputs()) {
         auto it = lastUse.find(v);
         c.produced.push_back({idOf(v), bytesOf(v), it == lastUse.end() ? -1 : it->second});

@@ -10,7 +10,7 @@ Expected<std::vector<StateUpdate>> exposeRunningStatistics(ir::Graph &g) {
       continue;
     ir::Value *mean = n->input(3), *var = n->input(4);
     // (The importer marks every float initializer trainable; running
-    // statistics are never parameters: codegen::isParameter.)
+    // statistics are never parameters: ir::isParameter.)
     if (!mean || !var || !mean->isConstant() || !var->isConstant() || mean == var)
       continue;
     if (mean->dtype() != DType::F32 || var->dtype() != DType::F32)

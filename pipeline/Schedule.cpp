@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 
 namespace pipec::pipeline {
 
@@ -91,84 +92,124 @@ std::vector<Slot> interleaved(unsigned d, unsigned K, unsigned v, unsigned M, bo
   return out;
 }
 
-/// ZB-V: list scheduling on unit times. Device d holds stages d and
-/// 2K-1-d. Each step, every device runs one ready operation: the ready B
-/// of the lowest micro-batch (the later stage on a tie), else a ready F
-/// (the later stage first, so a micro-batch reaches the loss early), else
-/// the oldest pending W. A device holds at most 2K stage activations (F
-/// done, W not yet): K micro-batches of a one-stage device's, 1F1B's
-/// peak; a new micro-batch (an F of the device's first stage) leaves one
-/// of them free for an F of its second stage. Per stage, F, B and W each
-/// run in ascending micro-batch order. ScheduleTest runs it to the end for
-/// every K and M it checks; a schedule that would not end is an error.
-Expected<Slots> zeroBubbleV(unsigned K, unsigned M, bool training) {
+/// ZB-V: list scheduling on the stages' times (unit times when none are
+/// given). Device d holds stages d and 2K-1-d. Whenever a device is free,
+/// it runs the first ready operation of: the B of the lowest micro-batch
+/// (the later stage on a tie: the critical path back to the first stage),
+/// an F (the later stage first, so a micro-batch reaches the loss early),
+/// the oldest pending W (which fills what would be bubbles). A device holds
+/// at most 2K stage activations (F done, W not yet): K micro-batches of a
+/// one-stage device's, 1F1B's peak; a new micro-batch (an F of the device's
+/// first stage) leaves one of them free for an F of its second stage. Per
+/// stage, F, B and W each run in ascending micro-batch order. ScheduleTest
+/// runs it to the end for every K and M it checks; a schedule that cannot
+/// go on is an error.
+Expected<Slots> zeroBubbleV(unsigned K, unsigned M, bool training,
+                            const std::vector<StageCost> &cost) {
   const unsigned S = 2 * K;
   const auto deviceOf = [&](unsigned s) { return s < K ? s : S - 1 - s; };
-  constexpr long kNotYet = -1;
-  // Finish times of F, B, W per (stage, micro-batch); next micro-batch per
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  // Finish times of F and B per (stage, micro-batch); next micro-batch per
   // stage and kind.
-  std::vector<long> fDone(size_t{S} * M, kNotYet), bDone(size_t{S} * M, kNotYet);
+  std::vector<double> fDone(size_t{S} * M, kNever), bDone(size_t{S} * M, kNever);
   std::vector<unsigned> nextF(S, 0), nextB(S, 0), nextW(S, 0);
   auto at = [&](unsigned s, unsigned mb) { return size_t{s} * M + mb; };
-  auto ready = [](long done, long t) { return done != kNotYet && done <= t; };
+  auto costOf = [&](unsigned s) { return s < cost.size() ? cost[s] : StageCost{}; };
+  std::vector<double> freeAt(K, 0.0);
   Slots out(K);
   const size_t total = size_t{S} * M * (training ? 3 : 1);
-  size_t scheduled = 0;
-  for (long t = 0; scheduled < total; ++t) {
-    if (t > static_cast<long>(4 * total + 4 * S))
-      return errorf("internal error: the zbv schedule of K=", K, ", M=", M, " does not finish");
-    for (unsigned d = 0; d < K; ++d) {
-      const unsigned mine[2] = {S - 1 - d, d}; // later stage first
-      int pick = -1;                           // 0 B, 1 F, 2 W
-      unsigned pickStage = 0;
-      if (training) {
-        unsigned bestMb = M;
-        for (unsigned s : mine) {
-          unsigned mb = nextB[s];
-          if (mb >= M || mb >= bestMb || !ready(fDone[at(s, mb)], t))
-            continue;
-          if (s + 1 < S && !ready(bDone[at(s + 1, mb)], t))
-            continue;
-          pick = 0, pickStage = s, bestMb = mb;
-        }
-      }
+  // Each candidate's ready time (kNever: waits on work not scheduled yet).
+  struct Candidate {
+    Work work;
+    unsigned stage;
+    double ready;
+  };
+  // The candidates of device d, in priority order.
+  auto candidates = [&](unsigned d) {
+    const unsigned mine[2] = {S - 1 - d, d}; // later stage first
+    const unsigned held = nextF[d] - nextW[d] + nextF[S - 1 - d] - nextW[S - 1 - d];
+    std::vector<Candidate> cands;
+    if (training)
       for (unsigned s : mine) {
-        if (pick >= 0)
-          break;
-        unsigned mb = nextF[s];
-        if (mb >= M || (s > 0 && !ready(fDone[at(s - 1, mb)], t)))
+        const unsigned mb = nextB[s];
+        if (mb >= M)
           continue;
-        const unsigned held = nextF[d] - nextW[d] + nextF[S - 1 - d] - nextW[S - 1 - d];
-        if (training && held + (s == d ? 1 : 0) >= 2 * K)
-          continue;
-        pick = 1, pickStage = s;
+        double ready = fDone[at(s, mb)];
+        if (s + 1 < S)
+          ready = std::max(ready, bDone[at(s + 1, mb)] +
+                                      (deviceOf(s + 1) != d ? costOf(s + 1).sendBackward : 0));
+        cands.push_back({Work::Backward, s, ready});
       }
-      if (pick < 0 && training) {
-        unsigned bestMb = M;
-        for (unsigned s : mine) {
-          unsigned mb = nextW[s];
-          if (mb < nextB[s] && mb < bestMb && ready(bDone[at(s, mb)], t))
-            pick = 2, pickStage = s, bestMb = mb;
-        }
-      }
-      if (pick < 0)
+    // Of two B, the lower micro-batch first (the later stage on a tie).
+    if (cands.size() == 2 && nextB[cands[1].stage] < nextB[cands[0].stage])
+      std::swap(cands[0], cands[1]);
+    for (unsigned s : mine) {
+      const unsigned mb = nextF[s];
+      if (mb >= M || (training && held + (s == d ? 1 : 0) >= 2 * K))
         continue;
-      const unsigned s = pickStage;
-      if (pick == 0) {
-        unsigned mb = nextB[s]++;
-        bDone[at(s, mb)] = t + 1;
-        out[d].push_back({Work::Recompute, mb, s});
-        out[d].push_back({Work::Backward, mb, s});
-      } else if (pick == 1) {
-        unsigned mb = nextF[s]++;
-        fDone[at(s, mb)] = t + 1;
-        out[d].push_back({Work::Forward, mb, s});
-      } else {
-        unsigned mb = nextW[s]++;
-        out[d].push_back({Work::WeightGrad, mb, s});
-      }
-      ++scheduled;
+      double ready = 0;
+      if (s > 0)
+        ready = fDone[at(s - 1, mb)] + (deviceOf(s - 1) != d ? costOf(s - 1).sendForward : 0);
+      cands.push_back({Work::Forward, s, ready});
     }
+    if (training) {
+      const unsigned first = nextW[mine[0]] <= nextW[mine[1]] ? 0 : 1;
+      for (unsigned i : {first, 1 - first}) {
+        const unsigned s = mine[i], mb = nextW[s];
+        if (mb < nextB[s])
+          cands.push_back({Work::WeightGrad, s, bDone[at(s, mb)]});
+      }
+    }
+    return cands;
+  };
+  for (size_t scheduled = 0; scheduled < total;) {
+    // The devices free first, in index order: the first with a ready
+    // candidate runs it; if none has one, they idle until a candidate gets
+    // ready or another device finishes its work.
+    const double t = *std::min_element(freeAt.begin(), freeAt.end());
+    unsigned d = K;
+    Candidate pick{};
+    double wake = kNever;
+    for (unsigned e = 0; e < K && d == K; ++e) {
+      if (freeAt[e] != t)
+        continue;
+      for (const Candidate &c : candidates(e)) {
+        if (c.ready <= t) {
+          d = e, pick = c;
+          break;
+        }
+        wake = std::min(wake, c.ready);
+      }
+    }
+    if (d == K) {
+      for (unsigned e = 0; e < K; ++e)
+        if (freeAt[e] > t)
+          wake = std::min(wake, freeAt[e]);
+      if (wake == kNever)
+        return errorf("internal error: the zbv schedule of K=", K, ", M=", M, " cannot go on");
+      for (double &f : freeAt)
+        f = std::max(f, wake);
+      continue;
+    }
+    const unsigned s = pick.stage;
+    const StageCost c = costOf(s);
+    if (pick.work == Work::Backward) {
+      const unsigned mb = nextB[s]++;
+      bDone[at(s, mb)] = t + c.backward;
+      freeAt[d] = t + c.backward;
+      out[d].push_back({Work::Recompute, mb, s});
+      out[d].push_back({Work::Backward, mb, s});
+    } else if (pick.work == Work::Forward) {
+      const unsigned mb = nextF[s]++;
+      fDone[at(s, mb)] = t + c.forward;
+      freeAt[d] = t + c.forward;
+      out[d].push_back({Work::Forward, mb, s});
+    } else {
+      const unsigned mb = nextW[s]++;
+      freeAt[d] = t + c.weightGrad;
+      out[d].push_back({Work::WeightGrad, mb, s});
+    }
+    ++scheduled;
   }
   return out;
 }
@@ -244,10 +285,11 @@ Status Schedule::check(unsigned K, unsigned M) const {
   return Status::ok();
 }
 
-Expected<Slots> Schedule::build(unsigned K, unsigned M, bool training) const {
+Expected<Slots> Schedule::build(unsigned K, unsigned M, bool training,
+                                const std::vector<StageCost> &costs) const {
   PIPEC_TRY(check(K, M));
   if (kind_ == ScheduleKind::ZBV) {
-    PIPEC_ASSIGN(Slots slots, zeroBubbleV(K, M, training));
+    PIPEC_ASSIGN(Slots slots, zeroBubbleV(K, M, training, costs));
     if (training)
       for (std::vector<Slot> &d : slots)
         d.push_back({Work::Optimizer, 0, 0});

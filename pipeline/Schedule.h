@@ -34,9 +34,9 @@
 //                device d holds stages d and 2K-1-d (the first device also
 //                runs the last stage and the loss); input and weight
 //                gradients split. The order comes from list scheduling on
-//                unit times: a ready B first, then a ready F, then a W; a
-//                device starts a micro-batch only while it holds fewer than
-//                K unfinished ones (1F1B's peak activation memory).
+//                the stages' predicted times (unit times without them): a
+//                ready B first, then a ready F, then a W; a device holds at
+//                most 2K half-size stage activations (1F1B's peak).
 //
 // Every schedule runs each stage's forwards, backwards and weight gradients
 // in ascending micro-batch order, so weight gradients accumulate in the
@@ -66,6 +66,13 @@ struct Slot {
 /// Per device, the slots in execution order.
 using Slots = std::vector<std::vector<Slot>>;
 
+/// Seconds (or any unit) one stage's work takes per micro-batch: what an
+/// order built by list scheduling (zbv) is built on.
+struct StageCost {
+  double forward = 1, backward = 1, weightGrad = 1;
+  double sendForward = 0, sendBackward = 0; ///< to the next / previous stage
+};
+
 class Schedule {
 public:
   /// 1f1b.
@@ -91,13 +98,18 @@ public:
   /// multiple of K; at least one of each everywhere.
   Status check(unsigned devices, unsigned microBatches) const;
 
-  /// Per device, the slots in execution order (after check()).
-  Expected<Slots> build(unsigned devices, unsigned microBatches, bool training) const;
+  /// Per device, the slots in execution order (after check()). zbv's
+  /// order is list-scheduled on `costs` (per stage; unit times where
+  /// missing); the other schedules' orders do not depend on times.
+  Expected<Slots> build(unsigned devices, unsigned microBatches, bool training,
+                        const std::vector<StageCost> &costs = {}) const;
 
   /// Per stage of numStages(devices): the micro-batches whose activations
   /// (or weight-gradient inputs) the stage holds at most at once, counted
-  /// from the slots: forwards run less weight gradients done. 1 for
-  /// inference. Memoized by the caller if it is called often.
+  /// from the slots (built on unit times): forwards run less weight
+  /// gradients done. 1 for inference. Memoized by the caller if it is
+  /// called often. zbv's orders on other times keep the same per-device
+  /// bound, not necessarily the same per-stage counts.
   Expected<std::vector<unsigned>> microBatchesInFlight(unsigned devices, unsigned microBatches,
                                                        bool training) const;
 
