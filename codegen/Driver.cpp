@@ -185,6 +185,30 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
       dev->set_predicted_memory_bytes(dev->predicted_memory_bytes() + se.memory.total());
     }
   }
+  // Every instruction's predicted seconds: what the report simulates and
+  // what piperun puts beside its measurements.
+  {
+    plan::Plan &pl = c.plan.plan;
+    std::vector<double> optimizer(static_cast<size_t>(pl.devices_size()), 0.0);
+    if (c.partition.numDevices() == static_cast<size_t>(pl.devices_size()))
+      for (size_t s = 0; s < est.stages.size(); ++s)
+        optimizer[static_cast<size_t>(c.partition.deviceOf(static_cast<int>(s)))] +=
+            est.stages[s].optimizerTime;
+    for (int d = 0; d < pl.devices_size(); ++d) {
+      plan::Device *dev = pl.mutable_devices(d);
+      for (plan::Instruction &ins : *dev->mutable_program()) {
+        double t = 0;
+        if (ins.kind() == plan::Instruction::SEND)
+          t = est.model.transferTime(static_cast<double>(pl.tensors(ins.tensor()).bytes()));
+        else if (ins.kind() == plan::Instruction::OPTIMIZER)
+          t = optimizer[static_cast<size_t>(d)];
+        else if (ins.kind() != plan::Instruction::RECV)
+          for (int32_t ni : ins.nodes())
+            t += dev->nodes(ni).predicted_seconds();
+        ins.set_predicted_seconds(t);
+      }
+    }
+  }
   PIPEC_ASSIGN(c.report, buildReport(g, c.partition, c.plan));
   if (emit.dataParallel > 1)
     addReplicaExchange(c, emit.dataParallel);

@@ -3,6 +3,7 @@
 
 #include "partitioner/CostModel.h"
 #include "partitioner/PipelineSim.h"
+#include "runtime/plan/Predicted.h"
 #include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
@@ -17,59 +18,7 @@ namespace pipec::codegen {
 using nlohmann::json;
 namespace pt = pipec::partitioner;
 
-std::string formatSeconds(double s) {
-  char buf[32];
-  if (s >= 1)
-    std::snprintf(buf, sizeof buf, "%.3g s", s);
-  else if (s >= 1e-3)
-    std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.3g us", s * 1e6);
-  return buf;
-}
-
 namespace {
-
-pt::SimOp simOpOf(plan::Instruction::Kind k) {
-  switch (k) {
-  case plan::Instruction::FORWARD: return pt::SimOp::Forward;
-  case plan::Instruction::BACKWARD: return pt::SimOp::Backward;
-  case plan::Instruction::WEIGHT_GRAD: return pt::SimOp::WeightGrad;
-  case plan::Instruction::RECOMPUTE: return pt::SimOp::Recompute;
-  case plan::Instruction::SEND: return pt::SimOp::Send;
-  case plan::Instruction::RECV: return pt::SimOp::Recv;
-  default: return pt::SimOp::Optimizer;
-  }
-}
-
-/// The plan's per-device programs with predicted durations: each node's
-/// predicted_seconds (set by the driver from the cost model), transfers by
-/// the cost model, the optimizer step as its stage's estimate.
-std::vector<pt::SimProgram> planPrograms(const plan::Plan &p, const pt::PartitionEstimate &est) {
-  const pt::CostModel &cost = est.model;
-  std::vector<pt::SimProgram> progs;
-  for (const plan::Device &dev : p.devices()) {
-    const size_t d = progs.size();
-    pt::SimProgram prog;
-    for (const plan::Instruction &ins : dev.program()) {
-      pt::SimInstr si;
-      si.op = simOpOf(ins.kind());
-      si.microBatch = static_cast<int>(ins.micro_batch());
-      si.peer = ins.peer();
-      si.tag = ins.tensor();
-      if (si.op == pt::SimOp::Send)
-        si.duration = cost.transferTime(static_cast<double>(p.tensors(ins.tensor()).bytes()));
-      else if (si.op == pt::SimOp::Optimizer && d < est.stages.size())
-        si.duration = est.stages[d].optimizerTime;
-      else if (si.op != pt::SimOp::Recv)
-        for (int32_t ni : ins.nodes())
-          si.duration += dev.nodes(ni).predicted_seconds();
-      prog.push_back(si);
-    }
-    progs.push_back(std::move(prog));
-  }
-  return progs;
-}
 
 double maxOverStages(const json &stages, const char *key) {
   double m = 0;
@@ -120,7 +69,7 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
       hasComm = hasComm || ins.kind() == plan::Instruction::SEND;
   std::vector<pt::SimProgram> progs;
   if (part.numDevices() == 1 || hasComm) {
-    progs = planPrograms(p, est);
+    progs = plan::predictedPrograms(p);
     r["timeline_source"] = "plan";
   } else {
     std::vector<pt::StageTimes> times;
@@ -326,18 +275,6 @@ std::string renderReportText(const json &r) {
 }
 
 namespace {
-std::string escapeHtml(const std::string &s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
-  }
-  return o;
-}
-
 int px(double v, double max, int width) {
   return max > 0 ? static_cast<int>(v / max * width + 0.5) : 0;
 }

@@ -36,7 +36,4 @@ std::string renderReportHtml(const nlohmann::json &report);
 /// Writes report.json, report.txt and report.html into the plan directory.
 Status writeReport(const std::string &dir, const nlohmann::json &report);
 
-/// "1.25 ms".
-std::string formatSeconds(double s);
-
 } // namespace pipec::codegen

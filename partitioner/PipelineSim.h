@@ -1,11 +1,6 @@
-//===- partitioner/PipelineSim.h - Simulating a pipeline schedule -*- C++ -*-===//
+//===- partitioner/PipelineSim.h - A partition's ideal programs -*- C++ -*-===//
 //
-// Runs per-device instruction streams on a clock: each instruction takes its
-// predicted duration, one at a time per device; a RECV waits for the
-// matching SEND (same sender, receiver, tag and micro-batch, in order) to
-// finish. Gives the step's makespan, each device's busy time, the bubble
-// fraction and the timeline the report draws (GPipe's figure 2). A schedule
-// whose RECVs can never be satisfied is reported as a deadlock.
+// The simulator itself is pipeline/Simulate.h (its names are used here).
 //
 // idealSchedule() writes the programs of any pipeline schedule from
 // per-stage times, for estimating a partition before codegen runs.
@@ -14,6 +9,7 @@
 #pragma once
 
 #include "pipeline/Schedule.h"
+#include "pipeline/Simulate.h"
 #include "support/Error.h"
 
 #include <cstdint>
@@ -22,36 +18,14 @@
 
 namespace pipec::partitioner {
 
-enum class SimOp { Forward, Backward, WeightGrad, Recompute, Send, Recv, Optimizer };
-/// "F", "B", "W", "R", "send", "recv", "opt".
-const char *simOpName(SimOp op);
+using pipeline::simOpName;
+using pipeline::SimEvent;
+using pipeline::SimInstr;
+using pipeline::SimOp;
+using pipeline::SimProgram;
+using pipeline::SimResult;
+using pipeline::simulate;
 
-struct SimInstr {
-  SimOp op = SimOp::Forward;
-  int microBatch = 0;
-  double duration = 0; ///< seconds (a RECV's own cost after its data arrived)
-  int peer = -1;       ///< SEND: receiver; RECV: sender
-  int64_t tag = 0;     ///< matches a SEND with its RECV (tensor id)
-};
-using SimProgram = std::vector<SimInstr>;
-
-struct SimEvent {
-  size_t instr = 0;
-  double start = 0, end = 0;
-};
-
-struct SimResult {
-  /// Per device, one event per instruction, in program order.
-  std::vector<std::vector<SimEvent>> events;
-  double makespan = 0;
-  /// Per device: seconds spent in F/B/W/R/optimizer instructions.
-  std::vector<double> busy;
-  /// 1 - sum(busy) / (devices * makespan): the share of device time idle or
-  /// communicating.
-  double bubbleFraction = 0;
-};
-
-Expected<SimResult> simulate(const std::vector<SimProgram> &programs);
 
 /// Per-stage, per-micro-batch times for idealSchedule.
 struct StageTimes {

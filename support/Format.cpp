@@ -70,4 +70,27 @@ std::string printable(const std::string &s) {
   return out;
 }
 
+std::string formatSeconds(double s) {
+  char buf[32];
+  if (s >= 1)
+    std::snprintf(buf, sizeof buf, "%.3g s", s);
+  else if (s >= 1e-3)
+    std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.3g us", s * 1e6);
+  return buf;
+}
+
+std::string escapeHtml(const std::string &s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
 } // namespace pipec

@@ -18,5 +18,9 @@ std::string formatCount(double v, const char *unit);
 /// every other byte (control characters, escape sequences, invalid UTF-8
 /// from a model's names) as \xNN.
 std::string printable(const std::string &s);
+/// "1.25 ms", "3.2 s", "40 us" (three significant digits).
+std::string formatSeconds(double s);
+/// Text for HTML: <, >, & and " as entities.
+std::string escapeHtml(const std::string &s);
 
 } // namespace pipec

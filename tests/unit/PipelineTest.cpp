@@ -11,6 +11,9 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
 #include "pipeline/Schedule.h"
+#include "pipeline/Simulate.h"
+#include "runtime/RunReport.h"
+#include "runtime/plan/Predicted.h"
 #include "frontend/OnnxImporter.h"
 #include "runtime/DeviceThreads.h"
 #include "runtime/Session.h"
@@ -661,3 +664,84 @@ TEST(Pipeline, UsableCoresFollowTheAffinityMask) {
   ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
+
+// piperun --report: the plan's predicted timeline beside the measured one.
+// Every instruction carries its prediction (a compute instruction's is
+// its nodes' sum); both timelines have one slice per instruction; the
+// differences are sorted; an untraced session is refused.
+TEST(Pipeline, RunReportPutsThePredictionBesideTheMeasurement) {
+  Config c;
+  c.K = 2;
+  c.M = 4;
+  c.schedule = "interleaved";
+  const std::string dir = compile("mlp-train", 4, c);
+  runtime::SessionOptions so;
+  so.trace = true;
+  auto s = runtime::Session::open(dir, so);
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  runtime::Session &session = **s;
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(session.train(makeInputs(session, static_cast<uint64_t>(i))).isOk());
+  const plan::Plan &p = session.plan();
+  for (const plan::Device &d : p.devices())
+    for (const plan::Instruction &ins : d.program()) {
+      double nodes = 0;
+      for (int32_t ni : ins.nodes())
+        nodes += d.nodes(ni).predicted_seconds();
+      if (ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::OPTIMIZER)
+        EXPECT_GT(ins.predicted_seconds(), 0) << plan::Instruction::Kind_Name(ins.kind());
+      else if (ins.kind() != plan::Instruction::RECV)
+        EXPECT_DOUBLE_EQ(ins.predicted_seconds(), nodes);
+    }
+  auto cmp = runtime::comparePrediction(session, 5);
+  ASSERT_TRUE(cmp.isOk()) << cmp.status().message();
+  const nlohmann::json &r = *cmp;
+  auto sim = pipeline::simulate(plan::predictedPrograms(p));
+  ASSERT_TRUE(sim.isOk());
+  EXPECT_DOUBLE_EQ(r["predicted"]["step_seconds"].get<double>(), sim->makespan);
+  EXPECT_NEAR(r["predicted"]["step_seconds"].get<double>(), p.pipeline().predicted_step_seconds(),
+              1e-12);
+  EXPECT_EQ(r["measured"]["steps"].get<size_t>(), 3u);
+  EXPECT_GT(r["measured"]["step_seconds"].get<double>(), 0);
+  for (const char *side : {"predicted", "measured"}) {
+    ASSERT_EQ(r[side]["timeline"].size(), 2u) << side;
+    for (int d = 0; d < 2; ++d) {
+      const nlohmann::json &tl = r[side]["timeline"][static_cast<size_t>(d)];
+      ASSERT_EQ(tl.size(), static_cast<size_t>(p.devices(d).program_size())) << side;
+      // Interleaved: slices name their stage ("F0.2").
+      bool staged = false;
+      for (const nlohmann::json &ev : tl) {
+        EXPECT_LE(ev["start"].get<double>(), ev["end"].get<double>()) << side;
+        staged = staged || ev["label"].get<std::string>().find('.') != std::string::npos;
+      }
+      EXPECT_TRUE(staged) << side;
+    }
+  }
+  const nlohmann::json &diffs = r["largest_differences"];
+  ASSERT_EQ(diffs.size(), 5u);
+  for (size_t i = 1; i < diffs.size(); ++i)
+    EXPECT_GE(std::abs(diffs[i - 1]["measured_seconds"].get<double>() -
+                       diffs[i - 1]["predicted_seconds"].get<double>()),
+              std::abs(diffs[i]["measured_seconds"].get<double>() -
+                       diffs[i]["predicted_seconds"].get<double>()));
+  ASSERT_EQ(r["devices"].size(), 2u);
+  for (const nlohmann::json &d : r["devices"]) {
+    EXPECT_GT(d["predicted_busy_seconds"].get<double>(), 0);
+    EXPECT_GT(d["measured_busy_seconds"].get<double>(), 0);
+    EXPECT_GT(d["measured_peak_memory_bytes"].get<double>(), 0);
+  }
+  const std::string html = runtime::renderRunReportHtml(r);
+  size_t svgs = 0;
+  for (size_t at = 0; (at = html.find("<svg", at)) != std::string::npos; ++at)
+    ++svgs;
+  EXPECT_EQ(svgs, 2u);
+  EXPECT_NE(html.find("id=\"differences\""), std::string::npos);
+  EXPECT_NE(html.find("id=\"devices\""), std::string::npos);
+
+  auto untraced = runtime::Session::open(dir, {});
+  ASSERT_TRUE(untraced.isOk());
+  ASSERT_TRUE((*untraced)->train(makeInputs(**untraced, 0)).isOk());
+  auto none = runtime::comparePrediction(**untraced);
+  ASSERT_FALSE(none.isOk());
+  EXPECT_NE(none.status().message().find("no traced step"), std::string::npos);
+}

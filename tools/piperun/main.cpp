@@ -9,6 +9,7 @@
 #include "runtime/Mpi.h"
 #include "runtime/cuda/CudaKernels.h"
 #include "runtime/cuda/Gpu.h"
+#include "runtime/RunReport.h"
 #include "runtime/Session.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/train/Checkpoint.h"
@@ -66,6 +67,7 @@ struct Options {
   std::string save;
   bool saveExternal = false;
   std::string trace;
+  std::string report; ///< --report FILE.html
   bool showProgram = false;
   std::string injectFailure;
   std::string device = "cpu";
@@ -386,40 +388,6 @@ void printPrograms(const plan::Plan &p) {
   }
 }
 
-/// Per device: what the run measured next to what the plan predicted.
-nlohmann::json deviceReport(const runtime::Session &session) {
-  const plan::Plan &p = session.plan();
-  nlohmann::json devs = nlohmann::json::array();
-  const double stepSec = session.meanStepSeconds();
-  for (size_t d = 0; d < session.devices().size(); ++d) {
-    const runtime::DeviceStats &st = session.deviceStats(static_cast<int>(d));
-    const plan::Device &pd = p.devices(static_cast<int>(d) % p.devices_size()); // its stage
-    const double n = std::max(1.0, static_cast<double>(session.measuredSteps()));
-    const uint64_t train = session.trainingStateBytes(static_cast<int>(d));
-    nlohmann::json dj;
-    dj["device"] = d;
-    dj["busy_seconds_per_step"] = st.busySeconds / n;
-    dj["optimizer_seconds_per_step"] = st.optimizerSeconds / n;
-    dj["wait_seconds_per_step"] = st.waitSeconds / n;
-    dj["comm_seconds_per_step"] = st.commSeconds / n;
-    // Idle: the part of the step the device spent neither computing nor
-    // copying (the pipeline bubble and waits for peers).
-    dj["idle_fraction"] =
-        stepSec > 0 ? std::max(0.0, 1.0 - (st.busySeconds + st.optimizerSeconds + st.commSeconds) / n / stepSec)
-                    : 0.0;
-    dj["bytes_sent_per_step"] = static_cast<double>(st.bytesSent) / n;
-    dj["instructions"] = st.instructions;
-    dj["nodes_run"] = st.nodesRun;
-    dj["arena_bytes"] = st.arenaBytes;
-    dj["peak_memory_bytes"] = st.arenaHighWater + pd.weight_bytes() + train;
-    dj["planned_peak_memory_bytes"] = pd.arena_bytes() + pd.weight_bytes() + train;
-    dj["predicted_busy_seconds_per_step"] = pd.predicted_busy_seconds();
-    dj["predicted_memory_bytes"] = pd.predicted_memory_bytes();
-    devs.push_back(dj);
-  }
-  return devs;
-}
-
 void printDeviceTable(const nlohmann::json &devs, const runtime::Session &session,
                       double medianStep) {
   const plan::Plan &p = session.plan();
@@ -444,36 +412,21 @@ void printDeviceTable(const nlohmann::json &devs, const runtime::Session &sessio
               session.replicas() > 1 ? cat(", D=", session.replicas()).c_str() : "");
 }
 
-/// A Chrome trace (chrome://tracing, Perfetto): one track per device, one
-/// slice per instruction.
-Status writeTrace(const std::string &path, const runtime::Session &session) {
-  const plan::Plan &p = session.plan();
-  nlohmann::json events = nlohmann::json::array();
-  for (size_t d = 0; d < session.devices().size(); ++d) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", d},
-                      {"args", {{"name", session.distributed() ? cat("device ", d, " (rank ", d, ")")
-                                                               : cat("device ", d)}}}});
-    for (const runtime::TraceEvent &e : session.deviceTrace(static_cast<int>(d))) {
-      auto kind = static_cast<plan::Instruction::Kind>(e.kind);
-      std::string name;
-      switch (kind) {
-      case plan::Instruction::FORWARD: name = cat("F", e.microBatch); break;
-      case plan::Instruction::BACKWARD: name = cat("B", e.microBatch); break;
-      case plan::Instruction::WEIGHT_GRAD: name = cat("W", e.microBatch); break;
-      case plan::Instruction::RECOMPUTE: name = cat("R", e.microBatch); break;
-      case plan::Instruction::OPTIMIZER: name = "optimizer"; break;
-      case plan::Instruction::SEND: name = cat("send ", p.tensors(e.tensor).name(), " mb", e.microBatch, " -> ", e.peer); break;
-      case plan::Instruction::RECV: name = cat("recv ", p.tensors(e.tensor).name(), " mb", e.microBatch, " <- ", e.peer); break;
-      default: name = plan::Instruction::Kind_Name(kind);
-      }
-      events.push_back({{"name", name}, {"cat", plan::Instruction::Kind_Name(kind)}, {"ph", "X"},
-                        {"pid", 0}, {"tid", d}, {"ts", e.start * 1e6},
-                        {"dur", std::max(0.0, (e.end - e.start) * 1e6)},
-                        {"args", {{"micro_batch", e.microBatch}}}});
-    }
-  }
-  nlohmann::json j = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  return writeFileAtomic(path, jsonText(j));
+/// The files a run writes about itself: the Chrome trace (measured and
+/// predicted tracks) and the predicted-against-measured report.
+Status writeRunOutputs(const Options &o, const runtime::Session &session) {
+  if (!o.trace.empty())
+    PIPEC_TRY(runtime::writeTrace(o.trace, session));
+  if (o.report.empty())
+    return Status::ok();
+  PIPEC_ASSIGN(nlohmann::json c, runtime::comparePrediction(session));
+  PIPEC_TRY(writeFileAtomic(o.report, runtime::renderRunReportHtml(c)));
+  const std::string jsonPath =
+      (o.report.size() > 5 && o.report.compare(o.report.size() - 5, 5, ".html") == 0
+           ? o.report.substr(0, o.report.size() - 5)
+           : o.report) +
+      ".json";
+  return writeFileAtomic(jsonPath, jsonText(c, 2) + "\n");
 }
 
 /// Under mpirun: every rank must run the same piperun on the same plan (a
@@ -590,9 +543,8 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   if (quiet)
     return Status::ok();
   double med = median(stepSeconds);
-  nlohmann::json devs = deviceReport(session);
-  if (!o.trace.empty())
-    PIPEC_TRY(writeTrace(o.trace, session));
+  nlohmann::json devs = runtime::deviceReport(session);
+  PIPEC_TRY(writeRunOutputs(o, session));
   if (!o.profileOps.empty())
     PIPEC_TRY(writeOpProfile(o.profileOps, session, o.steps - timedFrom, o.json));
   if (o.json) {
@@ -674,7 +626,7 @@ Status runPlan(const Options &o) {
   so.threadsPerDevice = o.threads;
   so.spinSeconds = o.spinMicroseconds < 0 ? -1.0 : o.spinMicroseconds * 1e-6;
   so.seed = o.seed;
-  so.trace = !o.trace.empty();
+  so.trace = !o.trace.empty() || !o.report.empty();
   so.skipNonFinite = o.skipNonFinite;
   so.cuda = o.device == "cuda";
   if (!o.injectFailure.empty()) {
@@ -827,13 +779,12 @@ Status runPlan(const Options &o) {
     outs.push_back(oj);
   }
   j["outputs"] = outs;
-  nlohmann::json devs = deviceReport(*session);
+  nlohmann::json devs = runtime::deviceReport(*session);
   j["devices"] = devs;
   j["predicted_step_seconds"] = p.pipeline().predicted_step_seconds();
   // Over the timed steps (warm-up excluded), like the per-device figures.
   j["mean_step_seconds"] = session->meanStepSeconds();
-  if (!o.trace.empty())
-    PIPEC_TRY(writeTrace(o.trace, *session));
+  PIPEC_TRY(writeRunOutputs(o, *session));
   if (!o.profileOps.empty())
     PIPEC_TRY(writeOpProfile(o.profileOps, *session, o.steps, o.json));
   if (o.json) {
@@ -913,7 +864,11 @@ int main(int argc, char **argv) {
                "sends, <peer:tensor#mb receives, OPT) and exit");
   app.add_option("--trace", o.trace,
                  "write a Chrome trace (Perfetto, chrome://tracing): one track per device, one "
-                 "slice per instruction");
+                 "slice per instruction, and the plan's predicted timeline as a second process");
+  app.add_option("--report", o.report,
+                 "write FILE.html: the predicted and the measured timeline of the median step one "
+                 "above the other, busy, idle and memory per device of both, and the "
+                 "instructions furthest from their prediction (and FILE.json, the same data)");
   app.add_option("--profile-ops", o.profileOps,
                  "time every node and write the per-node times (JSON) to this file");
   try {
