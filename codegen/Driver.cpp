@@ -68,8 +68,7 @@ void addReplicaExchange(Compiled &c, int D) {
 
 } // namespace
 
-Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
-  PhaseTimer phases;
+Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, PhaseTimer &phases) {
   PIPEC_TRY(runPasses(g, opts));
   phases.done("passes");
   EmitOptions emit = opts.emit;
@@ -117,7 +116,11 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   }
   PIPEC_TRY(ir::verifyGraph(g).withContext("the graph is not ready for code generation"));
   phases.done("verify");
-  Compiled c;
+  return emit;
+}
+
+Expected<partitioner::PartitionOptions> partitionOptionsFor(const CompileOptions &opts,
+                                                            const EmitOptions &emit) {
   partitioner::PartitionOptions po = opts.partition;
   po.microBatches = opts.emit.microBatches;
   po.schedule = opts.emit.schedule;
@@ -140,6 +143,14 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
         po.accumulatedInPlace.insert(param);
     }
   }
+  return po;
+}
+
+Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
+  PhaseTimer phases;
+  PIPEC_ASSIGN(EmitOptions emit, prepareGraph(g, opts, phases));
+  PIPEC_ASSIGN(partitioner::PartitionOptions po, partitionOptionsFor(opts, emit));
+  Compiled c;
   PIPEC_ASSIGN(c.partition, partitioner::partitionGraph(g, po));
   phases.done("partition");
   if (po.recompute != "none") {

@@ -11,6 +11,7 @@
 #include "ir/IR.h"
 #include "partitioner/Partitioner.h"
 #include "passes/PassManager.h"
+#include "support/PhaseTimer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,15 @@ struct Compiled {
 
 /// Runs the passes on `g` (changing it), then partitions and emits.
 Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts);
+/// compileGraph's first part: the passes and, for training, the loss, the
+/// training state and autodiff (the optimizer checked), then verification.
+/// Returns opts.emit with the training spec filled in.
+Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, PhaseTimer &phases);
+/// The partition options compileGraph uses for a graph prepared so: the
+/// schedule, M, the optimizer's state count and the gradients the runtime
+/// accumulates in place.
+Expected<partitioner::PartitionOptions> partitionOptionsFor(const CompileOptions &opts,
+                                                            const EmitOptions &emit);
 /// Only the pass pipeline of compileGraph (for --emit=ir).
 Status runPasses(ir::Graph &g, const CompileOptions &opts);
 

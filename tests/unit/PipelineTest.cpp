@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
+#include "codegen/AutoPlan.h"
 #include "pipeline/Schedule.h"
 #include "pipeline/Simulate.h"
 #include "runtime/RunReport.h"
@@ -744,4 +745,68 @@ TEST(Pipeline, RunReportPutsThePredictionBesideTheMeasurement) {
   auto none = runtime::comparePrediction(**untraced);
   ASSERT_FALSE(none.isOk());
   EXPECT_NE(none.status().message().find("no traced step"), std::string::npos);
+}
+
+// pipec --auto: every feasible candidate is what partitioning it gives, the
+// fastest first; under a budget one device cannot meet, every K=1
+// candidate is rejected for memory and the choice uses both devices.
+TEST(Pipeline, AutoPlanChoosesTheFastestPredictedPipelineThatFits) {
+  auto load = [](int64_t b) {
+    frontend::ImportOptions io;
+    io.batch = b;
+    return frontend::importOnnxFile(samplePath("gpt-train"), io);
+  };
+  codegen::CompileOptions base;
+  base.emit.training = true;
+  base.train.optimizer = "adam";
+  codegen::AutoPlanOptions ao;
+  ao.devices = 2;
+  ao.globalBatch = 8;
+  auto plan = codegen::autoPlan(load, base, ao);
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  ASSERT_FALSE(plan->feasible.empty());
+  for (size_t i = 1; i < plan->feasible.size(); ++i)
+    EXPECT_LE(plan->feasible[i - 1].stepSeconds, plan->feasible[i].stepSeconds);
+  // The first candidate's figures are its partition's.
+  const codegen::AutoCandidate &best = plan->feasible.front();
+  auto g = load(best.microBatchSize);
+  ASSERT_TRUE(g.isOk());
+  codegen::CompileOptions co = base;
+  co.partition.numStages = best.devices;
+  co.partition.recompute = "auto";
+  co.emit.microBatches = best.microBatches;
+  co.emit.schedule = best.schedule;
+  auto compiled = codegen::compileGraph(**g, co);
+  ASSERT_TRUE(compiled.isOk()) << compiled.status().message();
+  EXPECT_DOUBLE_EQ(compiled->partition.estimate.stepTime, best.stepSeconds);
+  EXPECT_EQ(best.microBatchSize * best.microBatches, 8);
+
+  // The peak of the chosen 2-device plan is under one device's whole
+  // model: a budget between the two leaves only K=2.
+  double one = 0;
+  for (const codegen::AutoCandidate &c : plan->feasible)
+    if (c.devices == 1)
+      one = one == 0 ? c.peakMemoryBytes : std::min(one, c.peakMemoryBytes);
+  double two = 0;
+  for (const codegen::AutoCandidate &c : plan->feasible)
+    if (c.devices == 2)
+      two = two == 0 ? c.peakMemoryBytes : std::min(two, c.peakMemoryBytes);
+  ASSERT_GT(one, two);
+  base.partition.memoryBudget = (one + two) / 2;
+  auto tight = codegen::autoPlan(load, base, ao);
+  ASSERT_TRUE(tight.isOk()) << tight.status().message();
+  for (const codegen::AutoCandidate &c : tight->feasible)
+    EXPECT_EQ(c.devices, 2) << c.label();
+  size_t overBudget = 0;
+  for (const codegen::AutoCandidate &c : tight->rejected)
+    overBudget += c.rejected.find("memory budget") != std::string::npos;
+  EXPECT_GE(overBudget, 4u); // K=1 at b = 1, 2, 4, 8
+  const nlohmann::json j = codegen::autoPlanToJson(*tight, 3);
+  EXPECT_EQ(j["best"].size(), std::min<size_t>(3, tight->feasible.size()));
+  EXPECT_GE(j["rejected_by_reason"]["over the memory budget"].get<int>(), 4);
+  // Nothing fits one byte.
+  base.partition.memoryBudget = 1;
+  auto none = codegen::autoPlan(load, base, ao);
+  ASSERT_FALSE(none.isOk());
+  EXPECT_NE(none.status().message().find("--auto found no pipeline"), std::string::npos);
 }

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Driver.h"
 #include "codegen/Report.h"
+#include "codegen/AutoPlan.h"
 #include "pipeline/Schedule.h"
 #include "frontend/OnnxExport.h"
 #include "frontend/OnnxImporter.h"
@@ -35,6 +36,7 @@
 #include <future>
 #include <set>
 #include <iostream>
+#include <optional>
 
 using namespace pipec;
 
@@ -67,6 +69,8 @@ struct Options {
   std::string profile;
   std::string mem;
   int devices = 0;
+  bool autoPlan = false;
+  int64_t globalBatch = 0;
   std::string opTimes;
   std::string recompute = "none";
   bool calibrate = false;
@@ -296,7 +300,12 @@ Status compile(const Options &o, const std::string &commandLine) {
     }
   }
 
-  PIPEC_ASSIGN(auto g, loadModel(o));
+  if (o.autoPlan && o.emit == "ir")
+    return errorf("--auto chooses a pipeline; --emit=ir prints the graph before any");
+  std::unique_ptr<ir::Graph> g;
+  if (!o.autoPlan) {
+    PIPEC_ASSIGN(g, loadModel(o));
+  }
 
   codegen::CompileOptions co;
   co.passManager.verifyEach = o.verifyEach;
@@ -359,6 +368,27 @@ Status compile(const Options &o, const std::string &commandLine) {
     parsedSource = std::async(std::launch::async, [&] {
       return tools::guardedValue([&] { return frontend::parseModelProto(modelBytes, o.model); });
     });
+  std::optional<codegen::AutoPlan> chosen;
+  if (o.autoPlan) {
+    codegen::AutoPlanOptions ao;
+    ao.devices = o.devices;
+    ao.globalBatch = o.globalBatch;
+    auto load = [&](int64_t b) {
+      Options ob = o;
+      ob.batch = b;
+      return loadModel(ob);
+    };
+    PIPEC_ASSIGN(chosen, codegen::autoPlan(load, co, ao));
+    const codegen::AutoCandidate &best = chosen->feasible.front();
+    co.partition.numStages = best.devices;
+    co.partition.maxDevices = 0;
+    co.partition.recompute = o.train ? "auto" : "none";
+    co.emit.microBatches = best.microBatches;
+    co.emit.schedule = best.schedule;
+    PIPEC_ASSIGN(g, load(best.microBatchSize));
+    if (!o.quiet && o.emit != "report")
+      std::cout << codegen::renderAutoPlanText(*chosen, 5) << "chosen: " << best.label() << "\n";
+  }
   auto compiled = codegen::compileGraph(*g, co);
   if (!compiled) {
     if (parsedSource.valid())
@@ -366,6 +396,8 @@ Status compile(const Options &o, const std::string &commandLine) {
     return compiled.status();
   }
   codegen::Compiled c = compiled.take();
+  if (chosen)
+    c.report["auto_plan"] = codegen::autoPlanToJson(*chosen, 5);
   if (o.emit == "report") {
     std::cout << jsonText(c.report, 2) << "\n";
     return Status::ok();
@@ -493,7 +525,14 @@ int main(int argc, char **argv) {
   app.add_option("--mem", o.mem,
                  "memory budget per device, e.g. 16GiB (default: the profile's capacity)");
   app.add_option("--devices", o.devices,
-                 "use the fewest stages K <= N whose memory fits the budget (instead of -k)");
+                 "use the fewest stages K <= N whose memory fits the budget (instead of -k); "
+                 "with --auto, the devices there are");
+  app.add_flag("--auto", o.autoPlan,
+               "choose K <= --devices, the micro-batch size (a divisor of --global-batch), "
+               "the schedule, its virtual stages and the recompute policy per stage from the "
+               "cost model: the fastest predicted step within --mem (prints the best candidates "
+               "and why others were rejected)");
+  app.add_option("--global-batch", o.globalBatch, "samples per step B, for --auto");
   app.add_option("--op-times", o.opTimes,
                  "balance by measured per-node times: JSON from piperun --profile-ops");
   app.add_option("--recompute", o.recompute,
@@ -538,6 +577,17 @@ int main(int argc, char **argv) {
       return errorf("--stop-after must not be negative (got ", o.stopAfter, ")");
     if (app.count("--devices") && o.devices < 1)
       return errorf("--devices must be at least 1 (got ", o.devices, ")");
+    if (o.autoPlan) {
+      for (const char *chosen : {"-k", "-m", "-b", "--schedule", "--virtual-stages", "--recompute",
+                                 "--data-parallel"})
+        if (app.count(chosen))
+          return errorf("--auto chooses ", chosen, " itself: leave it out (--auto supports one "
+                        "pipeline, no data parallelism)");
+      if (!app.count("--devices") || !app.count("--global-batch"))
+        return errorf("--auto needs --devices N and --global-batch B");
+    } else if (app.count("--global-batch")) {
+      return errorf("--global-batch goes with --auto");
+    }
     if (app.count("--ir-constants") && o.emit != "ir")
       return errorf("--ir-constants goes with --emit=ir");
     if (app.count("--calibrate-threads") && !o.calibrate)
