@@ -3,10 +3,7 @@
 
 #include "codegen/Report.h"
 #include "ir/Verifier.h"
-#include "passes/Autodiff.h"
-#include "passes/Loss.h"
-#include "passes/Recompute.h"
-#include "passes/TrainingState.h"
+#include "passes/TrainingPasses.h"
 #include "runtime/train/Optimizer.h"
 #include "support/PhaseTimer.h"
 #include "runtime/train/LrSchedule.h"
@@ -69,12 +66,18 @@ void addReplicaExchange(Compiled &c, int D) {
 } // namespace
 
 Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, PhaseTimer &phases) {
-  PIPEC_TRY(runPasses(g, opts));
-  phases.done("passes");
   EmitOptions emit = opts.emit;
+  passes::PassManagerOptions pmo = opts.passManager;
+  pmo.laterPasses.push_back("recompute");
+  passes::PassManager pm(pmo);
+  if (!opts.noPasses)
+    for (const std::string &p : opts.passes.empty() ? passes::defaultPipeline() : opts.passes)
+      PIPEC_TRY(pm.add(p));
+  passes::TrainingResults results;
   if (emit.training) {
     const TrainOptions &t = opts.train;
-    // Validate the optimizer and schedule now, not at the first step.
+    // Validate the optimizer and schedule now, not at the first step; the
+    // optimizer is parsed here once.
     if (!std::isfinite(t.lr) || t.lr < 0)
       return errorf("--lr must be a positive number (got ", t.lr, ")");
     PIPEC_ASSIGN(train::OptimizerConfig oc,
@@ -85,34 +88,32 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
       PIPEC_TRY(train::parseLrSchedule(t.lrSchedule, optimizer.baseLr()).status());
     if (!(t.clipGradNorm >= 0) || !std::isfinite(t.clipGradNorm))
       return errorf("--clip-grad-norm must be a positive number (got ", t.clipGradNorm, ")");
-    ir::Value *loss = nullptr;
-    if (!t.lossKind.empty()) {
-      if (!t.lossOutput.empty())
-        return errorf("give either --loss (attach a loss) or --loss-output (use the model's), not both");
-      passes::LossOptions lo;
-      lo.kind = t.lossKind;
-      lo.logits = t.logits;
-      lo.target = t.labels;
-      PIPEC_ASSIGN(loss, passes::attachLoss(g, lo));
-    } else {
-      PIPEC_ASSIGN(loss, passes::findLoss(g, t.lossOutput));
-    }
-    if (!loss->isGraphOutput())
-      g.addOutput(loss); // the runtime reports the loss of every step
-    PIPEC_ASSIGN(std::vector<passes::StateUpdate> updates, passes::exposeRunningStatistics(g));
-    for (const passes::StateUpdate &u : updates)
-      emit.train.stateUpdates.emplace_back(u.state, u.value);
-    passes::AutodiffOptions ao;
-    ao.loss = loss->name();
-    phases.done("training: loss and state");
-    PIPEC_ASSIGN(std::vector<passes::GradientPair> grads, passes::differentiate(g, ao));
-    phases.done("training: autodiff");
-    emit.train.loss = loss;
-    for (const passes::GradientPair &gp : grads)
-      emit.train.paramGrads.emplace_back(gp.param, gp.grad);
+    if (!t.lossKind.empty() && !t.lossOutput.empty())
+      return errorf("give either --loss (attach a loss) or --loss-output (use the model's), not both");
     emit.train.optimizer = optimizer.config().str();
+    emit.train.optimizerKind = oc.kind;
+    emit.train.optimizerStates = static_cast<int>(optimizer.stateTensors());
     emit.train.lrSchedule = t.lrSchedule;
     emit.train.clipGradNorm = t.clipGradNorm;
+    passes::LossOptions lo;
+    lo.kind = t.lossKind;
+    lo.logits = t.logits;
+    lo.target = t.labels;
+    pm.add(passes::createLossPass(lo, t.lossOutput, results));
+    pm.add(passes::createTrainingStatePass(results));
+    pm.add(passes::createAutodiffPass(results));
+  }
+  PIPEC_TRY(pm.run(g));
+  phases.done(emit.training ? "passes (with training)" : "passes");
+  // --stop-after: the graph as the passes left it, for --emit=ir.
+  if (opts.passManager.stopAfter >= 0 && static_cast<size_t>(opts.passManager.stopAfter) < pm.size())
+    return emit;
+  if (emit.training) {
+    emit.train.loss = results.loss;
+    for (const passes::StateUpdate &u : results.stateUpdates)
+      emit.train.stateUpdates.emplace_back(u.state, u.value);
+    for (const passes::GradientPair &gp : results.gradients)
+      emit.train.paramGrads.emplace_back(gp.param, gp.grad);
   }
   PIPEC_TRY(ir::verifyGraph(g).withContext("the graph is not ready for code generation"));
   phases.done("verify");
@@ -127,10 +128,8 @@ Expected<partitioner::PartitionOptions> partitionOptionsFor(const CompileOptions
   po.training = emit.training;
   if (emit.training) {
     // The memory model counts the optimizer's state tensors per parameter.
-    PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(emit.train.optimizer));
-    PIPEC_ASSIGN(train::Optimizer optimizer, train::Optimizer::create(oc));
-    po.optimizerStates = static_cast<int>(optimizer.stateTensors());
-    po.optimizer = oc.kind;
+    po.optimizerStates = emit.train.optimizerStates;
+    po.optimizer = emit.train.optimizerKind;
     // The runtime sums these gradients in their GEMM (beta 1) rather than
     // in a pass per micro-batch (DeviceExecutor::accumulateInto: a kernel
     // that can, whose output nothing else reads).
@@ -146,30 +145,47 @@ Expected<partitioner::PartitionOptions> partitionOptionsFor(const CompileOptions
   return po;
 }
 
+Expected<partitioner::Partition> partitionAndRecompute(ir::Graph &g, const CompileOptions &opts,
+                                                       const EmitOptions &emit,
+                                                       const partitioner::PartitionOptions &po) {
+  PIPEC_ASSIGN(partitioner::Partition part, partitioner::partitionGraph(g, po));
+  if (po.recompute == "none")
+    return part;
+  if (!emit.training)
+    return errorf("--recompute ", po.recompute,
+                  " needs --train: an inference plan keeps no activations for a backward pass");
+  // auto: the memory model chose a policy per stage.
+  passes::RecomputeOptions ro;
+  for (size_t s = 0; s < part.numStages(); ++s)
+    ro.policies.push_back(po.recompute == "auto" && s < part.estimate.stages.size()
+                              ? part.estimate.stages[s].recompute
+                              : po.recompute);
+  ro.stageOf = [&](const ir::Node *n) { return part.stageOf(n); };
+  ro.assign = [&](const ir::Node *n, int s) { part.assign(n, s); };
+  passes::PassManagerOptions pmo = opts.passManager;
+  pmo.stopAfter = -1;
+  pmo.printAfter.clear(); // validated by the first pass manager
+  for (const std::string &p : opts.passManager.printAfter)
+    if (p == "recompute" || p == "all")
+      pmo.printAfter.push_back(p);
+  passes::PassManager pm(pmo);
+  passes::TrainingResults results;
+  pm.add(passes::createRecomputePass(ro, results));
+  PIPEC_TRY(pm.run(g));
+  PIPEC_TRY(ir::verifyGraph(g).withContext("after recompute"));
+  return part;
+}
+
 Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   PhaseTimer phases;
   PIPEC_ASSIGN(EmitOptions emit, prepareGraph(g, opts, phases));
+  if (opts.passManager.stopAfter >= 0)
+    return errorf("--stop-after ", opts.passManager.stopAfter,
+                  " stops the passes before code generation: use it with --emit=ir");
   PIPEC_ASSIGN(partitioner::PartitionOptions po, partitionOptionsFor(opts, emit));
   Compiled c;
-  PIPEC_ASSIGN(c.partition, partitioner::partitionGraph(g, po));
-  phases.done("partition");
-  if (po.recompute != "none") {
-    if (!emit.training)
-      return errorf("--recompute ", po.recompute,
-                    " needs --train: an inference plan keeps no activations for a backward pass");
-    // auto: the memory model chose a policy per stage.
-    passes::RecomputeOptions ro;
-    for (size_t s = 0; s < c.partition.numStages(); ++s)
-      ro.policies.push_back(po.recompute == "auto" && s < c.partition.estimate.stages.size()
-                                ? c.partition.estimate.stages[s].recompute
-                                : po.recompute);
-    ro.stageOf = [&](const ir::Node *n) { return c.partition.stageOf(n); };
-    ro.assign = [&](const ir::Node *n, int s) { c.partition.assign(n, s); };
-    PIPEC_TRY(passes::rematerialize(g, ro).status());
-    PIPEC_TRY(ir::verifyGraph(g).withContext("after recompute"));
-  }
-  if (po.recompute != "none")
-    phases.done("recompute");
+  PIPEC_ASSIGN(c.partition, partitionAndRecompute(g, opts, emit, po));
+  phases.done(po.recompute == "none" ? "partition" : "partition and recompute");
   // The cost model's predictions go into the plan, so that piperun can put
   // its measurements next to them.
   const partitioner::PartitionEstimate &est = c.partition.estimate;

@@ -60,7 +60,12 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
 /// accumulates in place.
 Expected<partitioner::PartitionOptions> partitionOptionsFor(const CompileOptions &opts,
                                                             const EmitOptions &emit);
-/// Only the pass pipeline of compileGraph (for --emit=ir).
+/// Partitions a prepared graph and runs the recompute pass (a training
+/// graph with po.recompute other than none), which places its clones.
+Expected<partitioner::Partition> partitionAndRecompute(ir::Graph &g, const CompileOptions &opts,
+                                                       const EmitOptions &emit,
+                                                       const partitioner::PartitionOptions &po);
+/// Only the pass pipeline of compileGraph, without training (for --emit=ir).
 Status runPasses(ir::Graph &g, const CompileOptions &opts);
 
 } // namespace pipec::codegen

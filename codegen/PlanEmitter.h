@@ -28,6 +28,8 @@ struct TrainingSpec {
   /// (state constant, forward value replacing it after each micro-batch).
   std::vector<std::pair<const ir::Value *, const ir::Value *>> stateUpdates;
   std::string optimizer;  ///< runtime/train spec ("adam:lr=0.001,...")
+  std::string optimizerKind; ///< "adam", "sgd", ...: the step's cost
+  int optimizerStates = 0;   ///< state tensors per parameter (adam 2)
   std::string lrSchedule; ///< learning-rate schedule spec, "" for constant
   double clipGradNorm = 0;
 };

@@ -59,8 +59,11 @@ Status PassManager::run(ir::Graph &g) {
   timings_.clear();
   // A name that matches no pass of the pipeline would print nothing: say so.
   for (const std::string &name : opts_.printAfter)
-    if (name != "all" && std::none_of(passes_.begin(), passes_.end(),
-                                      [&](const auto &p) { return p->name() == name; })) {
+    if (name != "all" &&
+        std::find(opts_.laterPasses.begin(), opts_.laterPasses.end(), name) ==
+            opts_.laterPasses.end() &&
+        std::none_of(passes_.begin(), passes_.end(),
+                     [&](const auto &p) { return p->name() == name; })) {
       std::string known;
       for (const auto &p : passes_)
         known += (known.empty() ? "" : ", ") + std::string(p->name());
@@ -82,8 +85,12 @@ Status PassManager::run(ir::Graph &g) {
                     std::chrono::steady_clock::now() - t0)
                     .count();
     timings_.emplace_back(flag, ms);
+    // Prefixed with the pass, unless its message names it already
+    // ("autodiff: no gradient rule for ...").
     if (!changed)
-      return changed.status().withContext("pass " + flag);
+      return changed.status().message().rfind(flag + ":", 0) == 0
+                 ? changed.status()
+                 : changed.status().withContext("pass " + flag);
     if (opts_.verifyEach) {
       // Types are required once shapes have been inferred.
       ir::VerifyOptions vo;

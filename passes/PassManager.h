@@ -28,6 +28,9 @@ struct PassManagerOptions {
   bool verifyEach = false;
   /// Print the IR after passes with these flags ("all" for every pass).
   std::vector<std::string> printAfter;
+  /// Names printAfter may hold for passes a later pass manager runs (the
+  /// recompute pass runs after partitioning).
+  std::vector<std::string> laterPasses;
   /// Stop after this many passes (-1: run all).
   int stopAfter = -1;
   bool timePasses = false;
@@ -43,6 +46,7 @@ public:
   explicit PassManager(PassManagerOptions opts = {}) : opts_(std::move(opts)) {}
   Status add(const std::string &flag);
   void add(std::unique_ptr<Pass> p) { passes_.push_back(std::move(p)); }
+  size_t size() const { return passes_.size(); }
   /// Runs every pass; the first failure is returned, prefixed with the pass.
   Status run(ir::Graph &g);
   /// Milliseconds per pass of the last run, in order.

@@ -322,13 +322,6 @@ Status compile(const Options &o, const std::string &commandLine) {
       if (!p.empty())
         co.passes.push_back(p);
   }
-  if (o.emit == "ir") {
-    PIPEC_TRY(codegen::runPasses(*g, co));
-    ir::PrintOptions po;
-    po.maxConstantElements = irConstants;
-    ir::printGraph(*g, std::cout, po);
-    return Status::ok();
-  }
   co.partition.numStages = o.stages;
   co.partition.profile = o.profile;
   co.partition.recompute = o.recompute;
@@ -368,6 +361,24 @@ Status compile(const Options &o, const std::string &commandLine) {
     parsedSource = std::async(std::launch::async, [&] {
       return tools::guardedValue([&] { return frontend::parseModelProto(modelBytes, o.model); });
     });
+  if (o.emit == "ir") {
+    // The graph after the passes; with --train after the training passes,
+    // and with --recompute after partitioning and the recompute pass.
+    if (o.train) {
+      PhaseTimer phases;
+      PIPEC_ASSIGN(codegen::EmitOptions emit, codegen::prepareGraph(*g, co, phases));
+      if (co.partition.recompute != "none" && co.passManager.stopAfter < 0) {
+        PIPEC_ASSIGN(partitioner::PartitionOptions po, codegen::partitionOptionsFor(co, emit));
+        PIPEC_TRY(codegen::partitionAndRecompute(*g, co, emit, po).status());
+      }
+    } else {
+      PIPEC_TRY(codegen::runPasses(*g, co));
+    }
+    ir::PrintOptions po;
+    po.maxConstantElements = irConstants;
+    ir::printGraph(*g, std::cout, po);
+    return Status::ok();
+  }
   std::optional<codegen::AutoPlan> chosen;
   if (o.autoPlan) {
     codegen::AutoPlanOptions ao;
