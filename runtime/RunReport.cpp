@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 namespace pipec::runtime {
@@ -108,6 +109,52 @@ json deviceReport(const Session &session) {
     devs.push_back(dj);
   }
   return devs;
+}
+
+json opProfile(const Session &session, int64_t steps) {
+  const plan::Plan &p = session.plan();
+  json nodes = json::array();
+  std::map<std::string, std::pair<double, double>> byOp; // measured, predicted
+  double total = 0, totalPredicted = 0;
+  const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+  for (int d = 0; d < p.devices_size(); ++d) {
+    const plan::Device &dev = p.devices(d);
+    const std::vector<double> &sec = session.devices()[static_cast<size_t>(d)]->nodeSeconds();
+    // How often each node runs per step (once per micro-batch, or once for
+    // the optimizer's nodes), to scale its predicted time.
+    std::vector<int> runs(static_cast<size_t>(dev.nodes_size()), 0);
+    for (const plan::Instruction &ins : dev.program())
+      for (int32_t ni : ins.nodes())
+        ++runs[static_cast<size_t>(ni)];
+    for (int i = 0; i < dev.nodes_size() && i < static_cast<int>(sec.size()); ++i) {
+      const plan::Node &node = dev.nodes(i);
+      const double perStep = sec[static_cast<size_t>(i)] / n;
+      const double predicted = node.predicted_seconds() * runs[static_cast<size_t>(i)];
+      nodes.push_back({{"device", d},
+                       {"node", node.name()},
+                       {"op", node.op_type()},
+                       {"seconds", perStep},
+                       {"predicted_seconds", predicted}});
+      byOp[node.op_type()].first += perStep;
+      byOp[node.op_type()].second += predicted;
+      total += perStep;
+      totalPredicted += predicted;
+    }
+  }
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto &[op, s] : byOp)
+    order.emplace_back(s.first, op);
+  std::sort(order.rbegin(), order.rend());
+  json ops = json::array();
+  for (const auto &[seconds, op] : order)
+    ops.push_back({{"op", op}, {"seconds", seconds}, {"predicted_seconds", byOp[op].second}});
+  return {{"plan", p.model_name()},
+          {"steps", steps},
+          {"micro_batches", p.pipeline().num_micro_batches()},
+          {"nodes", nodes},
+          {"by_op", ops},
+          {"seconds", total},
+          {"predicted_seconds", totalPredicted}};
 }
 
 Status writeTrace(const std::string &path, const Session &session, bool withPrediction) {

@@ -33,6 +33,15 @@ std::string instructionLabel(const plan::Plan &p, const plan::Instruction &ins);
 /// measured, planned and predicted peak memory, predicted busy seconds.
 nlohmann::json deviceReport(const Session &session);
 
+/// Per node of every device, its measured seconds per step (the session
+/// timed nodes: DeviceExecutor::enableNodeProfile) and its predicted
+/// seconds per step (Node.predicted_seconds times its runs per step):
+/// {"plan", "steps", "micro_batches", "nodes": [{device, node, op, seconds,
+/// predicted_seconds}], "by_op": the same summed per op type, most time
+/// first, "seconds", "predicted_seconds": all nodes}. piperun
+/// --profile-ops writes it; pipec --op-times reads it.
+nlohmann::json opProfile(const Session &session, int64_t steps);
+
 /// The measured trace (one track per device) and, with `withPrediction`,
 /// the predicted timeline as a second process. Needs a session opened
 /// with tracing.

@@ -1,6 +1,6 @@
 //===- tests/unit/CapacityTest.cpp - GPipe's Table 1 with pipec's memory model ===//
 //
-// The capacity search (partitioner/Capacity.h) on the GPT sample family:
+// The capacity search (tools/capacity/Capacity.h) on the GPT sample family:
 // the direction and size of GPipe's Table 1 on an 8 GB accelerator
 // (recompute and K = 8 fit more than 20 times the parameters of one device
 // without recompute), capacity growing with K, and the extrapolation from
@@ -8,7 +8,7 @@
 // evaluated directly.
 //
 //===----------------------------------------------------------------------===//
-#include "partitioner/Capacity.h"
+#include "tools/capacity/Capacity.h"
 #include "partitioner/Partitioner.h"
 #include "tools/capacity/GptFamily.h"
 

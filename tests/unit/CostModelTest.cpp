@@ -1,6 +1,6 @@
 //===- tests/unit/CostModelTest.cpp - Profiles, roofline, calibration -----===//
 #include "ir/Text.h"
-#include "partitioner/Calibrate.h"
+#include "tools/calibrate/Calibrate.h"
 #include "partitioner/CostModel.h"
 #include "partitioner/DeviceProfile.h"
 #include "partitioner/StageModel.h"

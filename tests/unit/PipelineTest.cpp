@@ -13,7 +13,9 @@
 #include "codegen/AutoPlan.h"
 #include "pipeline/Schedule.h"
 #include "pipeline/Simulate.h"
+#include "runtime/DataFeed.h"
 #include "runtime/RunReport.h"
+#include "support/Npy.h"
 #include "runtime/plan/Predicted.h"
 #include "frontend/OnnxImporter.h"
 #include "runtime/DeviceThreads.h"
@@ -809,4 +811,63 @@ TEST(Pipeline, AutoPlanChoosesTheFastestPredictedPipelineThatFits) {
   auto none = codegen::autoPlan(load, base, ao);
   ASSERT_FALSE(none.isOk());
   EXPECT_NE(none.status().message().find("--auto found no pipeline"), std::string::npos);
+}
+
+// What piperun feeds a training plan (runtime/DataFeed.h): four seeded
+// synthetic batches, repeated, labels below the class count; or examples
+// from .npy files taken in order and wrapping around, every file with the
+// same example count.
+TEST(Pipeline, DataFeedSyntheticAndFromFiles) {
+  Config c;
+  c.K = 1;
+  c.M = 2;
+  const std::string dir = compile("mlp-train", 2, c);
+  auto s = runtime::Session::open(dir, {});
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  const runtime::Session &session = **s;
+  const std::vector<std::string> names = session.inputNames();
+  ASSERT_EQ(names.size(), 2u); // x, labels
+  auto synth = runtime::DataFeed::open(session, "", 3);
+  ASSERT_TRUE(synth.isOk()) << synth.status().message();
+  const auto b0 = synth->batch(0), b1 = synth->batch(1), b4 = synth->batch(4);
+  EXPECT_TRUE(bitwiseEqual(b0[0], b4[0]));
+  EXPECT_FALSE(bitwiseEqual(b0[0], b1[0]));
+  const Tensor &labels = b0[1];
+  ASSERT_EQ(labels.dtype(), DType::I64);
+  EXPECT_EQ(runtime::integerBound(session.plan(), session.plan().inputs(1)), 10);
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    EXPECT_GE(labels.data<int64_t>()[i], 0);
+    EXPECT_LT(labels.data<int64_t>()[i], 10);
+  }
+  // Three examples in the files, four rows a step: step 0 takes rows
+  // 0 1 2 0, step 1 rows 1 2 0 1.
+  const std::string data = tempDir("feed");
+  std::filesystem::create_directories(data);
+  const TensorDesc xd = session.stepInputDescs()[0];
+  ASSERT_EQ(xd.shape[0], 4);
+  Tensor x(DType::F32, {3, xd.shape[1]});
+  for (int64_t i = 0; i < x.numel(); ++i)
+    x.data<float>()[i] = static_cast<float>(i / xd.shape[1]);
+  Tensor y(DType::I64, {3});
+  for (int64_t i = 0; i < 3; ++i)
+    y.data<int64_t>()[i] = 7 + i;
+  EXPECT_EQ(runtime::npyFileName("x"), "x.npy");
+  EXPECT_EQ(runtime::npyFileName("a/b:c"), "a_b_c.npy");
+  ASSERT_TRUE(writeNpy(joinPath(data, runtime::npyFileName(names[0])), x).isOk());
+  ASSERT_TRUE(writeNpy(joinPath(data, runtime::npyFileName(names[1])), y).isOk());
+  auto files = runtime::DataFeed::open(session, data, 0);
+  ASSERT_TRUE(files.isOk()) << files.status().message();
+  const auto f1 = files->batch(1);
+  const int64_t expect[4] = {1, 2, 0, 1};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(f1[0].data<float>()[r * xd.shape[1]], static_cast<float>(expect[r]));
+    EXPECT_EQ(f1[1].data<int64_t>()[r], 7 + expect[r]);
+  }
+  Tensor y2(DType::I64, {2});
+  ASSERT_TRUE(writeNpy(joinPath(data, runtime::npyFileName(names[1])), y2).isOk());
+  auto bad = runtime::DataFeed::open(session, data, 0);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("every input of --data needs the same number"),
+            std::string::npos)
+      << bad.status().message();
 }

@@ -1,7 +1,7 @@
 //===- tools/capacity/GptFamily.h - The GPT sample as a layer family -*- C++ -*-===//
 //
 // samples::buildGpt as a partitioner::LayerFamily for the capacity search
-// (partitioner/Capacity.h): the generated ONNX model with a loss, imported,
+// (tools/capacity/Capacity.h): the generated ONNX model with a loss, imported,
 // the pass pipeline run and differentiated, as pipec compiles it for
 // training. Its blocks are the forward nodes named "block<l>/...". It lives
 // here, not in partitioner/, because it needs the frontend, the samples and
@@ -10,7 +10,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "partitioner/Capacity.h"
+#include "tools/capacity/Capacity.h"
 #include "samples/gen/Models.h"
 
 namespace pipec::capacity {

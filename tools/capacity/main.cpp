@@ -7,10 +7,10 @@
 //   Naive-1     K = 1, one batch of M x B samples, no recompute
 //   Pipeline-1  K = 1, M micro-batches of B, recompute full
 //   Pipeline-K  K = 2, 4, ... --max-devices, recompute full
-// with pipec's memory model (partitioner/Capacity.h).
+// with pipec's memory model (tools/capacity/Capacity.h).
 //
 //===----------------------------------------------------------------------===//
-#include "partitioner/Capacity.h"
+#include "tools/capacity/Capacity.h"
 #include "partitioner/DeviceProfile.h"
 #include "support/Format.h"
 #include "support/Json.h"

@@ -14,7 +14,7 @@
 #include "frontend/OnnxProto.h"
 #include "ir/Text.h"
 #include "ir/Verifier.h"
-#include "partitioner/Calibrate.h"
+#include "tools/calibrate/Calibrate.h"
 #include "passes/PassManager.h"
 #include "pipec/Version.h"
 #include "runtime/plan/PlanIO.h"

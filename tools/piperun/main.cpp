@@ -9,6 +9,7 @@
 #include "runtime/Mpi.h"
 #include "runtime/cuda/CudaKernels.h"
 #include "runtime/cuda/Gpu.h"
+#include "runtime/DataFeed.h"
 #include "runtime/RunReport.h"
 #include "runtime/Session.h"
 #include "runtime/plan/PlanIO.h"
@@ -77,215 +78,39 @@ struct Options {
   runtime::Transport *transport = nullptr;
 };
 
-/// Exclusive upper bound for random integer data of input `t`: the size of
-/// the axis it indexes (Gather indices, loss labels), else 2.
-int64_t integerBound(const plan::Plan &p, int32_t t) {
-  for (const plan::Device &d : p.devices())
-    for (const plan::Node &n : d.nodes()) {
-      if (n.inputs_size() < 2 || n.inputs(1) != t || n.inputs(0) < 0)
-        continue;
-      const auto &data = p.tensors(n.inputs(0)).shape();
-      if (n.op_type() == "Gather" && data.size() > 0) {
-        int64_t axis = 0;
-        for (const plan::Attribute &a : n.attrs())
-          if (a.name() == "axis")
-            axis = a.i();
-        if (axis < 0)
-          axis += data.size();
-        if (axis >= 0 && axis < data.size())
-          return data[static_cast<int>(axis)];
-      }
-      if ((n.op_type() == "SoftmaxCrossEntropyLoss" || n.op_type() == "NegativeLogLikelihoodLoss") &&
-          data.size() > 1)
-        return data[1];
-    }
-  return 2;
-}
-
-Tensor randomInput(const TensorDesc &d, int64_t bound, uint64_t seed) {
-  Tensor t(d);
-  std::mt19937_64 rng(seed);
-  int64_t n = t.numel();
-  switch (d.dtype) {
-  case DType::F32: {
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    for (int64_t i = 0; i < n; ++i)
-      t.data<float>()[i] = dist(rng);
-    break;
-  }
-  case DType::F64: {
-    std::normal_distribution<double> dist(0.0, 1.0);
-    for (int64_t i = 0; i < n; ++i)
-      t.data<double>()[i] = dist(rng);
-    break;
-  }
-  case DType::I64:
-  case DType::I32: {
-    std::uniform_int_distribution<int64_t> dist(0, std::max<int64_t>(bound, 1) - 1);
-    for (int64_t i = 0; i < n; ++i) {
-      if (d.dtype == DType::I64)
-        t.data<int64_t>()[i] = dist(rng);
-      else
-        t.data<int32_t>()[i] = static_cast<int32_t>(dist(rng));
-    }
-    break;
-  }
-  case DType::Bool: {
-    std::bernoulli_distribution dist(0.5);
-    for (int64_t i = 0; i < n; ++i)
-      t.data<uint8_t>()[i] = dist(rng);
-    break;
-  }
-  default:
-    break; // zeros
-  }
-  return t;
-}
-
-std::string sanitize(const std::string &name) {
-  std::string s = name;
-  for (char &c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'))
-      c = '_';
-  return s.empty() ? "_" : s;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// Writes the measured time of every node (mean per step) as JSON, the
-/// input a cost model can balance stages by, and prints the ops that took
+/// Writes the measured time of every node per step as JSON (runtime::opProfile:
+/// the input a cost model can balance stages by) and prints the ops that took
 /// the most time.
 Status writeOpProfile(const std::string &path, const runtime::Session &session, int64_t steps,
                       bool quiet) {
-  const plan::Plan &p = session.plan();
-  nlohmann::json nodes = nlohmann::json::array();
-  // Measured and predicted seconds per step by op type.
-  std::map<std::string, std::pair<double, double>> byOp;
-  double total = 0, totalPredicted = 0;
-  for (int d = 0; d < p.devices_size(); ++d) {
-    const plan::Device &dev = p.devices(d);
-    const std::vector<double> &sec = session.devices()[d]->nodeSeconds();
-    // How often each node runs per step (once per micro-batch, or once for
-    // the optimizer's nodes), to scale its predicted time.
-    std::vector<int> runs(static_cast<size_t>(dev.nodes_size()), 0);
-    for (const plan::Instruction &ins : dev.program())
-      for (int32_t ni : ins.nodes())
-        ++runs[static_cast<size_t>(ni)];
-    for (int i = 0; i < dev.nodes_size() && i < static_cast<int>(sec.size()); ++i) {
-      const plan::Node &n = dev.nodes(i);
-      double perStep = sec[i] / steps;
-      double predicted = n.predicted_seconds() * runs[static_cast<size_t>(i)];
-      nodes.push_back({{"device", d},
-                       {"node", n.name()},
-                       {"op", n.op_type()},
-                       {"seconds", perStep},
-                       {"predicted_seconds", predicted}});
-      byOp[n.op_type()].first += perStep;
-      byOp[n.op_type()].second += predicted;
-      total += perStep;
-      totalPredicted += predicted;
-    }
-  }
-  nlohmann::json j;
-  j["plan"] = p.model_name();
-  j["steps"] = steps;
-  j["micro_batches"] = p.pipeline().num_micro_batches();
-  j["nodes"] = nodes;
+  const nlohmann::json j = runtime::opProfile(session, steps);
   PIPEC_TRY(writeFileAtomic(path, jsonText(j, 2) + "\n"));
   if (quiet)
     return Status::ok();
-  std::vector<std::pair<double, std::string>> ops;
-  for (const auto &[op, s] : byOp)
-    ops.emplace_back(s.first, op);
-  std::sort(ops.rbegin(), ops.rend());
   std::printf("%-30s %10s %7s %10s %10s\n", "op", "ms/step", "share", "predicted", "meas/pred");
-  auto row = [](const char *name, double meas, double share, double pred) {
+  auto row = [](const std::string &name, double meas, double share, double pred) {
     char ratio[32] = "-";
     if (pred > 0)
       std::snprintf(ratio, sizeof ratio, "%.2f", meas / pred);
-    std::printf("%-30s %10.3f %6.1f%% %10.3f %10s\n", name, meas * 1e3, share, pred * 1e3, ratio);
+    std::printf("%-30s %10.3f %6.1f%% %10.3f %10s\n", name.c_str(), meas * 1e3, share, pred * 1e3, ratio);
   };
-  for (size_t i = 0; i < ops.size() && i < 16; ++i) {
-    const auto &[meas, pred] = byOp[ops[i].second];
-    row(ops[i].second.c_str(), meas, total > 0 ? 100 * meas / total : 0.0, pred);
+  const double total = j["seconds"].get<double>();
+  for (size_t i = 0; i < j["by_op"].size() && i < 16; ++i) {
+    const nlohmann::json &op = j["by_op"][i];
+    const double meas = op["seconds"].get<double>();
+    row(op["op"].get<std::string>(), meas, total > 0 ? 100 * meas / total : 0.0,
+        op["predicted_seconds"].get<double>());
   }
-  row("all nodes", total, 100, totalPredicted);
+  row("all nodes", total, 100, j["predicted_seconds"].get<double>());
   std::printf("per-node times written to %s\n", path.c_str());
   return Status::ok();
 }
-
-/// A source of training mini-batches: examples from .npy files (one per
-/// graph input, first axis counts examples), taken in order and wrapping
-/// around; or a fixed pool of seeded synthetic batches, repeated, which a
-/// model can learn.
-class DataFeed {
-public:
-  static Expected<DataFeed> open(const runtime::Session &s, const Options &o) {
-    DataFeed f;
-    f.names_ = s.inputNames();
-    f.descs_ = s.stepInputDescs();
-    const plan::Plan &p = s.plan();
-    if (o.dataDir.empty()) {
-      for (int b = 0; b < kSyntheticBatches; ++b) {
-        std::vector<Tensor> batch;
-        for (size_t i = 0; i < f.descs_.size(); ++i)
-          batch.push_back(randomInput(f.descs_[i], integerBound(p, p.inputs(static_cast<int>(i))),
-                                      o.seed * 1000003 + 7919 * b + i));
-        f.pool_.push_back(std::move(batch));
-      }
-      return f;
-    }
-    for (size_t i = 0; i < f.names_.size(); ++i) {
-      std::string path = joinPath(o.dataDir, sanitize(f.names_[i]) + ".npy");
-      PIPEC_ASSIGN(Tensor t, readNpy(path));
-      const TensorDesc &d = f.descs_[i];
-      if (t.dtype() != d.dtype || t.shape().size() != d.shape.size() || t.shape().empty() ||
-          !std::equal(t.shape().begin() + 1, t.shape().end(), d.shape.begin() + 1) || t.shape()[0] < 1)
-        return errorf("'", path, "' is ", t.desc().str(), "; input '", f.names_[i], "' needs ",
-                      dtypeName(d.dtype), "[N", shapeStr(Shape(d.shape.begin() + 1, d.shape.end())).substr(1),
-                      " with N examples (N >= 1)");
-      // Examples are rows of every file at once: the files must agree on
-      // how many there are (an x without its labels would train on garbage).
-      if (!f.files_.empty() && t.shape()[0] != f.files_[0].shape()[0])
-        return errorf("'", path, "' holds ", t.shape()[0], " examples, '",
-                      joinPath(o.dataDir, sanitize(f.names_[0]) + ".npy"), "' ",
-                      f.files_[0].shape()[0], ": every input of --data needs the same number");
-      f.files_.push_back(t);
-    }
-    return f;
-  }
-
-  /// The inputs of step `step` (0-based).
-  std::vector<Tensor> batch(int64_t step) {
-    if (files_.empty())
-      return pool_[static_cast<size_t>(step) % pool_.size()];
-    std::vector<Tensor> out;
-    for (size_t i = 0; i < files_.size(); ++i) {
-      const Tensor &src = files_[i];
-      Tensor t(descs_[i]);
-      int64_t rows = descs_[i].shape[0], n = src.shape()[0];
-      size_t rowBytes = src.bytes() / static_cast<size_t>(n);
-      for (int64_t r = 0; r < rows; ++r) {
-        int64_t from = (step * rows + r) % n;
-        std::memcpy(static_cast<char *>(t.raw()) + r * rowBytes,
-                    static_cast<const char *>(src.raw()) + from * rowBytes, rowBytes);
-      }
-      out.push_back(t);
-    }
-    return out;
-  }
-
-private:
-  static constexpr int kSyntheticBatches = 4;
-  std::vector<std::string> names_;
-  std::vector<TensorDesc> descs_;
-  std::vector<std::vector<Tensor>> pool_;
-  std::vector<Tensor> files_;
-};
 
 /// Weights saved above this many bytes go to an external data file.
 constexpr uint64_t kSaveExternalFrom = uint64_t(1) << 30;
@@ -362,8 +187,6 @@ Status saveModel(const runtime::Session &session, const std::string &planDir, co
 }
 
 
-/// Each device's instruction stream, one line per device: F/R/B/W with the
-/// micro-batch, sends (>) and receives (<) with the peer, the optimizer.
 /// One line per device: F0 B0 W0 ... (F0.2: micro-batch 0 of stage 2, on
 /// devices that run several stages), >PEER:TENSOR#MB sends, <PEER:... receives.
 void printPrograms(const plan::Plan &p) {
@@ -467,7 +290,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   const bool quiet = !session.leader();
   if (!o.checkpoint.empty() && session.leader())
     PIPEC_TRY(train::checkCheckpointTarget(o.checkpoint)); // before any step runs
-  PIPEC_ASSIGN(DataFeed feed, DataFeed::open(session, o));
+  PIPEC_ASSIGN(runtime::DataFeed feed, runtime::DataFeed::open(session, o.dataDir, o.seed));
   int64_t first = 0;
   if (!o.resume.empty()) {
     PIPEC_TRY(session.loadCheckpoint(o.resume));
@@ -700,8 +523,8 @@ Status runPlan(const Options &o) {
       inputs.push_back(it->second);
       continue;
     }
-    int64_t bound = integerBound(p, p.inputs(static_cast<int>(i)));
-    inputs.push_back(randomInput(descs[i], bound, o.seed * 1000003 + i));
+    int64_t bound = runtime::integerBound(p, p.inputs(static_cast<int>(i)));
+    inputs.push_back(runtime::randomInput(descs[i], bound, o.seed * 1000003 + i));
   }
 
   int64_t examplesPerStep = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) *
@@ -744,7 +567,7 @@ Status runPlan(const Options &o) {
     PIPEC_TRY(makeDirs(o.outputsDir));
     std::vector<std::string> outNames = session->outputNames();
     for (size_t i = 0; i < outputs.size(); ++i)
-      PIPEC_TRY(writeNpy(joinPath(o.outputsDir, sanitize(outNames[i]) + ".npy"), outputs[i]));
+      PIPEC_TRY(writeNpy(joinPath(o.outputsDir, runtime::npyFileName(outNames[i])), outputs[i]));
   }
 
   double med = median(stepSeconds);

@@ -1,4 +1,4 @@
-//===- partitioner/Calibrate.h - Measuring this machine --------*- C++ -*-===//
+//===- tools/calibrate/Calibrate.h - Measuring this machine --------*- C++ -*-===//
 //
 // `pipec --calibrate` measures the CPU it runs on and writes a device
 // profile (DeviceProfile.h): sgemm FLOP/s of the kernels' GEMM (cpu::sgemm

@@ -1,4 +1,4 @@
-//===- partitioner/Capacity.h - Largest model that fits K devices -*- C++ -*-===//
+//===- tools/capacity/Capacity.h - Largest model that fits K devices -*- C++ -*-===//
 //
 // "How many repeated blocks of this architecture family can K devices of a
 // given memory train under this recompute policy and schedule?" -- the

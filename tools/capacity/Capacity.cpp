@@ -1,5 +1,5 @@
-//===- partitioner/Capacity.cpp - Largest model that fits K devices -------===//
-#include "partitioner/Capacity.h"
+//===- tools/capacity/Capacity.cpp - Largest model that fits K devices -------===//
+#include "tools/capacity/Capacity.h"
 
 #include "partitioner/Partitioner.h"
 

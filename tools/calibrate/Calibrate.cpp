@@ -1,5 +1,5 @@
-//===- partitioner/Calibrate.cpp - Measuring this machine -----------------===//
-#include "partitioner/Calibrate.h"
+//===- tools/calibrate/Calibrate.cpp - Measuring this machine -----------------===//
+#include "tools/calibrate/Calibrate.h"
 
 #include "partitioner/CostModel.h"
 #include "passes/NodeEval.h"
