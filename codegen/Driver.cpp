@@ -114,6 +114,17 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
       emit.train.stateUpdates.emplace_back(u.state, u.value);
     for (const passes::GradientPair &gp : results.gradients)
       emit.train.paramGrads.emplace_back(gp.param, gp.grad);
+    // Gradients whose GEMM sums the micro-batches itself (beta 1) rather
+    // than the runtime in a pass per micro-batch: the plan says so
+    // (Parameter.accumulate_in_place) and the cost model charges no pass.
+    for (const auto &[param, grad] : emit.train.paramGrads) {
+      const ir::Node *n = grad->producer();
+      const bool noC = n && (n->inputs().size() < 3 || !n->inputs()[2] ||
+                             attrFloat(n->attrs(), "beta", 1.0f) == 0.0f);
+      if (n && n->is("Gemm") && noC && n->outputs().size() == 1 && grad->users().empty() &&
+          !grad->isGraphOutput() && grad->type().dtype == DType::F32)
+        emit.train.accumulatedInPlace.insert(param);
+    }
   }
   PIPEC_TRY(ir::verifyGraph(g).withContext("the graph is not ready for code generation"));
   phases.done("verify");
@@ -130,17 +141,7 @@ Expected<partitioner::PartitionOptions> partitionOptionsFor(const CompileOptions
     // The memory model counts the optimizer's state tensors per parameter.
     po.optimizerStates = emit.train.optimizerStates;
     po.optimizer = emit.train.optimizerKind;
-    // The runtime sums these gradients in their GEMM (beta 1) rather than
-    // in a pass per micro-batch (DeviceExecutor::accumulateInto: a kernel
-    // that can, whose output nothing else reads).
-    for (const auto &[param, grad] : emit.train.paramGrads) {
-      const ir::Node *n = grad->producer();
-      const bool noC = n && (n->inputs().size() < 3 || !n->inputs()[2] ||
-                             attrFloat(n->attrs(), "beta", 1.0f) == 0.0f);
-      if (n && n->is("Gemm") && noC && n->outputs().size() == 1 && grad->users().empty() &&
-          !grad->isGraphOutput() && grad->type().dtype == DType::F32)
-        po.accumulatedInPlace.insert(param);
-    }
+    po.accumulatedInPlace = emit.train.accumulatedInPlace;
   }
   return po;
 }

@@ -559,6 +559,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       plan::Parameter *pp = t->add_params();
       pp->set_weight(table.id(param));
       pp->set_grad(table.id(grad));
+      pp->set_accumulate_in_place(opts.train.accumulatedInPlace.count(param) > 0);
       if (p.tensors(pp->weight()).kind() != plan::TensorInfo::WEIGHT)
         p.mutable_tensors(pp->weight())->set_kind(plan::TensorInfo::WEIGHT);
     }

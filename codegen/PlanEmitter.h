@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <string>
+#include <unordered_set>
 
 namespace pipec::codegen {
 
@@ -28,6 +29,10 @@ struct TrainingSpec {
   /// (state constant, forward value replacing it after each micro-batch).
   std::vector<std::pair<const ir::Value *, const ir::Value *>> stateUpdates;
   std::string optimizer;  ///< runtime/train spec ("adam:lr=0.001,...")
+  /// Parameters whose gradient kernel sums the micro-batches in place
+  /// (Parameter.accumulate_in_place; the memory and cost models read the
+  /// same set).
+  std::unordered_set<const ir::Value *> accumulatedInPlace;
   std::string optimizerKind; ///< "adam", "sgd", ...: the step's cost
   int optimizerStates = 0;   ///< state tensors per parameter (adam 2)
   std::string lrSchedule; ///< learning-rate schedule spec, "" for constant

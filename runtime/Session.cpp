@@ -199,6 +199,7 @@ Status Session::prepareTraining() {
     ParamState ps;
     ps.weight = pp.weight();
     ps.grad = pp.grad();
+    ps.planInPlace = pp.accumulate_in_place();
     ps.device = producer[pp.grad()];
     if (ps.device < 0)
       return errorf("no device computes the gradient '", lp_.plan.tensors(pp.grad()).name(), "'");
@@ -236,13 +237,16 @@ Status Session::prepareTraining() {
     paramOfGrad_[pp.grad()] = static_cast<int>(params_.size());
     params_.push_back(std::move(ps));
   }
-  // Where the kernel that computes a gradient can add into its output (the
-  // weight-gradient GEMMs), it sums the micro-batches straight into the
-  // parameter's accumulator: collect() then has no copy and no pass over
-  // the gradient per micro-batch (3.8% of a K=1 step of the GPT-like sample
-  // at M=16 in perf).
+  // Where the plan says the kernel that computes a gradient adds into its
+  // output (the weight-gradient GEMMs: Parameter.accumulate_in_place), it
+  // sums the micro-batches straight into the parameter's accumulator:
+  // collect() then has no copy and no pass over the gradient per
+  // micro-batch (3.8% of a K=1 step of the GPT-like sample at M=16 in
+  // perf). A backend whose kernel cannot collects it instead.
   if (opts_.accumulateInPlace)
     for (ParamState &ps : params_) {
+      if (!ps.planInPlace)
+        continue;
       const plan::TensorInfo &g = lp_.plan.tensors(ps.grad);
       if (g.dtype() == static_cast<int32_t>(DType::F32) &&
           g.bytes() == static_cast<uint64_t>(ps.n) * sizeof(float))

@@ -212,6 +212,8 @@ private:
     float *accumOf(int replica) {
       return replica == 0 ? accum.data() : replicaAccum[static_cast<size_t>(replica - 1)].data();
     }
+    /// The plan's Parameter.accumulate_in_place.
+    bool planInPlace = false;
     /// The gradient's kernel sums into accum itself
     /// (DeviceExecutor::accumulateInto); collect() never sees it.
     bool inPlace = false;

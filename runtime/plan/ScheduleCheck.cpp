@@ -339,6 +339,34 @@ Status checkGradients(const Plan &p) {
             prev = ins.micro_batch();
           }
     }
+  // A gradient accumulated in place by its kernel: one producing node with
+  // one output, read by no node, never sent or received.
+  for (int i = 0; i < p.training().params_size(); ++i) {
+    const Parameter &pp = p.training().params(i);
+    if (!pp.accumulate_in_place())
+      continue;
+    int producers = 0;
+    for (const Device &dev : p.devices()) {
+      for (const Node &n : dev.nodes()) {
+        const bool makes = std::find(n.outputs().begin(), n.outputs().end(), pp.grad()) != n.outputs().end();
+        if (makes && n.outputs_size() != 1)
+          return errorf("schedule: the gradient of '", p.tensors(pp.weight()).name(),
+                        "' is accumulated in place but its node has ", n.outputs_size(), " outputs");
+        producers += makes;
+        if (std::find(n.inputs().begin(), n.inputs().end(), pp.grad()) != n.inputs().end())
+          return errorf("schedule: the gradient of '", p.tensors(pp.weight()).name(),
+                        "' is accumulated in place but node '", n.name(), "' reads it");
+      }
+      for (const Instruction &ins : dev.program())
+        if ((ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV) &&
+            ins.tensor() == pp.grad())
+          return errorf("schedule: the gradient of '", p.tensors(pp.weight()).name(),
+                        "' is accumulated in place but sent between devices");
+    }
+    if (producers != 1)
+      return errorf("schedule: the gradient of '", p.tensors(pp.weight()).name(),
+                    "' is accumulated in place but ", producers, " nodes compute it");
+  }
   for (int i = 0; i < p.training().params_size(); ++i)
     for (unsigned mb = 0; mb < M; ++mb)
       if (uint32_t w = writes[static_cast<size_t>(i) * M + mb]; w != 1)

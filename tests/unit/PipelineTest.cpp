@@ -232,8 +232,15 @@ TEST(Pipeline, GradientsAccumulatedInPlaceTrainAsCollected) {
     RunResult fused = run(dir, 5, true, true, &inPlace);
     RunResult plain = run(dir, 5, true, false, &collected);
     // Every MatMul weight of the GPT-like sample (four per block and the
-    // head) has a GEMM gradient; biases and norms are collected.
+    // head) has a GEMM gradient; biases and norms are collected. The plan
+    // says which, and the runtime follows it.
     EXPECT_EQ(inPlace, 9) << "K=" << K;
+    int flagged = 0;
+    auto lp = plan::loadPlan(dir);
+    ASSERT_TRUE(lp.isOk());
+    for (const plan::Parameter &pp : lp->plan.training().params())
+      flagged += pp.accumulate_in_place();
+    EXPECT_EQ(flagged, 9) << "K=" << K;
     EXPECT_EQ(collected, 0);
     ASSERT_EQ(fused.weights.size(), plain.weights.size());
     for (size_t w = 0; w < fused.weights.size(); ++w) {
@@ -454,6 +461,19 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
     ASSERT_EQ(w.size(), 2u);
     d->mutable_program()->SwapElements(w[0], w[1]);
     expectRejected(p, "ascending micro-batch order");
+  }
+  { // A gradient said to be accumulated in place that a node reads.
+    plan::Plan p = good;
+    plan::Parameter *pp = p.mutable_training()->mutable_params(0);
+    pp->set_accumulate_in_place(true);
+    for (plan::Device &d : *p.mutable_devices())
+      for (plan::Node &n : *d.mutable_nodes())
+        if (std::find(n.outputs().begin(), n.outputs().end(), pp->grad()) != n.outputs().end() &&
+            d.nodes_size() > 0) {
+          d.mutable_nodes(d.nodes_size() - 1)->add_inputs(pp->grad());
+          break;
+        }
+    expectRejected(p, "accumulated in place but node");
   }
   { // A schedule pipec does not know, and one with the wrong stage count.
     plan::Plan p = good;
