@@ -15,7 +15,7 @@
 // rate taken in the same run. A benchmark, not a test: it asserts nothing.
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/Driver.h"
+#include "driver/Driver.h"
 #include "frontend/OnnxImporter.h"
 #include "runtime/Session.h"
 #include "support/FileIO.h"
@@ -75,7 +75,7 @@ Status prepare(ModelCase &m, const std::string &tmp) {
   frontend::ImportOptions io;
   io.batch = m.batch;
   PIPEC_ASSIGN(auto g, frontend::importOnnxFile(m.path, io));
-  PIPEC_ASSIGN(codegen::Compiled c, codegen::compileGraph(*g, {}));
+  PIPEC_ASSIGN(driver::Compiled c, driver::compileGraph(*g, {}));
   m.flops = c.report["total_forward_flops_per_micro_batch"].get<double>();
   std::string dir = joinPath(tmp, std::filesystem::path(m.path).stem().string() + ".plan");
   PIPEC_TRY(codegen::writePlanDirectory(dir, c.plan));

@@ -15,7 +15,7 @@
 // reproduced (dropout masks drawn from numpy's generator).
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/Driver.h"
+#include "driver/Driver.h"
 #include "frontend/OnnxImporter.h"
 #include "frontend/OnnxProto.h"
 #include "ir/Verifier.h"
@@ -195,9 +195,9 @@ Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
     auto graph = frontend::importOnnxBytes(*bytes, dir, io);
     if (!graph)
       return {Outcome::Fail, graph.status().message()};
-    if (Status s = codegen::runPasses(**graph, {}); !s)
+    if (Status s = driver::runPasses(**graph, {}); !s)
       return {Outcome::Fail, s.message()};
-    codegen::CompileOptions co;
+    driver::CompileOptions co;
     co.noPasses = true;
     // --stages K: pipeline the test's graph over up to K devices.
     size_t forward = 0;
@@ -205,7 +205,7 @@ Outcome runTest(const std::string &dir, const std::string &tmpRoot) {
       forward += n->phase() == ir::Phase::Forward;
     co.partition.numStages = static_cast<int>(std::max<size_t>(1, std::min<size_t>(gStages, forward)));
     gPipelined += co.partition.numStages > 1;
-    auto compiled = codegen::compileGraph(**graph, co);
+    auto compiled = driver::compileGraph(**graph, co);
     if (!compiled)
       return {Outcome::Fail, compiled.status().message()};
     const codegen::EmittedPlan *emitted = &compiled->plan;

@@ -10,7 +10,7 @@
 // from the updated ones.
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/Driver.h"
+#include "driver/Driver.h"
 #include "runtime/Session.h"
 #include "support/FileIO.h"
 
@@ -48,12 +48,12 @@ std::string compileBn(int M) {
   keep["keepdims"] = Attribute::ofInt(0);
   ir::Node *sum = *g.addNode("sum", "ReduceSum", "", {mul->output(0)}, {"loss"}, keep);
   g.addOutput(sum->output(0));
-  codegen::CompileOptions co;
+  driver::CompileOptions co;
   co.emit.training = true;
   co.emit.microBatches = M;
   co.train.optimizer = "sgd:lr=0.01";
   co.train.lossOutput = "loss";
-  auto compiled = codegen::compileGraph(g, co);
+  auto compiled = driver::compileGraph(g, co);
   EXPECT_TRUE(compiled.isOk()) << compiled.status().message();
   std::string dir = (std::filesystem::temp_directory_path() /
                      ("pipec-bn-train-" + std::to_string(::getpid()) + ".plan"))

@@ -6,7 +6,7 @@
 // the very elements the forward pass dropped.
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/Driver.h"
+#include "driver/Driver.h"
 #include "runtime/Session.h"
 #include "support/FileIO.h"
 
@@ -39,11 +39,11 @@ TEST(DropoutTraining, BackwardReplaysTheForwardMask) {
   g.addOutput(sum->output(0));
   g.addOutput(drop->output(0));
 
-  codegen::CompileOptions co;
+  driver::CompileOptions co;
   co.emit.training = true;
   co.train.optimizer = "sgd:lr=1";
   co.train.lossOutput = "loss";
-  auto compiled = codegen::compileGraph(g, co);
+  auto compiled = driver::compileGraph(g, co);
   ASSERT_TRUE(compiled.isOk()) << compiled.status().message();
   std::string dir = (std::filesystem::temp_directory_path() / "pipec-dropout-train.plan").string();
   ASSERT_TRUE(codegen::writePlanDirectory(dir, compiled->plan).isOk());

@@ -5,7 +5,7 @@
 // (Debian's chromium; skipped with a message when it is not installed).
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/Driver.h"
+#include "driver/Driver.h"
 #include "codegen/Report.h"
 #include "frontend/OnnxImporter.h"
 #include "support/FileIO.h"
@@ -18,19 +18,19 @@
 using namespace pipec;
 
 namespace {
-Expected<codegen::Compiled> compileSample(const std::string &model, int K, int M, bool train,
+Expected<driver::Compiled> compileSample(const std::string &model, int K, int M, bool train,
                                           const std::string &profile) {
   frontend::ImportOptions io;
   io.batch = 4;
   PIPEC_ASSIGN(auto g, frontend::importOnnxFile(joinPath(PIPEC_BINARY_DIR, "samples/" + model), io));
-  codegen::CompileOptions co;
+  driver::CompileOptions co;
   co.partition.numStages = K;
   co.partition.schedule = pipeline::Schedule::parse("gpipe").take();
   co.partition.profile = profile;
   co.emit.schedule = pipeline::Schedule::parse("gpipe").take();
   co.emit.microBatches = M;
   co.emit.training = train;
-  auto c = codegen::compileGraph(*g, co);
+  auto c = driver::compileGraph(*g, co);
   if (!c)
     return c.status();
   return c;

@@ -6,7 +6,7 @@
 // counts and recompute, and the pipeline simulation's bubble.
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/Driver.h"
+#include "driver/Driver.h"
 #include "frontend/OnnxImporter.h"
 #include "partitioner/Partitioner.h"
 #include "partitioner/PipelineSim.h"
@@ -286,8 +286,8 @@ std::unique_ptr<ir::Graph> gpt48() {
   m->proto.SerializeToString(&bytes);
   auto g = frontend::importOnnxBytes(bytes, "gpt48");
   EXPECT_TRUE(g.isOk()) << g.status().message();
-  codegen::CompileOptions opts;
-  EXPECT_TRUE(codegen::runPasses(**g, opts).isOk());
+  driver::CompileOptions opts;
+  EXPECT_TRUE(driver::runPasses(**g, opts).isOk());
   auto loss = passes::findLoss(**g, "loss");
   EXPECT_TRUE(loss.isOk()) << loss.status().message();
   passes::AutodiffOptions ao;

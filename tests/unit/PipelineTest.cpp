@@ -9,8 +9,8 @@
 // transport delivers, refuses and aborts.
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/Driver.h"
-#include "codegen/AutoPlan.h"
+#include "driver/Driver.h"
+#include "driver/AutoPlan.h"
 #include "pipeline/Schedule.h"
 #include "pipeline/Simulate.h"
 #include "runtime/DataFeed.h"
@@ -84,7 +84,7 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   EXPECT_TRUE(schedule.isOk()) << schedule.status().message();
   if (!schedule.isOk())
     return "";
-  codegen::CompileOptions co;
+  driver::CompileOptions co;
   co.partition.numStages = c.K;
   co.partition.schedule = *schedule;
   co.partition.training = c.train;
@@ -94,7 +94,7 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   co.emit.training = c.train;
   co.train.optimizer = "adam";
   co.train.lr = 1e-3;
-  auto compiled = codegen::compileGraph(**g, co);
+  auto compiled = driver::compileGraph(**g, co);
   EXPECT_TRUE(compiled.isOk()) << compiled.status().message();
   if (!compiled.isOk())
     return "";
@@ -544,7 +544,7 @@ TEST(Pipeline, TiedWeightsAndLongSkipConnections) {
     AttrMap keep;
     keep["keepdims"] = Attribute::ofInt(0);
     g.addOutput((*g.addNode("loss", "ReduceMean", "", {sq}, {"l"}, keep))->output(0));
-    codegen::CompileOptions co;
+    driver::CompileOptions co;
     co.emit.training = true;
     co.emit.microBatches = 2;
     co.emit.schedule = pipeline::Schedule::parse(schedule).take();
@@ -554,7 +554,7 @@ TEST(Pipeline, TiedWeightsAndLongSkipConnections) {
     co.train.optimizer = "adam:lr=0.01";
     co.train.lossOutput = "l";
     co.train.clipGradNorm = clip;
-    auto compiled = codegen::compileGraph(g, co);
+    auto compiled = driver::compileGraph(g, co);
     EXPECT_TRUE(compiled.isOk()) << compiled.status().message();
     std::string dir = tempDir(cat("tied-k", K, schedule, clip));
     EXPECT_TRUE(codegen::writePlanDirectory(dir, compiled->plan).isOk());
@@ -778,27 +778,27 @@ TEST(Pipeline, AutoPlanChoosesTheFastestPredictedPipelineThatFits) {
     io.batch = b;
     return frontend::importOnnxFile(samplePath("gpt-train"), io);
   };
-  codegen::CompileOptions base;
+  driver::CompileOptions base;
   base.emit.training = true;
   base.train.optimizer = "adam";
-  codegen::AutoPlanOptions ao;
+  driver::AutoPlanOptions ao;
   ao.devices = 2;
   ao.globalBatch = 8;
-  auto plan = codegen::autoPlan(load, base, ao);
+  auto plan = driver::autoPlan(load, base, ao);
   ASSERT_TRUE(plan.isOk()) << plan.status().message();
   ASSERT_FALSE(plan->feasible.empty());
   for (size_t i = 1; i < plan->feasible.size(); ++i)
     EXPECT_LE(plan->feasible[i - 1].stepSeconds, plan->feasible[i].stepSeconds);
   // The first candidate's figures are its partition's.
-  const codegen::AutoCandidate &best = plan->feasible.front();
+  const driver::AutoCandidate &best = plan->feasible.front();
   auto g = load(best.microBatchSize);
   ASSERT_TRUE(g.isOk());
-  codegen::CompileOptions co = base;
+  driver::CompileOptions co = base;
   co.partition.numStages = best.devices;
   co.partition.recompute = "auto";
   co.emit.microBatches = best.microBatches;
   co.emit.schedule = best.schedule;
-  auto compiled = codegen::compileGraph(**g, co);
+  auto compiled = driver::compileGraph(**g, co);
   ASSERT_TRUE(compiled.isOk()) << compiled.status().message();
   EXPECT_DOUBLE_EQ(compiled->partition.estimate.stepTime, best.stepSeconds);
   EXPECT_EQ(best.microBatchSize * best.microBatches, 8);
@@ -806,29 +806,29 @@ TEST(Pipeline, AutoPlanChoosesTheFastestPredictedPipelineThatFits) {
   // The peak of the chosen 2-device plan is under one device's whole
   // model: a budget between the two leaves only K=2.
   double one = 0;
-  for (const codegen::AutoCandidate &c : plan->feasible)
+  for (const driver::AutoCandidate &c : plan->feasible)
     if (c.devices == 1)
       one = one == 0 ? c.peakMemoryBytes : std::min(one, c.peakMemoryBytes);
   double two = 0;
-  for (const codegen::AutoCandidate &c : plan->feasible)
+  for (const driver::AutoCandidate &c : plan->feasible)
     if (c.devices == 2)
       two = two == 0 ? c.peakMemoryBytes : std::min(two, c.peakMemoryBytes);
   ASSERT_GT(one, two);
   base.partition.memoryBudget = (one + two) / 2;
-  auto tight = codegen::autoPlan(load, base, ao);
+  auto tight = driver::autoPlan(load, base, ao);
   ASSERT_TRUE(tight.isOk()) << tight.status().message();
-  for (const codegen::AutoCandidate &c : tight->feasible)
+  for (const driver::AutoCandidate &c : tight->feasible)
     EXPECT_EQ(c.devices, 2) << c.label();
   size_t overBudget = 0;
-  for (const codegen::AutoCandidate &c : tight->rejected)
+  for (const driver::AutoCandidate &c : tight->rejected)
     overBudget += c.rejected.find("memory budget") != std::string::npos;
   EXPECT_GE(overBudget, 4u); // K=1 at b = 1, 2, 4, 8
-  const nlohmann::json j = codegen::autoPlanToJson(*tight, 3);
+  const nlohmann::json j = driver::autoPlanToJson(*tight, 3);
   EXPECT_EQ(j["best"].size(), std::min<size_t>(3, tight->feasible.size()));
   EXPECT_GE(j["rejected_by_reason"]["over the memory budget"].get<int>(), 4);
   // Nothing fits one byte.
   base.partition.memoryBudget = 1;
-  auto none = codegen::autoPlan(load, base, ao);
+  auto none = driver::autoPlan(load, base, ao);
   ASSERT_FALSE(none.isOk());
   EXPECT_NE(none.status().message().find("--auto found no pipeline"), std::string::npos);
 }

@@ -1,7 +1,7 @@
 //===- tools/capacity/GptFamily.cpp - The GPT sample as a layer family ----===//
 #include "tools/capacity/GptFamily.h"
 
-#include "codegen/Driver.h"
+#include "driver/Driver.h"
 #include "frontend/OnnxImporter.h"
 #include "passes/Autodiff.h"
 #include "passes/Loss.h"
@@ -62,8 +62,8 @@ partitioner::LayerFamily gptFamily(const samples::GptOptions &dims) {
     PIPEC_TRY(samples::writeModel(m.proto, path, samples::ExternalData::Always, external));
     m = samples::BuiltModel();
     PIPEC_ASSIGN(std::unique_ptr<ir::Graph> g, frontend::importOnnxFile(path));
-    codegen::CompileOptions opts;
-    PIPEC_TRY(codegen::runPasses(*g, opts));
+    driver::CompileOptions opts;
+    PIPEC_TRY(driver::runPasses(*g, opts));
     PIPEC_ASSIGN(ir::Value * loss, passes::findLoss(*g, "loss"));
     passes::AutodiffOptions ao;
     ao.loss = loss->name();

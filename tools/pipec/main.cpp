@@ -5,9 +5,9 @@
 // partitions, emits a plan directory and prints the partition report.
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/Driver.h"
+#include "driver/Driver.h"
 #include "codegen/Report.h"
-#include "codegen/AutoPlan.h"
+#include "driver/AutoPlan.h"
 #include "pipeline/Schedule.h"
 #include "frontend/OnnxExport.h"
 #include "frontend/OnnxImporter.h"
@@ -61,7 +61,7 @@ struct Options {
   int stopAfter = -1;
   std::string irConstants = "16";
   bool train = false;
-  codegen::TrainOptions trainOpts;
+  driver::TrainOptions trainOpts;
   bool quiet = false;
   bool copyWeights = false;
   std::string arenaPlanner = "auto";
@@ -101,9 +101,9 @@ Status addOpCurves(partitioner::DeviceProfile &p, int threads) {
       if (!built->proto.SerializeToString(&bytes))
         return errorf("cannot serialize the ", model, " sample");
       PIPEC_ASSIGN(auto g, frontend::importOnnxBytes(bytes, model + " sample"));
-      codegen::CompileOptions co;
+      driver::CompileOptions co;
       co.emit.training = true;
-      PIPEC_TRY(codegen::compileGraph(*g, co).status().withContext("compiling the " + model +
+      PIPEC_TRY(driver::compileGraph(*g, co).status().withContext("compiling the " + model +
                                                                   " sample for calibration"));
       partitioner::NodeTimingOptions to;
       to.threads = threads;
@@ -307,7 +307,7 @@ Status compile(const Options &o, const std::string &commandLine) {
     PIPEC_ASSIGN(g, loadModel(o));
   }
 
-  codegen::CompileOptions co;
+  driver::CompileOptions co;
   co.passManager.verifyEach = o.verifyEach;
   co.passManager.printAfter = o.printAfter;
   co.passManager.timePasses = o.timePasses;
@@ -366,22 +366,22 @@ Status compile(const Options &o, const std::string &commandLine) {
     // and with --recompute after partitioning and the recompute pass.
     if (o.train) {
       PhaseTimer phases;
-      PIPEC_ASSIGN(codegen::EmitOptions emit, codegen::prepareGraph(*g, co, phases));
+      PIPEC_ASSIGN(codegen::EmitOptions emit, driver::prepareGraph(*g, co, phases));
       if (co.partition.recompute != "none" && co.passManager.stopAfter < 0) {
-        PIPEC_ASSIGN(partitioner::PartitionOptions po, codegen::partitionOptionsFor(co, emit));
-        PIPEC_TRY(codegen::partitionAndRecompute(*g, co, emit, po).status());
+        PIPEC_ASSIGN(partitioner::PartitionOptions po, driver::partitionOptionsFor(co, emit));
+        PIPEC_TRY(driver::partitionAndRecompute(*g, co, emit, po).status());
       }
     } else {
-      PIPEC_TRY(codegen::runPasses(*g, co));
+      PIPEC_TRY(driver::runPasses(*g, co));
     }
     ir::PrintOptions po;
     po.maxConstantElements = irConstants;
     ir::printGraph(*g, std::cout, po);
     return Status::ok();
   }
-  std::optional<codegen::AutoPlan> chosen;
+  std::optional<driver::AutoPlan> chosen;
   if (o.autoPlan) {
-    codegen::AutoPlanOptions ao;
+    driver::AutoPlanOptions ao;
     ao.devices = o.devices;
     ao.globalBatch = o.globalBatch;
     auto load = [&](int64_t b) {
@@ -389,8 +389,8 @@ Status compile(const Options &o, const std::string &commandLine) {
       ob.batch = b;
       return loadModel(ob);
     };
-    PIPEC_ASSIGN(chosen, codegen::autoPlan(load, co, ao));
-    const codegen::AutoCandidate &best = chosen->feasible.front();
+    PIPEC_ASSIGN(chosen, driver::autoPlan(load, co, ao));
+    const driver::AutoCandidate &best = chosen->feasible.front();
     co.partition.numStages = best.devices;
     co.partition.maxDevices = 0;
     co.partition.recompute = o.train ? "auto" : "none";
@@ -398,17 +398,17 @@ Status compile(const Options &o, const std::string &commandLine) {
     co.emit.schedule = best.schedule;
     PIPEC_ASSIGN(g, load(best.microBatchSize));
     if (!o.quiet && o.emit != "report")
-      std::cout << codegen::renderAutoPlanText(*chosen, 5) << "chosen: " << best.label() << "\n";
+      std::cout << driver::renderAutoPlanText(*chosen, 5) << "chosen: " << best.label() << "\n";
   }
-  auto compiled = codegen::compileGraph(*g, co);
+  auto compiled = driver::compileGraph(*g, co);
   if (!compiled) {
     if (parsedSource.valid())
       parsedSource.wait();
     return compiled.status();
   }
-  codegen::Compiled c = compiled.take();
+  driver::Compiled c = compiled.take();
   if (chosen)
-    c.report["auto_plan"] = codegen::autoPlanToJson(*chosen, 5);
+    c.report["auto_plan"] = driver::autoPlanToJson(*chosen, 5);
   if (o.emit == "report") {
     std::cout << jsonText(c.report, 2) << "\n";
     return Status::ok();

@@ -1,5 +1,5 @@
-//===- codegen/AutoPlan.cpp - Choosing K, M, schedule and recompute -------===//
-#include "codegen/AutoPlan.h"
+//===- driver/AutoPlan.cpp - Choosing K, M, schedule and recompute -------===//
+#include "driver/AutoPlan.h"
 
 #include "support/Format.h"
 
@@ -8,7 +8,9 @@
 #include <map>
 #include <sstream>
 
-namespace pipec::codegen {
+namespace pipec::driver {
+
+using namespace pipec::codegen;
 
 namespace {
 
@@ -207,4 +209,4 @@ std::string renderAutoPlanText(const AutoPlan &plan, size_t show) {
   return os.str();
 }
 
-} // namespace pipec::codegen
+} // namespace pipec::driver

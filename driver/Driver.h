@@ -1,4 +1,4 @@
-//===- codegen/Driver.h - The compile pipeline as one call -----*- C++ -*-===//
+//===- driver/Driver.h - The compile pipeline as one call -----*- C++ -*-===//
 //
 // Runs what `pipec` runs after import: the pass pipeline, verification,
 // partitioning, plan emission and the report. Shared by the pipec tool, the
@@ -18,7 +18,10 @@
 #include <string>
 #include <vector>
 
-namespace pipec::codegen {
+namespace pipec::driver {
+
+using codegen::EmitOptions;
+using codegen::EmittedPlan;
 
 /// Training: how to find or attach the loss, and the optimizer.
 struct TrainOptions {
@@ -68,4 +71,4 @@ Expected<partitioner::Partition> partitionAndRecompute(ir::Graph &g, const Compi
 /// Only the pass pipeline of compileGraph, without training (for --emit=ir).
 Status runPasses(ir::Graph &g, const CompileOptions &opts);
 
-} // namespace pipec::codegen
+} // namespace pipec::driver

@@ -1,5 +1,5 @@
-//===- codegen/Driver.cpp - The compile pipeline as one call --------------===//
-#include "codegen/Driver.h"
+//===- driver/Driver.cpp - The compile pipeline as one call --------------===//
+#include "driver/Driver.h"
 
 #include "codegen/Report.h"
 #include "ir/Verifier.h"
@@ -10,7 +10,9 @@
 
 #include <cmath>
 
-namespace pipec::codegen {
+namespace pipec::driver {
+
+using namespace pipec::codegen;
 
 Status runPasses(ir::Graph &g, const CompileOptions &opts) {
   passes::PassManager pm(opts.passManager);
@@ -250,4 +252,4 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   return c;
 }
 
-} // namespace pipec::codegen
+} // namespace pipec::driver

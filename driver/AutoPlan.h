@@ -1,4 +1,4 @@
-//===- codegen/AutoPlan.h - Choosing K, M, schedule and recompute -*- C++ -*-===//
+//===- driver/AutoPlan.h - Choosing K, M, schedule and recompute -*- C++ -*-===//
 //
 // pipec --auto: given N devices, a memory budget per device and the global
 // batch B (samples per step), chooses the pipeline from the cost model:
@@ -16,7 +16,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "codegen/Driver.h"
+#include "driver/Driver.h"
 #include "pipeline/Schedule.h"
 
 #include <nlohmann/json.hpp>
@@ -26,7 +26,9 @@
 #include <string>
 #include <vector>
 
-namespace pipec::codegen {
+namespace pipec::driver {
+
+
 
 struct AutoPlanOptions {
   int devices = 1;          ///< N: at most this many devices
@@ -69,4 +71,4 @@ Expected<AutoPlan> autoPlan(const GraphLoader &load, const CompileOptions &base,
 nlohmann::json autoPlanToJson(const AutoPlan &plan, size_t show);
 std::string renderAutoPlanText(const AutoPlan &plan, size_t show);
 
-} // namespace pipec::codegen
+} // namespace pipec::driver
