@@ -46,7 +46,7 @@ Expected<std::unique_ptr<Pass>> createPass(const std::string &flag) {
 }
 
 std::vector<std::string> defaultPipeline() {
-  return {"infer-shapes", "canonicalize", "constant-fold", "dce"};
+  return {"infer-shapes", "canonicalize", "constant-fold", "fuse-layernorm", "fuse-gelu", "dce"};
 }
 
 Status PassManager::add(const std::string &flag) {

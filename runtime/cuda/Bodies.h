@@ -40,6 +40,18 @@ PIPEC_HD inline float geluTanh(float x) {
   const float k = 0.79788456080286535588f; // sqrt(2/pi)
   return 0.5f * x * (1.0f + cpu::tanhOf(k * (x + 0.044715f * x * x * x)));
 }
+/// pipec:GeluGrad: dY * gelu'(X), exact (erf) or tanh form, as the CPU
+/// kernel (runtime/cpu/kernels/GradGelu.cpp) computes it.
+PIPEC_HD inline float geluGrad(float dy, float x, bool tanhForm) {
+  if (tanhForm) {
+    const float k = 0.7978845608028654f, c = 0.044715f;
+    const float t = cpu::tanhOf(k * (x + c * x * x * x));
+    return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * c * x * x));
+  }
+  const float cdf = 0.5f * (1.0f + cpu::erfOf(x * 0.7071067811865476f));
+  const float pdf = 0.3989422804014327f * cpu::expOf(-0.5f * x * x);
+  return dy * (cdf + x * pdf);
+}
 
 enum class BinaryOp : int { Add, Sub, Mul, Div };
 PIPEC_HD inline float binary(BinaryOp op, float a, float b) {

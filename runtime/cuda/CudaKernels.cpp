@@ -92,6 +92,19 @@ private:
   int64_t n_;
 };
 
+class GeluGradKernel final : public Kernel {
+public:
+  GeluGradKernel(int64_t n, bool tanhForm) : n_(n), tanh_(tanhForm) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchGeluGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                          static_cast<float *>(out[0]), n_, tanh_, ctx.stream);
+  }
+
+private:
+  int64_t n_;
+  bool tanh_;
+};
+
 class BinaryKernel final : public Kernel {
 public:
   BinaryKernel(body::BinaryOp op, body::Broadcast a, body::Broadcast b, int64_t n)
@@ -503,6 +516,16 @@ Expected<KernelPtr> makeReluGrad(const OpDesc &d) {
   return KernelPtr(new ReluGradKernel(d.outputs[0].numel()));
 }
 
+Expected<KernelPtr> makeGeluGrad(const OpDesc &d) {
+  if (d.inputs.size() != 2 || d.outputs.size() != 1 || d.inputs[0] != d.inputs[1] ||
+      d.outputs[0] != d.inputs[0])
+    return errorf(d.where(), ": expects dY and X of one shape and dX of it");
+  const std::string approx = attrHas(d.attrs, "approximate") ? d.attrs.at("approximate").s : "none";
+  if (approx != "none" && approx != "tanh")
+    return errorf(d.where(), ": approximate must be 'none' or 'tanh', got '", approx, "'");
+  return KernelPtr(new GeluGradKernel(d.outputs[0].numel(), approx == "tanh"));
+}
+
 Expected<KernelPtr> makeBinary(const OpDesc &d, body::BinaryOp op) {
   if (d.inputs.size() != 2 || d.outputs.size() != 1)
     return errorf(d.where(), ": expects two inputs and one output");
@@ -664,6 +687,7 @@ const std::map<std::string, Factory> &table() {
       {"Exp", [](const OpDesc &d) { return makeUnary(d, UnaryOp::Exp); }},
       {"Gelu", makeGelu},
       {"pipec:ReluGrad", makeReluGrad},
+      {"pipec:GeluGrad", makeGeluGrad},
       {"Add", [](const OpDesc &d) { return makeBinary(d, body::BinaryOp::Add); }},
       {"Sub", [](const OpDesc &d) { return makeBinary(d, body::BinaryOp::Sub); }},
       {"Mul", [](const OpDesc &d) { return makeBinary(d, body::BinaryOp::Mul); }},

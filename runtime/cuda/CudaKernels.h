@@ -8,7 +8,7 @@
 // createKernel() refuses a node without a CUDA kernel naming the node, its
 // op type and opset.
 //
-// Ops so far: Relu, Neg, Sigmoid, Tanh, Exp, Erf, Gelu, pipec:ReluGrad,
+// Ops so far: Relu, Neg, Sigmoid, Tanh, Exp, Erf, Gelu, pipec:GeluGrad, pipec:ReluGrad,
 // Add, Sub, Mul, Div (numpy broadcasting), Softmax, LogSoftmax,
 // pipec:SoftmaxGrad, MatMul (2-D and batched of equal batch), Gemm, Einsum
 // (batched matrix products), ReduceSum, Transpose, Concat, Split, Gather

@@ -41,6 +41,11 @@ __global__ void reluGradKernel(const float *dy, const float *y, float *dx, int64
     dx[i] = body::reluGrad(dy[i], y[i]);
 }
 
+__global__ void geluGradKernel(const float *dy, const float *x, float *dx, int64_t n, bool tanhForm) {
+  for (int64_t i = firstItem(); i < n; i += itemStride())
+    dx[i] = body::geluGrad(dy[i], x[i], tanhForm);
+}
+
 __global__ void binaryKernel(body::BinaryOp op, const float *a, body::Broadcast ba, const float *b,
                              body::Broadcast bb, float *out, int64_t n) {
   for (int64_t i = firstItem(); i < n; i += itemStride())
@@ -212,6 +217,15 @@ Status launchReluGrad(const float *dy, const float *y, float *dx, int64_t n, voi
     return Status::ok();
   reluGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, y, dx, n);
   return launched("ReluGrad");
+}
+
+Status launchGeluGrad(const float *dy, const float *x, float *dx, int64_t n, bool tanhForm,
+                      void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  geluGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, x, dx, n, tanhForm);
+  return launched("GeluGrad");
 }
 
 Status launchBinary(body::BinaryOp op, const float *a, const body::Broadcast &ba, const float *b,

@@ -19,6 +19,8 @@ enum class UnaryOp : int { Relu, Neg, Sigmoid, Tanh, Exp, Erf, GeluErf, GeluTanh
 
 Status launchUnary(UnaryOp op, const float *x, float *y, int64_t n, void *stream);
 Status launchReluGrad(const float *dy, const float *y, float *dx, int64_t n, void *stream);
+Status launchGeluGrad(const float *dy, const float *x, float *dx, int64_t n, bool tanhForm,
+                      void *stream);
 /// out[i] = a[broadcast(i)] op b[broadcast(i)] for i < n.
 Status launchBinary(body::BinaryOp op, const float *a, const body::Broadcast &ba, const float *b,
                     const body::Broadcast &bb, float *out, int64_t n, void *stream);

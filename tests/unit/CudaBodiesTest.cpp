@@ -92,6 +92,17 @@ TEST(CudaBodies, ElementwiseMatchTheCpuKernels) {
       y[i] = std::string(approx) == "none" ? body::geluErf(x.data<float>()[i]) : body::geluTanh(x.data<float>()[i]);
     EXPECT_LE(worstError(y.data(), ref.data<float>(), n), 2e-7) << "Gelu " << approx;
   }
+  // GeluGrad (pipec domain), both forms, against the CPU kernel.
+  for (const char *approx : {"none", "tanh"}) {
+    Tensor g = randomF32({4099}, 3);
+    cpu::OpDesc d = makeDesc("GeluGrad", {g.desc(), x.desc()}, {g.desc()}, "pipec");
+    d.attrs["approximate"] = Attribute::ofString(approx);
+    Tensor ref = evalOne(d, {g, x});
+    std::vector<float> dx(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      dx[i] = body::geluGrad(g.data<float>()[i], x.data<float>()[i], std::string(approx) == "tanh");
+    EXPECT_LE(worstError(dx.data(), ref.data<float>(), n), 2e-6) << "GeluGrad " << approx;
+  }
   // ReluGrad (pipec domain): dY where Y > 0.
   Tensor dy = randomF32({4099}, 2);
   Tensor ry = evalOne(makeDesc("Relu", {x.desc()}, {x.desc()}), {x});
