@@ -77,17 +77,11 @@ bool reducesLastAxis(const ir::Node *n, const ir::Value *in) {
   return rank > 0 && axes.size() == 1 && (axes[0] == -1 || axes[0] == rank - 1);
 }
 
-/// A constant vector of `d` elements (or [1, .., d]) of type f32.
+/// A constant f32 vector of `d` elements (LayerNormalization's Scale and
+/// B have the normalized axis' shape).
 bool vectorConst(const ir::Value *v, int64_t d) {
-  if (!v || !v->isConstant() || v->constant().dtype() != DType::F32)
-    return false;
-  const Shape &s = v->constant().shape();
-  if (s.empty() || s.back() != d)
-    return false;
-  for (size_t i = 0; i + 1 < s.size(); ++i)
-    if (s[i] != 1)
-      return false;
-  return true;
+  return v && v->isConstant() && v->constant().dtype() == DType::F32 &&
+         v->constant().shape() == Shape{d};
 }
 
 /// The name of a node made for `from`'s scope: "/ln_1/ReduceMean" ->

@@ -29,6 +29,7 @@ CapacityQuery query(std::string label, int K, int M, int64_t B, std::string rec)
   q.microBatchSize = B;
   q.recompute = std::move(rec);
   q.profile = "accel-8gb";
+  q.schedule = pipeline::Schedule::parse("gpipe").take(); // the schedule of GPipe's table
   return q;
 }
 
@@ -60,7 +61,10 @@ TEST(Capacity, GPipeTable1Direction) {
   const CapacityResult &naive = (*rs)[0], &p1 = (*rs)[1], &p8 = (*rs)[4];
   EXPECT_GE(naive.blocks, 2) << "Naive-1 should fit a nontrivial model";
   EXPECT_GT(p1.parameters, naive.parameters);
-  EXPECT_GT(p8.parameters, 20 * naive.parameters)
+  // GPipe's Table 1: 22x (AmoebaNet), 19x (Transformer). Here 19.8x
+  // since the sample's GELU is one fused node (21.9x before: the Erf
+  // chain's intermediates held Naive-1 to 10 blocks, now 12).
+  EXPECT_GT(p8.parameters, 18 * naive.parameters)
       << "Pipeline-8 / Naive-1 = " << p8.parameters / naive.parameters;
   for (size_t i = 2; i < rs->size(); ++i)
     EXPECT_GT((*rs)[i].blocks, (*rs)[i - 1].blocks) << (*rs)[i].query.label;
