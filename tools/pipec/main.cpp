@@ -8,6 +8,7 @@
 #include "driver/Driver.h"
 #include "codegen/Report.h"
 #include "driver/AutoPlan.h"
+#include "passes/TrainingPasses.h"
 #include "pipeline/Schedule.h"
 #include "frontend/OnnxExport.h"
 #include "frontend/OnnxImporter.h"
@@ -467,6 +468,9 @@ int main(int argc, char **argv) {
   std::string passHelp = "passes to run (comma-separated, or 'none') instead of the default pipeline:";
   for (const auto &p : passes::registeredPasses())
     passHelp += "\n  " + p.flag + ": " + p.description;
+  passHelp += "\nwith --train the driver adds, after them:";
+  for (const auto &p : passes::trainingPasses())
+    passHelp += "\n  " + p.flag + ": " + p.description;
   CLI::App app{"pipec: compile an ONNX model into a pipeline-parallel execution plan"};
   app.set_version_flag("--version",
                        std::string("pipec ") + PIPEC_VERSION + " (plan format " +
@@ -496,7 +500,7 @@ int main(int argc, char **argv) {
   app.add_option("--dim", o.dims, "bind a symbolic dimension: name=value (repeatable)");
   app.add_option("--freeze-input", o.freeze,
                  "make a graph input a constant: NAME=FILE.npy (repeatable)");
-  app.add_option("--emit", o.emit, "what to produce: plan (default), ir (print the IR), report (JSON)");
+  app.add_option("--emit", o.emit, "what to produce: plan (default), ir (print the IR after the passes; with --train after the training passes, with --recompute after partitioning and recompute), report (JSON)");
   app.add_option("--passes", o.passes, passHelp);
   app.add_option("--print-ir-after", o.printAfter, "print the IR to stderr after this pass ('all')");
   app.add_flag("--verify-each", o.verifyEach, "verify the IR after every pass");
