@@ -18,6 +18,7 @@
 #include <thread>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <unordered_map>
 
 namespace pipec::codegen {
@@ -132,17 +133,20 @@ Status emitPrograms(plan::Plan &p, const pipeline::Slots &slots,
     plan::Device *dev = p.mutable_devices(d);
     const unsigned M = p.pipeline().num_micro_batches();
     std::vector<char> received(T * M, 0);
+    // The device's nodes by (stage, work), in graph order: what each slot
+    // runs, for every micro-batch.
+    std::map<std::pair<unsigned, Work>, std::vector<int32_t>> nodesOf;
+    for (int i = 0; i < dev->nodes_size(); ++i)
+      nodesOf[{nodeStage[d][i], nodeWork[d][i]}].push_back(i);
     for (const Slot &slot : slots[d]) {
       if (slot.work == Work::Optimizer) {
         dev->add_program()->set_kind(plan::Instruction::OPTIMIZER);
         continue;
       }
-      std::vector<int32_t> picked;
-      for (int i = 0; i < dev->nodes_size(); ++i)
-        if (nodeWork[d][i] == slot.work && nodeStage[d][i] == slot.stage)
-          picked.push_back(i);
-      if (picked.empty())
+      auto found = nodesOf.find({slot.stage, slot.work});
+      if (found == nodesOf.end())
         continue;
+      const std::vector<int32_t> &picked = found->second;
       const unsigned mb = slot.microBatch;
       std::vector<int32_t> recvs, outs;
       for (int32_t ni : picked) {

@@ -52,13 +52,6 @@ Expected<AutoPlan> autoPlan(const GraphLoader &load, const CompileOptions &base,
     return errorf("--auto needs --devices N with N >= 1 (got ", opts.devices, ")");
   if (opts.globalBatch < 1)
     return errorf("--auto needs --global-batch B with B >= 1 (got ", opts.globalBatch, ")");
-  std::vector<Variant> variants;
-  for (const Variant &v : kVariants)
-    if (opts.schedules.empty() ||
-        std::find(opts.schedules.begin(), opts.schedules.end(), v.name) != opts.schedules.end())
-      variants.push_back(v);
-  for (const std::string &n : opts.schedules)
-    PIPEC_TRY(pipeline::Schedule::parse(n).status());
   // K: every count up to 16 devices, then powers of two and N.
   std::vector<int> Ks;
   for (int K = 1; K <= opts.devices; ++K)
@@ -89,7 +82,7 @@ Expected<AutoPlan> autoPlan(const GraphLoader &load, const CompileOptions &base,
       continue;
     }
     for (int K : Ks)
-      for (const Variant &v : variants) {
+      for (const Variant &v : kVariants) {
         // On one device every schedule runs the same work in the same time.
         if (K == 1 && std::string(v.name) != "1f1b")
           continue;

@@ -33,8 +33,6 @@ namespace pipec::driver {
 struct AutoPlanOptions {
   int devices = 1;          ///< N: at most this many devices
   int64_t globalBatch = 0;  ///< B: samples per step
-  /// Schedules to consider (names of pipeline/Schedule.h); empty: all.
-  std::vector<std::string> schedules;
 };
 
 struct AutoCandidate {
@@ -62,8 +60,8 @@ using GraphLoader = std::function<Expected<std::unique_ptr<ir::Graph>>(int64_t b
 
 /// Searches as described above. `base` gives the training options, the
 /// profile, the memory budget and the op times; its K, M, schedule and
-/// recompute are the search's. Errors: N < 1, B < 1, an unknown schedule,
-/// no feasible candidate (with the reasons).
+/// recompute are the search's. Errors: N < 1, B < 1, no feasible
+/// candidate (with the reasons).
 Expected<AutoPlan> autoPlan(const GraphLoader &load, const CompileOptions &base,
                             const AutoPlanOptions &opts);
 

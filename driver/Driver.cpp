@@ -3,6 +3,7 @@
 
 #include "codegen/Report.h"
 #include "ir/Verifier.h"
+#include "runtime/plan/Predicted.h"
 #include "passes/TrainingPasses.h"
 #include "runtime/train/Optimizer.h"
 #include "support/PhaseTimer.h"
@@ -14,11 +15,20 @@ namespace pipec::driver {
 
 using namespace pipec::codegen;
 
-Status runPasses(ir::Graph &g, const CompileOptions &opts) {
-  passes::PassManager pm(opts.passManager);
+namespace {
+/// The pass pipeline of `opts` (--passes, or the default; none with
+/// noPasses) added to `pm`.
+Status addPipeline(passes::PassManager &pm, const CompileOptions &opts) {
   if (!opts.noPasses)
     for (const std::string &p : opts.passes.empty() ? passes::defaultPipeline() : opts.passes)
       PIPEC_TRY(pm.add(p));
+  return Status::ok();
+}
+} // namespace
+
+Status runPasses(ir::Graph &g, const CompileOptions &opts) {
+  passes::PassManager pm(opts.passManager);
+  PIPEC_TRY(addPipeline(pm, opts));
   return pm.run(g);
 }
 
@@ -72,9 +82,7 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
   passes::PassManagerOptions pmo = opts.passManager;
   pmo.laterPasses.push_back("recompute");
   passes::PassManager pm(pmo);
-  if (!opts.noPasses)
-    for (const std::string &p : opts.passes.empty() ? passes::defaultPipeline() : opts.passes)
-      PIPEC_TRY(pm.add(p));
+  PIPEC_TRY(addPipeline(pm, opts));
   passes::TrainingResults results;
   if (emit.training) {
     const TrainOptions &t = opts.train;
@@ -196,11 +204,8 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   // two-core time (StageModel scales the stage times the same way).
   const double concurrent = c.partition.numDevices() > 1 ? est.model.profile.concurrentSlowdown : 1.0;
   emit.nodeSeconds = [&](const ir::Node &n) { return est.model.nodeTime(n) * concurrent; };
-  for (const partitioner::StageEstimate &se : est.stages) {
-    const partitioner::StageTimes t = partitioner::timesOf(se);
-    emit.stageCosts.push_back(
-        {t.forward, t.backward + t.recompute, t.weightGrad, t.sendForward, t.sendBackward});
-  }
+  for (const partitioner::StageEstimate &se : est.stages)
+    emit.stageCosts.push_back(partitioner::stageCost(partitioner::timesOf(se)));
   PIPEC_ASSIGN(c.plan, emitPlan(g, c.partition, emit));
   phases.append(c.plan.phaseSeconds);
   if (c.partition.numDevices() == static_cast<size_t>(c.plan.plan.devices_size())) {
@@ -227,15 +232,13 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
     for (int d = 0; d < pl.devices_size(); ++d) {
       plan::Device *dev = pl.mutable_devices(d);
       for (plan::Instruction &ins : *dev->mutable_program()) {
-        double t = 0;
         if (ins.kind() == plan::Instruction::SEND)
-          t = est.model.transferTime(static_cast<double>(pl.tensors(ins.tensor()).bytes()));
+          ins.set_predicted_seconds(
+              est.model.transferTime(static_cast<double>(pl.tensors(ins.tensor()).bytes())));
         else if (ins.kind() == plan::Instruction::OPTIMIZER)
-          t = optimizer[static_cast<size_t>(d)];
-        else if (ins.kind() != plan::Instruction::RECV)
-          for (int32_t ni : ins.nodes())
-            t += dev->nodes(ni).predicted_seconds();
-        ins.set_predicted_seconds(t);
+          ins.set_predicted_seconds(optimizer[static_cast<size_t>(d)]);
+        else
+          ins.set_predicted_seconds(plan::predictedSeconds(*dev, ins)); // its nodes' sum
       }
     }
   }

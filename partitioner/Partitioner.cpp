@@ -230,9 +230,8 @@ Expected<std::vector<Stage>> cutWithin(const ChainModel &chain, int S, const std
     return errorf("cannot cut ", N, " forward nodes into ", S, " stages: -k must be at most ", N);
   }
   std::vector<Stage> st = cut(chain, S, search, true);
-  if (!st.empty() && per > 1)
-    balanceDevices(chain, st);
   if (!st.empty() && per > 1) {
+    balanceDevices(chain, st);
     std::string over;
     std::vector<double> mem = deviceMemory(chain, st);
     for (size_t d = 0; d < mem.size(); ++d)
@@ -246,19 +245,19 @@ Expected<std::vector<Stage>> cutWithin(const ChainModel &chain, int S, const std
   }
   if (!st.empty())
     return st;
-  const int K = S;
   // Explain with the best-balanced cut that ignores memory.
-  std::vector<Stage> free = cut(chain, K, search, false);
+  std::vector<Stage> free = cut(chain, S, search, false);
   std::string over;
   for (size_t s = 0; s < free.size(); ++s) {
-    StageEstimate e = chain.evaluate(free[s].begin, free[s].end, static_cast<int>(s), K);
+    StageEstimate e = chain.evaluate(free[s].begin, free[s].end, static_cast<int>(s), S);
     if (e.memory.total() > budgetOf(chain))
       over += cat(over.empty() ? "" : "; ", "stage ", s, " needs ", describeMemory(e));
   }
   if (over.empty()) // every balanced stage fits, but no cut fits all at once
     over = "every cut puts more than the budget on some stage";
   return errorf("the stages do not fit the memory budget of ", gib(budgetOf(chain)),
-                " per device with K=", K, " (", N, " forward nodes): ", over);
+                " per device with K=", S / per, per > 1 ? cat(" (", S, " stages)") : "", " (", N,
+                " forward nodes): ", over);
 }
 
 
@@ -317,11 +316,9 @@ Expected<PartitionEstimate> estimatePartition(const ChainModel &chain,
     est.bottleneck = std::max(est.bottleneck, est.stages.back().time());
   }
   PIPEC_ASSIGN(est.stepTime, simulateStages(o, est.stages, &est.bubbleFraction));
-  // One device: the whole chain as one stage, run as gpipe.
-  ChainOptions single = o;
-  PIPEC_ASSIGN(single.schedule, pipeline::Schedule::parse("gpipe"));
+  // One device: the whole chain as one stage (simulateStages runs it as gpipe).
   std::vector<StageEstimate> one{chain.evaluate(0, chain.size(), 0, 1)};
-  PIPEC_ASSIGN(est.singleDeviceStepTime, simulateStages(single, one, nullptr));
+  PIPEC_ASSIGN(est.singleDeviceStepTime, simulateStages(o, one, nullptr));
   return est;
 }
 

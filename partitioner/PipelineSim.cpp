@@ -7,6 +7,10 @@
 
 namespace pipec::partitioner {
 
+pipeline::StageCost stageCost(const StageTimes &t) {
+  return {t.forward, t.backward + t.recompute, t.weightGrad, t.sendForward, t.sendBackward};
+}
+
 Expected<std::vector<SimProgram>> idealSchedule(const pipeline::Schedule &schedule, int M,
                                                 bool training, const std::vector<StageTimes> &t) {
   const unsigned per = schedule.stagesPerDevice();
@@ -17,8 +21,7 @@ Expected<std::vector<SimProgram>> idealSchedule(const pipeline::Schedule &schedu
   const unsigned S = static_cast<unsigned>(t.size());
   std::vector<pipeline::StageCost> costs;
   for (const StageTimes &st : t)
-    costs.push_back({st.forward, st.backward + st.recompute, st.weightGrad, st.sendForward,
-                     st.sendBackward});
+    costs.push_back(stageCost(st));
   PIPEC_ASSIGN(pipeline::Slots slots,
                schedule.build(K, static_cast<unsigned>(M), training, costs));
   // Tags: 2s activations into stage s, 2s + 1 gradients into stage s.

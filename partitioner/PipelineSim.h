@@ -38,6 +38,10 @@ struct StageTimes {
   double optimizer = 0;    ///< once per step
 };
 
+/// What a schedule built by list scheduling (zbv) orders by: B with the
+/// recompute before it.
+pipeline::StageCost stageCost(const StageTimes &t);
+
 /// The programs `schedule` runs (pipeline/Schedule.h builds its slots) for
 /// times.size() stages on times.size() / stagesPerDevice() devices and M
 /// micro-batches: a RECV before a slot whose stage's input comes from

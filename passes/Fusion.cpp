@@ -186,14 +186,13 @@ Expected<bool> fuseGelu(ir::Graph &g, ir::Node *erf, Erased &erased) {
   if (!scale || onlyUser(scale->output(0)) != erf || scale->numInputs() != 2)
     return false;
   float c = 0;
-  ir::Value *h = scale->input(0);
-  if (scale->is("Div") && scalarConst(scale->input(1), c) && std::abs(c - 1.41421356f) < 1e-5f) {
-  } else if (scale->is("Mul") && (scalarConst(scale->input(1), c) || scalarConst(scale->input(0), c)) &&
-             std::abs(c - 0.70710678f) < 1e-6f) {
-    h = scale->input(scalarConst(scale->input(1), c) ? 0 : 1);
-  } else {
+  const bool byDiv = scale->is("Div") && scalarConst(scale->input(1), c) &&
+                     std::abs(c - 1.41421356f) < 1e-5f;
+  const int constAt = scalarConst(scale->input(1), c) ? 1 : scalarConst(scale->input(0), c) ? 0 : -1;
+  const bool byMul = scale->is("Mul") && constAt >= 0 && std::abs(c - 0.70710678f) < 1e-6f;
+  if (!byDiv && !byMul)
     return false;
-  }
+  ir::Value *h = byDiv ? scale->input(0) : scale->input(1 - constAt);
   if (!isF32(h))
     return false;
   float one = 0, half = 0;
@@ -232,39 +231,38 @@ Expected<bool> fuseGelu(ir::Graph &g, ir::Node *erf, Erased &erased) {
   return true;
 }
 
-class FuseLayerNorm final : public Pass {
+/// A pattern fusion: tries `fuse` at every node of op `anchor`, in graph
+/// order, skipping nodes an earlier rewrite erased.
+class PatternFusion final : public Pass {
 public:
-  std::string_view name() const override { return "fuse-layernorm"; }
+  using Fuse = Expected<bool> (*)(ir::Graph &, ir::Node *, Erased &);
+  PatternFusion(std::string_view flag, const char *anchor, Fuse fuse)
+      : flag_(flag), anchor_(anchor), fuse_(fuse) {}
+  std::string_view name() const override { return flag_; }
   Expected<bool> run(ir::Graph &g) override {
     bool changed = false;
     Erased erased;
     for (ir::Node *n : g.nodes())
-      if (!erased.count(n) && n->is("ReduceMean")) {
-        PIPEC_ASSIGN(bool fused, fuseLayerNorm(g, n, erased));
+      if (!erased.count(n) && n->is(anchor_)) {
+        PIPEC_ASSIGN(bool fused, fuse_(g, n, erased));
         changed = changed || fused;
       }
     return changed;
   }
-};
 
-class FuseGelu final : public Pass {
-public:
-  std::string_view name() const override { return "fuse-gelu"; }
-  Expected<bool> run(ir::Graph &g) override {
-    bool changed = false;
-    Erased erased;
-    for (ir::Node *n : g.nodes())
-      if (!erased.count(n) && n->is("Erf")) {
-        PIPEC_ASSIGN(bool fused, fuseGelu(g, n, erased));
-        changed = changed || fused;
-      }
-    return changed;
-  }
+private:
+  std::string_view flag_;
+  const char *anchor_;
+  Fuse fuse_;
 };
 
 } // namespace
 
-std::unique_ptr<Pass> createFuseLayerNormPass() { return std::make_unique<FuseLayerNorm>(); }
-std::unique_ptr<Pass> createFuseGeluPass() { return std::make_unique<FuseGelu>(); }
+std::unique_ptr<Pass> createFuseLayerNormPass() {
+  return std::make_unique<PatternFusion>("fuse-layernorm", "ReduceMean", &fuseLayerNorm);
+}
+std::unique_ptr<Pass> createFuseGeluPass() {
+  return std::make_unique<PatternFusion>("fuse-gelu", "Erf", &fuseGelu);
+}
 
 } // namespace pipec::passes

@@ -157,7 +157,7 @@ json opProfile(const Session &session, int64_t steps) {
           {"predicted_seconds", totalPredicted}};
 }
 
-Status writeTrace(const std::string &path, const Session &session, bool withPrediction) {
+Status writeTrace(const std::string &path, const Session &session) {
   const plan::Plan &p = session.plan();
   json events = json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0},
@@ -175,10 +175,13 @@ Status writeTrace(const std::string &path, const Session &session, bool withPred
       // transfer names its peer device of the session (replicas offset).
       const plan::Instruction &ins =
           pd.program(static_cast<int>(i % static_cast<size_t>(pd.program_size())));
-      std::string name = kind == plan::Instruction::OPTIMIZER ? "optimizer" : instructionLabel(p, ins);
-      if (kind == plan::Instruction::SEND || kind == plan::Instruction::RECV)
-        name = cat(kind == plan::Instruction::SEND ? "send " : "recv ", p.tensors(e.tensor).name(), " mb",
-                   e.microBatch, kind == plan::Instruction::SEND ? " -> " : " <- ", e.peer);
+      const bool send = kind == plan::Instruction::SEND;
+      const std::string name =
+          kind == plan::Instruction::OPTIMIZER ? "optimizer"
+          : send || kind == plan::Instruction::RECV
+              ? cat(send ? "send " : "recv ", p.tensors(e.tensor).name(), " mb", e.microBatch,
+                    send ? " -> " : " <- ", e.peer)
+              : instructionLabel(p, ins);
       events.push_back({{"name", name}, {"cat", plan::Instruction::Kind_Name(kind)}, {"ph", "X"},
                         {"pid", 0}, {"tid", d}, {"ts", e.start * 1e6},
                         {"dur", std::max(0.0, (e.end - e.start) * 1e6)},
@@ -186,7 +189,7 @@ Status writeTrace(const std::string &path, const Session &session, bool withPred
     }
   }
   // The prediction, once, from the first traced step's start.
-  if (withPrediction && tracedSteps(session) > 0) {
+  if (tracedSteps(session) > 0) {
     auto sim = pipeline::simulate(plan::predictedPrograms(p));
     if (!sim)
       return sim.status().withContext("simulating the plan's predicted programs");
@@ -275,7 +278,7 @@ Expected<json> comparePrediction(const Session &session, size_t top) {
         times[k] = trace[k * P + i].end - trace[k * P + i].start;
       std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(steps / 2), times.end());
       const double measured = times[steps / 2];
-      const double predicted = ins.predicted_seconds();
+      const double predicted = plan::predictedSeconds(pd, ins);
       all.push_back({std::abs(measured - predicted),
                      {{"device", d},
                       {"instruction", i},

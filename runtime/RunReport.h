@@ -42,10 +42,9 @@ nlohmann::json deviceReport(const Session &session);
 /// --profile-ops writes it; pipec --op-times reads it.
 nlohmann::json opProfile(const Session &session, int64_t steps);
 
-/// The measured trace (one track per device) and, with `withPrediction`,
-/// the predicted timeline as a second process. Needs a session opened
-/// with tracing.
-Status writeTrace(const std::string &path, const Session &session, bool withPrediction = true);
+/// The measured trace (one track per device) and the predicted timeline as
+/// a second process. Needs a session opened with tracing.
+Status writeTrace(const std::string &path, const Session &session);
 
 /// The comparison of the step whose length is the median of the traced
 /// steps with the plan's prediction (JSON; renderRunReportHtml draws it):

@@ -15,6 +15,16 @@ pipeline::SimOp simOpOf(Instruction::Kind k) {
   }
 }
 
+double predictedSeconds(const Device &dev, const Instruction &ins) {
+  if (ins.kind() == Instruction::RECV)
+    return 0;
+  double s = ins.predicted_seconds();
+  if (s == 0)
+    for (int32_t ni : ins.nodes())
+      s += dev.nodes(ni).predicted_seconds();
+  return s;
+}
+
 std::vector<pipeline::SimProgram> predictedPrograms(const Plan &p) {
   std::vector<pipeline::SimProgram> progs;
   progs.reserve(static_cast<size_t>(p.devices_size()));
@@ -27,10 +37,7 @@ std::vector<pipeline::SimProgram> predictedPrograms(const Plan &p) {
       si.microBatch = static_cast<int>(ins.micro_batch());
       si.peer = ins.peer();
       si.tag = ins.tensor();
-      si.duration = ins.predicted_seconds();
-      if (si.duration == 0 && si.op != pipeline::SimOp::Recv)
-        for (int32_t ni : ins.nodes())
-          si.duration += dev.nodes(ni).predicted_seconds();
+      si.duration = predictedSeconds(dev, ins);
       prog.push_back(si);
     }
     progs.push_back(std::move(prog));

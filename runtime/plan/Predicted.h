@@ -16,9 +16,12 @@ namespace pipec::plan {
 
 pipeline::SimOp simOpOf(Instruction::Kind k);
 
-/// Per device of the plan, its program with predicted durations: an
-/// instruction's predicted_seconds, or (plans without them) the sum of its
-/// nodes' predicted_seconds. SEND and RECV are matched by tensor id.
+/// An instruction's predicted seconds: its predicted_seconds, or (plans
+/// without them) the sum of its nodes' predicted_seconds; 0 for a RECV.
+double predictedSeconds(const Device &dev, const Instruction &ins);
+
+/// Per device of the plan, its program with predictedSeconds durations.
+/// SEND and RECV are matched by tensor id.
 std::vector<pipeline::SimProgram> predictedPrograms(const Plan &p);
 
 } // namespace pipec::plan

@@ -340,32 +340,40 @@ Status checkGradients(const Plan &p) {
           }
     }
   // A gradient accumulated in place by its kernel: one producing node with
-  // one output, read by no node, never sent or received.
+  // one output, read by no node, never sent or received. One walk over the
+  // plan for all of them.
+  std::vector<int> inPlace(static_cast<size_t>(p.tensors_size()), -1); // tensor -> param
+  for (int i = 0; i < p.training().params_size(); ++i)
+    if (p.training().params(i).accumulate_in_place())
+      inPlace[static_cast<size_t>(p.training().params(i).grad())] = i;
+  auto inPlaceError = [&](int32_t grad, const std::string &why) {
+    const Parameter &pp = p.training().params(inPlace[static_cast<size_t>(grad)]);
+    return errorf("schedule: the gradient of '", p.tensors(pp.weight()).name(),
+                  "' is accumulated in place but ", why);
+  };
+  std::vector<int> producers(static_cast<size_t>(p.tensors_size()), 0);
+  for (const Device &dev : p.devices()) {
+    for (const Node &n : dev.nodes()) {
+      for (int32_t t : n.outputs())
+        if (t >= 0 && inPlace[static_cast<size_t>(t)] >= 0) {
+          if (n.outputs_size() != 1)
+            return inPlaceError(t, cat("its node has ", n.outputs_size(), " outputs"));
+          ++producers[static_cast<size_t>(t)];
+        }
+      for (int32_t t : n.inputs())
+        if (t >= 0 && inPlace[static_cast<size_t>(t)] >= 0)
+          return inPlaceError(t, cat("node '", n.name(), "' reads it"));
+    }
+    for (const Instruction &ins : dev.program())
+      if ((ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV) &&
+          ins.tensor() >= 0 && inPlace[static_cast<size_t>(ins.tensor())] >= 0)
+        return inPlaceError(ins.tensor(), "sent between devices");
+  }
   for (int i = 0; i < p.training().params_size(); ++i) {
     const Parameter &pp = p.training().params(i);
-    if (!pp.accumulate_in_place())
-      continue;
-    int producers = 0;
-    for (const Device &dev : p.devices()) {
-      for (const Node &n : dev.nodes()) {
-        const bool makes = std::find(n.outputs().begin(), n.outputs().end(), pp.grad()) != n.outputs().end();
-        if (makes && n.outputs_size() != 1)
-          return errorf("schedule: the gradient of '", p.tensors(pp.weight()).name(),
-                        "' is accumulated in place but its node has ", n.outputs_size(), " outputs");
-        producers += makes;
-        if (std::find(n.inputs().begin(), n.inputs().end(), pp.grad()) != n.inputs().end())
-          return errorf("schedule: the gradient of '", p.tensors(pp.weight()).name(),
-                        "' is accumulated in place but node '", n.name(), "' reads it");
-      }
-      for (const Instruction &ins : dev.program())
-        if ((ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV) &&
-            ins.tensor() == pp.grad())
-          return errorf("schedule: the gradient of '", p.tensors(pp.weight()).name(),
-                        "' is accumulated in place but sent between devices");
-    }
-    if (producers != 1)
-      return errorf("schedule: the gradient of '", p.tensors(pp.weight()).name(),
-                    "' is accumulated in place but ", producers, " nodes compute it");
+    if (pp.accumulate_in_place() && producers[static_cast<size_t>(pp.grad())] != 1)
+      return inPlaceError(pp.grad(), cat(producers[static_cast<size_t>(pp.grad())],
+                                         " nodes compute it"));
   }
   for (int i = 0; i < p.training().params_size(); ++i)
     for (unsigned mb = 0; mb < M; ++mb)
