@@ -195,15 +195,15 @@ Expected<Checkpoint> parseCheckpointWith(const std::string &text, ReadData &&rea
   try {
     if (m.value("format", "") != kFormat)
       return errorf(where, ": ", kManifest, " is not a pipec checkpoint manifest");
-    if (!m.contains("checksum") || m["checksum"].get<uint32_t>() != manifestChecksum(m))
+    if (!m.contains("checksum") || jsonInteger<uint32_t>(m["checksum"], "checksum") != manifestChecksum(m))
       return errorf(where, ": ", kManifest, " fails its checksum (corrupt)");
-    int64_t version = m.at("version").get<int64_t>();
+    int64_t version = jsonInteger<int64_t>(m.at("version"), "version");
     if (version != kCheckpointVersion)
       return errorf(where, ": format version ", version, ", this build reads version ",
                     kCheckpointVersion);
-    ck.step = m.at("step").get<int64_t>();
+    ck.step = jsonInteger<int64_t>(m.at("step"), "step");
     ck.meta = m.at("meta").get<std::map<std::string, std::string>>();
-    uint64_t dataBytes = m.at("data_bytes").get<uint64_t>();
+    uint64_t dataBytes = jsonInteger<uint64_t>(m.at("data_bytes"), "data_bytes");
 
     PIPEC_ASSIGN(std::string data, readData());
     if (data.size() != dataBytes)
@@ -215,11 +215,15 @@ Expected<Checkpoint> parseCheckpointWith(const std::string &text, ReadData &&rea
       DType dt = dtypeFromName(dtName);
       if (dt == DType::Undefined || dtypeSize(dt) == 0)
         return errorf(where, ": tensor '", name, "' has unsupported dtype '", dtName, "'");
-      Shape shape = t.at("shape").get<Shape>();
+      Shape shape;
+      if (!t.at("shape").is_array())
+        throw JsonFieldError("'shape' is not an array");
+      for (const json &d : t.at("shape"))
+        shape.push_back(jsonInteger<int64_t>(d, "shape"));
       PIPEC_TRY(validShape(shape, cat("tensor '", name, "'")).status().withContext(where));
       TensorDesc desc{dt, shape};
-      uint64_t offset = t.at("offset").get<uint64_t>();
-      uint64_t bytes = t.at("bytes").get<uint64_t>();
+      uint64_t offset = jsonInteger<uint64_t>(t.at("offset"), "offset");
+      uint64_t bytes = jsonInteger<uint64_t>(t.at("bytes"), "bytes");
       if (bytes != desc.bytes())
         return errorf(where, ": tensor '", name, "' ", desc.str(), " needs ", desc.bytes(),
                       " bytes, the manifest says ", bytes);
@@ -227,7 +231,7 @@ Expected<Checkpoint> parseCheckpointWith(const std::string &text, ReadData &&rea
         return errorf(where, ": tensor '", name, "' at bytes [", offset, ", ", offset + bytes,
                       ") lies outside ", kData, " (", data.size(), " bytes)");
       uint32_t crc = crc32c(data.data() + offset, bytes);
-      if (crc != t.at("crc32c").get<uint32_t>())
+      if (crc != jsonInteger<uint32_t>(t.at("crc32c"), "crc32c"))
         return errorf(where, ": tensor '", name, "' fails its CRC-32C check (corrupt ", kData,
                       ")");
       Tensor tensor(desc);
@@ -236,6 +240,8 @@ Expected<Checkpoint> parseCheckpointWith(const std::string &text, ReadData &&rea
       PIPEC_TRY(ck.add(name, std::move(tensor)).withContext(where));
     }
   } catch (const json::exception &e) {
+    return errorf(where, ": malformed ", kManifest, ": ", e.what());
+  } catch (const JsonFieldError &e) {
     return errorf(where, ": malformed ", kManifest, ": ", e.what());
   }
   return ck;

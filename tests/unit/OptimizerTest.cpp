@@ -789,3 +789,21 @@ TEST_F(CheckpointTest, KilledWriterLeavesAValidCheckpoint) {
     expectSame(sample(r->step, static_cast<float>(r->step)), *r);
   }
 }
+
+// Integers of a manifest too large for their type (a JSON number such as
+// 1e34 or a 34-digit literal) are a malformed manifest, not a cast with
+// undefined behaviour (the checkpoint fuzzer found the version field).
+TEST(CheckpointManifest, OutOfRangeIntegersAreMalformed) {
+  for (const char *field : {"\"version\": 9999999999999999999999999999999991",
+                            "\"version\": 1, \"step\": 1e34",
+                            "\"version\": 1, \"step\": 1, \"data_bytes\": -1"}) {
+    std::string manifest = std::string("{\"format\": \"pipec-checkpoint\", ") + field +
+                           ", \"meta\": {}, \"tensors\": []}";
+    const uint32_t sum = train::checkpointManifestChecksum(manifest);
+    manifest.insert(manifest.rfind('}'), ", \"checksum\": " + std::to_string(sum));
+    auto ck = train::parseCheckpoint(manifest, "", "test");
+    ASSERT_FALSE(ck.isOk()) << field;
+    EXPECT_NE(ck.status().message().find("is not an integer in range"), std::string::npos)
+        << field << ": " << ck.status().message();
+  }
+}
