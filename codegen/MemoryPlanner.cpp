@@ -38,6 +38,7 @@
 #include "codegen/MemoryPlanner.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <map>
 #include <vector>
@@ -120,9 +121,13 @@ public:
   void insert(size_t lo, size_t hi, uint64_t a, uint64_t b) { insert(1, 0, n_ - 1, lo, hi, a, b); }
 
   /// The lowest x with [x, x + size) free over time indices [lo, hi].
-  uint64_t lowestFree(size_t lo, size_t hi, uint64_t size) {
+  /// The lowest offset free over [lo, hi], and over [lo2, hi2] too unless
+  /// lo2 is SIZE_MAX.
+  uint64_t lowestFree(size_t lo, size_t hi, uint64_t size, size_t lo2 = SIZE_MAX, size_t hi2 = 0) {
     sets_.clear();
     collect(1, 0, n_ - 1, lo, hi, sets_);
+    if (lo2 != SIZE_MAX)
+      collect(1, 0, n_ - 1, lo2, hi2, sets_);
     const std::vector<const IntervalUnion *> &sets = sets_;
     // Round the sets until none has moved x for a whole round: x is then
     // free in every set.
@@ -239,6 +244,10 @@ MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t align
   plan.offsets.assign(n, 0);
   auto aligned = [&](uint64_t b) { return (b + alignment - 1) / alignment * alignment; };
 
+  const bool wraps = std::any_of(requests.begin(), requests.end(),
+                                 [](const BufferRequest &r) { return r.wrapEnd >= 0; });
+  if (wraps && method != PlanMethod::Scan)
+    method = n < kTreeFrom && method == PlanMethod::Auto ? PlanMethod::Scan : PlanMethod::Tree;
   if (method == PlanMethod::Sweep || (method == PlanMethod::Auto && n >= kSweepFrom)) {
     placeBySweep(requests, aligned, plan);
   } else {
@@ -266,7 +275,12 @@ void placeByScan(const std::vector<BufferRequest> &requests, const std::vector<s
   // Placed buffers, kept sorted by offset, scanned for time overlap.
   struct Placed {
     uint64_t offset, size;
-    int64_t start, end;
+    int64_t start, end, wrapEnd;
+  };
+  auto meets = [](const Placed &p, const BufferRequest &r) {
+    auto overlap = [](int64_t a0, int64_t a1, int64_t b0, int64_t b1) { return a0 <= b1 && b0 <= a1; };
+    return overlap(p.start, p.end, r.start, r.end) || (p.wrapEnd >= 0 && overlap(0, p.wrapEnd, r.start, r.end)) ||
+           (r.wrapEnd >= 0 && overlap(p.start, p.end, 0, r.wrapEnd)) || (p.wrapEnd >= 0 && r.wrapEnd >= 0);
   };
   std::vector<Placed> placed;
   placed.reserve(order.size());
@@ -277,7 +291,7 @@ void placeByScan(const std::vector<BufferRequest> &requests, const std::vector<s
     bool found = false;
     for (const Placed &p : placed) {
       ++plan.searchSteps;
-      if (p.end < r.start || p.start > r.end)
+      if (!meets(p, r))
         continue; // lifetimes do not overlap
       if (p.offset >= cursor + size) {
         best = cursor;
@@ -289,7 +303,7 @@ void placeByScan(const std::vector<BufferRequest> &requests, const std::vector<s
     if (!found)
       best = cursor;
     plan.offsets[idx] = best;
-    Placed np{best, size, r.start, r.end};
+    Placed np{best, size, r.start, r.end, r.wrapEnd};
     auto pos = std::upper_bound(placed.begin(), placed.end(), np,
                                 [](const Placed &a, const Placed &b) { return a.offset < b.offset; });
     placed.insert(pos, np);
@@ -308,6 +322,10 @@ void placeByTree(const std::vector<BufferRequest> &requests, const std::vector<s
   for (const BufferRequest &r : requests) {
     times.push_back(r.start);
     times.push_back(r.end);
+    if (r.wrapEnd >= 0) {
+      times.push_back(0);
+      times.push_back(r.wrapEnd);
+    }
   }
   std::sort(times.begin(), times.end());
   times.erase(std::unique(times.begin(), times.end()), times.end());
@@ -320,9 +338,13 @@ void placeByTree(const std::vector<BufferRequest> &requests, const std::vector<s
     const BufferRequest &r = requests[idx];
     const uint64_t size = aligned(std::max<uint64_t>(r.bytes, 1));
     const size_t lo = index(r.start), hi = index(std::max(r.start, r.end));
-    const uint64_t best = tree.lowestFree(lo, hi, size);
+    const bool wraps = r.wrapEnd >= 0;
+    const size_t wrapHi = wraps ? index(r.wrapEnd) : 0;
+    const uint64_t best = tree.lowestFree(lo, hi, size, wraps ? index(0) : SIZE_MAX, wrapHi);
     plan.offsets[idx] = best;
     tree.insert(lo, hi, best, best + size);
+    if (wraps)
+      tree.insert(index(0), wrapHi, best, best + size);
     plan.peak = std::max(plan.peak, best + size);
   }
   plan.searchSteps = tree.steps();
@@ -416,7 +438,15 @@ void placeBySweep(const std::vector<BufferRequest> &requests, const Aligned &ali
 
 /// The live-size lower bound, by a sweep over start/end events.
 template <typename Aligned>
-void addLiveBound(const std::vector<BufferRequest> &requests, const Aligned &aligned, MemoryPlan &plan) {
+void addLiveBound(const std::vector<BufferRequest> &given, const Aligned &aligned, MemoryPlan &plan) {
+  // A wrapping buffer counts over both of its pieces.
+  std::vector<BufferRequest> split;
+  for (const BufferRequest &r : given)
+    if (r.wrapEnd >= 0)
+      split.push_back({r.bytes, 0, r.wrapEnd});
+  if (!split.empty())
+    split.insert(split.begin(), given.begin(), given.end());
+  const std::vector<BufferRequest> &requests = split.empty() ? given : split;
   // Sizes added at each start and removed after each end, summed in time
   // order (starts and ends in one order by time; at equal times the sum
   // is taken after all of them, as one map entry per time would).

@@ -18,6 +18,10 @@ struct BufferRequest {
   uint64_t bytes = 0;
   int64_t start = 0; ///< first time step the buffer holds data
   int64_t end = 0;   ///< last time step it is read (inclusive)
+  /// A buffer of a cyclic program (a no-flush pipeline schedule's step)
+  /// that the next run of the program still reads lives again over
+  /// [0, wrapEnd] (wrapEnd < start); -1: it does not wrap.
+  int64_t wrapEnd = -1;
 };
 
 struct MemoryPlan {
@@ -43,6 +47,8 @@ struct MemoryPlan {
 ///    tests and docs/performance.md have the figures); a different plan.
 ///  - Auto: the scan below 4,096 buffers, the tree below kSweepFrom
 ///    (MemoryPlanner.cpp), the sweep from there.
+/// Requests that wrap (BufferRequest::wrapEnd) are placed by the scan or
+/// the tree: the sweep, asked for or chosen by Auto, gives way to the tree.
 enum class PlanMethod { Auto, Scan, Tree, Sweep };
 /// Auto's switch from the tree to the sweep.
 inline constexpr size_t kSweepFrom = 131072;

@@ -138,9 +138,36 @@ Status emitPrograms(plan::Plan &p, const pipeline::Slots &slots,
     std::map<std::pair<unsigned, Work>, std::vector<int32_t>> nodesOf;
     for (int i = 0; i < dev->nodes_size(); ++i)
       nodesOf[{nodeStage[d][i], nodeWork[d][i]}].push_back(i);
-    for (const Slot &slot : slots[d]) {
+    // A tensor instance from another device is received before the first
+    // slot of its step that reads it. A no-flush schedule's previous-step
+    // slots come later in their step than every slot of the program (they
+    // run in the next call), so the receives are decided in that order.
+    const std::vector<Slot> &mine = slots[d];
+    std::vector<size_t> logical(mine.size());
+    for (size_t i = 0; i < mine.size(); ++i)
+      logical[i] = i;
+    std::stable_sort(logical.begin(), logical.end(),
+                     [&](size_t a, size_t b) { return !mine[a].previousStep && mine[b].previousStep; });
+    std::vector<std::vector<int32_t>> recvsOf(mine.size());
+    for (size_t i : logical) {
+      auto found = nodesOf.find({mine[i].stage, mine[i].work});
+      if (mine[i].work == Work::Optimizer || found == nodesOf.end())
+        continue;
+      const unsigned mb = mine[i].microBatch;
+      for (int32_t ni : found->second)
+        for (int32_t t : dev->nodes(ni).inputs())
+          if (t >= 0 && producer[t] >= 0 && producer[t] != d && !received[t * M + mb]) {
+            received[t * M + mb] = 1;
+            recvsOf[i].push_back(t);
+          }
+      std::sort(recvsOf[i].begin(), recvsOf[i].end());
+    }
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const Slot &slot = mine[i];
       if (slot.work == Work::Optimizer) {
-        dev->add_program()->set_kind(plan::Instruction::OPTIMIZER);
+        plan::Instruction *opt = dev->add_program();
+        opt->set_kind(plan::Instruction::OPTIMIZER);
+        opt->set_previous_step(slot.previousStep);
         continue;
       }
       auto found = nodesOf.find({slot.stage, slot.work});
@@ -148,29 +175,24 @@ Status emitPrograms(plan::Plan &p, const pipeline::Slots &slots,
         continue;
       const std::vector<int32_t> &picked = found->second;
       const unsigned mb = slot.microBatch;
-      std::vector<int32_t> recvs, outs;
-      for (int32_t ni : picked) {
-        for (int32_t t : dev->nodes(ni).inputs())
-          if (t >= 0 && producer[t] >= 0 && producer[t] != d && !received[t * M + mb]) {
-            received[t * M + mb] = 1;
-            recvs.push_back(t);
-          }
+      std::vector<int32_t> outs;
+      for (int32_t ni : picked)
         for (int32_t t : dev->nodes(ni).outputs())
           outs.push_back(t);
-      }
-      std::sort(recvs.begin(), recvs.end());
       std::sort(outs.begin(), outs.end());
-      for (int32_t t : recvs) {
+      for (int32_t t : recvsOf[i]) {
         plan::Instruction *r = dev->add_program();
         r->set_kind(plan::Instruction::RECV);
         r->set_micro_batch(mb);
         r->set_tensor(t);
         r->set_peer(producer[t]);
+        r->set_previous_step(slot.previousStep);
       }
       plan::Instruction *ins = dev->add_program();
       ins->set_kind(instructionKind(slot.work));
       ins->set_micro_batch(mb);
       ins->set_stage(slot.stage);
+      ins->set_previous_step(slot.previousStep);
       for (int32_t ni : picked)
         ins->add_nodes(ni);
       for (int32_t t : outs)
@@ -181,6 +203,7 @@ Status emitPrograms(plan::Plan &p, const pipeline::Slots &slots,
             snd->set_micro_batch(mb);
             snd->set_tensor(t);
             snd->set_peer(to);
+            snd->set_previous_step(slot.previousStep);
           }
     }
   }
@@ -220,9 +243,23 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
   auto at = [&](int32_t t, unsigned mb) -> Interval & {
     return live[static_cast<size_t>(ids.local(t)) * M + mb];
   };
+  // A no-flush schedule's previous-step instructions run in the next call:
+  // in the step's own time they come after the whole program (logical
+  // time + L). An instance whose life reaches past L wraps: it lives from
+  // its start to the end of the call and again from the next call's start
+  // (BufferRequest::wrapEnd).
+  int64_t L = 0;
+  for (const plan::Instruction &ins : dev.program())
+    L += ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV ? 1 : ins.nodes_size();
   int64_t time = 0;
   for (const plan::Instruction &ins : dev.program()) {
     const unsigned mb = ins.micro_batch();
+    const int64_t shift = ins.previous_step() ? L : 0;
+    time += shift;
+    struct Restore {
+      int64_t &time, shift;
+      ~Restore() { time -= shift; }
+    } restore{time, shift};
     if (ins.kind() == plan::Instruction::SEND) {
       Interval &iv = at(ins.tensor(), mb);
       iv.end = std::max(iv.end, time++);
@@ -242,8 +279,12 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
         if (t < 0 || !inArena(t))
           continue;
         Interval &iv = at(t, mb);
-        if (iv.start < 0)
-          iv.start = p.tensors(t).kind() == plan::TensorInfo::INPUT ? first : time;
+        // An input is fed before the first instruction that reads it (in
+        // the step's time: a previous-step reader may come first in the
+        // program).
+        const bool input = p.tensors(t).kind() == plan::TensorInfo::INPUT;
+        if (iv.start < 0 || (input && first < iv.start))
+          iv.start = input ? first : time;
         iv.end = std::max(iv.end, time);
       }
       for (int32_t t : pn.outputs()) {
@@ -281,7 +322,15 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
     if (live[k].start < 0 || find(k) != k)
       continue;
     requestOf[k] = requests.size();
-    requests.push_back({p.tensors(ids.id(k / M)).bytes(), live[k].start, live[k].end});
+    BufferRequest r{p.tensors(ids.id(k / M)).bytes(), live[k].start, live[k].end};
+    if (r.start >= L) { // only previous-step instructions touch it
+      r.start -= L;
+      r.end -= L;
+    } else if (r.end >= L) {
+      r.wrapEnd = r.end - L;
+      r.end = L - 1;
+    }
+    requests.push_back(r);
   }
   MemoryPlan mp = planMemory(requests, 64, method);
   for (size_t k = 0; k < live.size(); ++k) {
@@ -533,6 +582,29 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       }
     dev->set_weight_bytes(weightBytes);
   });
+  if (schedule.noFlush()) {
+    // 2bw's devices update their own weights when their part of a step is
+    // done, with no collective between them (runtime/Session.cpp).
+    auto refuse = [&](const std::string &what) {
+      return errorf("the ", schedule.name(), " schedule does not support ", what,
+                    " (its devices update their weights at different times, without a collective)");
+    };
+    if (opts.train.clipGradNorm > 0)
+      return refuse("--clip-grad-norm (it needs the global gradient norm before any update)");
+    if (opts.dataParallel > 1)
+      return refuse("--data-parallel");
+    for (const auto &[param, grad] : opts.train.paramGrads) {
+      const int32_t w = table.id(param);
+      std::vector<int> on;
+      for (int d = 0; d < K; ++d)
+        for (int32_t t : p.devices(d).weights())
+          if (t == w)
+            on.push_back(d);
+      if (on.size() > 1)
+        return refuse(cat("parameter '", p.tensors(w).name(), "' read on devices ", on[0], " and ", on[1],
+                          " (tied weights)"));
+    }
+  }
   PIPEC_TRY(emitPrograms(p, slots, nodeWork, nodeStage));
   phases.done("emit: nodes and programs");
   // Graph outputs, gradients and state updates are collected after the

@@ -393,7 +393,7 @@ Expected<Partition> partitionGraph(const ir::Graph &g, const PartitionOptions &o
     int maxK = static_cast<int>(std::min<size_t>(static_cast<size_t>(opts.maxDevices), N / per));
     for (int K = per > 1 ? 2 : 1; K <= maxK && p.stages.empty(); ++K) {
       if (Status ok = opts.schedule.check(static_cast<unsigned>(K),
-                                          static_cast<unsigned>(opts.microBatches));
+                                          static_cast<unsigned>(opts.microBatches), opts.training);
           !ok) {
         last = ok;
         continue;
@@ -410,7 +410,7 @@ Expected<Partition> partitionGraph(const ir::Graph &g, const PartitionOptions &o
   } else {
     if (!(p.order.empty() && opts.numStages == 1))
       PIPEC_TRY(opts.schedule.check(static_cast<unsigned>(opts.numStages),
-                                    static_cast<unsigned>(opts.microBatches)));
+                                    static_cast<unsigned>(opts.microBatches), opts.training));
     PIPEC_ASSIGN(p.stages, cutWithin(chain, opts.numStages * per, opts.search));
   }
   for (size_t s = 0; s < p.stages.size(); ++s)

@@ -31,6 +31,7 @@ Expected<std::vector<SimProgram>> idealSchedule(const pipeline::Schedule &schedu
     const int self = static_cast<int>(d);
     auto deviceOf = [&](unsigned s) { return static_cast<int>(schedule.deviceOf(s, K)); };
     for (const pipeline::Slot &slot : slots[d]) {
+      const size_t first = p.size();
       const unsigned s = slot.stage;
       const int mb = static_cast<int>(slot.microBatch);
       const StageTimes &st = t[s];
@@ -67,6 +68,8 @@ Expected<std::vector<SimProgram>> idealSchedule(const pipeline::Schedule &schedu
         break;
       }
       }
+      for (size_t i = first; i < p.size(); ++i)
+        p[i].previousStep = slot.previousStep;
     }
   }
   return progs;

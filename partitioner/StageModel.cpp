@@ -251,6 +251,8 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   mem.communication = e.bytesIn + e.bytesOut;
   mem.workspace = workspace_;
   if (o.training) {
+    // 2bw keeps a second version of every parameter it updates.
+    mem.weights += paramBytes_ * (o.schedule.weightVersions() - 1);
     mem.gradients = paramBytes_;
     mem.optimizerState = paramBytes_ * o.optimizerStates;
     const std::vector<unsigned> &inFlight = m_.inFlight(numStages);

@@ -9,7 +9,8 @@
 // what the partition search runs in its inner loop.
 //
 // Memory of stage s of K (docs/partitioner.md):
-//   weights       bytes of the constants its nodes read
+//   weights       bytes of the constants its nodes read (2bw: its
+//                 parameters twice, the two weight versions)
 //   gradients     one accumulator per parameter (training)
 //   optimizer     the optimizer's state tensors per parameter (adam 2, ...)
 //   activations   forward values its backward reads, times the micro-batches

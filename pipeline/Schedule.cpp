@@ -17,6 +17,7 @@ constexpr Named kSchedules[] = {
     {ScheduleKind::GPipe, "gpipe"},       {ScheduleKind::OneFOneB, "1f1b"},
     {ScheduleKind::Interleaved, "interleaved"}, {ScheduleKind::ZBH1, "zbh1"},
     {ScheduleKind::ZBH2, "zbh2"},         {ScheduleKind::ZBV, "zbv"},
+    {ScheduleKind::TwoBW, "2bw"},
 };
 
 void backward(std::vector<Slot> &out, unsigned mb, unsigned stage) {
@@ -61,6 +62,24 @@ std::vector<Slot> oneStagePerDevice(unsigned s, unsigned M, unsigned warmup, uns
   for (unsigned mb = M - warmup; mb < M; ++mb)
     backward(out, mb, s);
   return defer ? deferWeightGrads(out, defer) : out;
+}
+
+/// 2bw on device d of K: the 1F1B steady state F(j), B(j - w) across step
+/// boundaries, w = K - d - 1 < M; B(j - w) for j < w is B(M - w + j) of
+/// the step before. The optimizer follows the step's last B and W.
+std::vector<Slot> withoutFlush(unsigned d, unsigned K, unsigned M) {
+  const unsigned w = K - d - 1;
+  std::vector<Slot> out;
+  for (unsigned j = 0; j < M; ++j) {
+    out.push_back({Work::Forward, j, d});
+    const bool previous = j < w;
+    const unsigned mb = previous ? M - w + j : j - w;
+    for (Work work : {Work::Recompute, Work::Backward, Work::WeightGrad})
+      out.push_back({work, mb, d, previous});
+    if (mb == M - 1)
+      out.push_back({Work::Optimizer, 0, 0, previous});
+  }
+  return out;
 }
 
 /// Interleaved 1F1B on device d of K with v stages each (Megatron-LM's
@@ -272,7 +291,7 @@ unsigned Schedule::deviceOf(unsigned stage, unsigned devices) const {
   return stage % devices;
 }
 
-Status Schedule::check(unsigned K, unsigned M) const {
+Status Schedule::check(unsigned K, unsigned M, bool training) const {
   if (K < 1 || M < 1)
     return errorf("a schedule needs at least one device and one micro-batch (got K=", K, ", M=",
                   M, ")");
@@ -282,12 +301,25 @@ Status Schedule::check(unsigned K, unsigned M) const {
   if (kind_ == ScheduleKind::Interleaved && M % K != 0)
     return errorf("the interleaved schedule needs the micro-batch count to be a multiple of K (got M=",
                   M, ", K=", K, "): its micro-batches go through the devices in groups of K");
+  if (kind_ == ScheduleKind::TwoBW && !training)
+    return errorf("the 2bw schedule is for training (it keeps two weight versions across steps); "
+                  "an inference plan takes another schedule");
+  if (kind_ == ScheduleKind::TwoBW && M < K)
+    return errorf("the 2bw schedule needs at least as many micro-batches as devices (got M=", M,
+                  ", K=", K, "): the first device's warm-up forwards of a step must end before the "
+                  "step's last micro-batch starts");
   return Status::ok();
 }
 
 Expected<Slots> Schedule::build(unsigned K, unsigned M, bool training,
                                 const std::vector<StageCost> &costs) const {
-  PIPEC_TRY(check(K, M));
+  PIPEC_TRY(check(K, M, training));
+  if (kind_ == ScheduleKind::TwoBW) {
+    Slots slots(K);
+    for (unsigned d = 0; d < K; ++d)
+      slots[d] = withoutFlush(d, K, M);
+    return slots;
+  }
   if (kind_ == ScheduleKind::ZBV) {
     PIPEC_ASSIGN(Slots slots, zeroBubbleV(K, M, training, costs));
     if (training)
@@ -323,7 +355,12 @@ std::vector<unsigned> microBatchesInFlight(const Slots &slots, unsigned stages, 
   std::vector<unsigned> peak(stages, training ? 0 : 1);
   if (!training)
     return peak;
+  // A previous-step W frees what the step before left in flight.
   std::vector<unsigned> live(stages, 0);
+  for (const std::vector<Slot> &device : slots)
+    for (const Slot &s : device)
+      if (s.previousStep && s.work == Work::WeightGrad && s.stage < stages)
+        peak[s.stage] = ++live[s.stage];
   for (const std::vector<Slot> &device : slots)
     for (const Slot &s : device) {
       if (s.stage >= stages)

@@ -37,11 +37,23 @@
 //                the stages' predicted times (unit times without them): a
 //                ready B first, then a ready F, then a W; a device holds at
 //                most 2K half-size stage activations (1F1B's peak).
+//   2bw          PipeDream-2BW (Narayanan et al. 2021): 1F1B without the
+//                flush. Steps run back to back: device d's program for step
+//                t pairs each forward F(t, j) with the backward the 1F1B
+//                steady state runs next, B(t, j - w) with w = K - d - 1, or
+//                for j < w B(t-1, M - w + j) of the step before (a slot with
+//                previousStep set). The device's optimizer step for step t
+//                follows its last B of step t. Micro-batches of step t run
+//                on weights W(t-1); W(t+1) = W(t) - update(gradient of step
+//                t), with W(-1) = W(0) (docs/training.md). The first step
+//                skips the previous-step slots; a drain after the last step
+//                runs them alone. Training only; needs M >= K.
 //
 // Every schedule runs each stage's forwards, backwards and weight gradients
 // in ascending micro-batch order, so weight gradients accumulate in the
 // same order whatever K, the schedule and v are: flush schedules train
-// bitwise alike. Inference plans run the forwards only.
+// bitwise alike. Inference plans run the forwards only. 2bw runs the same
+// per-stage order over the concatenation of its steps.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -53,7 +65,7 @@
 
 namespace pipec::pipeline {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZBH1, ZBH2, ZBV };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZBH1, ZBH2, ZBV, TwoBW };
 
 enum class Work { Forward, Recompute, Backward, WeightGrad, Optimizer };
 
@@ -61,6 +73,9 @@ struct Slot {
   Work work = Work::Forward;
   unsigned microBatch = 0;
   unsigned stage = 0; ///< the stage whose nodes run (0 for the optimizer)
+  /// 2bw: the slot belongs to the step before the one the program's
+  /// forwards run (its micro-batch is that step's).
+  bool previousStep = false;
 };
 
 /// Per device, the slots in execution order.
@@ -81,8 +96,13 @@ public:
   /// A schedule by name (names()). `virtualStages` is interleaved's v (at
   /// least 2; 0 picks 2) and must be 0 or 1 for the others.
   static Expected<Schedule> parse(const std::string &name, unsigned virtualStages = 0);
+  /// The schedule a plan names, with the plan's stages per device (only
+  /// interleaved's is a choice: its v).
+  static Expected<Schedule> ofPlan(const std::string &name, unsigned stagesPerDevice) {
+    return parse(name, name == "interleaved" ? stagesPerDevice : 0);
+  }
   static const std::vector<std::string> &names();
-  /// "gpipe, 1f1b, interleaved, zbh1, zbh2 or zbv", for error messages.
+  /// "gpipe, 1f1b, interleaved, zbh1, zbh2, zbv or 2bw", for error messages.
   static std::string namesText();
 
   ScheduleKind kind() const { return kind_; }
@@ -95,8 +115,14 @@ public:
 
   /// Whether `devices` devices can run `microBatches` micro-batches this
   /// way: interleaved and zbv need two devices or more, interleaved M a
-  /// multiple of K; at least one of each everywhere.
-  Status check(unsigned devices, unsigned microBatches) const;
+  /// multiple of K, 2bw M >= K and training; at least one of each
+  /// everywhere.
+  Status check(unsigned devices, unsigned microBatches, bool training = true) const;
+  /// Whether steps run back to back without a flush (2bw): the programs
+  /// hold previous-step slots and the weights come in two versions.
+  bool noFlush() const { return kind_ == ScheduleKind::TwoBW; }
+  /// Copies of each parameter a device holds: 2 for 2bw, else 1.
+  unsigned weightVersions() const { return noFlush() ? 2 : 1; }
 
   /// Per device, the slots in execution order (after check()). zbv's
   /// order is list-scheduled on `costs` (per stage; unit times where
@@ -107,7 +133,8 @@ public:
   /// Per stage of numStages(devices): the micro-batches whose activations
   /// (or weight-gradient inputs) the stage holds at most at once, counted
   /// from the slots (built on unit times): forwards run less weight
-  /// gradients done. 1 for inference. Memoized by the caller if it is
+  /// gradients done, counting those a previous-step slot still owes. 1 for
+  /// inference. Memoized by the caller if it is
   /// called often. zbv's orders on other times keep the same per-device
   /// bound, not necessarily the same per-stage counts.
   Expected<std::vector<unsigned>> microBatchesInFlight(unsigned devices, unsigned microBatches,

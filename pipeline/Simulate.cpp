@@ -20,7 +20,86 @@ const char *simOpName(SimOp op) {
   return "?";
 }
 
+namespace {
+
+Expected<SimResult> simulateOnce(const std::vector<SimProgram> &programs);
+
+/// `steps` steps of no-flush programs back to back: micro-batch mb of step
+/// s is numbered s * M + mb. Also gives, per device, where each step's
+/// instructions start in the result's programs.
+std::vector<SimProgram> unrolled(const std::vector<SimProgram> &programs, int steps, int M,
+                                 std::vector<std::vector<size_t>> &callStart) {
+  std::vector<SimProgram> out(programs.size());
+  callStart.assign(programs.size(), {});
+  for (size_t d = 0; d < programs.size(); ++d)
+    for (int call = 0; call <= steps; ++call) {
+      callStart[d].push_back(out[d].size());
+      for (const SimInstr &in : programs[d]) {
+        const int step = call - (in.previousStep ? 1 : 0);
+        if (step < 0 || step >= steps)
+          continue;
+        SimInstr u = in;
+        u.previousStep = false;
+        u.microBatch = step * M + in.microBatch;
+        out[d].push_back(u);
+      }
+    }
+  return out;
+}
+
+/// The steady-state step of no-flush programs (see simulate()).
+Expected<SimResult> simulateSteady(const std::vector<SimProgram> &programs) {
+  int M = 1;
+  for (const SimProgram &p : programs)
+    for (const SimInstr &in : p)
+      M = std::max(M, in.microBatch + 1);
+  // Four steps and three: the difference of their makespans is one step in
+  // the steady state; the events are those of the third call, which holds
+  // every instruction.
+  constexpr int kSteps = 4, kShown = 2;
+  std::vector<std::vector<size_t>> start4, start3;
+  PIPEC_ASSIGN(SimResult four, simulateOnce(unrolled(programs, kSteps, M, start4)));
+  PIPEC_ASSIGN(SimResult three, simulateOnce(unrolled(programs, kSteps - 1, M, start3)));
+  SimResult r;
+  const size_t K = programs.size();
+  r.events.resize(K);
+  r.busy.assign(K, 0.0);
+  r.makespan = four.makespan - three.makespan;
+  double origin = four.makespan;
+  for (size_t d = 0; d < K; ++d)
+    if (!programs[d].empty())
+      origin = std::min(origin, four.events[d][start4[d][kShown]].start);
+  for (size_t d = 0; d < K; ++d)
+    for (size_t i = 0; i < programs[d].size(); ++i) {
+      SimEvent e = four.events[d][start4[d][kShown] + i];
+      e.instr = i;
+      e.start -= origin;
+      e.end -= origin;
+      r.events[d].push_back(e);
+      const SimOp op = programs[d][i].op;
+      if (op != SimOp::Send && op != SimOp::Recv)
+        r.busy[d] += programs[d][i].duration;
+    }
+  double busy = 0;
+  for (double b : r.busy)
+    busy += b;
+  r.bubbleFraction = r.makespan > 0 ? 1.0 - busy / (static_cast<double>(K) * r.makespan) : 0.0;
+  return r;
+}
+
+} // namespace
+
 Expected<SimResult> simulate(const std::vector<SimProgram> &programs) {
+  for (const SimProgram &p : programs)
+    for (const SimInstr &in : p)
+      if (in.previousStep)
+        return simulateSteady(programs);
+  return simulateOnce(programs);
+}
+
+namespace {
+
+Expected<SimResult> simulateOnce(const std::vector<SimProgram> &programs) {
   const size_t K = programs.size();
   SimResult r;
   r.events.resize(K);
@@ -87,5 +166,7 @@ Expected<SimResult> simulate(const std::vector<SimProgram> &programs) {
   r.bubbleFraction = r.makespan > 0 ? 1.0 - busy / (static_cast<double>(K) * r.makespan) : 0.0;
   return r;
 }
+
+} // namespace
 
 } // namespace pipec::pipeline

@@ -33,6 +33,9 @@ struct SimInstr {
   double duration = 0; ///< seconds (a RECV's own cost after its data arrived)
   int peer = -1;       ///< SEND: receiver; RECV: sender
   int64_t tag = 0;     ///< matches a SEND with its RECV (tensor id)
+  /// A no-flush schedule's (2bw) instruction of the step before the one
+  /// the program's forwards run (pipeline/Schedule.h).
+  bool previousStep = false;
 };
 using SimProgram = std::vector<SimInstr>;
 
@@ -52,6 +55,13 @@ struct SimResult {
   double bubbleFraction = 0;
 };
 
+/// Programs with previous-step instructions are one step of a pipeline
+/// without flushes: they are timed in the steady state, as the period
+/// between two consecutive steps of the programs run back to back (the
+/// first step without its previous-step instructions, a drain of those
+/// alone after the last). The result's makespan is that period, its
+/// events those of one steady step from the step's first start, and its
+/// bubble 1 - busy / (devices x period).
 Expected<SimResult> simulate(const std::vector<SimProgram> &programs);
 
 } // namespace pipec::pipeline

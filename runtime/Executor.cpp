@@ -49,7 +49,10 @@ Expected<std::unique_ptr<DeviceExecutor>> DeviceExecutor::create(const plan::Loa
   if (gpu >= 0) {
     PIPEC_ASSIGN(ex->gpu_, cuda::GpuDevice::open(gpu));
   }
-  PIPEC_TRY(ex->prepare().withContext(gpu >= 0 ? cat("device ", index, " on GPU ", gpu) : std::string()));
+  Status prepared = ex->prepare();
+  if (!prepared && gpu >= 0)
+    return prepared.withContext(cat("device ", index, " on GPU ", gpu));
+  PIPEC_TRY(std::move(prepared));
   return ex;
 }
 
@@ -153,12 +156,19 @@ Status DeviceExecutor::prepare() {
   for (const plan::StateUpdate &u : p.training().state_updates())
     isOutput[u.value()] = 1;
   std::vector<char> fed(T * M, 0);
+  struct InputRead {
+    int32_t tensor;
+    unsigned mb;
+    const plan::Node *node;
+  };
+  std::vector<InputRead> previousReads;
   feedBefore_.assign(dev.program_size(), {});
   collectAfter_.assign(dev.program_size(), {});
   highWater_.assign(dev.program_size(), 0);
   operands_.assign(dev.program_size(), {});
+  operands2_.clear();
+  weightOperands_.assign(dev.program_size(), {});
   accumulates_.assign(dev.nodes_size(), 0);
-  runsThisStep_.assign(dev.nodes_size(), 0);
   auto reach = [&](int i, int32_t t, unsigned mb) {
     int64_t off = offsetOf_[static_cast<size_t>(t) * M + mb];
     if (off >= 0)
@@ -181,15 +191,23 @@ Status DeviceExecutor::prepare() {
       // here rather than at every run; a view runs nothing and has none.
       const bool runs = kernels_[ni] != nullptr;
       for (int32_t t : n.inputs()) {
-        if (runs)
+        if (runs) {
+          if (t >= 0 && weightAddr_[t])
+            weightOperands_[i].emplace_back(static_cast<uint32_t>(operands_[i].size()), t);
           operands_[i].push_back(t < 0 ? nullptr : address(t, mb));
+        }
         if (t < 0)
           continue;
         if (!address(t, mb))
           return errorf("device ", index_, ": node '", n.name(), "' reads '", p.tensors(t).name(),
                         "' of micro-batch ", mb, ", which has no memory in the plan");
         reach(i, t, mb);
-        if (isInput[t] && !fed[t * M + mb]) {
+        // Inputs are fed for the step a call starts: a previous-step
+        // instruction reads what its step's instructions were fed in the
+        // call before (checked below).
+        if (isInput[t] && ins.previous_step())
+          previousReads.push_back({t, mb, &n});
+        else if (isInput[t] && !fed[t * M + mb]) {
           fed[t * M + mb] = 1;
           feedBefore_[i].push_back(t);
         }
@@ -206,6 +224,11 @@ Status DeviceExecutor::prepare() {
       }
     }
   }
+  for (const InputRead &r : previousReads)
+    if (!fed[r.tensor * M + r.mb])
+      return errorf("device ", index_, ": node '", r.node->name(), "' of the previous step reads input '",
+                    p.tensors(r.tensor).name(), "' of micro-batch ", r.mb,
+                    ", which no instruction of its step is fed before");
   return Status::ok();
 }
 
@@ -280,8 +303,11 @@ bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
       if (!kernels_[ni])
         continue;
       const plan::Node &n = dev.nodes(ni);
-      if (ni == producer)
+      if (ni == producer) {
         operands_[i][at + static_cast<size_t>(n.inputs_size())] = dst;
+        if (!operands2_.empty())
+          operands2_[i][at + static_cast<size_t>(n.inputs_size())] = dst;
+      }
       at += static_cast<size_t>(n.inputs_size() + n.outputs_size());
     }
     auto &c = collectAfter_[i];
@@ -289,6 +315,15 @@ bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
   }
   accumulates_[producer] = 1;
   return true;
+}
+
+void DeviceExecutor::setSecondWeightVersion(const std::vector<std::pair<int32_t, void *>> &addr) {
+  operands2_ = operands_;
+  for (size_t i = 0; i < operands2_.size(); ++i)
+    for (const auto &[at, tensor] : weightOperands_[i])
+      for (const auto &[t, a] : addr)
+        if (t == tensor)
+          operands2_[i][at] = a;
 }
 
 void DeviceExecutor::resetMeasurements() {
@@ -313,7 +348,8 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   const plan::Device &dev = lp_.plan.devices(stage_);
   const plan::Plan &p = lp_.plan;
   ctx.workspace = workspace_.data();
-  std::fill(runsThisStep_.begin(), runsThisStep_.end(), 0u);
+  const uint64_t step = ctx.step;
+  using Part = StepIO::Part;
   if (gpu_) {
     PIPEC_TRY(gpu_->select());
     ctx.workspace = gpuWorkspace_;
@@ -330,7 +366,10 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     if (i == io.failAtInstruction)
       return errorf("device ", index_, ": injected failure at instruction ", i);
     const plan::Instruction &ins = dev.program(i);
+    if (io.part != Part::All && ins.previous_step() != (io.part == Part::PreviousStep))
+      continue;
     unsigned mb = ins.micro_batch();
+    ctx.step = ins.previous_step() ? step - 1 : step;
     // Kernels (Dropout's random stream) see the micro-batch's number in the
     // step: replica r runs micro-batches r*M .. r*M + M - 1.
     ctx.microBatch = static_cast<uint64_t>(replicaBase_ / p.devices_size()) * p.pipeline().num_micro_batches() + mb;
@@ -351,7 +390,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
         return errorf("device ", index_, ": the plan has an optimizer step but the run is not training");
       if (gpu_)
         PIPEC_TRY(gpu_->sync());
-      PIPEC_TRY(io.optimize(index_));
+      PIPEC_TRY(io.optimize(index_, ins.previous_step()));
       stats_.optimizerSeconds += seconds(t0, Clock::now());
       break;
     }
@@ -386,7 +425,8 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     case plan::Instruction::BACKWARD:
     case plan::Instruction::WEIGHT_GRAD:
     case plan::Instruction::RECOMPUTE: {
-      void *const *operands = operands_[i].data();
+      const bool second = !operands2_.empty() && (io.weightVersion == 1) != ins.previous_step();
+      void *const *operands = (second ? operands2_ : operands_)[i].data();
       for (int32_t ni : ins.nodes()) {
         if (!kernels_[ni])
           continue; // a view
@@ -394,7 +434,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
         void *const *in = operands, *const *out = operands + n.inputs_size();
         operands = out + n.outputs_size();
         auto n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
-        ctx.accumulate = accumulates_[ni] && runsThisStep_[ni]++ > 0;
+        ctx.accumulate = accumulates_[ni] && mb > 0;
         Status s = kernels_[ni]->run(ctx, in, out);
         if (!s)
           return s.withContext(cat("device ", index_, " micro-batch ", mb));

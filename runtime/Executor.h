@@ -66,7 +66,9 @@ public:
   /// runs at the OPTIMIZER instruction of a training plan.
   using FeedFn = std::function<Status(int32_t tensor, unsigned mb, void *dst)>;
   using CollectFn = std::function<Status(int32_t tensor, unsigned mb, const void *src)>;
-  using OptimizeFn = std::function<Status(int device)>;
+  /// `previousStep`: the OPTIMIZER instruction is a no-flush plan's
+  /// previous-step one (it updates with the step before's gradients).
+  using OptimizeFn = std::function<Status(int device, bool previousStep)>;
   struct StepIO {
     FeedFn feed;
     CollectFn collect;
@@ -76,8 +78,23 @@ public:
     /// Fails the device with an injected error before this instruction
     /// (tests of error propagation); -1 for none.
     int failAtInstruction = -1;
+    /// A no-flush plan (2bw) runs its program's current-step instructions
+    /// alone in its first step, all of them in the steps after, and the
+    /// previous-step ones alone in the drain after the last step.
+    enum class Part { All, CurrentStep, PreviousStep } part = Part::All;
+    /// With two weight versions (setSecondWeightVersion): the version the
+    /// current step's instructions read (0: the loaded weights, 1: the
+    /// second copy); previous-step instructions read the other one.
+    int weightVersion = 0;
   };
+  /// Runs the device's program once. Previous-step instructions see
+  /// ctx.step - 1 (their step's random streams and cached weight layouts).
   Status runStep(cpu::ExecContext ctx, const StepIO &io);
+
+  /// A second copy of the device's parameters for a no-flush plan: `addr`
+  /// maps each parameter tensor this device reads to its second version,
+  /// which the instructions read when StepIO::weightVersion says so.
+  void setSecondWeightVersion(const std::vector<std::pair<int32_t, void *>> &addr);
 
   /// Records a TraceEvent per instruction from now on, times relative to
   /// `epoch`.
@@ -126,12 +143,15 @@ private:
   std::vector<unsigned char> workspace_;
   /// Per instruction: inputs to feed before it and outputs to collect after.
   std::vector<std::vector<int32_t>> feedBefore_, collectAfter_;
-  /// Per compute instruction: its nodes' operand addresses (prepare()).
-  std::vector<std::vector<void *>> operands_;
+  /// Per compute instruction: its nodes' operand addresses (prepare()),
+  /// for the loaded weights and (no-flush plans) their second version.
+  std::vector<std::vector<void *>> operands_, operands2_;
+  /// Per compute instruction: (operand index, tensor) of every resident
+  /// weight or constant it reads.
+  std::vector<std::vector<std::pair<uint32_t, int32_t>>> weightOperands_;
   /// Per node: whether it accumulates its output in place
-  /// (accumulateInto), and its runs in the current step.
+  /// (accumulateInto): its run for micro-batch 0 writes, the later ones add.
   std::vector<char> accumulates_;
-  std::vector<uint32_t> runsThisStep_;
   /// Per instruction: the highest arena byte its tensor instances reach.
   std::vector<uint64_t> highWater_;
   DeviceStats stats_;

@@ -1,5 +1,6 @@
 //===- runtime/Session.cpp - A loaded plan, ready to run ------------------===//
 #include "runtime/Session.h"
+#include "pipeline/Schedule.h"
 
 #include <omp.h>
 
@@ -237,6 +238,42 @@ Status Session::prepareTraining() {
     paramOfGrad_[pp.grad()] = static_cast<int>(params_.size());
     params_.push_back(std::move(ps));
   }
+  if (!lp_.plan.pipeline().schedule().empty()) {
+    PIPEC_ASSIGN(pipeline::Schedule sched, pipeline::Schedule::ofPlan(lp_.plan.pipeline().schedule(),
+                                                                      lp_.plan.pipeline().stages_per_device()));
+    noFlush_ = sched.noFlush();
+  }
+  if (noFlush_) {
+    // 2bw: each device updates its own parameters when its backward passes
+    // of a step are done, while the other devices go on; nothing may need
+    // all of them at once.
+    const std::string name = lp_.plan.pipeline().schedule();
+    auto refuse = [&](const std::string &what) {
+      return errorf("the ", name, " schedule does not support ", what,
+                    " (its devices update their weights at different times, without a collective)");
+    };
+    if (t.clip_grad_norm() > 0)
+      return refuse("gradient clipping (it needs the global gradient norm before any update)");
+    if (opts_.skipNonFinite)
+      return refuse("skipping non-finite steps");
+    if (replicas() > 1)
+      return refuse("data parallelism");
+    if (sharedParams_)
+      return refuse("parameters read on several devices (tied weights)");
+    if (distributed())
+      return refuse("distributed runs yet: run its devices as threads of one process");
+    if (opts_.cuda)
+      return refuse("GPUs yet");
+    std::vector<std::vector<std::pair<int32_t, void *>>> second(devices_.size());
+    for (ParamState &ps : params_) {
+      ps.second.assign(ps.data, ps.data + ps.n); // W(-1) = W(0)
+      second[static_cast<size_t>(ps.device)].emplace_back(ps.weight, ps.second.data());
+    }
+    for (size_t d = 0; d < devices_.size(); ++d)
+      devices_[d]->setSecondWeightVersion(second[d]);
+    for (auto &sq : stepSquares_)
+      sq.assign(params_.size(), 0.0);
+  }
   // Where the plan says the kernel that computes a gradient adds into its
   // output (the weight-gradient GEMMs: Parameter.accumulate_in_place), it
   // sums the micro-batches straight into the parameter's accumulator:
@@ -406,6 +443,61 @@ Expected<Session::TrainStep> Session::train(const std::vector<Tensor> &inputs) {
   return step;
 }
 
+Expected<Session::Gradients> Session::gradients(const std::vector<Tensor> &inputs) {
+  if (!isTraining())
+    return errorf("this is an inference plan: it has no loss or gradients");
+  if (noFlush_ || distributed() || replicas() > 1)
+    return errorf("gradients() takes a flush schedule's plan run by one process with one pipeline");
+  gradientsOnly_ = true;
+  TrainStep step;
+  auto ran = runProgram(inputs, true, &step);
+  gradientsOnly_ = false;
+  PIPEC_TRY(ran.status());
+  Gradients out;
+  out.loss = step.loss;
+  for (const ParamState &ps : params_) {
+    const plan::TensorInfo &ti = lp_.plan.tensors(ps.weight);
+    Tensor g(TensorDesc{DType::F32, Shape(ti.shape().begin(), ti.shape().end())});
+    std::memcpy(g.raw(), ps.accum.data(), static_cast<size_t>(ps.n) * sizeof(float));
+    out.values.emplace_back(ti.name(), std::move(g));
+  }
+  return out;
+}
+
+Status Session::setWeight(const std::string &name, const Tensor &value) {
+  if (noFlush_ && drainPending_)
+    return errorf("cannot set weight '", name, "' while a step is pending (Session::flush)");
+  for (ParamState &ps : params_) {
+    const plan::TensorInfo &ti = lp_.plan.tensors(ps.weight);
+    if (ti.name() != name)
+      continue;
+    if (value.dtype() != DType::F32 || value.numel() != ps.n)
+      return errorf("weight '", name, "' takes ", ps.n, " float32 values, got ", value.desc().str());
+    std::memcpy(ps.version(static_cast<int64_t>(steps_)), value.raw(), static_cast<size_t>(ps.n) * sizeof(float));
+    return Status::ok();
+  }
+  return errorf("the plan has no trained parameter named '", name, "'");
+}
+
+Status Session::flush(double *gradNorm) {
+  if (!noFlush_ || !drainPending_) {
+    if (gradNorm)
+      *gradNorm = noFlush_ ? lastNoFlushNorm_ : 0.0;
+    return Status::ok();
+  }
+  PIPEC_TRY(runProgram({}, true, nullptr, true).status());
+  if (gradNorm)
+    *gradNorm = lastNoFlushNorm_;
+  return Status::ok();
+}
+
+const Session::ParamState *Session::paramOfWeight(int32_t tensor) const {
+  for (const ParamState &ps : params_)
+    if (ps.weight == tensor)
+      return &ps;
+  return nullptr;
+}
+
 Status Session::agree(const Status &mine, const std::string &what) {
   // Every process learns which failed, so all stop together (or none).
   const int n = static_cast<int>(devices_.size());
@@ -423,6 +515,7 @@ Status Session::agree(const Status &mine, const std::string &what) {
 Status Session::saveCheckpoint(const std::string &dir) {
   if (!isTraining())
     return errorf("checkpoints hold training state; this is an inference plan");
+  PIPEC_TRY(flush()); // 2bw: the weights after every step so far
   if (distributed() && devices_.size() > 1) {
     // Each process writes the part it owns into the leader's staging
     // directory; once every part is there the leader commits the whole.
@@ -454,7 +547,11 @@ Expected<train::Checkpoint> Session::checkpointContents(int owner) const {
     if (owner >= 0 && ps.device != owner)
       continue;
     const std::string &name = p.tensors(ps.weight).name();
-    PIPEC_TRY(c.addFloats("param/" + name, ps.data, ps.n));
+    // 2bw: the weights after the last step and the version before, which
+    // the next step reads.
+    PIPEC_TRY(c.addFloats("param/" + name, ps.version(static_cast<int64_t>(steps_)), ps.n));
+    if (noFlush_)
+      PIPEC_TRY(c.addFloats("previous/" + name, ps.version(static_cast<int64_t>(steps_) - 1), ps.n));
     for (size_t k = 0; k < ps.state.size(); ++k)
       PIPEC_TRY(c.addFloats("state/" + name + "/" + optimizer_->stateNames()[k], ps.state[k].data(), ps.n));
   }
@@ -485,9 +582,15 @@ Status Session::loadCheckpoint(const std::string &dir) {
                   p.training().lr_schedule(), "'");
   if (meta("rng.seed") != std::to_string(opts_.seed))
     return errorf("checkpoint '", dir, "' was written with --seed ", meta("rng.seed"), "; resume with the same seed");
+  const int64_t step = c.step;
+  if (noFlush_ && drainPending_)
+    return errorf("cannot load checkpoint '", dir, "' into a session whose last step is not flushed");
   for (ParamState &ps : params_) {
     const std::string &name = p.tensors(ps.weight).name();
-    PIPEC_TRY(c.restoreFloats("param/" + name, ps.data, ps.n).withContext("checkpoint '" + dir + "'"));
+    PIPEC_TRY(c.restoreFloats("param/" + name, ps.version(step), ps.n).withContext("checkpoint '" + dir + "'"));
+    if (noFlush_)
+      PIPEC_TRY(c.restoreFloats("previous/" + name, ps.version(step - 1), ps.n)
+                    .withContext(cat("checkpoint '", dir, "' (a 2bw run resumes from two weight versions)")));
     // The optimizer's state where the parameter is updated (in a
     // distributed run, the process of that device).
     for (size_t k = 0; k < ps.state.size(); ++k)
@@ -518,6 +621,11 @@ Expected<Tensor> Session::weightView(const std::string &name) const {
                               ti.kind() != plan::TensorInfo::CONSTANT))
       continue;
     void *data = residentData(t);
+    if (const ParamState *ps = noFlush_ ? paramOfWeight(t) : nullptr) {
+      if (drainPending_)
+        return errorf("weight '", name, "' is not final until the last step is flushed (Session::flush)");
+      data = const_cast<float *>(ps->version(static_cast<int64_t>(steps_)));
+    }
     if (!data)
       return errorf("weight '", name, "' is not resident");
     return Tensor(TensorDesc{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())},
@@ -577,7 +685,7 @@ Status Session::exchangeAfterStep(std::vector<Tensor> &outputs, std::vector<char
 }
 
 Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inputs, bool training,
-                                                  TrainStep *step) {
+                                                  TrainStep *step, bool drain) {
   const plan::Plan &p = lp_.plan;
   // M micro-batches per replica, MT per step: device r*K + s runs
   // micro-batches r*M .. r*M + M - 1 (as its executor numbers them too).
@@ -586,12 +694,14 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   const int K = stages(), D = replicas();
   if (!broken_.isOk())
     return broken_.withContext("an earlier step failed; open the plan again");
-  if (inputs.size() != static_cast<size_t>(p.inputs_size()))
+  if (!drain && inputs.size() != static_cast<size_t>(p.inputs_size()))
     return errorf("the model takes ", p.inputs_size(), " inputs, got ", inputs.size());
   std::vector<int> inputIndex(p.tensors_size(), -1), outputIndex(p.tensors_size(), -1);
   for (int i = 0; i < p.inputs_size(); ++i) {
     int32_t t = p.inputs(i);
     inputIndex[t] = i;
+    if (drain)
+      continue;
     const plan::TensorInfo &ti = p.tensors(t);
     TensorDesc mbDesc{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())};
     if (inputs[i].desc() != stepDesc(t) && inputs[i].desc() != mbDesc)
@@ -673,7 +783,35 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   std::vector<double> sq(params_.size(), 0.0);
   const int64_t stepNumber = static_cast<int64_t>(steps_) + 1;
   const float lr = training ? lrSchedule_.lrAt(stepNumber) : 0.0f;
-  auto optimize = [&](int d) -> Status {
+  // 2bw: device d's update of step s, W(s+1) = W(s) - update(gradient of
+  // step s), into the other version; the step's instructions before it
+  // read W(s-1), the next step's W(s). No collective: the gradient norm's
+  // slots are added up once every device has updated (flush(), train()).
+  const uint64_t call = steps_;
+  auto optimizeNoFlush = [&](int d, bool previousStep) -> Status {
+    if (previousStep && call == 0)
+      return errorf("device ", d, ": a previous-step update in the first step");
+    const uint64_t s = previousStep ? call - 1 : call;
+    const int64_t number = static_cast<int64_t>(s) + 1;
+    const float stepLr = lrSchedule_.lrAt(number);
+    std::vector<double> &squares = stepSquares_[s % 2];
+    for (size_t i = 0; i < params_.size(); ++i) {
+      ParamState &ps = params_[i];
+      if (ps.device != d)
+        continue;
+      if (M > 1)
+        train::scaleGrad(ps.accum.data(), ps.n, 1.0f / static_cast<float>(M));
+      squares[i] = train::gradSquaredSum(ps.accum.data(), ps.n);
+      const int64_t v = static_cast<int64_t>(s);
+      std::memcpy(ps.version(v + 1), ps.version(v), static_cast<size_t>(ps.n) * sizeof(float));
+      std::vector<float *> state;
+      for (auto &st : ps.state)
+        state.push_back(st.data());
+      PIPEC_TRY(optimizer_->step(number, stepLr, ps.version(v + 1), ps.accum.data(), state, ps.n));
+    }
+    return Status::ok();
+  };
+  auto optimize = [&](int d, bool) -> Status {
     const int replica = d / K, stage = d % K;
     const uint32_t reduceKind = static_cast<uint32_t>(SessionMessage::ReplicaGradient);
     if (replica > 0) {
@@ -755,7 +893,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       }
     }
     for (ParamState &ps : params_) {
-      if (ps.device != d)
+      if (ps.device != d || gradientsOnly_)
         continue;
       std::vector<float *> state;
       for (auto &s : ps.state)
@@ -800,6 +938,13 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     }
     if (training)
       io.optimize = optimize;
+    if (noFlush_) {
+      io.optimize = optimizeNoFlush;
+      io.part = drain ? DeviceExecutor::StepIO::Part::PreviousStep
+                : drainPending_ ? DeviceExecutor::StepIO::Part::All
+                                : DeviceExecutor::StepIO::Part::CurrentStep;
+      io.weightVersion = static_cast<int>((call + 1) % 2); // step `call` reads W(call - 1)
+    }
     io.transport = tr;
     if (d == opts_.failDevice)
       io.failAtInstruction = opts_.failAtInstruction;
@@ -830,6 +975,20 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       broken_ = first;
       return first;
     }
+  }
+  if (noFlush_) {
+    drainPending_ = !drain;
+    // The squared sums of the step now complete on every device.
+    if (drain || call > 0) {
+      std::vector<double> &done = stepSquares_[(call + 1) % 2]; // step call - 1's
+      double total = 0.0;
+      for (double v : done)
+        total += v;
+      lastNoFlushNorm_ = std::sqrt(total);
+    }
+    if (drain)
+      return std::vector<Tensor>{};
+    std::fill(stepSquares_[(call + 1) % 2].begin(), stepSquares_[(call + 1) % 2].end(), 0.0);
   }
   stepSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++measuredSteps_;
@@ -864,7 +1023,10 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   }
   for (double part : replicaLoss)
     lossSum += part;
-  if (training) {
+  if (training && noFlush_) {
+    step->gradNorm = call > 0 ? lastNoFlushNorm_ : std::nan("");
+    step->lr = lr; // what this step's gradients are applied with
+  } else if (training) {
     double total = 0.0;
     for (double v : sq)
       total += v;

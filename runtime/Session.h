@@ -109,13 +109,42 @@ public:
     /// The step's update was dropped (SessionOptions::skipNonFinite).
     bool skipped = false;
   };
+  /// Under a no-flush schedule (2bw) a step's update completes on the
+  /// first devices during the next step: train() then reports the loss and
+  /// lr of the step it ran and the gradient norm of the step before, the
+  /// last whose update every device has applied (NaN for the first).
   /// Runs one training step: forward and backward of every micro-batch,
   /// (distributed: the loss, gradient norm and non-finite check are the
   /// step's on every process; the outputs, the process's device's),
   /// gradients summed in ascending micro-batch order and divided by M, then
   /// clipping and the optimizer. Training plans only.
   Expected<TrainStep> train(const std::vector<Tensor> &inputs);
+  /// Forward and backward of every micro-batch, as train() runs them, but
+  /// no update: each parameter's gradient of the step's loss (the mean of
+  /// the micro-batches', summed in ascending order), by parameter name, in
+  /// the plan's order. It counts as a step (the step count, and with it
+  /// the random streams of the next, advance). For references
+  /// that apply updates of their own (tests/unit/PipelineTest.cpp checks
+  /// 2bw's rule with it). Flush schedules, one process.
+  struct Gradients {
+    double loss = 0; ///< as TrainStep::loss
+    std::vector<std::pair<std::string, Tensor>> values;
+  };
+  Expected<Gradients> gradients(const std::vector<Tensor> &inputs);
+  /// Overwrites a trained parameter (what weight() reads) with `value` of
+  /// its shape and type. Not while a no-flush step is pending.
+  Status setWeight(const std::string &name, const Tensor &value);
   bool isTraining() const { return lp_.plan.pipeline().training(); }
+  /// Whether steps run back to back without a flush (the 2bw schedule):
+  /// weights and checkpoints are final only after flush().
+  bool noFlush() const { return noFlush_; }
+  /// Under a no-flush schedule, runs what the last step left to do (its
+  /// backward passes on the first devices and their optimizer steps), so
+  /// that the weights are those after every step so far; a no-op
+  /// otherwise or when nothing is pending. Training may go on after it,
+  /// with the same results as without it. Returns the gradient norm of the
+  /// last step through `gradNorm` when given.
+  Status flush(double *gradNorm = nullptr);
   /// Data parallelism: replicas of the pipeline (1 without); the session
   /// runs stages() x replicas() devices, device r*K + s stage s of replica r.
   int replicas() const { return static_cast<int>(std::max<uint32_t>(lp_.plan.pipeline().data_parallel(), 1)); }
@@ -196,9 +225,10 @@ private:
   Status exchangeAfterStep(std::vector<Tensor> &outputs, std::vector<char> &collected, bool training,
                            bool collective, std::vector<double> &sq, std::vector<double> &replicaLoss);
   /// Runs every device's program; `training` accumulates gradients and
-  /// applies the optimizer.
+  /// applies the optimizer. `drain`: a no-flush plan's previous-step
+  /// instructions alone, with no inputs or outputs (flush()).
   Expected<std::vector<Tensor>> runProgram(const std::vector<Tensor> &inputs, bool training,
-                                           TrainStep *train);
+                                           TrainStep *train, bool drain = false);
 
   struct ParamState {
     int32_t weight = -1, grad = -1;
@@ -218,7 +248,27 @@ private:
     /// (DeviceExecutor::accumulateInto); collect() never sees it.
     bool inPlace = false;
     std::vector<std::vector<float>> state;
+    /// No-flush schedules (2bw): the second weight version. Version v of
+    /// the weight (W(-1) = W(0) the loaded one) lives in data for even v,
+    /// in second for odd v.
+    std::vector<float> second;
+    float *version(int64_t v) { return !second.empty() && (v % 2 + 2) % 2 ? second.data() : data; }
+    const float *version(int64_t v) const {
+      return !second.empty() && (v % 2 + 2) % 2 ? second.data() : data;
+    }
   };
+  /// No-flush schedule (2bw): whether this plan runs one, and whether the
+  /// last step's previous-step part is still to run (flush()).
+  bool noFlush_ = false, drainPending_ = false;
+  /// gradients(): the optimizer callback scales the gradients, no update.
+  bool gradientsOnly_ = false;
+  /// 2bw: the gradient norm of the last step every device updated.
+  double lastNoFlushNorm_ = 0;
+  /// The parameter state of a weight tensor, or null.
+  const ParamState *paramOfWeight(int32_t tensor) const;
+  /// 2bw: per step parity, the squared sums of the step's gradients, slot
+  /// per parameter, as the devices' optimizer steps write them.
+  std::vector<double> stepSquares_[2];
 
   plan::LoadedPlan lp_;
   SessionOptions opts_;

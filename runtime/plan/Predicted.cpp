@@ -38,6 +38,7 @@ std::vector<pipeline::SimProgram> predictedPrograms(const Plan &p) {
       si.peer = ins.peer();
       si.tag = ins.tensor();
       si.duration = predictedSeconds(dev, ins);
+      si.previousStep = ins.previous_step();
       prog.push_back(si);
     }
     progs.push_back(std::move(prog));

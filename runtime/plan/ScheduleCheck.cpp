@@ -59,7 +59,9 @@ Status checkPairing(const Plan &p) {
   return Status::ok();
 }
 
-Status checkProgress(const Plan &p) {
+/// `optimizerIsCollective`: OPTIMIZER waits for every device (flush
+/// schedules; a no-flush schedule's optimizer steps are each device's own).
+Status checkProgress(const Plan &p, bool optimizerIsCollective) {
   const int K = p.devices_size();
   std::vector<int> pc(K, 0);
   std::set<Key> inFlight;
@@ -76,7 +78,7 @@ Status checkProgress(const Plan &p) {
           inFlight.erase(it);
         } else if (ins.kind() == Instruction::SEND) {
           inFlight.insert({d, ins.peer(), ins.tensor(), ins.micro_batch()});
-        } else if (ins.kind() == Instruction::OPTIMIZER) {
+        } else if (ins.kind() == Instruction::OPTIMIZER && optimizerIsCollective) {
           // A collective: every device must be at an OPTIMIZER.
           bool all = true;
           for (int e = 0; e < K; ++e)
@@ -383,20 +385,74 @@ Status checkGradients(const Plan &p) {
   return Status::ok();
 }
 
+/// A no-flush plan's programs run for `steps` steps back to back, as one
+/// plan: the first step without its previous-step instructions, a drain
+/// of those alone after the last; micro-batch mb of step s is s * M + mb,
+/// at the allocation of mb. The checks above then prove the concatenation:
+/// messages paired across steps, no deadlock, every read after its write
+/// and no two live instances on the same bytes, whatever step they are of.
+Status checkFlushed(const Plan &p, bool optimizerIsCollective);
+
+Plan unrolledSteps(const Plan &p, unsigned steps) {
+  const unsigned M = p.pipeline().num_micro_batches();
+  Plan u = p;
+  u.mutable_pipeline()->set_num_micro_batches(M * steps);
+  for (int d = 0; d < p.devices_size(); ++d) {
+    const Device &dev = p.devices(d);
+    Device *out = u.mutable_devices(d);
+    out->clear_program();
+    out->clear_allocations();
+    for (unsigned call = 0; call <= steps; ++call)
+      for (const Instruction &ins : dev.program()) {
+        if (ins.previous_step() ? call == 0 : call == steps)
+          continue;
+        const unsigned step = call - (ins.previous_step() ? 1 : 0);
+        Instruction *c = out->add_program();
+        *c = ins;
+        c->set_previous_step(false);
+        c->set_micro_batch(step * M + ins.micro_batch());
+      }
+    for (unsigned step = 0; step < steps; ++step)
+      for (const Allocation &a : dev.allocations()) {
+        Allocation *c = out->add_allocations();
+        *c = a;
+        c->set_micro_batch(step * M + a.micro_batch());
+      }
+  }
+  return u;
+}
+
 } // namespace
 
 Status checkSchedule(const Plan &p) {
   // A named schedule must be one pipec knows, with its stages per device
   // (hand-written plans may leave it empty).
+  bool noFlush = false;
   if (!p.pipeline().schedule().empty()) {
     const unsigned per = std::max(p.pipeline().stages_per_device(), 1u);
-    PIPEC_ASSIGN(pipeline::Schedule s,
-                 pipeline::Schedule::parse(p.pipeline().schedule(),
-                                           p.pipeline().schedule() == "interleaved" ? per : 0));
+    PIPEC_ASSIGN(pipeline::Schedule s, pipeline::Schedule::ofPlan(p.pipeline().schedule(), per));
     if (s.stagesPerDevice() != per)
       return errorf("schedule: the ", s.name(), " schedule runs ", s.stagesPerDevice(),
                     " stage(s) per device, the plan says ", per);
+    noFlush = s.noFlush();
   }
+  for (const Device &dev : p.devices())
+    for (const Instruction &ins : dev.program())
+      if (ins.previous_step() && !noFlush)
+        return errorf("schedule: device ", dev.index(), " has a previous-step instruction, but the '",
+                      p.pipeline().schedule(), "' schedule flushes every step");
+  if (noFlush) {
+    if (!p.pipeline().training())
+      return errorf("schedule: the ", p.pipeline().schedule(), " schedule is for training plans");
+    // Three steps: the first, one whose both neighbours run, the last.
+    return checkFlushed(unrolledSteps(p, 3), false);
+  }
+  return checkFlushed(p, true);
+}
+
+namespace {
+
+Status checkFlushed(const Plan &p, bool optimizerIsCollective) {
   for (int d = 0; d < p.devices_size(); ++d) {
     std::vector<char> computed(static_cast<size_t>(p.tensors_size()), 0);
     for (const Node &n : p.devices(d).nodes())
@@ -408,7 +464,7 @@ Status checkSchedule(const Plan &p) {
                       p.tensors(ins.tensor()).name(), "'");
   }
   PIPEC_TRY(checkPairing(p));
-  PIPEC_TRY(checkProgress(p));
+  PIPEC_TRY(checkProgress(p, optimizerIsCollective));
   PIPEC_TRY(checkGradients(p));
   // The devices' arenas are checked on the usable cores at once; the
   // error reported is the lowest device's, whatever the thread count.
@@ -418,5 +474,7 @@ Status checkSchedule(const Plan &p) {
     PIPEC_TRY(std::move(r));
   return Status::ok();
 }
+
+} // namespace
 
 } // namespace pipec::plan

@@ -23,6 +23,8 @@
 #include "runtime/Transport.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/plan/ScheduleCheck.h"
+#include "runtime/train/LrSchedule.h"
+#include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
 #include "support/Parallel.h"
 
@@ -161,6 +163,10 @@ RunResult run(const std::string &dir, int steps, bool train, bool inPlace = true
       r.outputs = std::move(*out);
     }
   }
+  if (train) {
+    Status flushed = session.flush(); // 2bw: the last step's remaining updates
+    EXPECT_TRUE(flushed.isOk()) << flushed.message();
+  }
   if (train)
     for (const plan::Parameter &pp : session.plan().training().params()) {
       auto w = session.weight(session.plan().tensors(pp.weight()).name());
@@ -216,6 +222,138 @@ TEST(Pipeline, TrainingIsBitwiseIndependentOfStagesAndSchedule) {
           expectSame(ref, got, what);
         }
       }
+  }
+}
+
+namespace {
+
+/// PipeDream-2BW's rule applied by hand on one device with pipec's own
+/// gradients: step t's gradient g(t) is taken at W(t-1) (W(-1) = W(0)) by a
+/// one-device flush plan (Session::gradients), and W(t+1) = W(t) -
+/// update(g(t)) by the plan's optimizer.
+RunResult twoWeightVersionsByHand(const std::string &dir, int steps) {
+  RunResult r;
+  runtime::SessionOptions so;
+  so.seed = 7;
+  auto s = runtime::Session::open(dir, so);
+  EXPECT_TRUE(s.isOk()) << s.status().message();
+  if (!s.isOk())
+    return r;
+  runtime::Session &session = **s;
+  auto oc = train::parseOptimizer(session.plan().training().optimizer());
+  EXPECT_TRUE(oc.isOk());
+  auto opt = train::Optimizer::create(*oc);
+  EXPECT_TRUE(opt.isOk());
+  train::LrSchedule lr;
+  lr.baseLr = opt->baseLr();
+  std::vector<std::string> names;
+  std::vector<Tensor> current, previous;
+  std::vector<std::vector<std::vector<float>>> state;
+  for (const plan::Parameter &pp : session.plan().training().params()) {
+    names.push_back(session.plan().tensors(pp.weight()).name());
+    auto w = session.weight(names.back());
+    EXPECT_TRUE(w.isOk());
+    current.push_back(w->clone());
+    previous.push_back(w->clone());
+    state.emplace_back(opt->stateTensors(), std::vector<float>(static_cast<size_t>(w->numel()), 0.0f));
+  }
+  for (int t = 0; t < steps; ++t) {
+    for (size_t i = 0; i < names.size(); ++i)
+      EXPECT_TRUE(session.setWeight(names[i], previous[i]).isOk());
+    auto g = session.gradients(makeInputs(session, static_cast<uint64_t>(t)));
+    EXPECT_TRUE(g.isOk()) << g.status().message();
+    if (!g.isOk())
+      return r;
+    r.losses.push_back(g->loss);
+    for (size_t i = 0; i < names.size(); ++i) {
+      EXPECT_EQ(g->values[i].first, names[i]);
+      Tensor next = current[i].clone();
+      std::vector<float *> st;
+      for (auto &v : state[i])
+        st.push_back(v.data());
+      EXPECT_TRUE(opt->step(t + 1, lr.lrAt(t + 1), next.data<float>(), g->values[i].second.data<float>(), st,
+                            next.numel())
+                      .isOk());
+      previous[i] = std::move(current[i]);
+      current[i] = std::move(next);
+    }
+  }
+  r.weights = std::move(current);
+  return r;
+}
+
+} // namespace
+
+// PipeDream-2BW (--schedule 2bw): steps back to back without a flush, each
+// micro-batch of step t on W(t-1), W(t+1) = W(t) - update(g(t)). Bitwise
+// the rule applied by hand on one device, for every sample and K = 2, 4.
+TEST(Pipeline, TwoBWIsTheDelayedUpdateRuleBitwise) {
+  for (const ModelCase &m : kTrainModels) {
+    Config one;
+    one.K = 1;
+    const int steps = 6;
+    RunResult ref = twoWeightVersionsByHand(compile(m.name, m.microBatch, one), steps);
+    ASSERT_FALSE(ref.weights.empty()) << m.name;
+    for (int K : {1, 2, 4}) {
+      Config c;
+      c.K = K;
+      c.schedule = "2bw";
+      RunResult got = run(compile(m.name, m.microBatch, c), steps, true);
+      const std::string what = cat(m.name, " 2bw K=", K);
+      ASSERT_EQ(ref.weights.size(), got.weights.size()) << what;
+      for (size_t i = 0; i < ref.weights.size(); ++i)
+        EXPECT_TRUE(bitwiseEqual(ref.weights[i], got.weights[i])) << what << ": weight " << i;
+      EXPECT_EQ(ref.losses, got.losses) << what;
+    }
+    // Not the flush schedules' training: the updates are one step late.
+    RunResult flush = run(compile(m.name, m.microBatch, one), steps, true);
+    EXPECT_EQ(flush.losses[0], ref.losses[0]) << m.name;
+    EXPECT_NE(flush.losses[2], ref.losses[2]) << m.name;
+  }
+}
+
+// A flush in the middle of a 2bw run (what a checkpoint does), and a
+// checkpoint resumed in a new session, change nothing.
+TEST(Pipeline, TwoBWFlushAndCheckpointResumeExactly) {
+  Config c;
+  c.K = 2;
+  c.schedule = "2bw";
+  const std::string dir = compile("gpt-train", 2, c);
+  RunResult straight = run(dir, 6, true);
+  runtime::SessionOptions so;
+  so.seed = 7;
+  const std::string ckpt = tempDir("2bw-checkpoint");
+  std::vector<double> losses;
+  {
+    auto s = runtime::Session::open(dir, so);
+    ASSERT_TRUE(s.isOk()) << s.status().message();
+    EXPECT_TRUE((*s)->noFlush());
+    for (int t = 0; t < 3; ++t) {
+      auto st = (*s)->train(makeInputs(**s, static_cast<uint64_t>(t)));
+      ASSERT_TRUE(st.isOk()) << st.status().message();
+      losses.push_back(st->loss);
+    }
+    // The weights are not final while the last step is pending.
+    EXPECT_FALSE((*s)->weight((*s)->plan().tensors((*s)->plan().training().params(0).weight()).name()).isOk());
+    Status saved = (*s)->saveCheckpoint(ckpt);
+    ASSERT_TRUE(saved.isOk()) << saved.message();
+  }
+  auto s = runtime::Session::open(dir, so);
+  ASSERT_TRUE(s.isOk());
+  Status loaded = (*s)->loadCheckpoint(ckpt);
+  ASSERT_TRUE(loaded.isOk()) << loaded.message();
+  for (int t = 3; t < 6; ++t) {
+    auto st = (*s)->train(makeInputs(**s, static_cast<uint64_t>(t)));
+    ASSERT_TRUE(st.isOk()) << st.status().message();
+    losses.push_back(st->loss);
+  }
+  ASSERT_TRUE((*s)->flush().isOk());
+  EXPECT_EQ(losses, straight.losses);
+  const auto &params = (*s)->plan().training().params();
+  for (int i = 0; i < params.size(); ++i) {
+    auto w = (*s)->weight((*s)->plan().tensors(params[i].weight()).name());
+    ASSERT_TRUE(w.isOk());
+    EXPECT_TRUE(bitwiseEqual(*w, straight.weights[static_cast<size_t>(i)])) << "weight " << i;
   }
 }
 

@@ -78,7 +78,7 @@ TEST(Schedule, NamesParseAndBadOnesAreRefused) {
   auto bad = Schedule::parse("2f2b");
   ASSERT_FALSE(bad.isOk());
   EXPECT_NE(bad.status().message().find("unknown pipeline schedule '2f2b' (known: gpipe, 1f1b, "
-                                        "interleaved, zbh1, zbh2 or zbv)"),
+                                        "interleaved, zbh1, zbh2, zbv or 2bw)"),
             std::string::npos)
       << bad.status().message();
   EXPECT_FALSE(Schedule::parse("1f1b", 2).isOk());

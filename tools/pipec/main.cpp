@@ -491,8 +491,10 @@ int main(int argc, char **argv) {
                  "K - i - 1 more warm-up forwards on stage i: more memory, a stage slowed "
                  "for a moment stalls the next less), interleaved (interleaved 1F1B: "
                  "--virtual-stages v stages per device, round robin, bubble (K-1)/(vM); M a "
-                 "multiple of K) or zbv (zero-bubble V: two stages per device in a V, weight "
-                 "gradients deferred, 1F1B's activation memory)");
+                 "multiple of K), zbv (zero-bubble V: two stages per device in a V, weight "
+                 "gradients deferred, 1F1B's activation memory) or 2bw (PipeDream-2BW, training: "
+                 "1F1B without a flush between steps, two weight versions, each step's update "
+                 "applied one step late; M >= K; docs/training.md)");
   app.add_option("--virtual-stages", o.virtualStages,
                  "stages per device v of the interleaved schedule (default 2)");
   app.add_option("-b,--batch", o.batch,

@@ -360,6 +360,9 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   }
   if (!o.json && tty && !quiet)
     std::fprintf(stderr, "\n");
+  // 2bw: the last step's backward passes on the first devices and their
+  // updates, so that what is saved and reported is after every step.
+  PIPEC_TRY(session.flush());
   PIPEC_TRY(session.gatherStats());
   if (!o.save.empty())
     PIPEC_TRY(session.gatherTrainingState());
