@@ -585,12 +585,14 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   if (schedule.noFlush()) {
     // 2bw's devices update their own weights when their part of a step is
     // done, with no collective between them (runtime/Session.cpp).
-    auto refuse = [&](const std::string &what) {
-      return errorf("the ", schedule.name(), " schedule does not support ", what,
-                    " (its devices update their weights at different times, without a collective)");
+    auto refuse = [&](const std::string &what,
+                      const std::string &why = "its devices update their weights at different times, "
+                                               "without a collective") {
+      return errorf("the ", schedule.name(), " schedule does not support ", what, " (", why, ")");
     };
     if (opts.train.clipGradNorm > 0)
-      return refuse("--clip-grad-norm (it needs the global gradient norm before any update)");
+      return refuse("--clip-grad-norm", "clipping needs the global gradient norm before any update, and "
+                                        "2bw's devices update at different times, without a collective");
     if (opts.dataParallel > 1)
       return refuse("--data-parallel");
     for (const auto &[param, grad] : opts.train.paramGrads) {

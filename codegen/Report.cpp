@@ -48,6 +48,12 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
     r["optimizer"] = p.training().optimizer();
     r["lr_schedule"] = p.training().lr_schedule();
     r["clip_grad_norm"] = p.training().clip_grad_norm();
+    // 2bw keeps each parameter twice; the stages' memory counts both.
+    r["weight_versions"] = est.schedule.weightVersions();
+    double params = 0;
+    for (const pt::StageEstimate &e : est.stages)
+      params += e.parameters;
+    r["second_weight_version_bytes"] = est.schedule.weightVersions() > 1 ? params * sizeof(float) : 0.0;
   }
   r["nodes"] = g.numNodes();
   r["recompute"] = est.recompute;
@@ -208,6 +214,11 @@ std::string renderReportText(const json &r) {
                : ", lr schedule " + r["lr_schedule"].get<std::string>())
        << (r["clip_grad_norm"].get<double>() > 0
                ? cat(", gradients clipped to norm ", r["clip_grad_norm"].get<double>())
+               : "")
+       << (r["weight_versions"].get<unsigned>() > 1
+               ? cat(", ", r["weight_versions"].get<unsigned>(),
+                     " weight versions (step t runs on W(t-1); the second copy: ",
+                     formatBytes(r["second_weight_version_bytes"].get<double>()), ")")
                : "")
        << "\n";
   const double budget = r["memory_budget_bytes"].get<double>();

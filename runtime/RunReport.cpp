@@ -62,9 +62,7 @@ json slice(const plan::Plan &p, const plan::Instruction &ins, double start, doub
           {"start", start},                   {"end", end}};
 }
 
-} // namespace
-
-std::string instructionLabel(const plan::Plan &p, const plan::Instruction &ins) {
+std::string plainLabel(const plan::Plan &p, const plan::Instruction &ins) {
   const unsigned mb = ins.micro_batch();
   const bool stages = p.pipeline().stages_per_device() > 1;
   switch (ins.kind()) {
@@ -75,6 +73,13 @@ std::string instructionLabel(const plan::Plan &p, const plan::Instruction &ins) 
   case plan::Instruction::OPTIMIZER: return "opt";
   default: return cat(kindName(ins.kind()), mb, stages ? cat(".", ins.stage()) : "");
   }
+}
+
+} // namespace
+
+std::string instructionLabel(const plan::Plan &p, const plan::Instruction &ins) {
+  const std::string label = plainLabel(p, ins);
+  return ins.previous_step() ? label + "'" : label; // 2bw: of the step before
 }
 
 json deviceReport(const Session &session) {

@@ -253,7 +253,7 @@ Status Session::prepareTraining() {
                     " (its devices update their weights at different times, without a collective)");
     };
     if (t.clip_grad_norm() > 0)
-      return refuse("gradient clipping (it needs the global gradient norm before any update)");
+      return refuse("gradient clipping");
     if (opts_.skipNonFinite)
       return refuse("skipping non-finite steps");
     if (replicas() > 1)

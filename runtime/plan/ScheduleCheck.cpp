@@ -309,7 +309,9 @@ Status checkDevice(const Plan &p, int d) {
 /// Every parameter's gradient is computed once per micro-batch, by one
 /// device, in a backward instruction: a plan that lost one would train on
 /// stale or uninitialised gradients.
-Status checkGradients(const Plan &p) {
+/// `stepMicroBatches`: the micro-batches of one step (a no-flush plan is
+/// checked unrolled over several steps).
+Status checkGradients(const Plan &p, unsigned stepMicroBatches) {
   if (!p.pipeline().training())
     return Status::ok();
   const unsigned M = p.pipeline().num_micro_batches();
@@ -341,6 +343,42 @@ Status checkGradients(const Plan &p) {
             prev = ins.micro_batch();
           }
     }
+  // Each device's n-th OPTIMIZER updates with step n's gradients: every one
+  // it computes for that step comes before it, none of the next step's.
+  const unsigned SM = std::max(stepMicroBatches, 1u);
+  for (const Device &dev : p.devices()) {
+    std::vector<int> mine; // parameters whose gradient this device computes
+    for (const Node &n : dev.nodes())
+      for (int32_t t : n.outputs())
+        if (t >= 0 && gradOf[t] >= 0)
+          mine.push_back(gradOf[t]);
+    unsigned updates = 0;
+    std::vector<char> done(static_cast<size_t>(p.training().params_size()) * M, 0);
+    for (const Instruction &ins : dev.program()) {
+      if (ins.kind() == Instruction::OPTIMIZER) {
+        for (int i : mine)
+          for (unsigned mb = updates * SM; mb < (updates + 1) * SM && mb < M; ++mb)
+            if (!done[static_cast<size_t>(i) * M + mb])
+              return errorf("schedule: device ", dev.index(), "'s optimizer step ", updates + 1,
+                            " comes before the gradient of '", p.tensors(p.training().params(i).weight()).name(),
+                            "' for micro-batch ", mb % SM, " of its step");
+        ++updates;
+        continue;
+      }
+      if (ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV)
+        continue;
+      for (int32_t ni : ins.nodes())
+        for (int32_t t : dev.nodes(ni).outputs()) {
+          if (gradOf[t] < 0)
+            continue;
+          if (ins.micro_batch() / SM > updates)
+            return errorf("schedule: device ", dev.index(), " computes the gradient of '",
+                          p.tensors(p.training().params(gradOf[t]).weight()).name(), "' for step ",
+                          ins.micro_batch() / SM + 1, " before its optimizer step ", updates + 1);
+          done[static_cast<size_t>(gradOf[t]) * M + ins.micro_batch()] = 1;
+        }
+    }
+  }
   // A gradient accumulated in place by its kernel: one producing node with
   // one output, read by no node, never sent or received. One walk over the
   // plan for all of them.
@@ -391,7 +429,7 @@ Status checkGradients(const Plan &p) {
 /// at the allocation of mb. The checks above then prove the concatenation:
 /// messages paired across steps, no deadlock, every read after its write
 /// and no two live instances on the same bytes, whatever step they are of.
-Status checkFlushed(const Plan &p, bool optimizerIsCollective);
+Status checkFlushed(const Plan &p, bool optimizerIsCollective, unsigned stepMicroBatches);
 
 Plan unrolledSteps(const Plan &p, unsigned steps) {
   const unsigned M = p.pipeline().num_micro_batches();
@@ -445,14 +483,14 @@ Status checkSchedule(const Plan &p) {
     if (!p.pipeline().training())
       return errorf("schedule: the ", p.pipeline().schedule(), " schedule is for training plans");
     // Three steps: the first, one whose both neighbours run, the last.
-    return checkFlushed(unrolledSteps(p, 3), false);
+    return checkFlushed(unrolledSteps(p, 3), false, p.pipeline().num_micro_batches());
   }
-  return checkFlushed(p, true);
+  return checkFlushed(p, true, p.pipeline().num_micro_batches());
 }
 
 namespace {
 
-Status checkFlushed(const Plan &p, bool optimizerIsCollective) {
+Status checkFlushed(const Plan &p, bool optimizerIsCollective, unsigned stepMicroBatches) {
   for (int d = 0; d < p.devices_size(); ++d) {
     std::vector<char> computed(static_cast<size_t>(p.tensors_size()), 0);
     for (const Node &n : p.devices(d).nodes())
@@ -465,7 +503,7 @@ Status checkFlushed(const Plan &p, bool optimizerIsCollective) {
   }
   PIPEC_TRY(checkPairing(p));
   PIPEC_TRY(checkProgress(p, optimizerIsCollective));
-  PIPEC_TRY(checkGradients(p));
+  PIPEC_TRY(checkGradients(p, stepMicroBatches));
   // The devices' arenas are checked on the usable cores at once; the
   // error reported is the lowest device's, whatever the thread count.
   std::vector<Status> results(static_cast<size_t>(p.devices_size()));

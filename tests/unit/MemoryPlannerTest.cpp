@@ -20,7 +20,12 @@ void expectValid(const std::vector<BufferRequest> &r, const MemoryPlan &p, uint6
     EXPECT_EQ(p.offsets[i] % align, 0u);
     EXPECT_LE(p.offsets[i] + r[i].bytes, p.peak);
     for (size_t j = i + 1; j < r.size(); ++j) {
-      bool timeOverlap = !(r[i].end < r[j].start || r[j].end < r[i].start);
+      // A wrapping buffer also lives over [0, wrapEnd].
+      auto meet = [](int64_t a0, int64_t a1, int64_t b0, int64_t b1) { return a0 <= b1 && b0 <= a1; };
+      bool timeOverlap = meet(r[i].start, r[i].end, r[j].start, r[j].end) ||
+                         (r[i].wrapEnd >= 0 && meet(0, r[i].wrapEnd, r[j].start, r[j].end)) ||
+                         (r[j].wrapEnd >= 0 && meet(r[i].start, r[i].end, 0, r[j].wrapEnd)) ||
+                         (r[i].wrapEnd >= 0 && r[j].wrapEnd >= 0);
       bool memOverlap = p.offsets[i] < p.offsets[j] + r[j].bytes && p.offsets[j] < p.offsets[i] + r[i].bytes;
       EXPECT_FALSE(timeOverlap && memOverlap) << "buffers " << i << " and " << j << " collide";
     }
@@ -69,6 +74,40 @@ TEST(MemoryPlanner, PlacesAsTheOffsetScanDoes) {
   MemoryPlan plan = planMemory(p, 64, PlanMethod::Tree);
   EXPECT_EQ(plan.offsets, planMemory(p, 64, PlanMethod::Scan).offsets);
   expectValid(p, plan, 64);
+}
+
+// A cyclic program's buffers (a 2bw step's activations that the next step
+// still reads) live from their start to the end and again from 0 to
+// wrapEnd: the scan and the tree place them alike, validly, every method
+// asked for (the sweep gives way to the tree), and the live bound counts
+// both pieces.
+TEST(MemoryPlanner, WrappingBuffersLiveAtBothEnds) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<BufferRequest> r;
+    const int n = 1 + static_cast<int>(rng() % 120);
+    const int64_t horizon = 2 + rng() % 200;
+    for (int i = 0; i < n; ++i) {
+      const int64_t s = rng() % horizon, len = rng() % 40;
+      BufferRequest q{1 + rng() % 5000, s, std::min(s + len, horizon - 1)};
+      if (rng() % 3 == 0 && s > 0)
+        q.wrapEnd = static_cast<int64_t>(rng() % static_cast<uint64_t>(s));
+      r.push_back(q);
+    }
+    const MemoryPlan scan = planMemory(r, 64, PlanMethod::Scan);
+    expectValid(r, scan, 64);
+    EXPECT_EQ(planMemory(r, 64, PlanMethod::Tree).offsets, scan.offsets) << "trial " << trial;
+    expectValid(r, planMemory(r, 64, PlanMethod::Sweep), 64);
+  }
+  // Two buffers: one over [0, 4], one from 6 to the end wrapping to 2:
+  // both are live at 0..2, so they cannot share bytes, and the bound is
+  // their sum.
+  const std::vector<BufferRequest> two = {{640, 0, 4}, {640, 6, 9, 2}};
+  const MemoryPlan p = planMemory(two, 64);
+  EXPECT_NE(p.offsets[0], p.offsets[1]);
+  EXPECT_EQ(p.liveBound, 1280u);
+  // Without the wrap they share one offset.
+  EXPECT_EQ(planMemory({{640, 0, 4}, {640, 6, 9}}, 64).peak, 640u);
 }
 
 TEST(MemoryPlanner, PlansAHundredThousandBuffersWithoutTheQuadraticScan) {

@@ -516,6 +516,42 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
   };
   ASSERT_TRUE(plan::checkSchedule(good).isOk());
 
+  { // A previous-step instruction in a schedule that flushes.
+    plan::Plan p = good;
+    p.mutable_devices(0)->mutable_program(0)->set_previous_step(true);
+    expectRejected(p, "flushes every step");
+  }
+  { // 2bw: proven over three steps back to back. Its device 0 program
+    // starts F0, sends, then the step before's gradient receive and B.
+    Config twobw = c;
+    twobw.schedule = "2bw";
+    const plan::Plan p2 = loadedPlan(compile("mlp-train", 4, twobw));
+    ASSERT_TRUE(plan::checkSchedule(p2).isOk());
+    const plan::Device &d0 = p2.devices(0);
+    int b = findInstruction(d0, plan::Instruction::BACKWARD);
+    ASSERT_GE(b, 0);
+    ASSERT_TRUE(d0.program(b).previous_step());
+    { // That backward moved into the current step: it reads its micro-batch's
+      // activations before this step's forward wrote them.
+      plan::Plan p = p2;
+      p.mutable_devices(0)->mutable_program(b)->set_previous_step(false);
+      expectRejected(p, "schedule:");
+    }
+    { // Its gradient's receive moved: the message of the step before is
+      // taken for this step's (never sent in the first step).
+      plan::Plan p = p2;
+      p.mutable_devices(0)->mutable_program(b - 1)->set_previous_step(false);
+      expectRejected(p, "schedule:");
+    }
+    { // The first device's update as a current-step one: it would run
+      // before the step's last backward on that device.
+      plan::Plan p = p2;
+      int opt = findInstruction(d0, plan::Instruction::OPTIMIZER);
+      ASSERT_GE(opt, 0);
+      p.mutable_devices(0)->mutable_program(opt)->set_previous_step(false);
+      expectRejected(p, "optimizer step 1 comes before the gradient of");
+    }
+  }
   { // A send without its receive.
     plan::Plan p = good;
     plan::Device *d1 = p.mutable_devices(1);

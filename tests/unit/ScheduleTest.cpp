@@ -5,7 +5,7 @@
 // (each stage's F, B and W once per micro-batch, in ascending order; no
 // deadlock under any stage times), the micro-batches each stage keeps in
 // flight, and the simulator's bubble on equal stages against each
-// schedule's published formula.
+// schedule's published formula; 2bw's steps back to back.
 //
 //===----------------------------------------------------------------------===//
 #include "partitioner/PipelineSim.h"
@@ -41,6 +41,8 @@ std::string str(const std::vector<Slot> &v, bool stages = false) {
     out += cat(out.empty() ? "" : " ", s.work == Work::Optimizer ? "O" : workName(s.work));
     if (s.work != Work::Optimizer)
       out += cat(s.microBatch, stages ? cat(".", s.stage) : "");
+    if (s.previousStep)
+      out += "'"; // 2bw: the step before's
   }
   return out;
 }
@@ -273,6 +275,96 @@ TEST(Schedule, ZeroBubbleVBeatsOneFOneBAtItsMemory) {
             --live;
         }
         EXPECT_LE(peak, 2 * K) << "device " << d << " K=" << K << " M=" << M;
+      }
+    }
+}
+
+// PipeDream-2BW, K=3, M=4: device d pairs each forward with the backward
+// 1F1B's steady state runs next; the w = K-d-1 backward passes a step
+// leaves (primed: the step before's) open the next step's program, and the
+// device's optimizer step follows its last backward of a step.
+TEST(Schedule, TwoBWShape) {
+  auto s = named("2bw").build(3, 4, true);
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  EXPECT_EQ(str((*s)[0]), "F0 B2' W2' F1 B3' W3' O' F2 B0 W0 F3 B1 W1");
+  EXPECT_EQ(str((*s)[1]), "F0 B3' W3' O' F1 B0 W0 F2 B1 W1 F3 B2 W2");
+  EXPECT_EQ(str((*s)[2]), "F0 B0 W0 F1 B1 W1 F2 B2 W2 F3 B3 W3 O");
+  // 1F1B's activation memory: min(K - s, M) micro-batches on stage s.
+  for (unsigned K = 1; K <= 8; ++K)
+    for (unsigned M = K; M <= 12; ++M) {
+      auto f = named("2bw").microBatchesInFlight(K, M, true);
+      ASSERT_TRUE(f.isOk());
+      for (unsigned st = 0; st < K; ++st)
+        EXPECT_EQ((*f)[st], K - st) << "K=" << K << " M=" << M << " stage " << st;
+    }
+  EXPECT_EQ(named("2bw").weightVersions(), 2u);
+  EXPECT_EQ(named("1f1b").weightVersions(), 1u);
+  auto few = named("2bw").build(4, 3, true);
+  ASSERT_FALSE(few.isOk());
+  EXPECT_NE(few.status().message().find("at least as many micro-batches as devices (got M=3, K=4)"),
+            std::string::npos)
+      << few.status().message();
+  auto inference = named("2bw").build(2, 4, false);
+  ASSERT_FALSE(inference.isOk());
+  EXPECT_NE(inference.status().message().find("for training"), std::string::npos);
+}
+
+// 2bw's programs over three steps back to back (the first without its
+// previous-step slots, a drain of those alone after the last): each stage
+// runs F, B and W once per micro-batch of every step in ascending order, B
+// after its F, W after its B, one optimizer step per step after the step's
+// last W; under random times they never deadlock. On equal stages with no
+// transfers the steady state has no bubble: a step takes M (F + B + W).
+TEST(Schedule, TwoBWStepsRunBackToBack) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.1, 2.0);
+  const Schedule s = named("2bw");
+  const unsigned steps = 3;
+  for (unsigned K = 1; K <= 6; ++K)
+    for (unsigned M = K; M <= 13; ++M) {
+      const std::string what = cat("2bw K=", K, " M=", M);
+      auto slots = s.build(K, M, true);
+      ASSERT_TRUE(slots.isOk()) << what;
+      for (unsigned d = 0; d < K; ++d) {
+        std::vector<unsigned> next(4, 0);
+        unsigned updates = 0;
+        for (unsigned call = 0; call <= steps; ++call)
+          for (const Slot &sl : (*slots)[d]) {
+            if (sl.previousStep ? call == 0 : call == steps)
+              continue;
+            const unsigned step = call - (sl.previousStep ? 1 : 0);
+            if (sl.work == Work::Optimizer) {
+              EXPECT_EQ(updates++, step) << what;
+              EXPECT_EQ(next[3], (step + 1) * M) << what << ": the update before the step's last W";
+              continue;
+            }
+            const unsigned mb = step * M + sl.microBatch;
+            const int w = static_cast<int>(sl.work);
+            EXPECT_EQ(mb, next[w]++) << what << " device " << d;
+            if (sl.work == Work::Backward)
+              EXPECT_GT(next[0], mb) << what << ": B before its F";
+            if (sl.work == Work::WeightGrad)
+              EXPECT_GT(next[2], mb) << what << ": W before its B";
+          }
+        EXPECT_EQ(updates, steps) << what;
+        for (unsigned n : next)
+          EXPECT_EQ(n, steps * M) << what << " device " << d;
+      }
+      std::vector<StageTimes> t(K);
+      for (StageTimes &x : t)
+        x = {u(rng), u(rng), u(rng), 0, u(rng) / 4, u(rng) / 4, u(rng)};
+      auto progs = idealSchedule(s, static_cast<int>(M), true, t);
+      ASSERT_TRUE(progs.isOk()) << what;
+      auto r = simulate(*progs);
+      ASSERT_TRUE(r.isOk()) << what << ": " << r.status().message();
+      EXPECT_GT(r->makespan, 0) << what;
+      if (K > 1) {
+        const double F = 1, B = 1.5, W = 0.5;
+        EXPECT_NEAR(makespan(s, K, M, F, B, W), M * (F + B + W), 1e-9) << what;
+        // 1F1B pays (K - 1)(F + B) on top every step.
+        EXPECT_NEAR(makespan(named("1f1b"), K, M, F, B, W) - makespan(s, K, M, F, B, W),
+                    (K - 1) * (F + B), 1e-9)
+            << what;
       }
     }
 }

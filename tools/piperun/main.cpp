@@ -206,6 +206,8 @@ void printPrograms(const plan::Plan &p) {
       case plan::Instruction::RECV: line += cat(" <", ins.peer(), ":", p.tensors(ins.tensor()).name(), "#", mb); break;
       default: line += " ?"; break;
       }
+      if (ins.previous_step())
+        line += "'"; // 2bw: of the step before
     }
     std::printf("device %d (%d instructions):%s\n", d.index(), d.program_size(), line.c_str());
   }
@@ -687,7 +689,8 @@ int main(int argc, char **argv) {
                  "training: continue from a checkpoint; --steps is then the total to reach");
   app.add_flag("--show-program", o.showProgram,
                "print each device's instruction stream (F/R/B/W micro-batch, >peer:tensor#mb "
-               "sends, <peer:tensor#mb receives, OPT) and exit");
+               "sends, <peer:tensor#mb receives, OPT; a prime marks 2bw's instructions of the "
+               "step before) and exit");
   app.add_option("--trace", o.trace,
                  "write a Chrome trace (Perfetto, chrome://tracing): one track per device, one "
                  "slice per instruction, and the plan's predicted timeline as a second process");
