@@ -14,7 +14,9 @@ using namespace pipec::codegen;
 
 namespace {
 
-/// The schedules tried on K >= 2 devices: name and virtual stages.
+/// The schedules tried on K >= 2 devices: name and virtual stages. Not
+/// 2bw: it changes what training computes (updates one step late), which
+/// is the user's choice, not the planner's.
 struct Variant {
   const char *name;
   unsigned v;

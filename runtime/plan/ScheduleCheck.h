@@ -21,7 +21,13 @@
 //  - memory: every instance touched has an arena allocation, and two
 //    instances whose lifetimes (first write to last read) overlap never
 //    share bytes; a view node's output and input are one instance, at one
-//    offset, of one size.
+//    offset, of one size;
+//  - updates: each device's n-th OPTIMIZER follows every gradient it
+//    computes for step n and precedes those of step n+1.
+//
+// A no-flush plan (2bw: instructions marked previous_step) is proven over
+// three steps run back to back, as one plan (unrolledSteps), and its
+// OPTIMIZER is not a collective.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
