@@ -1,0 +1,109 @@
+"""bench/ort_models.py - the models of bench/run-vs-ort.sh, written in torch.
+
+Exported with torch.onnx.export at opset 13, the way a user's export looks:
+LayerNorm and GELU decomposed by the exporter (ReduceMean/Sub/Pow/Sqrt/Div
+and Erf chains), attention as MatMul, scale, mask, Softmax, MatMul; the
+batch axis dynamic. Seeded random weights.
+
+    /usr/bin/python3 bench/ort_models.py OUT_DIR    # writes gpt-like.onnx, mlp-8x1024.onnx
+"""
+import math
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, seq):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.register_buffer('mask', torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        h = self.heads
+        q = q.view(b, t, h, d // h).transpose(1, 2)
+        k = k.view(b, t, h, d // h).transpose(1, 2)
+        v = v.view(b, t, h, d // h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))
+        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float('-inf'))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, seq):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = Attention(d, heads, seq)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GptLike(nn.Module):
+    """4 pre-norm blocks, d 256, 4 heads, sequence 128, vocabulary 512."""
+
+    def __init__(self, vocab=512, d=256, heads=4, layers=4, seq=128):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.02)
+        self.blocks = nn.Sequential(*[Block(d, heads, seq) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos[:, :idx.shape[1]]
+        return self.head(self.ln(self.blocks(x)))
+
+
+class Mlp(nn.Module):
+    """8 layers of 1024 x 1024 with ReLU between them."""
+
+    def __init__(self, width=1024, layers=8):
+        super().__init__()
+        mods = []
+        for i in range(layers):
+            mods.append(nn.Linear(width, width))
+            if i + 1 < layers:
+                mods.append(nn.ReLU())
+        self.net = nn.Sequential(*mods)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+# name -> (module, example input, input name, per-example shape, dtype, int bound, batch)
+MODELS = {
+    'gpt-like': (GptLike, lambda b: torch.randint(0, 512, (b, 128)), 'idx', 'tokens', 512, 8),
+    'mlp-8x1024': (Mlp, lambda b: torch.randn(b, 1024), 'x', 'float', 0, 128),
+}
+
+
+def export(name, out_dir):
+    ctor, example, input_name, _, _, batch = MODELS[name]
+    torch.manual_seed(0)
+    m = ctor().eval()
+    path = os.path.join(out_dir, name + '.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(m, (example(batch),), path, opset_version=13, input_names=[input_name],
+                          output_names=['y'], dynamic_axes={input_name: {0: 'batch'}, 'y': {0: 'batch'}})
+    return path
+
+
+if __name__ == '__main__':
+    for n in MODELS:
+        print(export(n, sys.argv[1]))
