@@ -104,8 +104,11 @@ inline Broadcast makeBroadcast(const int64_t *out, int outRank, const int64_t *i
 // ---- Rows, one row per thread, in index order.
 
 /// Softmax (or LogSoftmax) of n elements strided by `stride`: the maximum,
-/// exp(x - max), their sum in index order, then the scale (or the shift),
-/// as the CPU kernel's rows.
+PIPEC_HD inline float treeSum(const float *x, int64_t n, int lanes, float *partial);
+
+/// exp(x - max), their sum, then the scale (or the shift), as the CPU
+/// kernel's rows: a contiguous row (stride 1) sums in treeSum's 16 lanes,
+/// a strided one in index order.
 template <bool Log>
 PIPEC_HD inline void softmaxRow(const float *x, float *y, int64_t n, int64_t stride) {
   float m = x[0];
@@ -114,8 +117,13 @@ PIPEC_HD inline void softmaxRow(const float *x, float *y, int64_t n, int64_t str
   for (int64_t i = 0; i < n; ++i)
     y[i * stride] = cpu::expOf(x[i * stride] - m);
   float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i)
-    s += y[i * stride];
+  if (stride == 1) {
+    float partial[16];
+    s = treeSum(y, n, 16, partial);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      s += y[i * stride];
+  }
   if constexpr (Log) {
     const float shift = m + logf(s);
     for (int64_t i = 0; i < n; ++i)

@@ -44,6 +44,9 @@ public:
     T *Y = static_cast<T *>(out[0]);
     if (ctx.accumulate && canAccumulate())
       return gemmAccumulate.runPrepared(A, B, Y, ctx.workspace);
+    // A step-invariant B (the layer's weights) is kept packed for the
+    // step; in inference it never changes.
+    const uint64_t step = ctx.training ? ctx.step : 0;
     if (hasC && beta != T(0)) {
       if (!C)
         return errorf("Gemm: input C is missing at run time");
@@ -55,9 +58,9 @@ public:
         else
           std::copy(crow, crow + N, row);
       }
-      return gemmWithC.runPrepared(A, B, Y, ctx.workspace);
+      return gemmWithC.runPrepared(A, B, Y, ctx.workspace, step);
     }
-    return gemm.runPrepared(A, B, Y, ctx.workspace);
+    return gemm.runPrepared(A, B, Y, ctx.workspace, step);
   }
 };
 
@@ -103,10 +106,12 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
   g.ldc = k->N;
   g.alpha = k->alpha;
   g.aOff = g.bOff = g.cOff = {0};
+  g.bStepInvariant = d.isStepInvariant(1);
   k->gemmWithC = g;
   k->gemmWithC.beta = k->beta;
   k->gemmAccumulate = g;
   k->gemmAccumulate.beta = T(1);
+  k->gemmAccumulate.bStepInvariant = false;
   k->gemm.prepare();
   if (k->hasC && k->beta != T(0))
     k->gemmWithC.prepare();

@@ -193,8 +193,18 @@ struct LinalgDnnlGemmDeleter {
 };
 LinalgDnnlGemm *linalgDnnlGemmClone(const LinalgDnnlGemm &p);
 size_t linalgDnnlGemmScratchBytes(const LinalgDnnlGemm &p);
+/// `step`: the step key of a packed primitive's kept B (its reorder is
+/// redone when the step or B's address changes).
 Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B, float *C,
-                         void *scratch);
+                         void *scratch, uint64_t step = 0);
+/// Multiply-adds from which a GEMM with a step-invariant B runs packed.
+inline constexpr double kPackedMinMacs = 1 << 20;
+/// One GEMM as a oneDNN matmul on B in oneDNN's layout, B reordered only
+/// when its address or the step changes; null where oneDNN keeps B's plain
+/// layout or the product is small (DnnlGemm.cpp).
+LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                            int64_t lda, int64_t ldb, int64_t ldc, float alpha,
+                                            float beta);
 /// The primitive for a batch of `batch` GEMMs whose operands lie sa, sb and
 /// sc elements apart, or null where it would not be faster than the sgemm
 /// calls or is not one primitive (DnnlGemm.cpp says which).
@@ -245,6 +255,9 @@ template <typename T> struct LinalgBatchedGemm {
   int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
   T alpha = T(1), beta = T(0);
   std::vector<int64_t> aOff, bOff, cOff;
+  /// B changes only between steps (OpDesc::stepInvariant): prepare() may
+  /// run one GEMM on B packed once a step (runPrepared's `step`).
+  bool bStepInvariant = false;
 
   /// Tiles of C: tm x tn tiles of mc x nc elements (edge tiles smaller).
   struct Tiling {
@@ -278,8 +291,32 @@ template <typename T> struct LinalgBatchedGemm {
   /// set; a later change of them needs another prepare().
   void prepare() {
     dnnl_.reset(nullptr);
+    packed_.clear();
+    packedWs_.clear();
     if constexpr (std::is_same_v<T, float>) {
       const int64_t batch = static_cast<int64_t>(cOff.size());
+      // One GEMM on step-invariant B whose tiles span all rows: a packed
+      // primitive per column block, each holding its block of B.
+      const Tiling tl = tiling();
+      if (oneDnn && bStepInvariant && batch == 1 && M > 0 && N > 0 && K > 0 && tl.tm == 1) {
+        size_t ws = 0;
+        for (int64_t j = 0; j < tl.tn; ++j) {
+          const int64_t nc = std::min(tl.nc, N - j * tl.nc);
+          LinalgDnnlGemmHolder h;
+          h.reset(linalgDnnlGemmPreparePacked(ta, tb, M, nc, K, lda, ldb, ldc, alpha, beta));
+          if (!h.get()) {
+            packed_.clear();
+            packedWs_.clear();
+            break;
+          }
+          packedWs_.push_back(ws);
+          ws += (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
+          packed_.push_back(std::move(h));
+        }
+        packedWsBytes_ = ws;
+        if (!packed_.empty())
+          return;
+      }
       if (!oneDnn || batch == 0 || M == 0 || N == 0 || K == 0 || !oneTile())
         return;
       // One primitive needs the operands of every GEMM equally far apart.
@@ -302,14 +339,46 @@ template <typename T> struct LinalgBatchedGemm {
 
   /// Scratch memory runPrepared() needs (its `workspace`, 64-byte aligned).
   size_t workspaceBytes() const {
+    if (!packed_.empty())
+      return packedWsBytes_;
     return dnnl_.get() ? linalgDnnlGemmScratchBytes(*dnnl_.get()) : 0;
   }
 
   /// run(), through the prepared primitive when there is one, on one
   /// thread (the primitive was made for one: each element is reduced in
   /// the same order whatever the device's thread count).
-  Status runPrepared(const T *A, const T *B, T *C, void *workspace) const {
+  /// `step`: ExecContext::step where B changes between steps, 0 where it
+  /// never changes (inference).
+  Status runPrepared(const T *A, const T *B, T *C, void *workspace, uint64_t step = 0) const {
     if constexpr (std::is_same_v<T, float>) {
+      if (!packed_.empty()) {
+        const int64_t nc = tiling().nc, blocks = static_cast<int64_t>(packed_.size());
+        auto block = [&](int64_t j) {
+          const int64_t n0 = j * nc;
+          return linalgDnnlGemmRun(*packed_[static_cast<size_t>(j)].get(), A + aOff[0],
+                                   B + bOff[0] + (tb ? n0 * ldb : n0), C + cOff[0] + n0,
+                                   static_cast<unsigned char *>(workspace) + packedWs_[static_cast<size_t>(j)],
+                                   step);
+        };
+        const int threads = omp_get_max_threads();
+        if (blocks == 1 || threads == 1) {
+          LinalgOneThread one;
+          for (int64_t j = 0; j < blocks; ++j)
+            PIPEC_TRY(block(j));
+          return Status::ok();
+        }
+        std::vector<Status> st(static_cast<size_t>(blocks), Status::ok());
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, blocks)))
+        {
+          omp_set_num_threads(1);
+#pragma omp for schedule(static)
+          for (int64_t j = 0; j < blocks; ++j)
+            st[static_cast<size_t>(j)] = block(j);
+        }
+        for (Status &s : st)
+          PIPEC_TRY(std::move(s));
+        return Status::ok();
+      }
       if (const LinalgDnnlGemm *p = dnnl_.get()) {
         LinalgOneThread one;
         return linalgDnnlGemmRun(*p, A + dnnlOffsets_[0], B + dnnlOffsets_[1],
@@ -365,6 +434,10 @@ private:
   static int64_t roundUp16(int64_t v) { return (v + 15) / 16 * 16; }
   LinalgDnnlGemmHolder dnnl_;
   int64_t dnnlOffsets_[3] = {0, 0, 0};
+  /// Packed primitives per column block and their workspace offsets.
+  std::vector<LinalgDnnlGemmHolder> packed_;
+  std::vector<size_t> packedWs_;
+  size_t packedWsBytes_ = 0;
 };
 
 /// Broadcasts batch shapes `a` and `b` (numpy rules, right-aligned) into
