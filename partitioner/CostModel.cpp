@@ -15,7 +15,7 @@ double numel(const ir::Value *v) { return v ? static_cast<double>(v->type().nume
 
 /// FLOPs per output element of cheap elementwise and normalisation ops.
 double elementwiseFlops(const std::string &op) {
-  if (op == "Softmax" || op == "LogSoftmax" || op == "LayerNormalization" ||
+  if (op == "Softmax" || op == "LogSoftmax" || op == "MaskedSoftmax" || op == "LayerNormalization" ||
       op == "BatchNormalization" || op == "InstanceNormalization" || op == "LRN")
     return 5;
   if (op == "Gelu" || op == "Erf" || op == "Tanh" || op == "Sigmoid" || op == "Exp" ||

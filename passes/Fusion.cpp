@@ -1,6 +1,7 @@
 //===- passes/Fusion.cpp - Pattern fusions of exported subgraphs ----------===//
 //
-// Passes `fuse-layernorm` and `fuse-gelu`. torch.onnx.export before opset
+// Passes `fuse-layernorm`, `fuse-gelu` and `fuse-masked-softmax`.
+// torch.onnx.export before opset
 // 17 (and many other exporters) writes LayerNorm and GELU as chains of
 // elementwise and reduction nodes; each node is a kernel and a pass over
 // memory, in the forward and again in the backward. These passes rewrite
@@ -17,7 +18,20 @@
 //                   (gamma ones without the Mul)
 //   fuse-gelu       Div(h, sqrt 2) (or Mul(h, 1/sqrt 2)), Erf, Add 1, and
 //                   Mul by h and by 0.5 in either order
-//                   -> Gelu(h) (approximate "none")
+//                   -> Gelu(h) (approximate "none");
+//                   Tanh(sqrt(2/pi) * (h + 0.044715 * h^3)), h^3 as Pow(h, 3)
+//                   or h * (h * h), then Add 1 and the same products
+//                   -> Gelu(h) (approximate "tanh"; torch's
+//                   gelu(approximate='tanh') and GPT-2's written-out form)
+//   fuse-masked-softmax
+//                   Softmax over the last axis of Where(cond, fill, s) (or
+//                   Where(cond, s, fill)) with a constant fill of -1e30 or
+//                   below (-inf: torch's masked_fill), s optionally
+//                   Mul(scores, c) or Div(scores, c) for a constant c
+//                   -> pipec:MaskedSoftmax(scores, cond) {scale, fill,
+//                   fill_when}: one pass instead of three (the attention
+//                   scores' scale, mask and softmax); its gradient is
+//                   scale * SoftmaxGrad (passes/autodiff/Norm.cpp)
 //
 // Either operand order of Add and Mul matches. Only f32 chains whose inner
 // values nothing else reads (and that are not graph outputs) are fused;
@@ -179,6 +193,42 @@ Expected<bool> fuseLayerNorm(ir::Graph &g, ir::Node *mu, Erased &erased) {
   return true;
 }
 
+/// GELU's common tail from the Erf or Tanh node `inner` of input h:
+/// Add(inner, 1), then Mul by h and by 0.5 in either order. Returns the
+/// chain's last node (its nodes after `inner` go to `dead`, the last one
+/// excepted), or null.
+ir::Node *geluTail(ir::Node *inner, ir::Value *h, std::vector<ir::Node *> &dead) {
+  float one = 0, half = 0;
+  ir::Node *add = onlyUser(inner->output(0));
+  if (!add || !add->is("Add") || !scalarConst(otherInput(add, inner->output(0)), one) || one != 1.0f)
+    return nullptr;
+  ir::Value *p = add->output(0);
+  ir::Node *m1 = onlyUser(p);
+  if (!m1 || !m1->is("Mul"))
+    return nullptr;
+  ir::Value *q = otherInput(m1, p);
+  ir::Node *last = nullptr, *halfNode = nullptr;
+  if (q == h) {
+    // (h * (1 + inner)) * 0.5
+    last = onlyUser(m1->output(0));
+    if (!last || !last->is("Mul") || !scalarConst(otherInput(last, m1->output(0)), half))
+      return nullptr;
+  } else if (q && q->producer() && q->producer()->is("Mul") && onlyUser(q) == m1 &&
+             otherInput(q->producer(), h) && scalarConst(otherInput(q->producer(), h), half)) {
+    // (h * 0.5) * (1 + inner)
+    last = m1;
+    halfNode = q->producer();
+  } else {
+    return nullptr;
+  }
+  if (half != 0.5f || last->output(0)->type() != h->type())
+    return nullptr;
+  for (ir::Node *n : {halfNode, last == m1 ? nullptr : m1, add})
+    if (n)
+      dead.push_back(n);
+  return last;
+}
+
 /// fuse-gelu at the Erf `erf`; false if the chain is not there.
 Expected<bool> fuseGelu(ir::Graph &g, ir::Node *erf, Erased &erased) {
   // The scaled input: Div(h, sqrt 2) or Mul(h, 1/sqrt 2).
@@ -195,39 +245,145 @@ Expected<bool> fuseGelu(ir::Graph &g, ir::Node *erf, Erased &erased) {
   ir::Value *h = byDiv ? scale->input(0) : scale->input(1 - constAt);
   if (!isF32(h))
     return false;
-  float one = 0, half = 0;
-  ir::Node *add = onlyUser(erf->output(0));
-  if (!add || !add->is("Add") || !scalarConst(otherInput(add, erf->output(0)), one) || one != 1.0f)
+  std::vector<ir::Node *> dead;
+  ir::Node *last = geluTail(erf, h, dead);
+  if (!last)
     return false;
-  ir::Value *p = add->output(0);
-  ir::Node *m1 = onlyUser(p);
-  if (!m1 || !m1->is("Mul"))
-    return false;
-  ir::Value *q = otherInput(m1, p);
-  ir::Node *last = nullptr, *halfNode = nullptr;
-  if (q == h) {
-    // (h * (1 + erf)) * 0.5
-    last = onlyUser(m1->output(0));
-    if (!last || !last->is("Mul") || !scalarConst(otherInput(last, m1->output(0)), half))
-      return false;
-  } else if (q && q->producer() && q->producer()->is("Mul") && onlyUser(q) == m1 &&
-             otherInput(q->producer(), h) && scalarConst(otherInput(q->producer(), h), half)) {
-    // (h * 0.5) * (1 + erf)
-    last = m1;
-    halfNode = q->producer();
-  } else {
-    return false;
-  }
-  if (half != 0.5f || last->output(0)->type() != h->type())
-    return false;
+  dead.insert(dead.end(), {erf, scale});
   AttrMap attrs;
   attrs["approximate"] = Attribute::ofString("none");
-  std::vector<ir::Node *> dead;
-  for (ir::Node *n : {halfNode, last == m1 ? nullptr : m1, add, erf, scale})
-    if (n)
-      dead.push_back(n);
   PIPEC_TRY(replaceChain(g, last, dead, scopedName(g, erf, "Gelu"), "Gelu", {h}, std::move(attrs),
                          erased));
+  return true;
+}
+
+/// x * c or c * x for a constant c close to `want`: x, else null.
+ir::Value *timesConst(const ir::Node *n, float want, float tol) {
+  if (!n || !n->is("Mul") || n->numInputs() != 2)
+    return nullptr;
+  float c = 0;
+  for (int k = 0; k < 2; ++k)
+    if (scalarConst(n->input(k), c) && std::abs(c - want) <= tol)
+      return n->input(1 - k);
+  return nullptr;
+}
+
+/// fuse-gelu's tanh form at the Tanh `tanh`; false if the chain is not there.
+Expected<bool> fuseGeluTanh(ir::Graph &g, ir::Node *tanh, Erased &erased) {
+  // u = sqrt(2/pi) * v, v = h + 0.044715 * h^3.
+  ir::Node *outer = tanh->input(0) ? tanh->input(0)->producer() : nullptr;
+  if (!outer || onlyUser(outer->output(0)) != tanh)
+    return false;
+  ir::Value *v = timesConst(outer, 0.7978845608f, 1e-6f);
+  ir::Node *sum = v ? v->producer() : nullptr;
+  if (!sum || !sum->is("Add") || onlyUser(v) != outer || sum->numInputs() != 2)
+    return false;
+  for (int k = 0; k < 2; ++k) {
+    ir::Value *h = sum->input(k), *w = sum->input(1 - k);
+    ir::Node *coef = w ? w->producer() : nullptr;
+    if (!isF32(h) || !coef || onlyUser(w) != sum)
+      continue;
+    ir::Value *cube = timesConst(coef, 0.044715f, 1e-7f);
+    ir::Node *c3 = cube ? cube->producer() : nullptr;
+    if (!c3 || onlyUser(cube) != coef)
+      continue;
+    std::vector<ir::Node *> cubeNodes{c3};
+    float three = 0;
+    if (c3->is("Pow")) {
+      if (c3->input(0) != h || !scalarConst(c3->input(1), three) || three != 3.0f)
+        continue;
+    } else if (c3->is("Mul") && c3->numInputs() == 2) {
+      // h * (h * h), either order.
+      ir::Value *sq = otherInput(c3, h);
+      ir::Node *s2 = sq ? sq->producer() : nullptr;
+      if (!s2 || !s2->is("Mul") || s2->input(0) != h || s2->input(1) != h || onlyUser(sq) != c3)
+        continue;
+      cubeNodes.push_back(s2);
+    } else {
+      continue;
+    }
+    std::vector<ir::Node *> dead;
+    ir::Node *last = geluTail(tanh, h, dead);
+    if (!last)
+      return false;
+    dead.insert(dead.end(), {tanh, outer, sum, coef});
+    dead.insert(dead.end(), cubeNodes.begin(), cubeNodes.end());
+    AttrMap attrs;
+    attrs["approximate"] = Attribute::ofString("tanh");
+    PIPEC_TRY(replaceChain(g, last, dead, scopedName(g, tanh, "Gelu"), "Gelu", {h}, std::move(attrs),
+                           erased));
+    return true;
+  }
+  return false;
+}
+
+/// fuse-masked-softmax at the Softmax `sm`; false if the chain is not there.
+Expected<bool> fuseMaskedSoftmax(ir::Graph &g, ir::Node *sm, Erased &erased) {
+  ir::Value *v = sm->input(0);
+  ir::Node *where = v ? v->producer() : nullptr;
+  if (!isF32(v) || !where || !where->is("Where") || onlyUser(v) != sm)
+    return false;
+  // Over the last axis (before opset 13, Softmax coerces to 2-D at its
+  // axis, default 1: the same when that is the last axis).
+  const int64_t rank = static_cast<int64_t>(v->type().shape.size());
+  int64_t axis = attrInt(sm->attrs(), "axis", g.opset("") < 13 ? 1 : -1);
+  if (axis < 0)
+    axis += rank;
+  if (rank < 1 || axis != rank - 1)
+    return false;
+  ir::Value *cond = where->input(0);
+  float fill = 0;
+  int scoresAt = -1;
+  if (scalarConst(where->input(1), fill))
+    scoresAt = 2;
+  else if (scalarConst(where->input(2), fill))
+    scoresAt = 1;
+  if (scoresAt < 0 || !(fill <= -1e30f) || !cond || !cond->typeKnown() ||
+      cond->type().dtype != DType::Bool)
+    return false;
+  ir::Value *s = where->input(scoresAt);
+  if (!isF32(s) || s->type() != v->type())
+    return false; // the scores must not broadcast
+  // The scale, when the scores are Mul(x, c) or Div(x, c) read by the Where alone.
+  float scale = 1.0f;
+  ir::Node *scaler = s->producer();
+  ir::Value *x = s;
+  if (scaler && onlyUser(s) == where) {
+    float c = 0;
+    if (scaler->is("Div") && scalarConst(scaler->input(1), c) && c != 0.0f && isF32(scaler->input(0)) &&
+        scaler->input(0)->type() == s->type()) {
+      x = scaler->input(0);
+      scale = 1.0f / c;
+    } else if (scaler->is("Mul") && scaler->numInputs() == 2) {
+      for (int k = 0; k < 2 && x == s; ++k)
+        if (scalarConst(scaler->input(k), c) && isF32(scaler->input(1 - k)) &&
+            scaler->input(1 - k)->type() == s->type()) {
+          x = scaler->input(1 - k);
+          scale = c;
+        }
+    }
+  }
+  if (x == s)
+    scaler = nullptr;
+  AttrMap attrs;
+  attrs["scale"] = Attribute::ofFloat(scale);
+  attrs["fill"] = Attribute::ofFloat(fill);
+  attrs["fill_when"] = Attribute::ofInt(scoresAt == 2 ? 1 : 0);
+  std::vector<ir::Node *> dead{where};
+  if (scaler)
+    dead.push_back(scaler);
+  ir::Value *out = sm->output(0);
+  erased.insert(sm);
+  erased.insert(dead.begin(), dead.end());
+  const std::string outName = out->name();
+  PIPEC_ASSIGN(ir::Node * n, g.insertNode(sm, scopedName(g, sm, "MaskedSoftmax"), "MaskedSoftmax", "pipec",
+                                         {x, cond}, {g.uniqueValueName(outName + "/fused")}, std::move(attrs)));
+  n->output(0)->setType(out->type());
+  g.replaceAllUsesWith(out, n->output(0));
+  g.eraseNode(sm);
+  for (ir::Node *d : dead)
+    g.eraseNode(d);
+  PIPEC_TRY(g.renameValue(n->output(0), outName));
   return true;
 }
 
@@ -236,33 +392,43 @@ Expected<bool> fuseGelu(ir::Graph &g, ir::Node *erf, Erased &erased) {
 class PatternFusion final : public Pass {
 public:
   using Fuse = Expected<bool> (*)(ir::Graph &, ir::Node *, Erased &);
-  PatternFusion(std::string_view flag, const char *anchor, Fuse fuse)
-      : flag_(flag), anchor_(anchor), fuse_(fuse) {}
+  /// Each rewrite tried at every node of its anchor op, in graph order.
+  PatternFusion(std::string_view flag, std::vector<std::pair<const char *, Fuse>> rewrites)
+      : flag_(flag), rewrites_(std::move(rewrites)) {}
   std::string_view name() const override { return flag_; }
   Expected<bool> run(ir::Graph &g) override {
     bool changed = false;
     Erased erased;
     for (ir::Node *n : g.nodes())
-      if (!erased.count(n) && n->is(anchor_)) {
-        PIPEC_ASSIGN(bool fused, fuse_(g, n, erased));
-        changed = changed || fused;
-      }
+      for (const auto &[anchor, fuse] : rewrites_)
+        if (!erased.count(n) && n->is(anchor)) {
+          PIPEC_ASSIGN(bool fused, fuse(g, n, erased));
+          changed = changed || fused;
+        }
     return changed;
   }
 
 private:
   std::string_view flag_;
-  const char *anchor_;
-  Fuse fuse_;
+  std::vector<std::pair<const char *, Fuse>> rewrites_;
 };
 
 } // namespace
 
 std::unique_ptr<Pass> createFuseLayerNormPass() {
-  return std::make_unique<PatternFusion>("fuse-layernorm", "ReduceMean", &fuseLayerNorm);
+  return std::make_unique<PatternFusion>("fuse-layernorm",
+                                         std::vector<std::pair<const char *, PatternFusion::Fuse>>{
+                                             {"ReduceMean", &fuseLayerNorm}});
 }
 std::unique_ptr<Pass> createFuseGeluPass() {
-  return std::make_unique<PatternFusion>("fuse-gelu", "Erf", &fuseGelu);
+  return std::make_unique<PatternFusion>(
+      "fuse-gelu", std::vector<std::pair<const char *, PatternFusion::Fuse>>{{"Erf", &fuseGelu},
+                                                                             {"Tanh", &fuseGeluTanh}});
+}
+std::unique_ptr<Pass> createFuseMaskedSoftmaxPass() {
+  return std::make_unique<PatternFusion>("fuse-masked-softmax",
+                                         std::vector<std::pair<const char *, PatternFusion::Fuse>>{
+                                             {"Softmax", &fuseMaskedSoftmax}});
 }
 
 } // namespace pipec::passes

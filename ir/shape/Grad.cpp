@@ -5,7 +5,8 @@
 // gradients and the rest of the "Gradient ops" section of ir/Ops.def. Most
 // return a tensor shaped like one of their inputs (the forward input they
 // differentiate); the rules check that the incoming gradient matches the
-// forward value it is the gradient of.
+// forward value it is the gradient of. The fused ops of the passes
+// (pipec:MaskedSoftmax) have their rules here too.
 //
 //===----------------------------------------------------------------------===//
 #include "ir/shape/RuleUtil.h"
@@ -33,6 +34,24 @@ Status expectFloat(const ShapeContext &ctx, size_t i) {
 }
 
 } // namespace
+
+/// pipec:MaskedSoftmax(x, cond): x float, cond bool broadcasting to x
+/// (right-aligned); y has x's type.
+Status maskedSoftmaxRule(const ShapeContext &ctx, Outputs &out) {
+  PIPEC_TRY(expectFloat(ctx, 0));
+  const TensorDesc &x = ctx.inputType(0), &c = ctx.inputType(1);
+  if (c.dtype != DType::Bool)
+    return ctx.error(cat(inputLabel(ctx, 1), " must be a bool tensor, it is ", c.str()));
+  bool fits = c.rank() <= x.rank();
+  for (int64_t a = 0; fits && a < c.rank(); ++a) {
+    const int64_t d = c.shape[a], xd = x.shape[a + x.rank() - c.rank()];
+    fits = d == 1 || d == xd;
+  }
+  if (!fits || x.rank() < 1)
+    return ctx.error(cat("the mask ", c.str(), " does not broadcast to the scores ", x.str()));
+  out[0] = x;
+  return Status::ok();
+}
 
 Status elementwiseGradRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_TRY(expectFloat(ctx, 0));

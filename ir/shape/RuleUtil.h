@@ -136,5 +136,7 @@ Status maxPoolGradRule(const ShapeContext &, Outputs &);
 Status batchNormStatsRule(const ShapeContext &, Outputs &);
 Status batchNormGradRule(const ShapeContext &, Outputs &);
 Status batchNormScaleGradRule(const ShapeContext &, Outputs &);
+// Fused ops of the domain pipec (Grad.cpp).
+Status maskedSoftmaxRule(const ShapeContext &, Outputs &);
 
 } // namespace pipec::ir::shape

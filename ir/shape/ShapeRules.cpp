@@ -163,6 +163,8 @@ const RuleEntry kGradRules[] = {
     {"BatchNormalizationScaleGrad", batchNormScaleGradRule},
     {"MaxPoolGrad", maxPoolGradRule},
     {"AveragePoolGrad", shapeAttrGradRule},
+    // Fused ops (passes/Fusion.cpp).
+    {"MaskedSoftmax", maskedSoftmaxRule},
 };
 
 ShapeRule findRule(std::string_view domain, std::string_view opType) {

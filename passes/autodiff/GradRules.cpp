@@ -100,19 +100,28 @@ const GradEntry kGradRules[] = {
     {"SoftmaxCrossEntropyLoss", softmaxCrossEntropyGrad},
 };
 
+/// The fused ops of the domain pipec (passes/Fusion.cpp).
+const GradEntry kPipecGradRules[] = {
+    {"MaskedSoftmax", maskedSoftmaxGrad},
+};
+
 } // namespace
 
 GradRule findGradRule(std::string_view domain, std::string_view opType) {
-  static const auto index = [] {
-    std::map<std::string, GradRule, std::less<>> m;
-    for (const GradEntry &e : kGradRules)
+  using Index = std::map<std::string, GradRule, std::less<>>;
+  auto build = [](const auto &table) {
+    Index m;
+    for (const GradEntry &e : table)
       m.emplace(e.opType, e.rule);
     return m;
-  }();
-  if (!ir::canonicalDomain(domain).empty())
+  };
+  static const Index onnx = build(kGradRules), pipec = build(kPipecGradRules);
+  const std::string d = ir::canonicalDomain(domain);
+  const Index *index = d.empty() ? &onnx : d == "pipec" ? &pipec : nullptr;
+  if (!index)
     return nullptr;
-  auto it = index.find(opType);
-  return it == index.end() ? nullptr : it->second;
+  auto it = index->find(opType);
+  return it == index->end() ? nullptr : it->second;
 }
 
 std::vector<std::string> gradRuleOps() {

@@ -180,6 +180,7 @@ Status nllLossGrad(GradContext &);
 
 // Norm.cpp
 Status softmaxGrad(GradContext &);
+Status maskedSoftmaxGrad(GradContext &);
 Status logSoftmaxGrad(GradContext &);
 Status layerNormGrad(GradContext &);
 Status instanceNormGrad(GradContext &);

@@ -15,6 +15,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/autodiff/GradRules.h"
 
+#include <cmath>
+
 namespace pipec::passes::autodiff {
 
 namespace {
@@ -40,6 +42,24 @@ Status softmaxLike(GradContext &c, const char *gradOp) {
 } // namespace
 
 Status softmaxGrad(GradContext &c) { return softmaxLike(c, "SoftmaxGrad"); }
+
+// pipec:MaskedSoftmax(x, cond) {scale, fill}: y = Softmax(v) over the last
+// axis with v = fill where masked, x * scale elsewhere, so dx = scale *
+// SoftmaxGrad(dy, y) where unmasked and 0 where masked. The fusion keeps
+// only fills of -1e30 or below, whose y is exactly 0, and SoftmaxGrad's
+// y * (dy - sum(dy y)) is then exactly 0 there too.
+Status maskedSoftmaxGrad(GradContext &c) {
+  if (!c.needsGrad(0))
+    return Status::ok();
+  if (!(attrFloat(c.attrs(), "fill", -INFINITY) <= -1e30f))
+    return c.error("the fill must be -1e30 or below (its softmax exactly 0)");
+  const auto rank = static_cast<int64_t>(c.output(0)->shape().size());
+  PIPEC_ASSIGN(ir::Value * g, c.emitPipec("SoftmaxGrad", {c.outGrad(0), c.output(0)},
+                                          {{"axis", Attribute::ofInt(rank - 1)}}));
+  PIPEC_ASSIGN(g, c.scale(g, attrFloat(c.attrs(), "scale", 1.0f)));
+  c.setGrad(0, g);
+  return Status::ok();
+}
 Status logSoftmaxGrad(GradContext &c) { return softmaxLike(c, "LogSoftmaxGrad"); }
 
 Status layerNormGrad(GradContext &c) {

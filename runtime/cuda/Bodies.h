@@ -135,6 +135,17 @@ PIPEC_HD inline void softmaxRow(const float *x, float *y, int64_t n, int64_t str
   }
 }
 
+/// pipec:MaskedSoftmax's row `row` of n elements: v = fill where the mask
+/// (broadcast to x by `mask`) equals fillWhen, x * scale elsewhere, into
+/// y, then softmaxRow in place: the CPU kernel's arithmetic.
+PIPEC_HD inline void maskedSoftmaxRow(const float *x, const bool *cond, float *y, int64_t n, int64_t row,
+                                      const Broadcast &mask, float scale, float fill, bool fillWhen) {
+  const int64_t base = row * n;
+  for (int64_t i = 0; i < n; ++i)
+    y[base + i] = cond[broadcastOffset(base + i, mask)] == fillWhen ? fill : x[base + i] * scale;
+  softmaxRow<false>(y + base, y + base, n, 1);
+}
+
 /// A sum of n values in a fixed tree, the same on host and GPU: `lanes`
 /// partial sums (lane l adds elements l, l + lanes, ... in order), then the
 /// partials added pairwise (lane l += lane l + h for h = lanes/2, ..., 1;

@@ -120,6 +120,23 @@ private:
   int64_t n_;
 };
 
+class MaskedSoftmaxKernel final : public Kernel {
+public:
+  MaskedSoftmaxKernel(int64_t rows, int64_t n, body::Broadcast mask, float scale, float fill, bool fillWhen)
+      : rows_(rows), n_(n), mask_(mask), scale_(scale), fill_(fill), fillWhen_(fillWhen) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchMaskedSoftmax(static_cast<const float *>(in[0]), static_cast<const bool *>(in[1]),
+                               static_cast<float *>(out[0]), rows_, n_, mask_, scale_, fill_, fillWhen_,
+                               ctx.stream);
+  }
+
+private:
+  int64_t rows_, n_;
+  body::Broadcast mask_;
+  float scale_, fill_;
+  bool fillWhen_;
+};
+
 class SoftmaxKernel final : public Kernel {
 public:
   SoftmaxKernel(bool log, int64_t outer, int64_t len, int64_t inner)
@@ -546,6 +563,20 @@ Expected<KernelPtr> makeBinary(const OpDesc &d, body::BinaryOp op) {
                                     d.outputs[0].numel()));
 }
 
+Expected<KernelPtr> makeMaskedSoftmax(const OpDesc &d) {
+  const Shape &x = d.inputs[0].shape, &c = d.inputs[1].shape;
+  if (x.empty() || c.size() > x.size() || x.size() > static_cast<size_t>(body::kMaxRank) ||
+      d.inputs[1].dtype != DType::Bool)
+    return errorf(d.where(), ": the mask ", d.inputs[1].str(), " does not broadcast to ", d.inputs[0].str());
+  for (size_t a = 0; a < c.size(); ++a)
+    if (c[a] != 1 && c[a] != x[a + x.size() - c.size()])
+      return errorf(d.where(), ": the mask ", d.inputs[1].str(), " does not broadcast to ", d.inputs[0].str());
+  const int64_t n = x.back(), rows = n ? d.inputs[0].numel() / n : 0;
+  return KernelPtr(new MaskedSoftmaxKernel(rows, n, broadcastOf(c, x), attrFloat(d.attrs, "scale", 1.0f),
+                                           attrFloat(d.attrs, "fill", -INFINITY),
+                                           attrInt(d.attrs, "fill_when", 1) != 0));
+}
+
 Expected<KernelPtr> makeSoftmax(const OpDesc &d) {
   const Shape &s = d.inputs[0].shape;
   const int64_t rank = static_cast<int64_t>(s.size());
@@ -707,6 +738,7 @@ const std::map<std::string, Factory> &table() {
       {"pipec:LayerNormalizationGrad", makeLayerNorm},
       {"pipec:LayerNormalizationScaleGrad", makeLayerNorm},
       {"pipec:SoftmaxGrad", makeSoftmaxGrad},
+      {"pipec:MaskedSoftmax", makeMaskedSoftmax},
       {"Einsum", makeEinsum},
       {"SoftmaxCrossEntropyLoss", makeSce},
       {"pipec:SoftmaxCrossEntropyLossGrad", makeSce},

@@ -67,6 +67,12 @@ __global__ void softmaxKernel(bool log, const float *x, float *y, int64_t outer,
   }
 }
 
+__global__ void maskedSoftmaxKernel(const float *x, const bool *cond, float *y, int64_t rows, int64_t n,
+                                    body::Broadcast mask, float scale, float fill, bool fillWhen) {
+  for (int64_t r = firstItem(); r < rows; r += itemStride())
+    body::maskedSoftmaxRow(x, cond, y, n, r, mask, scale, fill, fillWhen);
+}
+
 __global__ void sgdKernel(body::SgdScalars s, float *p, const float *g, float *buf, int64_t n) {
   for (int64_t i = firstItem(); i < n; i += itemStride())
     body::sgdElement(s, p[i], g[i], buf ? buf + i : nullptr);
@@ -253,6 +259,15 @@ Status launchSoftmax(bool log, const float *x, float *y, int64_t outer, int64_t 
     return Status::ok();
   softmaxKernel<<<l.grid, l.block, 0, asStream(stream)>>>(log, x, y, outer, len, inner);
   return launched("softmax");
+}
+
+Status launchMaskedSoftmax(const float *x, const bool *cond, float *y, int64_t rows, int64_t n,
+                           const body::Broadcast &mask, float scale, float fill, bool fillWhen, void *stream) {
+  const LaunchShape l = itemLaunch(rows, 128);
+  if (l.grid == 0 || n == 0)
+    return Status::ok();
+  maskedSoftmaxKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, cond, y, rows, n, mask, scale, fill, fillWhen);
+  return launched("masked softmax");
 }
 
 Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduction &r, void *stream) {

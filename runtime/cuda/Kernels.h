@@ -67,6 +67,10 @@ Status launchLayerNormGrad(const float *dy, const float *x, const float *scale, 
                            int64_t cols, double eps, void *stream);
 Status launchLayerNormScaleGrad(const float *dy, const float *x, float *ds, int64_t rows, int64_t cols, double eps,
                                 body::RowStats *stats, void *stream);
+/// pipec:MaskedSoftmax over rows of n contiguous elements, the mask bytes
+/// broadcast to x by `mask`.
+Status launchMaskedSoftmax(const float *x, const bool *cond, float *y, int64_t rows, int64_t n,
+                           const body::Broadcast &mask, float scale, float fill, bool fillWhen, void *stream);
 /// SoftmaxGrad over `len` elements strided by `inner`, outer x inner rows.
 Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t outer, int64_t len, int64_t inner,
                          void *stream);

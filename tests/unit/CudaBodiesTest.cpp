@@ -144,6 +144,31 @@ TEST(CudaBodies, BroadcastBinaryOpsMatchTheCpuKernelsBitwise) {
     }
 }
 
+// pipec:MaskedSoftmax's row body against the CPU kernel: bitwise, for a
+// mask broadcast over the leading axes and one per row.
+TEST(CudaBodies, MaskedSoftmaxRowsMatchTheCpuKernelBitwise) {
+  Tensor x = randomF32({2, 3, 37}, 77, -8.f, 8.f);
+  for (const Shape &ms : {Shape{1, 3, 37}, Shape{3, 1}}) {
+    Tensor mask(DType::Bool, ms);
+    for (int64_t i = 0; i < mask.numel(); ++i)
+      mask.data<uint8_t>()[i] = ms.back() == 1 ? 0 : (i % 37 != 0 && i % 3 == 0);
+    cpu::OpDesc d = makeDesc("MaskedSoftmax", {x.desc(), mask.desc()}, {x.desc()});
+    d.domain = "pipec";
+    d.attrs["scale"] = Attribute::ofFloat(0.125f);
+    d.attrs["fill"] = Attribute::ofFloat(-INFINITY);
+    d.attrs["fill_when"] = Attribute::ofInt(1);
+    Tensor ref = evalOne(d, {x, mask});
+    const Shape &xs = x.shape();
+    const body::Broadcast b = body::makeBroadcast(xs.data(), static_cast<int>(xs.size()), ms.data(),
+                                                  static_cast<int>(ms.size()));
+    std::vector<float> y(static_cast<size_t>(x.numel()));
+    for (int64_t r = 0; r < 6; ++r)
+      body::maskedSoftmaxRow(x.data<float>(), reinterpret_cast<const bool *>(mask.data<uint8_t>()), y.data(),
+                             37, r, b, 0.125f, -INFINITY, true);
+    EXPECT_EQ(0, std::memcmp(y.data(), ref.raw(), ref.bytes())) << shapeStr(ms);
+  }
+}
+
 TEST(CudaBodies, SoftmaxRowsMatchTheCpuKernel) {
   // Rows along the last axis (stride 1) and along a middle axis (strided).
   for (int64_t axis : {2, 1}) {

@@ -79,12 +79,12 @@ public:
   }
   /// Appends a node; returns its outputs.
   std::vector<ir::Value *> node(const std::string &op, const std::vector<ir::Value *> &in,
-                                AttrMap attrs = {}, size_t outs = 1) {
+                                AttrMap attrs = {}, size_t outs = 1, const std::string &domain = "") {
     std::string name = g.uniqueNodeName(op);
     std::vector<std::string> names;
     for (size_t i = 0; i < outs; ++i)
       names.push_back(g.uniqueValueName(name + "_out"));
-    auto n = g.addNode(name, op, "", in, names, std::move(attrs));
+    auto n = g.addNode(name, op, domain, in, names, std::move(attrs));
     EXPECT_TRUE(n.isOk()) << n.status().message();
     return (*n)->outputs();
   }
@@ -568,6 +568,24 @@ TEST(GradCheck, Softmax) {
         ir::Value *y = b.op(op, {b.param("X", {2, 3, 4})}, attrs({{"axis", I(axis)}}));
         gradCheck(cat(op, " opset ", opset, " axis ", axis), b, y);
       }
+}
+
+// pipec:MaskedSoftmax (fuse-masked-softmax): the mask broadcast over the
+// leading axes or along the rows, filling where it is true or false, with
+// a scale; every row keeps an unmasked element.
+TEST(GradCheck, MaskedSoftmax) {
+  int seed = 150;
+  for (int fillWhen : {1, 0})
+    for (const Shape &mask : {Shape{3, 5}, Shape{3, 1}, Shape{1, 1, 5}}) {
+      Builder b(seed++);
+      std::vector<int> m;
+      const int64_t n = mask[0] * (mask.size() > 1 ? mask[1] : 1) * (mask.size() > 2 ? mask[2] : 1);
+      for (int64_t i = 0; i < n; ++i)
+        m.push_back(mask.back() == 1 || i % 5 == 0 ? 1 - fillWhen : (i * 7 + seed) % 3 == 0 ? fillWhen : 1 - fillWhen);
+      AttrMap a = attrs({{"scale", F(0.7)}, {"fill", F(-INFINITY)}, {"fill_when", I(fillWhen)}});
+      ir::Value *y = b.node("MaskedSoftmax", {b.param("X", {2, 3, 5}), b.bools("M", m, mask)}, a, 1, "pipec")[0];
+      gradCheck(cat("MaskedSoftmax mask ", shapeStr(mask), " fill_when ", fillWhen), b, y);
+    }
 }
 
 TEST(GradCheck, LayerNormalization) {

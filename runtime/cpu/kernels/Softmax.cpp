@@ -9,10 +9,11 @@
 // Rows and tiles are independent tasks, each summed in a fixed order, so
 // the result does not depend on the thread count. Float exp is VecMath.h's
 // expApprox (vectorized); a row's maximum and sum are taken in 16 lanes
-// combined in a fixed order (row()).
+// combined in a fixed order (SoftmaxRow.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
+#include "runtime/cpu/kernels/SoftmaxRow.h"
 #include "runtime/cpu/kernels/VecMath.h"
 
 #include <cmath>
@@ -49,44 +50,7 @@ public:
   }
 
 private:
-  void row(const T *__restrict x, T *__restrict y) const {
-    const int64_t n = axis_;
-    // The maximum and the sum in kLanes interleaved partial results (lane
-    // l takes the elements i with i mod kLanes = l, in index order), which
-    // the vectorizer keeps in registers, then combined in a fixed tree:
-    // the same sum for any thread count and schedule (a serial float sum
-    // cannot be vectorized; it took 2.1 of the GPT-like model's 36 ms).
-    // The CUDA kernel's rows add the same way (cuda::body::treeSum).
-    T lane[kLanes];
-    for (int l = 0; l < kLanes; ++l)
-      lane[l] = x[0];
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-      for (int l = 0; l < kLanes; ++l)
-        lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
-    for (; i < n; ++i)
-      lane[i % kLanes] = x[i] > lane[i % kLanes] ? x[i] : lane[i % kLanes];
-    const T m = combine(lane, [](T a, T b) { return b > a ? b : a; });
-    for (int64_t j = 0; j < n; ++j)
-      y[j] = expOf(x[j] - m);
-    for (int l = 0; l < kLanes; ++l)
-      lane[l] = 0;
-    for (i = 0; i + kLanes <= n; i += kLanes)
-      for (int l = 0; l < kLanes; ++l)
-        lane[l] += y[i + l];
-    for (; i < n; ++i)
-      lane[i % kLanes] += y[i];
-    const T s = combine(lane, [](T a, T b) { return a + b; });
-    if constexpr (Log) {
-      const T shift = m + std::log(s);
-      for (int64_t i = 0; i < n; ++i)
-        y[i] = x[i] - shift;
-    } else {
-      const T r = T(1) / s;
-      for (int64_t i = 0; i < n; ++i)
-        y[i] *= r;
-    }
-  }
+  void row(const T *__restrict x, T *__restrict y) const { softmaxRow<T, Log>(x, y, axis_); }
 
   /// `w` inner columns starting at x / y, strided by inner_ along the axis.
   void tile(const T *__restrict x, T *__restrict y, int64_t w) const {
@@ -116,15 +80,6 @@ private:
       for (int64_t k = 0; k < w; ++k)
         yr[k] = Log ? xr[k] - s[k] : yr[k] * s[k];
     }
-  }
-
-  static constexpr int kLanes = 16;
-  /// Lane 0 with 8, 1 with 9, ...; then halves again: a fixed tree.
-  template <typename F> static T combine(T *lane, F f) {
-    for (int w = kLanes / 2; w >= 1; w /= 2)
-      for (int l = 0; l < w; ++l)
-        lane[l] = f(lane[l], lane[l + w]);
-    return lane[0];
   }
 
   int64_t outer_, axis_, inner_;
