@@ -41,3 +41,14 @@ target_link_libraries(pipec_blas INTERFACE ${PIPEC_OPENBLAS_LIB} OpenMP::OpenMP_
 find_program(PIPEC_FILECHECK FileCheck PATHS /usr/lib/llvm-14/bin NO_DEFAULT_PATH)
 find_program(PIPEC_FILECHECK FileCheck)
 find_file(PIPEC_LIT lit.py PATHS /usr/lib/llvm-14/build/utils/lit NO_DEFAULT_PATH)
+
+# LLVM 14 (llvm-14-dev): the CPU runtime generates the loops of fused
+# elementwise nodes with its ORC JIT (runtime/cpu/ElementwiseJit.h).
+find_library(PIPEC_LLVM_LIB LLVM-14 PATHS /usr/lib/llvm-14/lib NO_DEFAULT_PATH)
+find_path(PIPEC_LLVM_INCLUDE llvm/ExecutionEngine/Orc/LLJIT.h PATHS /usr/lib/llvm-14/include NO_DEFAULT_PATH)
+if(NOT PIPEC_LLVM_LIB OR NOT PIPEC_LLVM_INCLUDE)
+  message(FATAL_ERROR "LLVM 14 not found: apt-get install llvm-14-dev")
+endif()
+add_library(pipec_llvm INTERFACE)
+target_include_directories(pipec_llvm SYSTEM INTERFACE ${PIPEC_LLVM_INCLUDE})
+target_link_libraries(pipec_llvm INTERFACE ${PIPEC_LLVM_LIB})

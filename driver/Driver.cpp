@@ -18,17 +18,23 @@ using namespace pipec::codegen;
 namespace {
 /// The pass pipeline of `opts` (--passes, or the default; none with
 /// noPasses) added to `pm`.
-Status addPipeline(passes::PassManager &pm, const CompileOptions &opts) {
-  if (!opts.noPasses)
-    for (const std::string &p : opts.passes.empty() ? passes::defaultPipeline() : opts.passes)
-      PIPEC_TRY(pm.add(p));
+/// The pass pipeline: the user's, or the default one, which on an
+/// inference graph ends with fuse-elementwise (a training graph runs it
+/// after autodiff: prepareGraph).
+Status addPipeline(passes::PassManager &pm, const CompileOptions &opts, bool training) {
+  if (opts.noPasses)
+    return Status::ok();
+  for (const std::string &p : opts.passes.empty() ? passes::defaultPipeline() : opts.passes)
+    PIPEC_TRY(pm.add(p));
+  if (opts.passes.empty() && !training)
+    PIPEC_TRY(pm.add("fuse-elementwise"));
   return Status::ok();
 }
 } // namespace
 
 Status runPasses(ir::Graph &g, const CompileOptions &opts) {
   passes::PassManager pm(opts.passManager);
-  PIPEC_TRY(addPipeline(pm, opts));
+  PIPEC_TRY(addPipeline(pm, opts, opts.emit.training));
   return pm.run(g);
 }
 
@@ -82,7 +88,7 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
   passes::PassManagerOptions pmo = opts.passManager;
   pmo.laterPasses.push_back("recompute");
   passes::PassManager pm(pmo);
-  PIPEC_TRY(addPipeline(pm, opts));
+  PIPEC_TRY(addPipeline(pm, opts, emit.training));
   passes::TrainingResults results;
   if (emit.training) {
     const TrainOptions &t = opts.train;
@@ -113,6 +119,11 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
     pm.add(passes::createTrainingStatePass(results));
     pm.add(passes::createAutodiffPass(results));
   }
+  // The default pipeline's fuse-elementwise runs after autodiff on a
+  // training graph (fused nodes have no gradient rule), so that the
+  // backward's elementwise trees fuse too.
+  if (emit.training && !opts.noPasses && opts.passes.empty())
+    pm.add(passes::createFuseElementwisePass(&results));
   PIPEC_TRY(pm.run(g));
   phases.done(emit.training ? "passes (with training)" : "passes");
   // --stop-after: the graph as the passes left it, for --emit=ir.

@@ -68,7 +68,9 @@ Expected<partitioner::PartitionOptions> partitionOptionsFor(const CompileOptions
 Expected<partitioner::Partition> partitionAndRecompute(ir::Graph &g, const CompileOptions &opts,
                                                        const EmitOptions &emit,
                                                        const partitioner::PartitionOptions &po);
-/// Only the pass pipeline of compileGraph, without training (for --emit=ir).
+/// Only the pass pipeline of compileGraph, without the training passes
+/// (for --emit=ir). With opts.emit.training it leaves out fuse-elementwise,
+/// which compileGraph runs after autodiff: the graph is ready for them.
 Status runPasses(ir::Graph &g, const CompileOptions &opts);
 
 } // namespace pipec::driver

@@ -261,6 +261,22 @@ void Graph::replaceAllUsesWith(Value *from, Value *to) {
       setOutput(i, to);
 }
 
+Expected<Node *> Graph::replaceNode(Node *old, const std::string &name, const std::string &opType,
+                                    const std::string &domain, const std::vector<Value *> &inputs,
+                                    AttrMap attrs) {
+  PIPEC_ASSIGN(Node * n, insertNode(old, name, opType, domain, inputs, {}, std::move(attrs)));
+  n->phase_ = old->phase_;
+  n->forwardOf_ = old->forwardOf_;
+  n->outputs_ = std::move(old->outputs_);
+  old->outputs_.clear();
+  for (size_t i = 0; i < n->outputs_.size(); ++i) {
+    n->outputs_[i]->producer_ = n;
+    n->outputs_[i]->producerIndex_ = static_cast<int>(i);
+  }
+  eraseNode(old);
+  return n;
+}
+
 void Graph::eraseNode(Node *n) {
   for (size_t i = 0; i < n->inputs_.size(); ++i)
     if (n->inputs_[i])

@@ -199,6 +199,13 @@ public:
   void replaceAllUsesWith(Value *from, Value *to);
   /// Removes a node whose outputs have no users and are not graph outputs.
   void eraseNode(Node *n);
+  /// Replaces node `old` by node `name` of op `opType` reading `inputs`, at
+  /// old's position, with old's phase: the new node produces old's output
+  /// values themselves (the same Value objects, so what holds them stays
+  /// valid: a fusion's root). old is erased.
+  Expected<Node *> replaceNode(Node *old, const std::string &name, const std::string &opType,
+                               const std::string &domain, const std::vector<Value *> &inputs,
+                               AttrMap attrs);
   /// Makes `v` a constant holding `data` (its producer must be gone or it
   /// must be an unused output); used by constant folding.
   Value *makeConstantValue(const std::string &nameBase, Tensor data);

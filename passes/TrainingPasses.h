@@ -44,6 +44,9 @@ std::unique_ptr<Pass> createTrainingStatePass(TrainingResults &out);
 /// Differentiates out.loss (the loss pass runs first).
 std::unique_ptr<Pass> createAutodiffPass(TrainingResults &out);
 std::unique_ptr<Pass> createRecomputePass(RecomputeOptions opts, TrainingResults &out);
+/// fuse-elementwise (passes/Fusion.cpp) on a training graph: the values
+/// `protect` names (loss, gradients, state updates) are never fused away.
+std::unique_ptr<Pass> createFuseElementwisePass(const TrainingResults *protect);
 
 /// Flags and descriptions of the training passes.
 const std::vector<PassInfo> &trainingPasses();

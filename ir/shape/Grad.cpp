@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/shape/RuleUtil.h"
+#include "support/ElementwiseProgram.h"
 
 #include <initializer_list>
 
@@ -34,6 +35,37 @@ Status expectFloat(const ShapeContext &ctx, size_t i) {
 }
 
 } // namespace
+
+/// pipec:FusedElementwise(x...) {program}: f32 inputs broadcast (numpy,
+/// right-aligned) to the output, which has their broadcast shape; the
+/// program (support/ElementwiseProgram.h) reads as many inputs as the node
+/// has.
+Status fusedElementwiseRule(const ShapeContext &ctx, Outputs &out) {
+  const std::vector<int64_t> prog = attrInts(ctx.attrs(), "program", {});
+  auto decoded = EwProgram::decode(prog);
+  if (!decoded)
+    return ctx.error("attribute 'program': " + decoded.status().message());
+  const EwProgram &p = *decoded;
+  if (static_cast<size_t>(p.numInputs) != ctx.numInputs())
+    return ctx.error(cat("the program reads ", p.numInputs, " inputs, the node has ", ctx.numInputs()));
+  Shape shape;
+  for (size_t i = 0; i < ctx.numInputs(); ++i) {
+    const TensorDesc &t = ctx.inputType(i);
+    if (t.dtype != DType::F32)
+      return ctx.error(cat(inputLabel(ctx, i), " must be f32, it is ", t.str()));
+    Shape r(std::max(shape.size(), t.shape.size()), 1);
+    for (size_t a = 0; a < r.size(); ++a) {
+      const int64_t x = a + shape.size() >= r.size() ? shape[a + shape.size() - r.size()] : 1;
+      const int64_t y = a + t.shape.size() >= r.size() ? t.shape[a + t.shape.size() - r.size()] : 1;
+      if (x != y && x != 1 && y != 1)
+        return ctx.error(cat("the inputs do not broadcast: ", shapeStr(shape), " and ", t.str()));
+      r[a] = x == 1 ? y : x;
+    }
+    shape = r;
+  }
+  out[0] = TensorDesc{DType::F32, shape};
+  return Status::ok();
+}
 
 /// pipec:MaskedSoftmax(x, cond): x float, cond bool broadcasting to x
 /// (right-aligned); y has x's type.

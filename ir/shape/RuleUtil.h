@@ -138,5 +138,6 @@ Status batchNormGradRule(const ShapeContext &, Outputs &);
 Status batchNormScaleGradRule(const ShapeContext &, Outputs &);
 // Fused ops of the domain pipec (Grad.cpp).
 Status maskedSoftmaxRule(const ShapeContext &, Outputs &);
+Status fusedElementwiseRule(const ShapeContext &, Outputs &);
 
 } // namespace pipec::ir::shape

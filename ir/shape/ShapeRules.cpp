@@ -165,6 +165,7 @@ const RuleEntry kGradRules[] = {
     {"AveragePoolGrad", shapeAttrGradRule},
     // Fused ops (passes/Fusion.cpp).
     {"MaskedSoftmax", maskedSoftmaxRule},
+    {"FusedElementwise", fusedElementwiseRule},
 };
 
 ShapeRule findRule(std::string_view domain, std::string_view opType) {

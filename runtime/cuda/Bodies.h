@@ -146,6 +146,46 @@ PIPEC_HD inline void maskedSoftmaxRow(const float *x, const bool *cond, float *y
   softmaxRow<false>(y + base, y + base, n, 1);
 }
 
+/// One step of a fused elementwise program (support/ElementwiseProgram.h):
+/// the unfused kernels' arithmetic, one IEEE operation each.
+PIPEC_HD inline float ewApply(int32_t op, float a, float b) {
+  switch (op) {
+  case 0: return a + b;
+  case 1: return a - b;
+  case 2: return a * b;
+  case 3: return a / b;
+  case 4: return -a;
+  case 5: return bitsFloat(floatBits(a) & 0x7fffffffu); // fabs
+  case 6: return a < 0.0f ? 0.0f : a;
+  case 7: return sqrtf(a);
+  case 8: return b <= 0.0f ? 0.0f : a;
+  default: return a;
+  }
+}
+
+/// A fused elementwise program as a CUDA kernel takes it by value: at
+/// most kEwMaxInputs inputs, each read at (i / div) % mod, and kEwMaxSteps
+/// steps of (op, a, b) (support/ElementwiseProgram.h).
+inline constexpr int kEwMaxInputs = 16, kEwMaxSteps = 64;
+struct EwDeviceProgram {
+  int32_t numInputs = 0, numSteps = 0;
+  int32_t ops[3 * kEwMaxSteps] = {};
+  int64_t div[kEwMaxInputs] = {}, mod[kEwMaxInputs] = {};
+};
+struct EwInputs {
+  const float *p[kEwMaxInputs] = {};
+};
+
+/// Output element i of a fused elementwise program: ewApply step by step.
+PIPEC_HD inline float ewEvaluate(const EwDeviceProgram &prog, const EwInputs &in, int64_t i) {
+  float v[kEwMaxInputs + kEwMaxSteps];
+  for (int32_t k = 0; k < prog.numInputs; ++k)
+    v[k] = in.p[k][(i / prog.div[k]) % prog.mod[k]];
+  for (int32_t s = 0; s < prog.numSteps; ++s)
+    v[prog.numInputs + s] = ewApply(prog.ops[3 * s], v[prog.ops[3 * s + 1]], v[prog.ops[3 * s + 2]]);
+  return v[prog.numInputs + prog.numSteps - 1];
+}
+
 /// A sum of n values in a fixed tree, the same on host and GPU: `lanes`
 /// partial sums (lane l adds elements l, l + lanes, ... in order), then the
 /// partials added pairwise (lane l += lane l + h for h = lanes/2, ..., 1;

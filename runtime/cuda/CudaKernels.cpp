@@ -1,5 +1,6 @@
 //===- runtime/cuda/CudaKernels.cpp - Nodes as CUDA kernels ---------------===//
 #include "runtime/cuda/CudaKernels.h"
+#include "support/ElementwiseProgram.h"
 
 #include "runtime/cuda/Kernels.h"
 
@@ -135,6 +136,21 @@ private:
   body::Broadcast mask_;
   float scale_, fill_;
   bool fillWhen_;
+};
+
+class FusedElementwiseKernel final : public Kernel {
+public:
+  FusedElementwiseKernel(body::EwDeviceProgram prog, int64_t n) : prog_(prog), n_(n) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    body::EwInputs inputs;
+    for (int32_t k = 0; k < prog_.numInputs; ++k)
+      inputs.p[k] = static_cast<const float *>(in[k]);
+    return launchFusedElementwise(prog_, inputs, static_cast<float *>(out[0]), n_, ctx.stream);
+  }
+
+private:
+  body::EwDeviceProgram prog_;
+  int64_t n_;
 };
 
 class SoftmaxKernel final : public Kernel {
@@ -563,6 +579,39 @@ Expected<KernelPtr> makeBinary(const OpDesc &d, body::BinaryOp op) {
                                     d.outputs[0].numel()));
 }
 
+Expected<KernelPtr> makeFusedElementwise(const OpDesc &d) {
+  auto it = d.attrs.find("program");
+  if (it == d.attrs.end() || it->second.kind != Attribute::Kind::Ints)
+    return errorf(d.where(), ": needs the INTS attribute 'program'");
+  auto p = EwProgram::decode(it->second.ints);
+  if (!p)
+    return errorf(d.where(), ": ", p.status().message());
+  if (p->numInputs > body::kEwMaxInputs || p->steps.size() > static_cast<size_t>(body::kEwMaxSteps) ||
+      d.inputs.size() != static_cast<size_t>(p->numInputs))
+    return errorf(d.where(), ": the CUDA kernel takes programs of at most ", body::kEwMaxInputs, " inputs and ",
+                  body::kEwMaxSteps, " steps (this one: ", p->numInputs, " and ", p->steps.size(), ")");
+  std::vector<std::vector<int64_t>> shapes;
+  for (const TensorDesc &x : d.inputs)
+    shapes.emplace_back(x.shape.begin(), x.shape.end());
+  const Shape &y = d.outputs[0].shape;
+  auto layout = ewLoopLayout(shapes, std::vector<int64_t>(y.begin(), y.end()));
+  if (!layout)
+    return errorf(d.where(), ": ", layout.status().message());
+  body::EwDeviceProgram prog;
+  prog.numInputs = p->numInputs;
+  prog.numSteps = static_cast<int32_t>(p->steps.size());
+  for (size_t s = 0; s < p->steps.size(); ++s) {
+    prog.ops[3 * s] = static_cast<int32_t>(p->steps[s].op);
+    prog.ops[3 * s + 1] = p->steps[s].a;
+    prog.ops[3 * s + 2] = p->steps[s].b;
+  }
+  for (int32_t k = 0; k < p->numInputs; ++k) {
+    prog.div[k] = layout->inputs[static_cast<size_t>(k)].div;
+    prog.mod[k] = layout->inputs[static_cast<size_t>(k)].mod;
+  }
+  return KernelPtr(new FusedElementwiseKernel(prog, d.outputs[0].numel()));
+}
+
 Expected<KernelPtr> makeMaskedSoftmax(const OpDesc &d) {
   const Shape &x = d.inputs[0].shape, &c = d.inputs[1].shape;
   if (x.empty() || c.size() > x.size() || x.size() > static_cast<size_t>(body::kMaxRank) ||
@@ -739,6 +788,7 @@ const std::map<std::string, Factory> &table() {
       {"pipec:LayerNormalizationScaleGrad", makeLayerNorm},
       {"pipec:SoftmaxGrad", makeSoftmaxGrad},
       {"pipec:MaskedSoftmax", makeMaskedSoftmax},
+      {"pipec:FusedElementwise", makeFusedElementwise},
       {"Einsum", makeEinsum},
       {"SoftmaxCrossEntropyLoss", makeSce},
       {"pipec:SoftmaxCrossEntropyLossGrad", makeSce},

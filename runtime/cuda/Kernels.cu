@@ -73,6 +73,11 @@ __global__ void maskedSoftmaxKernel(const float *x, const bool *cond, float *y, 
     body::maskedSoftmaxRow(x, cond, y, n, r, mask, scale, fill, fillWhen);
 }
 
+__global__ void fusedElementwiseKernel(body::EwDeviceProgram prog, body::EwInputs in, float *out, int64_t n) {
+  for (int64_t i = firstItem(); i < n; i += itemStride())
+    out[i] = body::ewEvaluate(prog, in, i);
+}
+
 __global__ void sgdKernel(body::SgdScalars s, float *p, const float *g, float *buf, int64_t n) {
   for (int64_t i = firstItem(); i < n; i += itemStride())
     body::sgdElement(s, p[i], g[i], buf ? buf + i : nullptr);
@@ -268,6 +273,15 @@ Status launchMaskedSoftmax(const float *x, const bool *cond, float *y, int64_t r
     return Status::ok();
   maskedSoftmaxKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, cond, y, rows, n, mask, scale, fill, fillWhen);
   return launched("masked softmax");
+}
+
+Status launchFusedElementwise(const body::EwDeviceProgram &prog, const body::EwInputs &in, float *out, int64_t n,
+                              void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  fusedElementwiseKernel<<<l.grid, l.block, 0, asStream(stream)>>>(prog, in, out, n);
+  return launched("fused elementwise");
 }
 
 Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduction &r, void *stream) {

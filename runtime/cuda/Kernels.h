@@ -71,6 +71,9 @@ Status launchLayerNormScaleGrad(const float *dy, const float *x, float *ds, int6
 /// broadcast to x by `mask`.
 Status launchMaskedSoftmax(const float *x, const bool *cond, float *y, int64_t rows, int64_t n,
                            const body::Broadcast &mask, float scale, float fill, bool fillWhen, void *stream);
+/// pipec:FusedElementwise: out[i] = the program at element i, n elements.
+Status launchFusedElementwise(const body::EwDeviceProgram &prog, const body::EwInputs &in, float *out, int64_t n,
+                              void *stream);
 /// SoftmaxGrad over `len` elements strided by `inner`, outer x inner rows.
 Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t outer, int64_t len, int64_t inner,
                          void *stream);

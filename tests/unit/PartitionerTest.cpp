@@ -287,6 +287,7 @@ std::unique_ptr<ir::Graph> gpt48() {
   auto g = frontend::importOnnxBytes(bytes, "gpt48");
   EXPECT_TRUE(g.isOk()) << g.status().message();
   driver::CompileOptions opts;
+  opts.emit.training = true; // the graph is differentiated below
   EXPECT_TRUE(driver::runPasses(**g, opts).isOk());
   auto loss = passes::findLoss(**g, "loss");
   EXPECT_TRUE(loss.isOk()) << loss.status().message();

@@ -63,6 +63,7 @@ partitioner::LayerFamily gptFamily(const samples::GptOptions &dims) {
     m = samples::BuiltModel();
     PIPEC_ASSIGN(std::unique_ptr<ir::Graph> g, frontend::importOnnxFile(path));
     driver::CompileOptions opts;
+    opts.emit.training = true; // the graph is differentiated below
     PIPEC_TRY(driver::runPasses(*g, opts));
     PIPEC_ASSIGN(ir::Value * loss, passes::findLoss(*g, "loss"));
     passes::AutodiffOptions ao;

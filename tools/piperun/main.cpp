@@ -55,6 +55,7 @@ struct Options {
   int64_t warmup = 0;
   uint64_t seed = 0;
   int threads = 1;
+  bool noCodegen = false;
   bool json = false;
   std::string profileOps;
   double spinMicroseconds = -1; ///< negative: automatic (not given)
@@ -450,6 +451,10 @@ Status runPlan(const Options &o) {
     return errorf("--warmup must not be negative");
   if (o.threads < 1 || o.threads > 1024)
     return errorf("--threads-per-device must be 1 to 1024 (got ", o.threads, ")");
+  // The reference path: fused elementwise nodes interpreted, not compiled
+  // with LLVM (read when the kernels are prepared).
+  if (o.noCodegen)
+    ::setenv("PIPEC_NO_CODEGEN", "1", 1);
   runtime::SessionOptions so;
   so.threadsPerDevice = o.threads;
   so.spinSeconds = o.spinMicroseconds < 0 ? -1.0 : o.spinMicroseconds * 1e-6;
@@ -659,6 +664,9 @@ int main(int argc, char **argv) {
                  "trace are dropped");
   app.add_option("--seed", o.seed, "seed of the random inputs (default 0)");
   app.add_option("--threads-per-device", o.threads, "kernel threads of each device (default 1)");
+  app.add_flag("--no-codegen", o.noCodegen,
+               "interpret the fused elementwise nodes instead of compiling their loops with LLVM for this "
+               "CPU (the reference path; bitwise the same results)");
   app.add_option("--spin-us", o.spinMicroseconds,
                  "microseconds a device waiting for a message spins before it sleeps (default: "
                  "20000 when devices x threads fit the cores, else 0)");
