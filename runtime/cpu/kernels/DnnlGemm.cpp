@@ -19,10 +19,10 @@
 //    MFLOP stay on it.
 //
 // A GEMM whose B changes only between steps (a layer's weights:
-// OpDesc::stepInvariant) runs as a matmul on B reordered into oneDNN's
-// blocked layout once a step (inference: once), kept between runs
-// (linalgDnnlGemmPreparePacked): the sgemm call and the plain-layout
-// primitive pack B on every call. One thread, us: 128x1024x1024 with B
+// OpDesc::stepInvariant) runs in inference as a matmul on B reordered into
+// oneDNN's blocked layout once and kept (linalgDnnlGemmPreparePacked): the
+// sgemm call and the plain-layout primitive pack B on every call. (In
+// training the reorder would run every step and cost more than it saves.) One thread, us: 128x1024x1024 with B
 // transposed 1297 (sgemm), 1123 (plain primitive), 1014 (packed);
 // 128x256x1024 325, 281, 254; 1024x256x256 526, 522, 506.
 //

@@ -44,9 +44,9 @@ public:
     T *Y = static_cast<T *>(out[0]);
     if (ctx.accumulate && canAccumulate())
       return gemmAccumulate.runPrepared(A, B, Y, ctx.workspace);
-    // A step-invariant B (the layer's weights) is kept packed for the
-    // step; in inference it never changes.
-    const uint64_t step = ctx.training ? ctx.step : 0;
+    // A step-invariant B (the layer's weights) runs packed in inference,
+    // where it never changes (LinalgBatchedGemm::runPrepared).
+    const bool packed = !ctx.training;
     if (hasC && beta != T(0)) {
       if (!C)
         return errorf("Gemm: input C is missing at run time");
@@ -58,9 +58,9 @@ public:
         else
           std::copy(crow, crow + N, row);
       }
-      return gemmWithC.runPrepared(A, B, Y, ctx.workspace, step);
+      return gemmWithC.runPrepared(A, B, Y, ctx.workspace, packed);
     }
-    return gemm.runPrepared(A, B, Y, ctx.workspace, step);
+    return gemm.runPrepared(A, B, Y, ctx.workspace, packed);
   }
 };
 
