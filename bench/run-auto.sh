@@ -11,13 +11,13 @@
 # plan's measured step, the best grid plan's, their ratio (the target: at
 # most 1.10), the chosen plan's rank among the grid's measured steps, and
 # how long the search took.
-# Usage: bash bench/run-auto.sh [BUILD_DIR]
+# Usage: [ROUNDS=3] [MODELS="gpt-train cnn-train mlp-train"] bash bench/run-auto.sh [BUILD_DIR]
 set -euo pipefail
 BUILD=${1:-build}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 B=32
-for model in gpt-train cnn-train mlp-train; do
+for model in ${MODELS:-gpt-train cnn-train mlp-train}; do
   onnx="$BUILD/samples/$model.onnx"
   "$BUILD/bin/pipec" "$onnx" --train --auto --devices 2 --global-batch $B -o "$OUT/$model-auto.plan" -q
   for b in 1 2 4 8 16 32; do
@@ -39,7 +39,7 @@ j = json.load(sys.stdin)
 print('$name', j['median_step_seconds'])" >> "$OUT/times.txt"
   done
 done
-/usr/bin/python3 - "$OUT" <<'PY'
+/usr/bin/python3 - "$OUT" ${MODELS:-gpt-train cnn-train mlp-train} <<'PY'
 import glob, json, os, statistics, sys
 out = sys.argv[1]
 steps = {}
@@ -48,7 +48,7 @@ for line in open(os.path.join(out, 'times.txt')):
     steps.setdefault(name, []).append(float(s))
 med = {k: statistics.median(v) for k, v in steps.items()}
 print(f"{'model':<10} {'chosen by --auto':<28} {'search':>8} {'chosen ms':>10} {'best grid plan':<22} {'best ms':>8} {'chosen/best':>11} {'rank':>9}")
-for model in ['gpt-train', 'cnn-train', 'mlp-train']:
+for model in sys.argv[2:]:
     rep = json.load(open(os.path.join(out, f'{model}-auto.plan', 'report.json')))
     auto = rep['auto_plan']
     chosen = auto['best'][0]['label']

@@ -148,7 +148,10 @@ public:
       ptrs[2] = in[2];
       ptrs[3] = out[0];
     }
-    return p_.run(ptrs, linalgAlign(ctx.workspace), 0, ctx.step);
+    // The weights' reordered copy is kept while they do not change: for a
+    // step in training, for good in inference (where the step count moves
+    // at every run and nothing writes a weight).
+    return p_.run(ptrs, linalgAlign(ctx.workspace), 0, ctx.training ? ctx.step : 0);
   }
 
 private:
