@@ -260,17 +260,20 @@ Status Session::prepareTraining() {
       return refuse("data parallelism");
     if (sharedParams_)
       return refuse("parameters read on several devices (tied weights)");
-    if (distributed())
-      return refuse("distributed runs yet: run its devices as threads of one process");
     if (opts_.cuda)
       return refuse("GPUs yet");
+    // The second version where the parameter is updated (this process's
+    // devices in a distributed run).
     std::vector<std::vector<std::pair<int32_t, void *>>> second(devices_.size());
     for (ParamState &ps : params_) {
+      if (!isLocal(ps.device))
+        continue;
       ps.second.assign(ps.data, ps.data + ps.n); // W(-1) = W(0)
       second[static_cast<size_t>(ps.device)].emplace_back(ps.weight, ps.second.data());
     }
     for (size_t d = 0; d < devices_.size(); ++d)
-      devices_[d]->setSecondWeightVersion(second[d]);
+      if (devices_[d])
+        devices_[d]->setSecondWeightVersion(second[d]);
     for (auto &sq : stepSquares_)
       sq.assign(params_.size(), 0.0);
   }
@@ -426,8 +429,11 @@ Status Session::gatherTrainingState() {
       return tr->recv(0, owner, tag, data, bytes);
     return Status::ok();
   };
+  if (noFlush_ && drainPending_)
+    return errorf("the training state is not final until the last step is flushed (Session::flush)");
+  // The weights after the steps so far (2bw: the latest of its versions).
   for (ParamState &ps : params_)
-    PIPEC_TRY(move(ps.device, ps.data, static_cast<size_t>(ps.n) * sizeof(float)));
+    PIPEC_TRY(move(ps.device, ps.version(static_cast<int64_t>(steps_)), static_cast<size_t>(ps.n) * sizeof(float)));
   const auto &updates = lp_.plan.training().state_updates();
   for (int k = 0; k < updates.size(); ++k)
     PIPEC_TRY(move(stateProducer_[k], residentData(updates[k].state()),
@@ -978,9 +984,19 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   }
   if (noFlush_) {
     drainPending_ = !drain;
-    // The squared sums of the step now complete on every device.
+    // The squared sums of the step now complete on every device (in a
+    // distributed run each process has its devices' slots: summed over
+    // the processes, every other slot 0, so exactly).
     if (drain || call > 0) {
-      std::vector<double> &done = stepSquares_[(call + 1) % 2]; // step call - 1's
+      std::vector<double> done = stepSquares_[(call + 1) % 2]; // step call - 1's
+      if (distributed()) {
+        Status s = tr->allReduceSum(opts_.rank, done.data(), done.size());
+        if (!s) {
+          tr->abort(s);
+          broken_ = s;
+          return s;
+        }
+      }
       double total = 0.0;
       for (double v : done)
         total += v;
