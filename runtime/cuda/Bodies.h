@@ -149,6 +149,17 @@ PIPEC_HD inline void maskedSoftmaxRow(const float *x, const bool *cond, float *y
 /// One step of a fused elementwise program (support/ElementwiseProgram.h):
 /// the unfused kernels' arithmetic, one IEEE operation each.
 PIPEC_HD inline float ewApply(int32_t op, float a, float b) {
+#if defined(__CUDA_ARCH__)
+  // Rounded intrinsics: nvcc would contract a product and a sum of two
+  // steps into one FMA, which the CPU paths never do.
+  switch (op) {
+  case 0: return __fadd_rn(a, b);
+  case 1: return __fsub_rn(a, b);
+  case 2: return __fmul_rn(a, b);
+  case 3: return __fdiv_rn(a, b);
+  default: break;
+  }
+#endif
   switch (op) {
   case 0: return a + b;
   case 1: return a - b;
