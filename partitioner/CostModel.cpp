@@ -98,6 +98,10 @@ NodeCost forwardCost(const ir::Node &n) {
   } else if (op.rfind("Reduce", 0) == 0 || op == "GlobalAveragePool" ||
              op == "GlobalMaxPool" || op == "AveragePool" || op == "MaxPool") {
     c.flops = numel(n.input(0));
+  } else if (op == "FusedElementwise" && n.domain() == "pipec") {
+    // One operation per program step and element (support/ElementwiseProgram.h).
+    const std::vector<int64_t> prog = attrInts(n.attrs(), "program", {});
+    c.flops = static_cast<double>(prog.size() > 1 ? (prog.size() - 1) / 3 : 1) * numel(out);
   } else if (!isDataMovement(op)) {
     c.flops = elementwiseFlops(op) * numel(out);
   }
