@@ -27,6 +27,8 @@ struct Token {
 class Lexer {
 public:
   explicit Lexer(const std::string &s) : s_(s) {}
+  /// Characters not read yet.
+  size_t remaining() const { return s_.size() - std::min(pos_, s_.size()); }
 
   Token next() {
     skipSpace();
@@ -406,8 +408,9 @@ private:
   }
 
   /// A tensor for a constant of the text. Its shape is checked first, and
-  /// its size capped: an elided constant has no data in the text to bound
-  /// it, and is filled with zeros.
+  /// its size capped, then bounded by the text left to read: every element
+  /// takes at least one character (a hex string two per byte), so a short
+  /// text cannot make a large allocation before its data is found missing.
   Expected<Tensor> allocate(const TensorDesc &type) {
     constexpr uint64_t kMaxTextTensorBytes = uint64_t(1) << 31;
     if (auto n = validShape(type.shape, cat("constant ", type.str())); !n)
@@ -415,6 +418,10 @@ private:
     if (type.bytes() > kMaxTextTensorBytes)
       return err(cat("constant ", type.str(), " has ", type.bytes(),
                      " bytes; the IR text form holds constants up to 2 GiB"));
+    const uint64_t left = lex_.remaining() + tok_.text.size() + 1;
+    if (static_cast<uint64_t>(type.numel()) > left)
+      return err(cat("constant ", type.str(), " needs ", type.numel(), " values; the text has ", left,
+                     " characters left"));
     return Tensor(type);
   }
 
