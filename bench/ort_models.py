@@ -18,6 +18,11 @@ import torch.nn.functional as F
 
 
 class Attention(nn.Module):
+    """Causal self-attention with its mask a float buffer compared with 0
+    (Equal, Where on export), as many GPT ports write it: the zoo's GPT-2
+    (tests/zoo/models.py) masks with a bool buffer and ~ (Not, Where), so the
+    two exercise both forms fuse-masked-softmax meets."""
+
     def __init__(self, d, heads, seq):
         super().__init__()
         self.heads = heads

@@ -543,19 +543,20 @@ private:
     std::vector<ir::Value *> inputs;
     std::unordered_map<const ir::Value *, int32_t> slot; // value -> program value index
     std::vector<const ir::Node *> steps;                 // the cluster's nodes, producers first
-    // Post-order from the root: each node after the values it reads.
+    auto inCluster = [&](const ir::Value *v) { return v->producer() && c.nodes.count(v->producer()); };
+    // Post-order from the root: each node after the values it reads. Every
+    // absorbed value has one reader (grow), so each node is reached once.
     std::function<void(const ir::Node *)> visit = [&](const ir::Node *x) {
       for (const ir::Value *v : x->inputs())
-        if (v->producer() && c.nodes.count(v->producer()) && !slot.count(v))
+        if (inCluster(v))
           visit(v->producer());
       steps.push_back(x);
-      slot[x->output(0)] = -1; // placeholder: numbered once the inputs are known
     };
     visit(root);
     // Inputs first (v0 ..), then one value per step.
     for (const ir::Node *x : steps)
       for (ir::Value *v : x->inputs())
-        if (!(v->producer() && c.nodes.count(v->producer())) && !slot.count(v)) {
+        if (!inCluster(v) && !slot.count(v)) {
           slot[v] = static_cast<int32_t>(inputs.size());
           inputs.push_back(v);
         }
@@ -572,8 +573,10 @@ private:
     std::vector<std::vector<int64_t>> shapes;
     for (const ir::Value *v : inputs)
       shapes.emplace_back(v->type().shape.begin(), v->type().shape.end());
-    if (!ewLoopLayout(shapes, std::vector<int64_t>(c.shape.begin(), c.shape.end())))
-      return false; // an input the loop cannot read: leave the nodes as they are
+    // grow() took only nodes whose inputs the loop reads one by one, and
+    // then it reads them all.
+    if (auto l = ewLoopLayout(shapes, std::vector<int64_t>(c.shape.begin(), c.shape.end())); !l)
+      return errorf("internal error: fuse-elementwise at '", root->name(), "': ", l.status().message());
     AttrMap attrs;
     attrs["program"] = Attribute::ofInts(prog.encode());
     const std::string name = scopedName(g, root, "FusedElementwise");

@@ -22,6 +22,14 @@ const char *simOpName(SimOp op) {
 
 namespace {
 
+/// 1 - sum(busy) / (devices * makespan).
+void setBubble(SimResult &r) {
+  double busy = 0;
+  for (double b : r.busy)
+    busy += b;
+  r.bubbleFraction = r.makespan > 0 ? 1.0 - busy / (static_cast<double>(r.busy.size()) * r.makespan) : 0.0;
+}
+
 Expected<SimResult> simulateOnce(const std::vector<SimProgram> &programs);
 
 /// `steps` steps of no-flush programs back to back: micro-batch mb of step
@@ -80,10 +88,7 @@ Expected<SimResult> simulateSteady(const std::vector<SimProgram> &programs) {
       if (op != SimOp::Send && op != SimOp::Recv)
         r.busy[d] += programs[d][i].duration;
     }
-  double busy = 0;
-  for (double b : r.busy)
-    busy += b;
-  r.bubbleFraction = r.makespan > 0 ? 1.0 - busy / (static_cast<double>(K) * r.makespan) : 0.0;
+  setBubble(r);
   return r;
 }
 
@@ -160,10 +165,7 @@ Expected<SimResult> simulateOnce(const std::vector<SimProgram> &programs) {
   }
   for (size_t d = 0; d < K; ++d)
     r.makespan = std::max(r.makespan, clock[d]);
-  double busy = 0;
-  for (double b : r.busy)
-    busy += b;
-  r.bubbleFraction = r.makespan > 0 ? 1.0 - busy / (static_cast<double>(K) * r.makespan) : 0.0;
+  setBubble(r);
   return r;
 }
 

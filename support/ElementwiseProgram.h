@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "support/Attribute.h"
 #include "support/Error.h"
 
 #include <algorithm>
@@ -126,6 +127,18 @@ struct EwProgram {
     return p;
   }
 };
+
+/// The program of a pipec:FusedElementwise node with attributes `attrs`
+/// and `numInputs` inputs.
+inline Expected<EwProgram> ewProgramOf(const AttrMap &attrs, size_t numInputs) {
+  auto it = attrs.find("program");
+  if (it == attrs.end() || it->second.kind != Attribute::Kind::Ints)
+    return errorf("needs the INTS attribute 'program'");
+  PIPEC_ASSIGN(EwProgram p, EwProgram::decode(it->second.ints));
+  if (static_cast<size_t>(p.numInputs) != numInputs)
+    return errorf("the program reads ", p.numInputs, " inputs, the node has ", numInputs);
+  return p;
+}
 
 /// How the loop of a fused elementwise node reads its inputs: input k's
 /// element (i / div) % mod for output element i, and the output cut into

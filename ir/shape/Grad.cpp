@@ -41,13 +41,8 @@ Status expectFloat(const ShapeContext &ctx, size_t i) {
 /// program (support/ElementwiseProgram.h) reads as many inputs as the node
 /// has.
 Status fusedElementwiseRule(const ShapeContext &ctx, Outputs &out) {
-  const std::vector<int64_t> prog = attrInts(ctx.attrs(), "program", {});
-  auto decoded = EwProgram::decode(prog);
-  if (!decoded)
-    return ctx.error("attribute 'program': " + decoded.status().message());
-  const EwProgram &p = *decoded;
-  if (static_cast<size_t>(p.numInputs) != ctx.numInputs())
-    return ctx.error(cat("the program reads ", p.numInputs, " inputs, the node has ", ctx.numInputs()));
+  if (auto p = ewProgramOf(ctx.attrs(), ctx.numInputs()); !p)
+    return ctx.error(p.status().message());
   Shape shape;
   for (size_t i = 0; i < ctx.numInputs(); ++i) {
     const TensorDesc &t = ctx.inputType(i);

@@ -86,8 +86,8 @@ std::unique_ptr<llvm::Module> buildLoop(llvm::LLVMContext &ctx, const std::strin
   PointerType *f32p = f32->getPointerTo();
   FunctionType *fty = FunctionType::get(b.getVoidTy(), {f32p->getPointerTo(), f32p, b.getInt64Ty()}, false);
   Function *fn = Function::Create(fty, Function::ExternalLinkage, name, *mod);
-  fn->addFnAttr(Attribute::NoUnwind);
-  fn->addParamAttr(1, Attribute::NoAlias); // the output overlaps no input (the arena planner's promise)
+  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  fn->addParamAttr(1, llvm::Attribute::NoAlias); // the output overlaps no input (the arena planner's promise)
   Argument *inArg = fn->getArg(0), *outArg = fn->getArg(1), *nArg = fn->getArg(2);
   BasicBlock *entry = BasicBlock::Create(ctx, "entry", fn), *loop = BasicBlock::Create(ctx, "loop", fn),
              *exit = BasicBlock::Create(ctx, "exit", fn);

@@ -580,14 +580,10 @@ Expected<KernelPtr> makeBinary(const OpDesc &d, body::BinaryOp op) {
 }
 
 Expected<KernelPtr> makeFusedElementwise(const OpDesc &d) {
-  auto it = d.attrs.find("program");
-  if (it == d.attrs.end() || it->second.kind != Attribute::Kind::Ints)
-    return errorf(d.where(), ": needs the INTS attribute 'program'");
-  auto p = EwProgram::decode(it->second.ints);
+  auto p = ewProgramOf(d.attrs, d.inputs.size());
   if (!p)
     return errorf(d.where(), ": ", p.status().message());
-  if (p->numInputs > body::kEwMaxInputs || p->steps.size() > static_cast<size_t>(body::kEwMaxSteps) ||
-      d.inputs.size() != static_cast<size_t>(p->numInputs))
+  if (p->numInputs > body::kEwMaxInputs || p->steps.size() > static_cast<size_t>(body::kEwMaxSteps))
     return errorf(d.where(), ": the CUDA kernel takes programs of at most ", body::kEwMaxInputs, " inputs and ",
                   body::kEwMaxSteps, " steps (this one: ", p->numInputs, " and ", p->steps.size(), ")");
   std::vector<std::vector<int64_t>> shapes;

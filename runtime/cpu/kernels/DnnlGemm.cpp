@@ -39,7 +39,7 @@ namespace pipec::cpu {
 struct LinalgDnnlGemm {
   LinalgDnnlPrim prim;
   /// linalgDnnlGemmPreparePacked: B in oneDNN's layout, reordered once
-  /// while its address and the step stay the same.
+  /// while its address stays the same.
   LinalgDnnlBlocked packed;
 };
 
@@ -52,16 +52,29 @@ size_t linalgDnnlGemmScratchBytes(const LinalgDnnlGemm &p) {
 }
 
 Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B, float *C,
-                         void *scratch, uint64_t step) {
+                         void *scratch) {
   const void *ptrs[3] = {A, B, C};
-  if (p.packed.valid())
-    return p.packed.run(ptrs, static_cast<unsigned char *>(linalgAlign(scratch)), 0, step);
+  if (p.packed.valid()) // B's packed copy is kept while its address stays (inference)
+    return p.packed.run(ptrs, static_cast<unsigned char *>(linalgAlign(scratch)));
   return p.prim.run(ptrs, linalgAlign(scratch));
 }
 
 namespace {
 /// Total FLOPs of a batch above which the sgemm path's threads win.
 constexpr double kBatchMaxFlops = 4e6;
+
+/// alpha as an output scale, beta as a sum post-op.
+dnnl::primitive_attr gemmAttr(float alpha, float beta) {
+  dnnl::primitive_attr attr = linalgDnnlAttr();
+  if (alpha != 1.0f)
+    attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  return attr;
+}
 } // namespace
 
 LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
@@ -92,14 +105,7 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
     };
     memory::desc a = desc(M, K, ta, lda, sa), b = desc(K, N, tb, ldb, sb),
                  c = desc(M, N, false, ldc, sc);
-    primitive_attr attr = linalgDnnlAttr();
-    if (alpha != 1.0f)
-      attr.set_output_scales(0, {alpha});
-    if (beta != 0.0f) {
-      post_ops po;
-      po.append_sum(beta);
-      attr.set_post_ops(po);
-    }
+    const primitive_attr attr = gemmAttr(alpha, beta);
     LinalgOneThread one;
     matmul::primitive_desc pd(matmul::desc(a, b, c), attr, linalgDnnlEngine());
     made->prim.init<matmul>(pd);
@@ -124,14 +130,7 @@ LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t
     };
     memory::desc a = plain(M, K, ta, lda), b = plain(K, N, tb, ldb), c = plain(M, N, false, ldc);
     memory::desc any({K, N}, f32, memory::format_tag::any);
-    primitive_attr attr = linalgDnnlAttr();
-    if (alpha != 1.0f)
-      attr.set_output_scales(0, {alpha});
-    if (beta != 0.0f) {
-      post_ops po;
-      po.append_sum(beta);
-      attr.set_post_ops(po);
-    }
+    const primitive_attr attr = gemmAttr(alpha, beta);
     LinalgOneThread one;
     matmul::primitive_desc pd(matmul::desc(a, any, c), attr, linalgDnnlEngine());
     if (pd.weights_desc() == b)

@@ -60,15 +60,10 @@ private:
 } // namespace
 
 Expected<KernelPtr> makeFusedElementwiseKernel(const OpDesc &d) {
-  auto it = d.attrs.find("program");
-  if (it == d.attrs.end() || it->second.kind != Attribute::Kind::Ints)
-    return errorf(d.where(), ": needs the INTS attribute 'program'");
-  auto decoded = EwProgram::decode(it->second.ints);
-  if (!decoded)
-    return errorf(d.where(), ": ", decoded.status().message());
+  auto decoded = ewProgramOf(d.attrs, d.inputs.size());
+  if (!decoded || d.outputs.size() != 1)
+    return errorf(d.where(), ": ", decoded ? "needs one output" : decoded.status().message());
   EwProgram p = *decoded;
-  if (d.inputs.size() != static_cast<size_t>(p.numInputs) || d.outputs.size() != 1)
-    return errorf(d.where(), ": the program reads ", p.numInputs, " inputs, the node has ", d.inputs.size());
   const TensorDesc &y = d.outputs[0];
   std::vector<std::vector<int64_t>> shapes;
   for (const TensorDesc &x : d.inputs) {

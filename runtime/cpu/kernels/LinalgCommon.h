@@ -193,15 +193,13 @@ struct LinalgDnnlGemmDeleter {
 };
 LinalgDnnlGemm *linalgDnnlGemmClone(const LinalgDnnlGemm &p);
 size_t linalgDnnlGemmScratchBytes(const LinalgDnnlGemm &p);
-/// `step`: the step key of a packed primitive's kept B (its reorder is
-/// redone when the step or B's address changes).
 Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B, float *C,
-                         void *scratch, uint64_t step = 0);
+                         void *scratch);
 /// Multiply-adds from which a GEMM with a step-invariant B runs packed.
 inline constexpr double kPackedMinMacs = 1 << 20;
 /// One GEMM as a oneDNN matmul on B in oneDNN's layout, B reordered only
-/// when its address or the step changes; null where oneDNN keeps B's plain
-/// layout or the product is small (DnnlGemm.cpp).
+/// when its address changes (inference weights: once); null where oneDNN
+/// keeps B's plain layout or the product is small (DnnlGemm.cpp).
 LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                             int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                                             float beta);
@@ -355,8 +353,7 @@ template <typename T> struct LinalgBatchedGemm {
           const int64_t n0 = j * nc;
           return linalgDnnlGemmRun(*packed_[static_cast<size_t>(j)].get(), A + aOff[0],
                                    B + bOff[0] + (tb ? n0 * ldb : n0), C + cOff[0] + n0,
-                                   static_cast<unsigned char *>(workspace) + packedWs_[static_cast<size_t>(j)],
-                                   0);
+                                   static_cast<unsigned char *>(workspace) + packedWs_[static_cast<size_t>(j)]);
         };
         const int threads = omp_get_max_threads();
         if (blocks == 1 || threads == 1) {
