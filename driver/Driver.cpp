@@ -16,18 +16,19 @@ namespace pipec::driver {
 using namespace pipec::codegen;
 
 namespace {
-/// The pass pipeline of `opts` (--passes, or the default; none with
-/// noPasses) added to `pm`.
-/// The pass pipeline: the user's, or the default one, which on an
-/// inference graph ends with fuse-elementwise (a training graph runs it
-/// after autodiff: prepareGraph).
+/// The pass pipeline of `opts` (none with noPasses) added to `pm`: the
+/// user's (--passes), or the default one, which on an inference graph
+/// ends with fuse-gemm-epilogue and fuse-elementwise (a training graph
+/// runs them after autodiff: prepareGraph).
 Status addPipeline(passes::PassManager &pm, const CompileOptions &opts, bool training) {
   if (opts.noPasses)
     return Status::ok();
   for (const std::string &p : opts.passes.empty() ? passes::defaultPipeline() : opts.passes)
     PIPEC_TRY(pm.add(p));
-  if (opts.passes.empty() && !training)
+  if (opts.passes.empty() && !training) {
+    PIPEC_TRY(pm.add("fuse-gemm-epilogue"));
     PIPEC_TRY(pm.add("fuse-elementwise"));
+  }
   return Status::ok();
 }
 } // namespace
@@ -119,11 +120,13 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
     pm.add(passes::createTrainingStatePass(results));
     pm.add(passes::createAutodiffPass(results));
   }
-  // The default pipeline's fuse-elementwise runs after autodiff on a
-  // training graph (fused nodes have no gradient rule), so that the
-  // backward's elementwise trees fuse too.
-  if (emit.training && !opts.noPasses && opts.passes.empty())
+  // The default pipeline's fuse-gemm-epilogue and fuse-elementwise run
+  // after autodiff on a training graph (fused nodes have no gradient
+  // rule), so that the backward's elementwise trees fuse too.
+  if (emit.training && !opts.noPasses && opts.passes.empty()) {
+    pm.add(passes::createFuseGemmEpiloguePass(&results));
     pm.add(passes::createFuseElementwisePass(&results));
+  }
   PIPEC_TRY(pm.run(g));
   phases.done(emit.training ? "passes (with training)" : "passes");
   // --stop-after: the graph as the passes left it, for --emit=ir.

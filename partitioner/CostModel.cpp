@@ -46,12 +46,13 @@ NodeCost forwardCost(const ir::Node &n) {
     c.bytesWritten += static_cast<double>(v->type().bytes());
   const std::string &op = n.opType();
   const ir::Value *out = n.output(0);
-  if (op == "MatMul" || op == "Gemm") {
+  const bool fusedGemm = op == "FusedGemm" && n.domain() == "pipec";
+  if (op == "MatMul" || op == "Gemm" || fusedGemm) {
     // out = A(...,m,k) x B(k,n): 2*m*n*k per batch; k from A's last axis
     // (first axis when Gemm transposes A).
     const Shape &a = n.input(0)->shape();
     int64_t k = a.empty() ? 1 : a.back();
-    if (op == "Gemm" && attrInt(n.attrs(), "transA", 0) && a.size() == 2)
+    if ((op == "Gemm" || fusedGemm) && attrInt(n.attrs(), "transA", 0) && a.size() == 2)
       k = a[0];
     c.flops = 2.0 * numel(out) * static_cast<double>(k);
     c.gemm = true;

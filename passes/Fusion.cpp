@@ -1,6 +1,7 @@
 //===- passes/Fusion.cpp - Pattern fusions of exported subgraphs ----------===//
 //
-// Passes `fuse-layernorm`, `fuse-gelu` and `fuse-masked-softmax`.
+// Passes `fuse-layernorm`, `fuse-gelu`, `fuse-masked-softmax`,
+// `fuse-gemm-epilogue` and `fuse-elementwise`.
 // torch.onnx.export before opset
 // 17 (and many other exporters) writes LayerNorm and GELU as chains of
 // elementwise and reduction nodes; each node is a kernel and a pass over
@@ -23,6 +24,20 @@
 //                   or h * (h * h), then Add 1 and the same products
 //                   -> Gelu(h) (approximate "tanh"; torch's
 //                   gelu(approximate='tanh') and GPT-2's written-out form)
+//   fuse-gemm-epilogue
+//                   Gemm(A, B[, c]) (alpha 1; c a bias [N] at beta 1) or
+//                   MatMul(A, B) with B 2-D, then Add of a bias [N] (either
+//                   order; not after a Gemm with c), then Relu or Gelu
+//                   (approximate "none" or "tanh"), at least one of them
+//                   -> pipec:FusedGemm(A, B[, bias]) {transA, transB,
+//                   activation "Relu", "Gelu" or "GeluTanh"}: the bias and
+//                   activation run in the GEMM's epilogue (oneDNN post-ops,
+//                   runtime/cpu/kernels/FusedGemm.cpp), Y written once. Like
+//                   fuse-elementwise it runs late: on training graphs after
+//                   autodiff, where a Relu joins (its gradient reads its
+//                   output) but a Gelu does not (GeluGrad reads its input,
+//                   the product, which then has two readers); the nodes
+//                   absorbed are of one phase and forward node.
 //   fuse-elementwise
 //                   a tree of f32 elementwise nodes (Add, Sub, Mul, Div, Neg,
 //                   Abs, Relu, Sqrt, pipec:ReluGrad) of one phase whose
@@ -432,6 +447,138 @@ private:
   std::vector<std::pair<const char *, Fuse>> rewrites_;
 };
 
+/// The values a training graph's fusions must keep: the loss, the
+/// gradients and the state updates the plan returns (none without
+/// `protect`).
+std::unordered_set<const ir::Value *> protectedValues(const TrainingResults *protect) {
+  std::unordered_set<const ir::Value *> keep;
+  if (protect) {
+    keep.insert(protect->loss);
+    for (const GradientPair &gp : protect->gradients)
+      keep.insert(gp.grad);
+    for (const StateUpdate &u : protect->stateUpdates)
+      keep.insert(u.value);
+  }
+  return keep;
+}
+
+/// Backward (and recompute) nodes name the forward node they belong to,
+/// which the partitioner places them with: forward nodes fused away are
+/// named by their fused node now.
+void renameForwardOf(ir::Graph &g, const std::unordered_map<std::string, std::string> &renamed) {
+  if (!renamed.empty())
+    for (ir::Node *n : g.nodes())
+      if (auto it = renamed.find(n->forwardOf()); it != renamed.end())
+        n->setForwardOf(it->second);
+}
+
+/// fuse-gemm-epilogue (see the top of the file).
+class GemmEpilogueFusion final : public Pass {
+public:
+  explicit GemmEpilogueFusion(const TrainingResults *protect) : protect_(protect) {}
+  std::string_view name() const override { return "fuse-gemm-epilogue"; }
+
+  Expected<bool> run(ir::Graph &g) override {
+    const std::unordered_set<const ir::Value *> keep = protectedValues(protect_);
+    std::unordered_map<std::string, std::string> renamed;
+    bool changed = false;
+    const std::vector<ir::Node *> order = g.nodes();
+    Erased erased;
+    for (ir::Node *n : order) {
+      if (erased.count(n))
+        continue;
+      PIPEC_ASSIGN(bool fused, fuse(g, n, keep, renamed, erased));
+      changed = changed || fused;
+    }
+    renameForwardOf(g, renamed);
+    return changed;
+  }
+
+private:
+  /// The node reading `v` alone, if it may join `n`'s fused node: of n's
+  /// phase (and forward node), `v` not a result the plan returns.
+  static ir::Node *joins(const ir::Node *n, const ir::Value *v,
+                         const std::unordered_set<const ir::Value *> &keep) {
+    ir::Node *u = onlyUser(v);
+    if (!u || keep.count(v) || u->phase() != n->phase() || u->numOutputs() != 1 ||
+        (n->phase() != ir::Phase::Forward && u->forwardOf() != n->forwardOf()) || !isF32(u->output(0)) ||
+        u->output(0)->type() != v->type())
+      return nullptr;
+    return u;
+  }
+
+  static Expected<bool> fuse(ir::Graph &g, ir::Node *n, const std::unordered_set<const ir::Value *> &keep,
+                             std::unordered_map<std::string, std::string> &renamed, Erased &erased) {
+    const bool gemm = n->is("Gemm");
+    if ((!gemm && !n->is("MatMul")) || n->numOutputs() != 1 || !isF32(n->output(0)) ||
+        n->numInputs() < 2 || !isF32(n->input(0)) || !isF32(n->input(1)))
+      return false;
+    const Shape &a = n->input(0)->type().shape, &b = n->input(1)->type().shape;
+    if (a.size() < 2 || b.size() != 2)
+      return false;
+    AttrMap attrs;
+    ir::Value *bias = nullptr;
+    const int64_t N = n->output(0)->type().shape.back();
+    if (gemm) {
+      if (attrFloat(n->attrs(), "alpha", 1.0f) != 1.0f)
+        return false;
+      attrs["transA"] = Attribute::ofInt(attrInt(n->attrs(), "transA", 0));
+      attrs["transB"] = Attribute::ofInt(attrInt(n->attrs(), "transB", 0));
+      if (n->numInputs() > 2 && n->input(2)) {
+        // C must be a bias row, added once.
+        if (!isF32(n->input(2)) || n->input(2)->type().shape != Shape{N} ||
+            attrFloat(n->attrs(), "beta", 1.0f) != 1.0f)
+          return false;
+        bias = n->input(2);
+      }
+    }
+    std::vector<ir::Node *> absorbed{n};
+    ir::Value *cur = n->output(0);
+    ir::Node *next = joins(n, cur, keep);
+    if (!bias && next && next->is("Add") && next->numInputs() == 2) {
+      ir::Value *other = otherInput(next, cur);
+      if (other && other != cur && isF32(other) && other->type().shape == Shape{N}) {
+        bias = other;
+        absorbed.push_back(next);
+        cur = next->output(0);
+        next = joins(n, cur, keep);
+      }
+    }
+    std::string act;
+    if (next && next->numInputs() == 1 && next->is("Relu")) {
+      act = "Relu";
+    } else if (next && next->numInputs() == 1 && next->is("Gelu")) {
+      const std::string approx = attrString(next->attrs(), "approximate", "none");
+      act = approx == "tanh" ? "GeluTanh" : approx == "none" ? "Gelu" : "";
+    }
+    if (!act.empty()) {
+      absorbed.push_back(next);
+      attrs["activation"] = Attribute::ofString(act);
+    }
+    if (!bias && act.empty())
+      return false;
+    std::vector<ir::Value *> inputs{n->input(0), n->input(1)};
+    if (bias)
+      inputs.push_back(bias);
+    ir::Node *root = absorbed.back();
+    const std::string name = scopedName(g, n, "FusedGemm");
+    if (n->phase() == ir::Phase::Forward)
+      for (const ir::Node *x : absorbed)
+        renamed[x->name()] = name;
+    erased.insert(absorbed.begin(), absorbed.end());
+    const std::string forwardOf = n->forwardOf();
+    PIPEC_ASSIGN(ir::Node * fused, g.replaceNode(root, name, "FusedGemm", "pipec", inputs, std::move(attrs)));
+    if (n->phase() != ir::Phase::Forward)
+      fused->setForwardOf(forwardOf);
+    // The absorbed nodes before the root, readers before producers.
+    for (auto it = absorbed.rbegin() + 1; it != absorbed.rend(); ++it)
+      g.eraseNode(*it);
+    return true;
+  }
+
+  const TrainingResults *protect_;
+};
+
 /// fuse-elementwise (see the top of the file).
 class ElementwiseFusion final : public Pass {
 public:
@@ -439,14 +586,7 @@ public:
   std::string_view name() const override { return "fuse-elementwise"; }
 
   Expected<bool> run(ir::Graph &g) override {
-    std::unordered_set<const ir::Value *> keep;
-    if (protect_) {
-      keep.insert(protect_->loss);
-      for (const GradientPair &gp : protect_->gradients)
-        keep.insert(gp.grad);
-      for (const StateUpdate &u : protect_->stateUpdates)
-        keep.insert(u.value);
-    }
+    const std::unordered_set<const ir::Value *> keep = protectedValues(protect_);
     std::unordered_set<const ir::Node *> done;
     std::unordered_map<std::string, std::string> renamed; // fused forward node -> its fused node
     bool changed = false;
@@ -468,13 +608,7 @@ public:
       PIPEC_ASSIGN(bool fused, replace(g, root, c, renamed));
       changed = changed || fused;
     }
-    // Nodes of the backward (and recompute) name the forward node they
-    // belong to, which the partitioner places them with: forward nodes
-    // fused away are named by their fused node now.
-    if (!renamed.empty())
-      for (ir::Node *n : g.nodes())
-        if (auto it = renamed.find(n->forwardOf()); it != renamed.end())
-          n->setForwardOf(it->second);
+    renameForwardOf(g, renamed);
     return changed;
   }
 
@@ -564,7 +698,7 @@ private:
       return false;
     prog.numInputs = static_cast<int32_t>(inputs.size());
     for (const ir::Node *x : steps) {
-      EwOp op;
+      EwOp op{};
       fusable(x, op);
       EwStep st{op, slot.at(x->input(0)), ewArity(op) == 2 ? slot.at(x->input(1)) : 0};
       prog.steps.push_back(st);
@@ -601,6 +735,10 @@ std::unique_ptr<Pass> createFuseElementwisePass(const TrainingResults *protect) 
   return std::make_unique<ElementwiseFusion>(protect);
 }
 std::unique_ptr<Pass> createFuseElementwisePass() { return createFuseElementwisePass(nullptr); }
+std::unique_ptr<Pass> createFuseGemmEpiloguePass(const TrainingResults *protect) {
+  return std::make_unique<GemmEpilogueFusion>(protect);
+}
+std::unique_ptr<Pass> createFuseGemmEpiloguePass() { return createFuseGemmEpiloguePass(nullptr); }
 
 std::unique_ptr<Pass> createFuseLayerNormPass() {
   return std::make_unique<PatternFusion>("fuse-layernorm",

@@ -10,7 +10,8 @@ bool isStagePolicy(const std::string &p) { return p == "none" || p == "full" || 
 
 bool isExpensiveToRecompute(const ir::Node &n) {
   return n.is("MatMul") || n.is("Gemm") || n.is("Conv") || n.is("ConvTranspose") ||
-         n.is("Einsum") || n.is("MatMulInteger") || n.is("QLinearMatMul");
+         n.is("Einsum") || n.is("MatMulInteger") || n.is("QLinearMatMul") ||
+         (n.domain() == "pipec" && n.opType() == "FusedGemm");
 }
 
 Expected<RecomputeStats> rematerialize(ir::Graph &g, const RecomputeOptions &opts) {

@@ -47,6 +47,8 @@ std::unique_ptr<Pass> createRecomputePass(RecomputeOptions opts, TrainingResults
 /// fuse-elementwise (passes/Fusion.cpp) on a training graph: the values
 /// `protect` names (loss, gradients, state updates) are never fused away.
 std::unique_ptr<Pass> createFuseElementwisePass(const TrainingResults *protect);
+/// fuse-gemm-epilogue (passes/Fusion.cpp) on a training graph, likewise.
+std::unique_ptr<Pass> createFuseGemmEpiloguePass(const TrainingResults *protect);
 
 /// Flags and descriptions of the training passes.
 const std::vector<PassInfo> &trainingPasses();

@@ -62,6 +62,33 @@ Status fusedElementwiseRule(const ShapeContext &ctx, Outputs &out) {
   return Status::ok();
 }
 
+/// pipec:FusedGemm(A, B[, bias]) {transA, transB, activation}: f32 A of
+/// rank 2 or more ([..., K]; rank 2 [K, M] with transA), B [K, N] ([N, K]
+/// with transB), bias [N]; Y is A's leading axes then N ([M, N] with
+/// transA).
+Status fusedGemmRule(const ShapeContext &ctx, Outputs &out) {
+  for (size_t i = 0; i < ctx.numInputs(); ++i)
+    if (!ctx.hasInput(i) || ctx.inputType(i).dtype != DType::F32)
+      return ctx.error(cat(inputLabel(ctx, i), " must be an f32 tensor"));
+  const std::string act = attrString(ctx.attrs(), "activation", "");
+  if (!act.empty() && act != "Relu" && act != "Gelu" && act != "GeluTanh")
+    return ctx.error(cat("unknown activation '", act, "' (Relu, Gelu or GeluTanh)"));
+  const Shape &a = ctx.inputType(0).shape, &b = ctx.inputType(1).shape;
+  const bool ta = attrInt(ctx.attrs(), "transA", 0) != 0, tb = attrInt(ctx.attrs(), "transB", 0) != 0;
+  if (a.size() < 2 || b.size() != 2 || (ta && a.size() != 2))
+    return ctx.error(cat("A must have rank 2 or more (2 with transA) and B rank 2, got ", shapeStr(a), " and ",
+                         shapeStr(b)));
+  const int64_t k = ta ? a[0] : a.back(), n = tb ? b[0] : b[1];
+  if ((tb ? b[1] : b[0]) != k)
+    return ctx.error(cat("inner dimensions differ: ", shapeStr(a), " x ", shapeStr(b)));
+  if (ctx.numInputs() > 2 && ctx.inputType(2).shape != Shape{n})
+    return ctx.error(cat("the bias must be f32[", n, "], it is ", ctx.inputType(2).str()));
+  Shape y = ta ? Shape{a[1]} : Shape(a.begin(), a.end() - 1);
+  y.push_back(n);
+  out[0] = TensorDesc{DType::F32, y};
+  return Status::ok();
+}
+
 /// pipec:MaskedSoftmax(x, cond): x float, cond bool broadcasting to x
 /// (right-aligned); y has x's type.
 Status maskedSoftmaxRule(const ShapeContext &ctx, Outputs &out) {

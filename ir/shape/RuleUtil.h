@@ -139,5 +139,6 @@ Status batchNormScaleGradRule(const ShapeContext &, Outputs &);
 // Fused ops of the domain pipec (Grad.cpp).
 Status maskedSoftmaxRule(const ShapeContext &, Outputs &);
 Status fusedElementwiseRule(const ShapeContext &, Outputs &);
+Status fusedGemmRule(const ShapeContext &, Outputs &);
 
 } // namespace pipec::ir::shape

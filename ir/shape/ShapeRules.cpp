@@ -166,6 +166,7 @@ const RuleEntry kGradRules[] = {
     // Fused ops (passes/Fusion.cpp).
     {"MaskedSoftmax", maskedSoftmaxRule},
     {"FusedElementwise", fusedElementwiseRule},
+    {"FusedGemm", fusedGemmRule},
 };
 
 ShapeRule findRule(std::string_view domain, std::string_view opType) {

@@ -216,6 +216,26 @@ public:
   }
 };
 
+/// pipec:FusedGemm: Y = A'B' (cuBLAS), then the epilogue in place: Y +=
+/// bias (a broadcast add) and the activation (a unary kernel).
+class FusedGemmKernel final : public Kernel {
+public:
+  Gemm g;
+  bool hasBias = false, hasAct = false;
+  UnaryOp act = UnaryOp::Relu;
+  body::Broadcast y, bias;
+  int64_t outElems = 0;
+
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    auto *dst = static_cast<float *>(out[0]);
+    PIPEC_TRY(g.run(ctx.stream, static_cast<const float *>(in[0]), static_cast<const float *>(in[1]), dst, 0.0f));
+    if (hasBias)
+      PIPEC_TRY(launchBinary(body::BinaryOp::Add, dst, y, static_cast<const float *>(in[2]), bias, dst, outElems,
+                             ctx.stream));
+    return hasAct ? launchUnary(act, dst, dst, outElems, ctx.stream) : Status::ok();
+  }
+};
+
 class ReduceSumKernel final : public Kernel {
 public:
   ReduceSumKernel(body::Reduction r, int64_t outN) : r_(r), outN_(outN) {}
@@ -726,7 +746,7 @@ Expected<KernelPtr> makeEinsum(const OpDesc &d) {
   // The operands' roles swapped: run with the inputs exchanged.
   return launchKernel([kk = std::shared_ptr<GemmKernel>(k.release())](ExecContext &ctx, const void *const *in,
                                                                      void *const *out) {
-    const void *swapped[2] = {in[1], in[0]};
+    const void *swapped[3] = {in[1], in[0], nullptr}; // GemmKernel reads no C here
     return kk->run(ctx, swapped, out);
   });
 }
@@ -750,6 +770,38 @@ Expected<KernelPtr> makeGemm(const OpDesc &d) {
   if (k->hasC)
     k->c = broadcastOf(d.inputs[2].shape, d.outputs[0].shape);
   k->outElems = d.outputs[0].numel();
+  return KernelPtr(k.release());
+}
+
+Expected<KernelPtr> makeFusedGemm(const OpDesc &d) {
+  const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
+  auto k = std::make_unique<FusedGemmKernel>();
+  Gemm &g = k->g;
+  g.ta = attrInt(d.attrs, "transA", 0) != 0;
+  g.tb = attrInt(d.attrs, "transB", 0) != 0;
+  if (a.size() < 2 || b.size() != 2 || (g.ta && a.size() != 2))
+    return errorf(d.where(), ": A must have rank 2 or more (2 with transA) and B rank 2");
+  g.k = g.ta ? a[0] : a.back();
+  g.m = g.ta ? a[1] : prodDims(a, 0, a.size() - 1);
+  g.n = g.tb ? b[0] : b[1];
+  if ((g.tb ? b[1] : b[0]) != g.k)
+    return errorf(d.where(), ": inner dimensions differ: ", shapeStr(a), " x ", shapeStr(b));
+  const Shape &out = d.outputs[0].shape;
+  k->outElems = d.outputs[0].numel();
+  k->y = broadcastOf(out, out);
+  k->hasBias = d.hasInput(2);
+  if (k->hasBias)
+    k->bias = broadcastOf(d.inputs[2].shape, out);
+  const std::string act = attrString(d.attrs, "activation", "");
+  k->hasAct = !act.empty();
+  if (act == "Relu")
+    k->act = UnaryOp::Relu;
+  else if (act == "Gelu")
+    k->act = UnaryOp::GeluErf;
+  else if (act == "GeluTanh")
+    k->act = UnaryOp::GeluTanh;
+  else if (k->hasAct)
+    return errorf(d.where(), ": unknown activation '", act, "' (Relu, Gelu or GeluTanh)");
   return KernelPtr(k.release());
 }
 
@@ -785,6 +837,7 @@ const std::map<std::string, Factory> &table() {
       {"pipec:SoftmaxGrad", makeSoftmaxGrad},
       {"pipec:MaskedSoftmax", makeMaskedSoftmax},
       {"pipec:FusedElementwise", makeFusedElementwise},
+      {"pipec:FusedGemm", makeFusedGemm},
       {"Einsum", makeEinsum},
       {"SoftmaxCrossEntropyLoss", makeSce},
       {"pipec:SoftmaxCrossEntropyLossGrad", makeSce},

@@ -37,7 +37,7 @@ def cases(root):
     # Names that are not UTF-8 (graph, node and tensor names): the report's
     # JSON and the plan's protobuf strings once threw.
     m = model([h.make_node("MatMul", ["xQQQQ", "wQQQQ"], ["hQQQQ"], name="nodeQQQQ"),
-               h.make_node("Relu", ["hQQQQ"], ["yQQQQ"], name="reluQQQQ")],
+               h.make_node("Sigmoid", ["hQQQQ"], ["yQQQQ"], name="sigmoidQQQQ")],
               [vi("xQQQQ", ["batch", 4])], [vi("yQQQQ", ["batch", 3])],
               [nh.from_array(np.ones((4, 3), np.float32), "wQQQQ")], name="graphQQQQ")
     save(root, "invalid-utf8", m, lambda b: b.replace(b"QQQQ", b"\xff\xfe\xc3\x28"))

@@ -242,6 +242,84 @@ struct ShiftedRun {
   }
 };
 
+// pipec:FusedGemm (fuse-gemm-epilogue) against its unfused nodes, MatMul or
+// Gemm, Add of the bias and the activation, on each path its product can
+// take: sgemm tiles (B not transposed), a oneDNN matmul (B transposed) and
+// the packed one (inference on a layer's weights), in training and
+// inference. On the sgemm path the epilogue computes what the Add and the
+// activation kernels do, bit for bit; oneDNN's post-ops add the bias as
+// the Add does and round their GELUs as oneDNN's eltwise kernels do
+// (within 2e-6 of the value here). Every path gives the same bits on one
+// and two threads.
+TEST(LinalgKernels, FusedGemmEqualsItsUnfusedNodes) {
+  struct Case {
+    Shape a;
+    int64_t N;
+    bool tb, training, exact;
+  };
+  const Case cases[] = {{{2, 16, 64}, 48, false, true, true},     // sgemm tiles
+                        {{32, 256}, 64, true, true, false},       // oneDNN matmul
+                        {{128, 1024}, 256, true, false, false},   // packed (inference)
+                        {{600, 512}, 512, false, false, true}};   // sgemm, several tiles
+  for (const Case &c : cases)
+    for (const char *act : {"", "Relu", "Gelu", "GeluTanh"})
+      for (bool bias : {false, true}) {
+        if (!bias && !*act)
+          continue;
+        const int64_t K = c.a.back();
+        const std::string what = cat(shapeStr(c.a), " N=", c.N, " tb=", c.tb, " act=", act, " bias=", bias,
+                                     c.training ? " training" : " inference");
+        Tensor A = randomF32(c.a, static_cast<uint32_t>(K + c.N));
+        Tensor B = randomF32(c.tb ? Shape{c.N, K} : Shape{K, c.N}, static_cast<uint32_t>(3 * K));
+        Tensor bv = randomF32({c.N}, static_cast<uint32_t>(c.N));
+        Shape ys(c.a.begin(), c.a.end() - 1);
+        ys.push_back(c.N);
+        ExecContext ctx;
+        ctx.training = c.training;
+        AttrMap at{{"transB", Attribute::ofInt(c.tb)}};
+        if (*act)
+          at["activation"] = Attribute::ofString(act);
+        std::vector<TensorDesc> ins{A.desc(), B.desc()};
+        std::vector<Tensor> vals{A, B};
+        if (bias) {
+          ins.push_back(bv.desc());
+          vals.push_back(bv);
+        }
+        OpDesc fd = makeDesc("FusedGemm", ins, {{DType::F32, ys}}, at);
+        fd.domain = "pipec";
+        fd.stepInvariant = {false, true, false};
+        std::vector<Tensor> fused = eval(fd, vals, ctx);
+        ASSERT_EQ(fused.size(), 1u) << what;
+        EXPECT_TRUE(sameWithThreads(fd, vals, ctx)) << what;
+        // The unfused nodes: the product on the same path, then the Add,
+        // then the activation.
+        OpDesc pd = c.a.size() == 2 ? makeDesc("Gemm", {A.desc(), B.desc()}, {{DType::F32, ys}},
+                                               {{"transB", Attribute::ofInt(c.tb)}}, 13)
+                                    : makeDesc("MatMul", {A.desc(), B.desc()}, {{DType::F32, ys}});
+        pd.stepInvariant = {false, true};
+        std::vector<Tensor> y = eval(pd, {A, B}, ctx);
+        ASSERT_EQ(y.size(), 1u) << what;
+        if (bias)
+          y = eval(makeDesc("Add", {y[0].desc(), bv.desc()}, {y[0].desc()}, {}, 14), {y[0], bv});
+        if (*act) {
+          const bool gelu = std::string(act) != "Relu";
+          AttrMap ga;
+          if (std::string(act) == "GeluTanh")
+            ga["approximate"] = Attribute::ofString("tanh");
+          y = eval(makeDesc(gelu ? "Gelu" : "Relu", {y[0].desc()}, {y[0].desc()}, ga, gelu ? 20 : 14), {y[0]});
+        }
+        ASSERT_EQ(y.size(), 1u) << what;
+        if (c.exact) {
+          EXPECT_TRUE(fused[0].identical(y[0])) << what;
+          continue;
+        }
+        double worst = 0;
+        for (int64_t i = 0; i < y[0].numel(); ++i)
+          worst = std::max(worst, std::fabs(double(fused[0].data<float>()[i]) - y[0].data<float>()[i]));
+        EXPECT_LE(worst, 2e-6) << what;
+      }
+}
+
 // Gemm with transB at a micro-batch's sizes runs as a prepared oneDNN matmul
 // (runtime/cpu/kernels/DnnlGemm.cpp): its bits may not depend on where the
 // operands lie nor on the thread count, and with ExecContext::accumulate it

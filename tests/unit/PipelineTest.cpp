@@ -194,10 +194,13 @@ struct ModelCase {
   const char *name;
   int64_t microBatch;
   int steps;
+  /// Forward nodes after the passes: the most stages the model can be cut
+  /// into (the MLP's Gemm and Relu of each layer are one pipec:FusedGemm).
+  int maxStages;
 };
 
-const ModelCase kTrainModels[] = {{"mlp-train", 4, 10}, {"gpt-train", 2, 10}, {"cnn-train", 2, 10}};
-const ModelCase kInferModels[] = {{"mlp", 4, 2}, {"gpt", 2, 2}, {"cnn", 2, 2}};
+const ModelCase kTrainModels[] = {{"mlp-train", 4, 10, 5}, {"gpt-train", 2, 10, 50}, {"cnn-train", 2, 10, 21}};
+const ModelCase kInferModels[] = {{"mlp", 4, 2, 4}, {"gpt", 2, 2, 50}, {"cnn", 2, 2, 20}};
 
 } // namespace
 
@@ -216,6 +219,10 @@ TEST(Pipeline, TrainingIsBitwiseIndependentOfStagesAndSchedule) {
         for (unsigned v : {0u, 3u}) {
           if (v == 3 && (c.schedule != "interleaved" || K != 2))
             continue;
+          const bool twoPerDevice = c.schedule == "interleaved" || c.schedule == "zbv";
+          if (K * static_cast<int>(v ? v : twoPerDevice ? 2 : 1) > m.maxStages)
+            continue; // the MLP's 5 nodes: K = 4 with two stages each is refused
+
           c.virtualStages = v;
           std::string what = cat(m.name, " K=", K, " ", schedule, v ? cat(" v=", v) : "");
           RunResult got = run(compile(m.name, m.microBatch, c), m.steps, true);
@@ -421,7 +428,10 @@ TEST(Pipeline, RecomputeGivesBitwiseTheSameTrainingAndLessMemory) {
       bool hasRecompute = false;
       for (const plan::Instruction &ins : lp->plan.devices(0).program())
         hasRecompute = hasRecompute || ins.kind() == plan::Instruction::RECOMPUTE;
-      EXPECT_TRUE(hasRecompute) << m.name << " " << policy;
+      // Selective recomputes the cheap nodes, which the MLP has none of
+      // once each layer's Relu runs in its GEMM's epilogue.
+      if (std::string(policy) == "full" || std::string(m.name) != "mlp-train")
+        EXPECT_TRUE(hasRecompute) << m.name << " " << policy;
       // GPipe keeps M micro-batches of activations: full recompute keeps
       // only stage inputs. Selective keeps the GEMM outputs, which may be
       // the peak already (the MLP), and its clones' buffers can place less
@@ -443,7 +453,7 @@ TEST(Pipeline, InferenceIsBitwiseIndependentOfStages) {
       Config c = base;
       c.K = K;
       expectSame(ref, run(compile(m.name, m.microBatch, c), m.steps, false), cat(m.name, " K=", K));
-      // Two stages per device (the inference MLP has 7 nodes: K = 2).
+      // Two stages per device (the inference MLP has 4 nodes: K = 2).
       for (const char *schedule : {"interleaved", "zbv"}) {
         if (K > 2)
           break;
@@ -465,8 +475,10 @@ TEST(Pipeline, FewerMicroBatchesThanStagesCompletes) {
     Config base = c;
     base.schedule = "1f1b";
     base.K = 1;
-    expectSame(run(compile("mlp-train", 4, base), 3, true), run(compile("mlp-train", 4, c), 3, true),
-               cat("M=1 K=4 ", schedule));
+    // zbv's 8 stages need more nodes than the MLP's 5.
+    const char *model = c.schedule == "zbv" ? "gpt-train" : "mlp-train";
+    expectSame(run(compile(model, 4, base), 3, true), run(compile(model, 4, c), 3, true),
+               cat(model, " M=1 K=4 ", schedule));
   }
 }
 

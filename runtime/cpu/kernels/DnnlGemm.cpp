@@ -52,8 +52,8 @@ size_t linalgDnnlGemmScratchBytes(const LinalgDnnlGemm &p) {
 }
 
 Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B, float *C,
-                         void *scratch) {
-  const void *ptrs[3] = {A, B, C};
+                         void *scratch, const float *bias) {
+  const void *ptrs[4] = {A, B, C, bias}; // the bias where the primitive has one
   if (p.packed.valid()) // B's packed copy is kept while its address stays (inference)
     return p.packed.run(ptrs, static_cast<unsigned char *>(linalgAlign(scratch)));
   return p.prim.run(ptrs, linalgAlign(scratch));
@@ -63,25 +63,40 @@ namespace {
 /// Total FLOPs of a batch above which the sgemm path's threads win.
 constexpr double kBatchMaxFlops = 4e6;
 
-/// alpha as an output scale, beta as a sum post-op.
-dnnl::primitive_attr gemmAttr(float alpha, float beta) {
+/// alpha as an output scale, beta as a sum post-op, the epilogue's
+/// activation as an eltwise post-op after it.
+dnnl::primitive_attr gemmAttr(float alpha, float beta, LinalgActivation act) {
   dnnl::primitive_attr attr = linalgDnnlAttr();
   if (alpha != 1.0f)
     attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops po;
+  dnnl::post_ops po;
+  if (beta != 0.0f)
     po.append_sum(beta);
-    attr.set_post_ops(po);
+  switch (act) {
+  case LinalgActivation::None: break;
+  case LinalgActivation::Relu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+  case LinalgActivation::GeluErf: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
+  case LinalgActivation::GeluTanh:
+    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    break;
   }
+  if (po.len() > 0)
+    attr.set_post_ops(po);
   return attr;
 }
+
+/// The bias row of an epilogue: [1, N] of a 2-D product.
+dnnl::memory::desc biasDesc(int64_t N) { return linalgDnnlPlain({1, N}); }
 } // namespace
 
 LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                       int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                                       float beta, int64_t batch, int64_t sa, int64_t sb,
-                                      int64_t sc) {
+                                      int64_t sc, LinalgActivation act, bool bias) {
   const double macs = double(M) * double(N) * double(K);
+  const bool epilogue = bias || act != LinalgActivation::None;
+  if (epilogue && batch != 1)
+    return nullptr; // the sgemm path's tiles run the epilogue
   if (batch == 1) {
     if (!tb || macs < kOneDnnMinMacs)
       return nullptr;
@@ -105,11 +120,14 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
     };
     memory::desc a = desc(M, K, ta, lda, sa), b = desc(K, N, tb, ldb, sb),
                  c = desc(M, N, false, ldc, sc);
-    const primitive_attr attr = gemmAttr(alpha, beta);
+    const primitive_attr attr = gemmAttr(alpha, beta, act);
     LinalgOneThread one;
-    matmul::primitive_desc pd(matmul::desc(a, b, c), attr, linalgDnnlEngine());
+    matmul::primitive_desc pd(bias ? matmul::desc(a, b, biasDesc(N), c) : matmul::desc(a, b, c), attr,
+                              linalgDnnlEngine());
     made->prim.init<matmul>(pd);
     made->prim.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    if (bias)
+      made->prim.args.emplace_back(DNNL_ARG_BIAS, biasDesc(N));
   } catch (const dnnl::error &) {
     return nullptr;
   }
@@ -118,7 +136,7 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
 
 LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                             int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                                            float beta) {
+                                            float beta, LinalgActivation act, bool bias) {
   if (double(M) * double(N) * double(K) < kPackedMinMacs)
     return nullptr;
   auto made = std::make_unique<LinalgDnnlGemm>();
@@ -130,14 +148,20 @@ LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t
     };
     memory::desc a = plain(M, K, ta, lda), b = plain(K, N, tb, ldb), c = plain(M, N, false, ldc);
     memory::desc any({K, N}, f32, memory::format_tag::any);
-    const primitive_attr attr = gemmAttr(alpha, beta);
+    const primitive_attr attr = gemmAttr(alpha, beta, act);
     LinalgOneThread one;
-    matmul::primitive_desc pd(matmul::desc(a, any, c), attr, linalgDnnlEngine());
+    matmul::primitive_desc pd(bias ? matmul::desc(a, any, biasDesc(N), c) : matmul::desc(a, any, c), attr,
+                              linalgDnnlEngine());
     if (pd.weights_desc() == b)
       return nullptr; // oneDNN keeps the plain layout: nothing to gain
     made->packed.main.init<matmul>(pd);
     made->packed.main.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, c}};
-    made->packed.addReorders({a, b, c}, {false, false, true});
+    if (bias) {
+      made->packed.main.args.emplace_back(DNNL_ARG_BIAS, biasDesc(N));
+      made->packed.addReorders({a, b, c, biasDesc(N)}, {false, false, true, false});
+    } else {
+      made->packed.addReorders({a, b, c}, {false, false, true});
+    }
     made->packed.keepReordered(1);
     if (made->packed.kept != 1)
       return nullptr;

@@ -51,9 +51,7 @@ struct Sign {
   }
 };
 struct Relu {
-  // A NaN passes through (as PyTorch's relu): a diverging run shows NaN
-  // instead of quietly training on zeros.
-  template <typename T> T operator()(T x) const { return x < T(0) ? T(0) : x; }
+  template <typename T> T operator()(T x) const { return reluOf(x); }
 };
 struct Ceil {
   template <typename T> T operator()(T x) const { return std::ceil(x); }
@@ -149,15 +147,10 @@ struct HardSwish {
   }
 };
 struct GeluErf {
-  template <typename T> T operator()(T x) const {
-    return T(0.5) * x * (T(1) + erfOf(x * T(0.70710678118654752440)));
-  }
+  template <typename T> T operator()(T x) const { return geluErfOf(x); }
 };
 struct GeluTanh {
-  template <typename T> T operator()(T x) const {
-    const T k = T(0.79788456080286535588); // sqrt(2/pi)
-    return T(0.5) * x * (T(1) + tanhOf(k * (x + T(0.044715) * x * x * x)));
-  }
+  template <typename T> T operator()(T x) const { return geluTanhOf(x); }
 };
 struct IsNaN {
   template <typename T> Bool operator()(T x) const { return std::isnan(x) ? 1 : 0; }

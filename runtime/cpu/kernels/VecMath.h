@@ -149,4 +149,20 @@ template <typename T> PIPEC_HD inline T erfOf(T x) {
     return std::erf(x);
 }
 
+/// GELU, exact (erf) form: x/2 (1 + erf(x / sqrt 2)). The Gelu kernel and
+/// the GEMM epilogue (LinalgCommon.h) both use it.
+template <typename T> PIPEC_HD inline T geluErfOf(T x) {
+  return T(0.5) * x * (T(1) + erfOf(x * T(0.70710678118654752440)));
+}
+
+/// GELU, tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <typename T> PIPEC_HD inline T geluTanhOf(T x) {
+  const T k = T(0.79788456080286535588); // sqrt(2/pi)
+  return T(0.5) * x * (T(1) + tanhOf(k * (x + T(0.044715) * x * x * x)));
+}
+
+/// Relu; a NaN passes through (as PyTorch's relu): a diverging run shows
+/// NaN instead of quietly training on zeros.
+template <typename T> PIPEC_HD inline T reluOf(T x) { return x < T(0) ? T(0) : x; }
+
 } // namespace pipec::cpu

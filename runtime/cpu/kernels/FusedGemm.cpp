@@ -1,0 +1,97 @@
+//===- runtime/cpu/kernels/FusedGemm.cpp - A GEMM with a bias and activation epilogue ===//
+//
+// pipec:FusedGemm(A, B[, bias]) {transA, transB, activation}, made by
+// fuse-gemm-epilogue (passes/Fusion.cpp) from Gemm or MatMul, a bias Add
+// and a Relu or Gelu: Y = act(A' B' + bias), f32. A is [..., K] (the
+// leading axes folded into M; [K, M] with transA, rank 2 only), B is [K, N]
+// ([N, K] with transB), the bias [N].
+//
+// One LinalgBatchedGemm with an epilogue (LinalgCommon.h): where the
+// product runs as a oneDNN matmul (B transposed, or a layer's weights
+// packed in inference) the bias and activation are the primitive's bias
+// and eltwise post-op; on the sgemm path each tile of Y gets them right
+// after its product, while it is in cache. Either way Y is written once
+// instead of three times. The primitive's post-ops round as oneDNN's
+// eltwise kernels do (its GELU approximations are its own), so a fused
+// graph's results differ from the unfused one's by rounding; the path a
+// GEMM takes depends on its shape and on training or inference only, not
+// on the thread count (a primitive runs on one thread, the tiles are
+// fixed by the shape), so results stay independent of it.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/LinalgCommon.h"
+
+namespace pipec::cpu {
+
+namespace {
+
+class FusedGemmKernel final : public Kernel {
+public:
+  explicit FusedGemmKernel(LinalgBatchedGemm<float> g) : g_(std::move(g)) { g_.prepare(); }
+  size_t workspaceBytes() const override { return g_.workspaceBytes(); }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    // A step-invariant B (the layer's weights) runs packed in inference.
+    return g_.runPrepared(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                          static_cast<float *>(out[0]), ctx.workspace, !ctx.training,
+                          g_.bias ? static_cast<const float *>(in[2]) : nullptr);
+  }
+
+private:
+  LinalgBatchedGemm<float> g_;
+};
+
+/// pipec:FusedGemm's `activation` attribute, or an error naming it.
+Expected<LinalgActivation> activationOf(const OpDesc &d) {
+  const std::string a = attrString(d.attrs, "activation", "");
+  if (a.empty())
+    return LinalgActivation::None;
+  if (a == "Relu")
+    return LinalgActivation::Relu;
+  if (a == "Gelu")
+    return LinalgActivation::GeluErf;
+  if (a == "GeluTanh")
+    return LinalgActivation::GeluTanh;
+  return errorf(d.where(), ": unknown activation '", a, "' (Relu, Gelu or GeluTanh)");
+}
+
+} // namespace
+
+Expected<KernelPtr> makeFusedGemmKernel(const OpDesc &d) {
+  if (d.inputs.size() < 2 || d.inputs.size() > 3 || !d.hasInput(0) || !d.hasInput(1) ||
+      d.outputs.size() != 1)
+    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(), " and ",
+                  d.outputs.size());
+  for (size_t i = 0; i < d.inputs.size(); ++i)
+    if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
+      return errorf(d.where(), ": input ", i, " is ", d.inputs[i].str(), "; FusedGemm takes f32");
+  PIPEC_ASSIGN(LinalgActivation act, activationOf(d));
+  const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
+  const bool ta = attrInt(d.attrs, "transA", 0) != 0, tb = attrInt(d.attrs, "transB", 0) != 0;
+  if (a.size() < 2 || b.size() != 2 || (ta && a.size() != 2))
+    return errorf(d.where(), ": A must have rank 2 or more (2 with transA) and B rank 2, got ", shapeStr(a),
+                  " and ", shapeStr(b));
+  LinalgBatchedGemm<float> g;
+  g.ta = ta;
+  g.tb = tb;
+  g.K = ta ? a[0] : a.back();
+  g.M = ta ? a[1] : numElements(Shape(a.begin(), a.end() - 1));
+  g.N = tb ? b[0] : b[1];
+  if ((tb ? b[1] : b[0]) != g.K)
+    return errorf(d.where(), ": inner dimensions differ: ", shapeStr(a), " x ", shapeStr(b));
+  Shape want = ta ? Shape{g.M} : Shape(a.begin(), a.end() - 1);
+  want.push_back(g.N);
+  if (d.outputs[0].shape != want || d.outputs[0].dtype != DType::F32)
+    return errorf(d.where(), ": output ", d.outputs[0].str(), ", expected f32", shapeStr(want));
+  g.bias = d.hasInput(2);
+  if (g.bias && d.inputs[2].numel() != g.N)
+    return errorf(d.where(), ": the bias ", d.inputs[2].str(), " must have N = ", g.N, " values");
+  g.act = act;
+  g.lda = ta ? g.M : g.K;
+  g.ldb = tb ? g.K : g.N;
+  g.ldc = g.N;
+  g.aOff = g.bOff = g.cOff = {0};
+  g.bStepInvariant = d.isStepInvariant(1);
+  return KernelPtr(new FusedGemmKernel(std::move(g)));
+}
+
+} // namespace pipec::cpu
