@@ -1,7 +1,7 @@
 //===- passes/Fusion.cpp - Pattern fusions of exported subgraphs ----------===//
 //
 // Passes `fuse-layernorm`, `fuse-gelu`, `fuse-masked-softmax`,
-// `fuse-gemm-epilogue` and `fuse-elementwise`.
+// `fuse-attention`, `fuse-gemm-epilogue` and `fuse-elementwise`.
 // torch.onnx.export before opset
 // 17 (and many other exporters) writes LayerNorm and GELU as chains of
 // elementwise and reduction nodes; each node is a kernel and a pass over
@@ -24,6 +24,17 @@
 //                   or h * (h * h), then Add 1 and the same products
 //                   -> Gelu(h) (approximate "tanh"; torch's
 //                   gelu(approximate='tanh') and GPT-2's written-out form)
+//   fuse-attention  MatMul(Q, KT) -> MaskedSoftmax (or Softmax over the last
+//                   axis of the scores scaled by a constant (Mul or Div),
+//                   plus an f32 mask that is a constant or a graph input)
+//                   -> MatMul(P, V), with Q [..., s, d], KT [..., d, t] and
+//                   V [..., t, dv] of one batch, every inner value read once
+//                   -> pipec:Attention(Q, KT, V[, mask]) {scale, mask "none",
+//                   "add" or "bool", fill, fill_when}: the scores live in a
+//                   per-thread buffer, never in the arena; its gradient is
+//                   one pipec:AttentionGrad that recomputes them
+//                   (runtime/cpu/kernels/Attention.cpp). Runs after
+//                   fuse-masked-softmax, before autodiff.
 //   fuse-gemm-epilogue
 //                   Gemm(A, B[, c]) (alpha 1; c a bias [N] at beta 1) or
 //                   MatMul(A, B) with B 2-D, then Add of a bias [N] (either
@@ -421,6 +432,126 @@ Expected<bool> fuseMaskedSoftmax(ir::Graph &g, ir::Node *sm, Erased &erased) {
   return true;
 }
 
+/// The scaled scores `v` read by `reader`: `v` itself when a MatMul makes
+/// it (scale 1), or Mul(s, c) / Div(s, c) of such an s by a constant;
+/// the scaling node, if any, goes to `dead`. Null if `v` is neither.
+ir::Node *scoresProduct(ir::Value *v, ir::Node *reader, float &scale, std::vector<ir::Node *> &dead) {
+  ir::Node *p = v ? v->producer() : nullptr;
+  if (!p || onlyUser(v) != reader)
+    return nullptr;
+  if (p->is("MatMul")) {
+    scale = 1.0f;
+    return p;
+  }
+  float c = 0;
+  ir::Value *s = nullptr;
+  if (p->is("Div") && scalarConst(p->input(1), c) && c != 0.0f) {
+    s = p->input(0);
+    c = 1.0f / c;
+  } else if (p->is("Mul") && p->numInputs() == 2) {
+    for (int k = 0; k < 2 && !s; ++k)
+      if (scalarConst(p->input(k), c))
+        s = p->input(1 - k);
+  }
+  ir::Node *mm = s ? s->producer() : nullptr;
+  if (!mm || !mm->is("MatMul") || onlyUser(s) != p || s->type() != v->type())
+    return nullptr;
+  scale = c;
+  dead.push_back(p);
+  return mm;
+}
+
+/// Whether `m` may be an additive attention mask of `scores`: f32, no
+/// gradient wanted (a constant or a graph input), broadcasting to them.
+bool additiveMask(const ir::Value *m, const ir::Value *scores) {
+  if (!isF32(m) || m->isTrainable() || (!m->isConstant() && !m->isGraphInput()))
+    return false;
+  const Shape &ms = m->type().shape, &ss = scores->type().shape;
+  if (ms.size() > ss.size())
+    return false;
+  for (size_t a = 0; a < ms.size(); ++a)
+    if (ms[a] != 1 && ms[a] != ss[a + ss.size() - ms.size()])
+      return false;
+  return true;
+}
+
+/// fuse-attention at the MatMul `pv` (P times V); false if the chain is
+/// not there.
+Expected<bool> fuseAttention(ir::Graph &g, ir::Node *pv, Erased &erased) {
+  if (pv->numInputs() != 2)
+    return false;
+  ir::Value *p = pv->input(0), *v = pv->input(1);
+  ir::Node *sm = p ? p->producer() : nullptr;
+  if (!sm || onlyUser(p) != pv || !isF32(p) || !isF32(v))
+    return false;
+  std::vector<ir::Node *> dead{sm};
+  AttrMap attrs;
+  ir::Node *qk = nullptr;
+  ir::Value *mask = nullptr;
+  float scale = 1.0f;
+  if (sm->domain() == "pipec" && sm->opType() == "MaskedSoftmax") {
+    qk = sm->input(0) ? sm->input(0)->producer() : nullptr;
+    if (!qk || !qk->is("MatMul") || onlyUser(sm->input(0)) != sm)
+      return false;
+    mask = sm->input(1);
+    scale = attrFloat(sm->attrs(), "scale", 1.0f);
+    attrs["mask"] = Attribute::ofString("bool");
+    attrs["fill"] = Attribute::ofFloat(attrFloat(sm->attrs(), "fill", -INFINITY));
+    attrs["fill_when"] = Attribute::ofInt(attrInt(sm->attrs(), "fill_when", 1));
+  } else if (sm->is("Softmax")) {
+    ir::Value *x = sm->input(0);
+    const int64_t rank = x && x->typeKnown() ? static_cast<int64_t>(x->type().shape.size()) : 0;
+    int64_t axis = attrInt(sm->attrs(), "axis", g.opset("") < 13 ? 1 : -1);
+    if (axis < 0)
+      axis += rank;
+    if (rank < 2 || axis != rank - 1)
+      return false;
+    qk = scoresProduct(x, sm, scale, dead);
+    ir::Node *add = x->producer();
+    if (!qk && add && add->is("Add") && add->numInputs() == 2 && onlyUser(x) == sm) {
+      // Add(scaled scores, mask), either order.
+      for (int k = 0; k < 2 && !qk; ++k) {
+        std::vector<ir::Node *> d2;
+        float c = 1.0f;
+        ir::Node *mm = scoresProduct(add->input(k), add, c, d2);
+        if (mm && add->input(k)->type() == x->type() && additiveMask(add->input(1 - k), x)) {
+          qk = mm;
+          scale = c;
+          mask = add->input(1 - k);
+          dead.push_back(add);
+          dead.insert(dead.end(), d2.begin(), d2.end());
+        }
+      }
+    }
+    if (!qk)
+      return false;
+    attrs["mask"] = Attribute::ofString(mask ? "add" : "none");
+  } else {
+    return false;
+  }
+  // Q [..., s, d], KT [..., d, t], V [..., t, dv], one batch.
+  ir::Value *q = qk->input(0), *kT = qk->input(1);
+  if (!isF32(q) || !isF32(kT) || qk->numInputs() != 2)
+    return false;
+  const Shape &qs = q->type().shape, &ks = kT->type().shape, &vs = v->type().shape;
+  const size_t r = qs.size();
+  if (r < 2 || ks.size() != r || vs.size() != r || !std::equal(qs.begin(), qs.end() - 2, ks.begin()) ||
+      !std::equal(qs.begin(), qs.end() - 2, vs.begin()) || ks[r - 2] != qs[r - 1] || vs[r - 2] != ks[r - 1])
+    return false;
+  attrs["scale"] = Attribute::ofFloat(scale);
+  dead.push_back(qk);
+  std::vector<ir::Value *> inputs{q, kT, v};
+  if (mask)
+    inputs.push_back(mask);
+  erased.insert(pv);
+  erased.insert(dead.begin(), dead.end());
+  PIPEC_TRY(g.replaceNode(pv, scopedName(g, pv, "Attention"), "Attention", "pipec", inputs, std::move(attrs))
+                .status());
+  for (ir::Node *d : dead) // readers before producers
+    g.eraseNode(d);
+  return true;
+}
+
 /// A pattern fusion: tries `fuse` at every node of op `anchor`, in graph
 /// order, skipping nodes an earlier rewrite erased.
 class PatternFusion final : public Pass {
@@ -749,6 +880,11 @@ std::unique_ptr<Pass> createFuseGeluPass() {
   return std::make_unique<PatternFusion>(
       "fuse-gelu", std::vector<std::pair<const char *, PatternFusion::Fuse>>{{"Erf", &fuseGelu},
                                                                              {"Tanh", &fuseGeluTanh}});
+}
+std::unique_ptr<Pass> createFuseAttentionPass() {
+  return std::make_unique<PatternFusion>("fuse-attention",
+                                         std::vector<std::pair<const char *, PatternFusion::Fuse>>{
+                                             {"MatMul", &fuseAttention}});
 }
 std::unique_ptr<Pass> createFuseMaskedSoftmaxPass() {
   return std::make_unique<PatternFusion>("fuse-masked-softmax",

@@ -89,6 +89,62 @@ Status fusedGemmRule(const ShapeContext &ctx, Outputs &out) {
   return Status::ok();
 }
 
+namespace {
+/// Checks pipec:Attention's Q [..., s, d], KT [..., d, t], V [..., t, dv]
+/// and mask (input 3 unless the mask attribute is "none"); returns O's
+/// type [..., s, dv].
+Expected<TensorDesc> attentionOutput(const ShapeContext &ctx) {
+  for (size_t i = 0; i < 3; ++i)
+    PIPEC_TRY(expectFloat(ctx, i));
+  const TensorDesc &q = ctx.inputType(0), &kT = ctx.inputType(1), &v = ctx.inputType(2);
+  const size_t r = q.shape.size();
+  if (r < 2 || kT.shape.size() != r || v.shape.size() != r || kT.dtype != q.dtype || v.dtype != q.dtype ||
+      !std::equal(q.shape.begin(), q.shape.end() - 2, kT.shape.begin()) ||
+      !std::equal(q.shape.begin(), q.shape.end() - 2, v.shape.begin()) || kT.shape[r - 2] != q.shape[r - 1] ||
+      v.shape[r - 2] != kT.shape[r - 1])
+    return ctx.error(cat("Q ", q.str(), ", KT ", kT.str(), " and V ", v.str(),
+                         " are not [..., s, d], [..., d, t] and [..., t, dv] of one type"));
+  const std::string kind = attrString(ctx.attrs(), "mask", "none");
+  if (kind != "none" && kind != "add" && kind != "bool")
+    return ctx.error(cat("unknown mask kind '", kind, "' (none, add or bool)"));
+  if (kind != "none") {
+    if (ctx.numInputs() < 4 || !ctx.hasInput(3))
+      return ctx.error(cat("a '", kind, "' mask needs input 3"));
+    const TensorDesc &m = ctx.inputType(3);
+    Shape scores(q.shape.begin(), q.shape.end() - 1);
+    scores.push_back(kT.shape.back());
+    bool fits = m.rank() <= static_cast<int64_t>(scores.size()) &&
+                (kind == "bool" ? m.dtype == DType::Bool : m.dtype == q.dtype);
+    for (int64_t a = 0; fits && a < m.rank(); ++a) {
+      const int64_t d = m.shape[a], sd = scores[a + scores.size() - m.rank()];
+      fits = d == 1 || d == sd;
+    }
+    if (!fits)
+      return ctx.error(cat("the '", kind, "' mask ", m.str(), " does not broadcast to the scores ",
+                           shapeStr(scores)));
+  }
+  Shape o(q.shape.begin(), q.shape.end() - 1);
+  o.push_back(v.shape.back());
+  return TensorDesc{q.dtype, o};
+}
+} // namespace
+
+/// pipec:Attention(Q, KT, V[, mask]) -> O [..., s, dv].
+Status attentionRule(const ShapeContext &ctx, Outputs &out) {
+  PIPEC_ASSIGN(out[0], attentionOutput(ctx));
+  return Status::ok();
+}
+
+/// pipec:AttentionGrad(Q, KT, V[, mask], dO) -> dQ, dKT, dV of their inputs' types.
+Status attentionGradRule(const ShapeContext &ctx, Outputs &out) {
+  PIPEC_ASSIGN(TensorDesc o, attentionOutput(ctx));
+  if (ctx.inputType(ctx.numInputs() - 1) != o)
+    return ctx.error(cat("dO is ", ctx.inputType(ctx.numInputs() - 1).str(), ", expected ", o.str()));
+  for (size_t i = 0; i < 3; ++i)
+    out[i] = ctx.inputType(i);
+  return Status::ok();
+}
+
 /// pipec:MaskedSoftmax(x, cond): x float, cond bool broadcasting to x
 /// (right-aligned); y has x's type.
 Status maskedSoftmaxRule(const ShapeContext &ctx, Outputs &out) {

@@ -140,5 +140,7 @@ Status batchNormScaleGradRule(const ShapeContext &, Outputs &);
 Status maskedSoftmaxRule(const ShapeContext &, Outputs &);
 Status fusedElementwiseRule(const ShapeContext &, Outputs &);
 Status fusedGemmRule(const ShapeContext &, Outputs &);
+Status attentionRule(const ShapeContext &, Outputs &);
+Status attentionGradRule(const ShapeContext &, Outputs &);
 
 } // namespace pipec::ir::shape

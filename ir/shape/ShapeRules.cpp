@@ -167,6 +167,8 @@ const RuleEntry kGradRules[] = {
     {"MaskedSoftmax", maskedSoftmaxRule},
     {"FusedElementwise", fusedElementwiseRule},
     {"FusedGemm", fusedGemmRule},
+    {"Attention", attentionRule},
+    {"AttentionGrad", attentionGradRule},
 };
 
 ShapeRule findRule(std::string_view domain, std::string_view opType) {

@@ -103,6 +103,7 @@ const GradEntry kGradRules[] = {
 /// The fused ops of the domain pipec (passes/Fusion.cpp).
 const GradEntry kPipecGradRules[] = {
     {"MaskedSoftmax", maskedSoftmaxGrad},
+    {"Attention", attentionGrad},
 };
 
 } // namespace

@@ -181,6 +181,7 @@ Status nllLossGrad(GradContext &);
 // Norm.cpp
 Status softmaxGrad(GradContext &);
 Status maskedSoftmaxGrad(GradContext &);
+Status attentionGrad(GradContext &);
 Status logSoftmaxGrad(GradContext &);
 Status layerNormGrad(GradContext &);
 Status instanceNormGrad(GradContext &);

@@ -60,6 +60,29 @@ Status maskedSoftmaxGrad(GradContext &c) {
   c.setGrad(0, g);
   return Status::ok();
 }
+// pipec:Attention(Q, KT, V[, mask]) (fuse-attention): one
+// pipec:AttentionGrad(Q, KT, V[, mask], dO) recomputes the probabilities
+// from the inputs (the forward keeps no scores) and gives dQ, dKT and dV
+// (runtime/cpu/kernels/Attention.cpp). A bool mask's fill must make its
+// probabilities exactly 0, as for MaskedSoftmax.
+Status attentionGrad(GradContext &c) {
+  const bool masked = attrString(c.attrs(), "mask", "none") != "none";
+  if (masked && c.needsGrad(3))
+    return c.error("the attention mask cannot be differentiated");
+  if (!c.needsGrad(0) && !c.needsGrad(1) && !c.needsGrad(2))
+    return Status::ok();
+  if (attrString(c.attrs(), "mask", "none") == "bool" && !(attrFloat(c.attrs(), "fill", -INFINITY) <= -1e30f))
+    return c.error("the fill must be -1e30 or below (its probability exactly 0)");
+  std::vector<ir::Value *> in{c.input(0), c.input(1), c.input(2)};
+  if (masked)
+    in.push_back(c.input(3));
+  in.push_back(c.outGrad(0));
+  PIPEC_ASSIGN(std::vector<ir::Value *> g, c.emitN("AttentionGrad", in, 3, c.attrs(), "pipec"));
+  for (size_t i = 0; i < 3; ++i)
+    if (c.needsGrad(i))
+      c.setGrad(i, g[i]);
+  return Status::ok();
+}
 Status logSoftmaxGrad(GradContext &c) { return softmaxLike(c, "LogSoftmaxGrad"); }
 
 Status layerNormGrad(GradContext &c) {

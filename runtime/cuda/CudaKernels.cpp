@@ -236,6 +236,75 @@ public:
   }
 };
 
+/// pipec:Attention and pipec:AttentionGrad (runtime/cpu/kernels/
+/// Attention.cpp has the formulas): the batched products by cuBLAS, the
+/// scores and their gradients in the workspace (three [batch, s, t]
+/// buffers), the scale, mask and softmax by the element and row kernels.
+class AttentionKernel final : public Kernel {
+public:
+  int64_t batch = 1, s = 0, d = 0, t = 0, dv = 0;
+  int mask = 0; ///< 0 none, 1 add, 2 bool
+  float scale = 1.0f, fill = -INFINITY;
+  bool fillWhen = true, grad = false;
+  body::Broadcast same, maskBc;
+
+  size_t workspaceBytes() const override { return 3 * sizeof(float) * static_cast<size_t>(batch * s * t); }
+
+  /// C[b] = op(A[b]) op(B[b]), [m, n] from [m, k] and [k, n] (before the ops).
+  Status gemm(void *stream, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+              float *c) const {
+    Gemm g;
+    g.ta = ta;
+    g.tb = tb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.batch = batch;
+    g.strideA = m * k;
+    g.strideB = k * n;
+    g.strideY = m * n;
+    return g.run(stream, a, b, c, 0.0f);
+  }
+
+  /// The probabilities into one of the buffers `w0`, `w1` (the other is
+  /// scratch); returns which.
+  Expected<float *> probabilities(void *stream, const float *q, const float *kT, const void *m, float *w0,
+                                  float *w1) const {
+    const int64_t n = batch * s * t;
+    PIPEC_TRY(gemm(stream, false, false, s, t, d, q, kT, w0));
+    if (mask == 2) {
+      PIPEC_TRY(launchMaskedSoftmax(w0, static_cast<const bool *>(m), w1, batch * s, t, maskBc, scale, fill,
+                                    fillWhen, stream));
+      return w1;
+    }
+    PIPEC_TRY(launchBroadcastScale(w0, same, scale, w1, n, stream));
+    if (mask == 1)
+      PIPEC_TRY(launchBinary(body::BinaryOp::Add, w1, same, static_cast<const float *>(m), maskBc, w1, n, stream));
+    PIPEC_TRY(launchSoftmax(false, w1, w0, batch * s, t, 1, stream));
+    return w0;
+  }
+
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    const auto *q = static_cast<const float *>(in[0]), *kT = static_cast<const float *>(in[1]),
+               *v = static_cast<const float *>(in[2]);
+    const void *m = mask ? in[3] : nullptr;
+    const int64_t n = batch * s * t;
+    float *w0 = static_cast<float *>(ctx.workspace), *w1 = w0 + n, *w2 = w1 + n;
+    PIPEC_ASSIGN(float *p, probabilities(ctx.stream, q, kT, m, w0, w1));
+    if (!grad) // O = P V
+      return gemm(ctx.stream, false, false, s, dv, t, p, v, static_cast<float *>(out[0]));
+    const auto *dO = static_cast<const float *>(in[mask ? 4 : 3]);
+    float *dQ = static_cast<float *>(out[0]), *dKT = static_cast<float *>(out[1]), *dV = static_cast<float *>(out[2]);
+    float *dP = p == w0 ? w1 : w0;
+    PIPEC_TRY(gemm(ctx.stream, true, false, t, dv, s, p, dO, dV));  // dV = P^T dO
+    PIPEC_TRY(gemm(ctx.stream, false, true, s, t, dv, dO, v, dP));  // dP = dO V^T
+    PIPEC_TRY(launchSoftmaxGrad(dP, p, w2, batch * s, t, 1, ctx.stream));
+    PIPEC_TRY(launchBroadcastScale(w2, same, scale, w2, n, ctx.stream)); // dS
+    PIPEC_TRY(gemm(ctx.stream, false, true, s, d, t, w2, kT, dQ));  // dQ = dS KT^T
+    return gemm(ctx.stream, true, false, d, t, s, q, w2, dKT);      // dKT = Q^T dS
+  }
+};
+
 class ReduceSumKernel final : public Kernel {
 public:
   ReduceSumKernel(body::Reduction r, int64_t outN) : r_(r), outN_(outN) {}
@@ -805,6 +874,40 @@ Expected<KernelPtr> makeFusedGemm(const OpDesc &d) {
   return KernelPtr(k.release());
 }
 
+Expected<KernelPtr> makeAttention(const OpDesc &d, bool grad) {
+  auto k = std::make_unique<AttentionKernel>();
+  k->grad = grad;
+  const std::string kind = attrString(d.attrs, "mask", "none");
+  k->mask = kind == "add" ? 1 : kind == "bool" ? 2 : 0;
+  if (kind != "none" && kind != "add" && kind != "bool")
+    return errorf(d.where(), ": unknown mask kind '", kind, "'");
+  const size_t want = (grad ? 4u : 3u) + (k->mask ? 1u : 0u);
+  if (d.inputs.size() != want || d.outputs.size() != (grad ? 3u : 1u))
+    return errorf(d.where(), ": expects ", want, " inputs with mask '", kind, "'");
+  for (size_t i = 0; i < d.inputs.size(); ++i)
+    if ((i != 3 || k->mask != 2) && d.inputs[i].dtype != DType::F32)
+      return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype),
+                    "; the CUDA kernels take float32 only");
+  const Shape &q = d.inputs[0].shape, &kT = d.inputs[1].shape, &v = d.inputs[2].shape;
+  const size_t r = q.size();
+  if (r < 2 || kT.size() != r || v.size() != r || kT[r - 2] != q[r - 1] || v[r - 2] != kT[r - 1])
+    return errorf(d.where(), ": Q, KT and V are not [..., s, d], [..., d, t] and [..., t, dv]");
+  k->batch = prodDims(q, 0, r - 2);
+  k->s = q[r - 2];
+  k->d = q[r - 1];
+  k->t = kT[r - 1];
+  k->dv = v[r - 1];
+  k->scale = attrFloat(d.attrs, "scale", 1.0f);
+  k->fill = attrFloat(d.attrs, "fill", -INFINITY);
+  k->fillWhen = attrInt(d.attrs, "fill_when", 1) != 0;
+  Shape scores(q.begin(), q.end() - 1);
+  scores.push_back(k->t);
+  k->same = broadcastOf(scores, scores);
+  if (k->mask)
+    k->maskBc = broadcastOf(d.inputs[3].shape, scores);
+  return KernelPtr(k.release());
+}
+
 using Factory = Expected<KernelPtr> (*)(const OpDesc &);
 const std::map<std::string, Factory> &table() {
   static const std::map<std::string, Factory> t = {
@@ -838,6 +941,8 @@ const std::map<std::string, Factory> &table() {
       {"pipec:MaskedSoftmax", makeMaskedSoftmax},
       {"pipec:FusedElementwise", makeFusedElementwise},
       {"pipec:FusedGemm", makeFusedGemm},
+      {"pipec:Attention", [](const OpDesc &d) { return makeAttention(d, false); }},
+      {"pipec:AttentionGrad", [](const OpDesc &d) { return makeAttention(d, true); }},
       {"Einsum", makeEinsum},
       {"SoftmaxCrossEntropyLoss", makeSce},
       {"pipec:SoftmaxCrossEntropyLossGrad", makeSce},

@@ -61,10 +61,11 @@ TEST(Capacity, GPipeTable1Direction) {
   const CapacityResult &naive = (*rs)[0], &p1 = (*rs)[1], &p8 = (*rs)[4];
   EXPECT_GE(naive.blocks, 2) << "Naive-1 should fit a nontrivial model";
   EXPECT_GT(p1.parameters, naive.parameters);
-  // GPipe's Table 1: 22x (AmoebaNet), 19x (Transformer). Here 19.8x
-  // since the sample's GELU is one fused node (21.9x before: the Erf
-  // chain's intermediates held Naive-1 to 10 blocks, now 12).
-  EXPECT_GT(p8.parameters, 18 * naive.parameters)
+  // GPipe's Table 1: 22x (AmoebaNet), 19x (Transformer). Here 16.5x:
+  // Naive-1 fits 16 blocks since attention is one pipec:Attention node
+  // whose scores are never stashed (12 before, 19.8x; 10 and 21.9x before
+  // the sample's GELU was one fused node).
+  EXPECT_GT(p8.parameters, 15 * naive.parameters)
       << "Pipeline-8 / Naive-1 = " << p8.parameters / naive.parameters;
   for (size_t i = 2; i < rs->size(); ++i)
     EXPECT_GT((*rs)[i].blocks, (*rs)[i - 1].blocks) << (*rs)[i].query.label;

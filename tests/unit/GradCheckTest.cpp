@@ -588,6 +588,30 @@ TEST(GradCheck, MaskedSoftmax) {
     }
 }
 
+// pipec:Attention (fuse-attention): dQ, dKT and dV from one
+// pipec:AttentionGrad, unmasked, with an additive mask broadcast over the
+// heads, and with a causal bool mask (every row keeps its first key).
+TEST(GradCheck, Attention) {
+  int seed = 155;
+  for (const char *kind : {"none", "add", "bool"}) {
+    Builder b(seed++);
+    std::vector<ir::Value *> in{b.param("Q", {2, 3, 4, 5}), b.param("KT", {2, 3, 5, 6}), b.param("V", {2, 3, 6, 2})};
+    AttrMap a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}});
+    if (std::string(kind) == "add") {
+      in.push_back(b.data("M", {1, 4, 6}));
+    } else if (std::string(kind) == "bool") {
+      std::vector<int> m;
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 6; ++j)
+          m.push_back(j > i + 1 ? 1 : 0);
+      in.push_back(b.bools("M", m, {4, 6}));
+      a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}, {"fill", F(-INFINITY)}, {"fill_when", I(1)}});
+    }
+    ir::Value *y = b.node("Attention", in, a, 1, "pipec")[0];
+    gradCheck(cat("Attention mask ", kind), b, y);
+  }
+}
+
 TEST(GradCheck, LayerNormalization) {
   int seed = 160;
   for (int64_t axis : {-1, 1}) {

@@ -1,0 +1,260 @@
+//===- runtime/cpu/kernels/Attention.cpp - pipec:Attention and its gradient ===//
+//
+// pipec:Attention(Q, KT, V[, mask]) {scale, mask, fill, fill_when}, made
+// by fuse-attention (passes/Fusion.cpp) from MatMul(Q, KT), the scale and
+// mask, Softmax and MatMul(P, V):
+//
+//   S = Q KT                  Q [..., s, d], KT [..., d, t]
+//   P = Softmax over t of     S * scale           (mask "none")
+//                             S * scale + mask    (mask "add": f32)
+//                             fill where mask == fill_when, else S * scale
+//                                                 (mask "bool")
+//   O = P V                   V [..., t, dv], O [..., s, dv]
+//
+// The mask broadcasts to [..., s, t] (right-aligned). Each batch entry
+// (the leading axes, equal on Q, KT and V) is one task: its s x t scores
+// live in a buffer of the task's thread, never in the arena, so the
+// scores and probabilities of the unfused graph (two [..., s, t] tensors,
+// written and read three times) cost no memory traffic.
+//
+// pipec:AttentionGrad(Q, KT, V[, mask], dO) -> dQ, dKT, dV recomputes P
+// the same way (nothing of the forward is kept but its inputs) and then
+//   dV = P^T dO,  dP = dO V^T,  dS = scale * P (dP - rowsum(dP P)),
+//   dQ = dS KT^T,  dKT = Q^T dS;
+// masked probabilities are exactly 0 (fills of -1e30 or below), so dS is
+// 0 there too.
+//
+// Every GEMM is one BLAS call on the task's thread, a row's softmax the
+// Softmax kernel's (SoftmaxRow.h), and tasks are independent: results do
+// not depend on the thread count. f32 and f64 (the gradient checks).
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/ElementwiseCommon.h"
+#include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cpu/kernels/SoftmaxRow.h"
+
+#include <cmath>
+
+namespace pipec::cpu {
+
+namespace {
+using namespace ew;
+
+enum class MaskKind { None, Add, Bool };
+
+/// Sizes and mask layout shared by the forward and the gradient.
+struct AttentionShape {
+  int64_t batch = 1, s = 0, d = 0, t = 0, dv = 0;
+  MaskKind mask = MaskKind::None;
+  std::vector<int64_t> maskRow; ///< per (batch entry, row of S): the mask row's offset
+  int64_t maskStep = 0;         ///< the mask's stride along t (0 or 1)
+  double scale = 1, fill = -INFINITY;
+  bool fillWhen = true;
+};
+
+/// A buffer per thread, grown as needed (the scores and their gradients).
+template <typename T> T *threadBuffer(int slot, size_t n) {
+  thread_local std::vector<T> buf[2];
+  if (buf[slot].size() < n)
+    buf[slot].resize(n);
+  return buf[slot].data();
+}
+
+/// P of batch entry b into `p` [s, t].
+template <typename T>
+void probabilities(const AttentionShape &a, const T *q, const T *kT, const void *mask, int64_t b, T *p) {
+  linalgGemm<T>(false, false, a.s, a.t, a.d, T(1), q + b * a.s * a.d, a.d, kT + b * a.d * a.t, a.t, T(0), p,
+                a.t);
+  const T scale = static_cast<T>(a.scale), fill = static_cast<T>(a.fill);
+  for (int64_t i = 0; i < a.s; ++i) {
+    T *row = p + i * a.t;
+    const int64_t off = a.mask == MaskKind::None ? 0 : a.maskRow[static_cast<size_t>(b * a.s + i)];
+    switch (a.mask) {
+    case MaskKind::None:
+      for (int64_t j = 0; j < a.t; ++j)
+        row[j] = row[j] * scale;
+      break;
+    case MaskKind::Add: {
+      const T *m = static_cast<const T *>(mask) + off;
+      for (int64_t j = 0; j < a.t; ++j)
+        row[j] = row[j] * scale + m[j * a.maskStep];
+      break;
+    }
+    case MaskKind::Bool: {
+      const bool *m = static_cast<const bool *>(mask) + off;
+      for (int64_t j = 0; j < a.t; ++j)
+        row[j] = m[j * a.maskStep] == a.fillWhen ? fill : row[j] * scale;
+      break;
+    }
+    }
+    softmaxRow<T, false>(row, row, a.t);
+  }
+}
+
+/// Runs `f(b)` for every batch entry, each on one thread.
+template <typename F> void perBatch(const AttentionShape &a, F &&f) {
+  parallelTasks(a.batch, a.batch * a.s * a.t * (a.d + a.dv), [&](int64_t b) {
+    LinalgOneThread one;
+    f(b);
+  });
+}
+
+template <typename T> class AttentionKernel final : public Kernel {
+public:
+  explicit AttentionKernel(AttentionShape a) : a_(std::move(a)) {}
+  Status run(ExecContext &, const void *const *in, void *const *out) override {
+    const T *q = static_cast<const T *>(in[0]), *kT = static_cast<const T *>(in[1]),
+            *v = static_cast<const T *>(in[2]);
+    const void *mask = a_.mask == MaskKind::None ? nullptr : in[3];
+    T *o = static_cast<T *>(out[0]);
+    perBatch(a_, [&](int64_t b) {
+      T *p = threadBuffer<T>(0, static_cast<size_t>(a_.s * a_.t));
+      probabilities(a_, q, kT, mask, b, p);
+      linalgGemm<T>(false, false, a_.s, a_.dv, a_.t, T(1), p, a_.t, v + b * a_.t * a_.dv, a_.dv, T(0),
+                    o + b * a_.s * a_.dv, a_.dv);
+    });
+    return Status::ok();
+  }
+
+private:
+  AttentionShape a_;
+};
+
+template <typename T> class AttentionGradKernel final : public Kernel {
+public:
+  explicit AttentionGradKernel(AttentionShape a) : a_(std::move(a)) {}
+  Status run(ExecContext &, const void *const *in, void *const *out) override {
+    const T *q = static_cast<const T *>(in[0]), *kT = static_cast<const T *>(in[1]),
+            *v = static_cast<const T *>(in[2]);
+    const bool masked = a_.mask != MaskKind::None;
+    const void *mask = masked ? in[3] : nullptr;
+    const T *dO = static_cast<const T *>(in[masked ? 4 : 3]);
+    T *dQ = static_cast<T *>(out[0]), *dKT = static_cast<T *>(out[1]), *dV = static_cast<T *>(out[2]);
+    const AttentionShape &a = a_;
+    const T scale = static_cast<T>(a.scale);
+    perBatch(a, [&](int64_t b) {
+      T *p = threadBuffer<T>(0, static_cast<size_t>(a.s * a.t));
+      T *dp = threadBuffer<T>(1, static_cast<size_t>(a.s * a.t));
+      probabilities(a, q, kT, mask, b, p);
+      const T *dOb = dO + b * a.s * a.dv, *vb = v + b * a.t * a.dv;
+      // dV = P^T dO, dP = dO V^T.
+      linalgGemm<T>(true, false, a.t, a.dv, a.s, T(1), p, a.t, dOb, a.dv, T(0), dV + b * a.t * a.dv, a.dv);
+      linalgGemm<T>(false, true, a.s, a.t, a.dv, T(1), dOb, a.dv, vb, a.dv, T(0), dp, a.t);
+      // dS = scale * P (dP - sum_j dP P), in place of dP.
+      for (int64_t i = 0; i < a.s; ++i) {
+        T *pr = p + i * a.t, *gr = dp + i * a.t;
+        const T dot = static_cast<T>(laneSum(a.t, [&](int64_t j) { return double(gr[j]) * double(pr[j]); }));
+        for (int64_t j = 0; j < a.t; ++j)
+          gr[j] = scale * (pr[j] * (gr[j] - dot));
+      }
+      // dQ = dS KT^T, dKT = Q^T dS.
+      linalgGemm<T>(false, true, a.s, a.d, a.t, T(1), dp, a.t, kT + b * a.d * a.t, a.t, T(0),
+                    dQ + b * a.s * a.d, a.d);
+      linalgGemm<T>(true, false, a.d, a.t, a.s, T(1), q + b * a.s * a.d, a.d, dp, a.t, T(0),
+                    dKT + b * a.d * a.t, a.t);
+    });
+    return Status::ok();
+  }
+
+private:
+  AttentionShape a_;
+};
+
+/// Reads and checks the shapes and attributes of a node whose first three
+/// inputs are Q, KT, V and whose mask (if any) is input 3.
+Expected<AttentionShape> attentionShape(const OpDesc &d, size_t numInputsWithoutMask) {
+  AttentionShape a;
+  const std::string kind = attrString(d.attrs, "mask", "none");
+  a.mask = kind == "add" ? MaskKind::Add : kind == "bool" ? MaskKind::Bool : MaskKind::None;
+  if (kind != "none" && kind != "add" && kind != "bool")
+    return errorf(d.where(), ": unknown mask kind '", kind, "' (none, add or bool)");
+  const size_t want = numInputsWithoutMask + (a.mask == MaskKind::None ? 0 : 1);
+  if (d.inputs.size() != want)
+    return errorf(d.where(), ": expects ", want, " inputs with mask '", kind, "', got ", d.inputs.size());
+  for (size_t i = 0; i < d.inputs.size(); ++i)
+    if (!d.hasInput(i))
+      return errorf(d.where(), ": input ", i, " is missing");
+  const Shape &q = d.inputs[0].shape, &kT = d.inputs[1].shape, &v = d.inputs[2].shape;
+  const DType dt = d.inputs[0].dtype;
+  if (q.size() < 2 || kT.size() != q.size() || v.size() != q.size() ||
+      !std::equal(q.begin(), q.end() - 2, kT.begin()) || !std::equal(q.begin(), q.end() - 2, v.begin()) ||
+      kT[kT.size() - 2] != q.back() || v[v.size() - 2] != kT.back())
+    return errorf(d.where(), ": Q ", shapeStr(q), ", KT ", shapeStr(kT), " and V ", shapeStr(v),
+                  " are not [..., s, d], [..., d, t] and [..., t, dv]");
+  if (d.inputs[1].dtype != dt || d.inputs[2].dtype != dt)
+    return errorf(d.where(), ": Q, KT and V differ in type");
+  const size_t r = q.size();
+  a.s = q[r - 2];
+  a.d = q[r - 1];
+  a.t = kT[r - 1];
+  a.dv = v[r - 1];
+  a.batch = numElements(Shape(q.begin(), q.end() - 2));
+  a.scale = attrFloat(d.attrs, "scale", 1.0f);
+  a.fill = attrFloat(d.attrs, "fill", -INFINITY);
+  a.fillWhen = attrInt(d.attrs, "fill_when", 1) != 0;
+  if (a.mask == MaskKind::None)
+    return a;
+  const TensorDesc &m = d.inputs[3];
+  if ((a.mask == MaskKind::Bool) != (m.dtype == DType::Bool) || (a.mask == MaskKind::Add && m.dtype != dt))
+    return errorf(d.where(), ": a '", kind, "' mask of type ", m.str());
+  // The mask's strides along the scores' axes [..., s, t] (0 where it
+  // broadcasts), then the offset of each row.
+  Shape scores(q.begin(), q.end() - 1);
+  scores.push_back(a.t);
+  const int64_t rank = static_cast<int64_t>(scores.size());
+  if (m.rank() > rank)
+    return errorf(d.where(), ": the mask ", m.str(), " does not broadcast to ", shapeStr(scores));
+  std::vector<int64_t> st(static_cast<size_t>(rank), 0);
+  int64_t stride = 1;
+  for (int64_t x = m.rank() - 1; x >= 0; --x) {
+    const int64_t sa = x + rank - m.rank();
+    if (m.shape[x] != 1 && m.shape[x] != scores[sa])
+      return errorf(d.where(), ": the mask ", m.str(), " does not broadcast to ", shapeStr(scores));
+    st[static_cast<size_t>(sa)] = m.shape[x] == 1 ? 0 : stride;
+    stride *= m.shape[x];
+  }
+  a.maskStep = st[static_cast<size_t>(rank - 1)];
+  const int64_t rows = a.batch * a.s;
+  a.maskRow.assign(static_cast<size_t>(rows), 0);
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t rem = row, off = 0;
+    for (int64_t x = rank - 2; x >= 0; --x) {
+      off += rem % scores[x] * st[static_cast<size_t>(x)];
+      rem /= scores[x];
+    }
+    a.maskRow[static_cast<size_t>(row)] = off;
+  }
+  return a;
+}
+
+} // namespace
+
+Expected<KernelPtr> makeAttentionKernel(const OpDesc &d) {
+  PIPEC_ASSIGN(AttentionShape a, attentionShape(d, 3));
+  Shape o(d.inputs[0].shape.begin(), d.inputs[0].shape.end() - 1);
+  o.push_back(a.dv);
+  if (d.outputs.size() != 1)
+    return errorf(d.where(), ": expects 1 output, got ", d.outputs.size());
+  PIPEC_TRY(checkOutput(d, 0, d.inputs[0].dtype, o));
+  return dispatchKernel<kFloats>(d, d.inputs[0].dtype, "input", [&]<typename T>(TypeTag<T>) -> Expected<KernelPtr> {
+    return KernelPtr(new AttentionKernel<T>(a));
+  });
+}
+
+Expected<KernelPtr> makeAttentionGradKernel(const OpDesc &d) {
+  PIPEC_ASSIGN(AttentionShape a, attentionShape(d, 4));
+  if (d.outputs.size() != 3)
+    return errorf(d.where(), ": expects 3 outputs (dQ, dKT, dV), got ", d.outputs.size());
+  const size_t dOAt = d.inputs.size() - 1;
+  Shape o(d.inputs[0].shape.begin(), d.inputs[0].shape.end() - 1);
+  o.push_back(a.dv);
+  if (d.inputs[dOAt].shape != o || d.inputs[dOAt].dtype != d.inputs[0].dtype)
+    return errorf(d.where(), ": dO is ", d.inputs[dOAt].str(), ", expected the output's shape ", shapeStr(o));
+  for (size_t i = 0; i < 3; ++i)
+    PIPEC_TRY(checkOutput(d, i, d.inputs[i].dtype, d.inputs[i].shape));
+  return dispatchKernel<kFloats>(d, d.inputs[0].dtype, "input", [&]<typename T>(TypeTag<T>) -> Expected<KernelPtr> {
+    return KernelPtr(new AttentionGradKernel<T>(a));
+  });
+}
+
+} // namespace pipec::cpu
