@@ -65,6 +65,20 @@ NodeCost forwardCost(const ir::Node &n) {
       bBatch *= static_cast<double>(b[i]);
     if (op == "MatMul" && bBatch > 1 && o.size() >= 2)
       c.calls = numel(out) / (static_cast<double>(o[o.size() - 2]) * static_cast<double>(o.back()));
+  } else if (n.domain() == "pipec" && (op == "Attention" || op == "AttentionGrad")) {
+    // Q [..., s, d], KT [..., d, t], V [..., t, dv]: S = Q KT and O = P V
+    // forward; the gradient recomputes S and forms dV, dP, dQ and dKT
+    // (runtime/cpu/kernels/Attention.cpp), one GEMM call per batch entry.
+    const Shape &q = n.input(0)->shape(), &kT = n.input(1)->shape(), &v = n.input(2)->shape();
+    const double s = static_cast<double>(q[q.size() - 2]), d = static_cast<double>(q.back()),
+                 t = static_cast<double>(kT.back()), dv = static_cast<double>(v.back());
+    double batch = 1;
+    for (size_t i = 0; i + 2 < q.size(); ++i)
+      batch *= static_cast<double>(q[i]);
+    const bool grad = op == "AttentionGrad";
+    c.flops = batch * s * t * (grad ? 2.0 * (3.0 * d + 2.0 * dv) + 10.0 : 2.0 * (d + dv) + 5.0);
+    c.gemm = true;
+    c.calls = batch * (grad ? 5.0 : 2.0);
   } else if (n.domain() == "pipec" && (op == "ConvGradInput" || op == "ConvGradWeight")) {
     // dX = ConvGradInput(dY, W), dW = ConvGradWeight(X, dY): the forward
     // convolution's multiply-adds, once each. The forward output (dY) has

@@ -95,6 +95,36 @@ TEST(CostModel, RooflineAndMeasuredTimes) {
   EXPECT_FALSE(loadOpTimes(path).isOk());
 }
 
+// The fused nodes count their GEMMs: pipec:FusedGemm as its product,
+// pipec:Attention as its two products per batch entry and the softmax,
+// pipec:AttentionGrad as its five products and the rows.
+TEST(CostModel, FusedNodesCountTheirProducts) {
+  ir::Graph g;
+  g.setOpset("", 17);
+  ir::Value *a = *g.addInput("a", TensorDesc{DType::F32, {2, 64, 128}});
+  ir::Value *w = *g.addConstant("w", Tensor(DType::F32, {256, 128}));
+  ir::Value *b = *g.addConstant("b", Tensor(DType::F32, {256}));
+  AttrMap at{{"transB", Attribute::ofInt(1)}, {"activation", Attribute::ofString("Relu")}};
+  ir::Node *fg = *g.addNode("fg", "FusedGemm", "pipec", {a, w, b}, {"y"}, at);
+  fg->output(0)->setType(TensorDesc{DType::F32, {2, 64, 256}});
+  NodeCost c = forwardCost(*fg);
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 2 * 64 * 256 * 128);
+  EXPECT_TRUE(c.gemm);
+  // Q [2, 4, 16, 8], KT [2, 4, 8, 32], V [2, 4, 32, 8]: 8 batch entries.
+  ir::Value *q = *g.addInput("q", TensorDesc{DType::F32, {2, 4, 16, 8}});
+  ir::Value *kt = *g.addInput("kt", TensorDesc{DType::F32, {2, 4, 8, 32}});
+  ir::Value *v = *g.addInput("v", TensorDesc{DType::F32, {2, 4, 32, 8}});
+  ir::Node *att = *g.addNode("att", "Attention", "pipec", {q, kt, v}, {"o"}, {});
+  att->output(0)->setType(TensorDesc{DType::F32, {2, 4, 16, 8}});
+  c = forwardCost(*att);
+  EXPECT_DOUBLE_EQ(c.flops, 8.0 * 16 * 32 * (2.0 * (8 + 8) + 5));
+  EXPECT_DOUBLE_EQ(c.calls, 16);
+  ir::Node *grad = *g.addNode("attg", "AttentionGrad", "pipec", {q, kt, v, att->output(0)}, {"dq", "dkt", "dv"}, {});
+  c = forwardCost(*grad);
+  EXPECT_DOUBLE_EQ(c.flops, 8.0 * 16 * 32 * (2.0 * (3 * 8 + 2 * 8) + 10));
+  EXPECT_DOUBLE_EQ(c.calls, 40);
+}
+
 TEST(Calibrate, SmallRunGivesAValidProfile) {
   CalibrateOptions o;
   o.gemmSize = 128;
