@@ -1,6 +1,8 @@
 //===- runtime/Executor.cpp - Runs one device's instruction stream --------===//
 #include "runtime/Executor.h"
 
+#include "runtime/cpu/ElementwiseJit.h"
+
 #if PIPEC_HAVE_CUDA
 #include "runtime/cuda/CudaKernels.h"
 #endif
@@ -314,10 +316,12 @@ bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
     c.erase(std::remove(c.begin(), c.end(), tensor), c.end());
   }
   accumulates_[producer] = 1;
+  resetSchedule();
   return true;
 }
 
 void DeviceExecutor::setSecondWeightVersion(const std::vector<std::pair<int32_t, void *>> &addr) {
+  resetSchedule();
   operands2_ = operands_;
   for (size_t i = 0; i < operands2_.size(); ++i)
     for (const auto &[at, tensor] : weightOperands_[i])
@@ -343,12 +347,217 @@ void *DeviceExecutor::address(int32_t tensor, unsigned mb) {
   return off < 0 ? nullptr : static_cast<char *>(arena_.get()) + off;
 }
 
-Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
-  using Clock = std::chrono::steady_clock;
-  const plan::Device &dev = lp_.plan.devices(stage_);
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+bool isCompute(plan::Instruction::Kind k) {
+  return k == plan::Instruction::FORWARD || k == plan::Instruction::BACKWARD ||
+         k == plan::Instruction::WEIGHT_GRAD || k == plan::Instruction::RECOMPUTE;
+}
+} // namespace
+
+Status DeviceExecutor::beginInstruction(Run &r, int i) {
+  if (i == r.io->failAtInstruction)
+    return errorf("device ", index_, ": injected failure at instruction ", i);
   const plan::Plan &p = lp_.plan;
+  const plan::Instruction &ins = p.devices(stage_).program(i);
+  const unsigned mb = ins.micro_batch();
+  r.ctx.step = ins.previous_step() ? r.step - 1 : r.step;
+  // Kernels (Dropout's random stream) see the micro-batch's number in the
+  // step: replica r runs micro-batches r*M .. r*M + M - 1.
+  r.ctx.microBatch = static_cast<uint64_t>(replicaBase_ / p.devices_size()) * p.pipeline().num_micro_batches() + mb;
+  for (int32_t t : feedBefore_[i]) {
+    if (!gpu_) {
+      PIPEC_TRY(r.io->feed(t, mb, address(t, mb)));
+      continue;
+    }
+    PIPEC_ASSIGN(void *host, gpu_->staging(p.tensors(t).bytes()));
+    PIPEC_TRY(r.io->feed(t, mb, host));
+    PIPEC_TRY(fromHost(t, mb, host));
+  }
+  stats_.arenaHighWater = std::max(stats_.arenaHighWater, highWater_[i]);
+  r.t0 = Clock::now();
+  return Status::ok();
+}
+
+Status DeviceExecutor::otherInstruction(Run &r, int i) {
+  const plan::Plan &p = lp_.plan;
+  const plan::Instruction &ins = p.devices(stage_).program(i);
+  const unsigned mb = ins.micro_batch();
+  const StepIO &io = *r.io;
+  switch (ins.kind()) {
+  case plan::Instruction::OPTIMIZER:
+    if (!io.optimize)
+      return errorf("device ", index_, ": the plan has an optimizer step but the run is not training");
+    if (gpu_)
+      PIPEC_TRY(gpu_->sync());
+    return io.optimize(index_, ins.previous_step());
+  case plan::Instruction::SEND: {
+    if (!io.transport)
+      return errorf("device ", index_, ": the plan sends tensors but the run has no transport");
+    const size_t bytes = p.tensors(ins.tensor()).bytes();
+    void *src = address(ins.tensor(), mb);
+    if (gpu_) {
+      PIPEC_ASSIGN(src, toHost(ins.tensor(), mb));
+    }
+    PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), src, bytes));
+    stats_.bytesSent += bytes;
+    return Status::ok();
+  }
+  case plan::Instruction::RECV: {
+    if (!io.transport)
+      return errorf("device ", index_, ": the plan receives tensors but the run has no transport");
+    const size_t bytes = p.tensors(ins.tensor()).bytes();
+    void *dst = address(ins.tensor(), mb);
+    if (gpu_) {
+      PIPEC_ASSIGN(dst, gpu_->staging(bytes));
+    }
+    PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), dst, bytes));
+    if (gpu_)
+      PIPEC_TRY(fromHost(ins.tensor(), mb, dst));
+    return Status::ok();
+  }
+  default:
+    return errorf("device ", index_, ": instruction kind ", plan::Instruction::Kind_Name(ins.kind()),
+                  " is not supported by this runtime");
+  }
+}
+
+Status DeviceExecutor::runNode(Run &r, int i, int32_t node, void *const *in, void *const *out) {
+  const unsigned mb = lp_.plan.devices(stage_).program(i).micro_batch();
+  r.ctx.accumulate = accumulates_[node] && mb > 0;
+  Status s = kernels_[node]->run(r.ctx, in, out);
+  if (!s)
+    return s.withContext(cat("device ", index_, " micro-batch ", mb));
+  ++stats_.nodesRun;
+  return Status::ok();
+}
+
+Status DeviceExecutor::endInstruction(Run &r, int i) {
+  const plan::Instruction &ins = lp_.plan.devices(stage_).program(i);
+  const unsigned mb = ins.micro_batch();
+  if (gpu_ && isCompute(ins.kind()))
+    PIPEC_TRY(gpu_->sync().withContext(cat("device ", index_, " micro-batch ", mb))); // kernel time, errors
+  const Clock::time_point t1 = Clock::now();
+  const double dt = seconds(r.t0, t1);
+  switch (ins.kind()) {
+  case plan::Instruction::OPTIMIZER: stats_.optimizerSeconds += dt; break;
+  case plan::Instruction::SEND: stats_.commSeconds += dt; break;
+  case plan::Instruction::RECV: stats_.waitSeconds += dt; break;
+  default: stats_.busySeconds += dt; break;
+  }
+  ++stats_.instructions;
+  if (tracing_) {
+    const bool message = ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV;
+    trace_.push_back({static_cast<int>(ins.kind()), mb, message ? ins.tensor() : -1, replicaBase_ + ins.peer(),
+                      seconds(epoch_, r.t0), seconds(epoch_, t1)});
+  }
+  for (int32_t t : collectAfter_[i]) {
+    if (!gpu_) {
+      PIPEC_TRY(r.io->collect(t, mb, address(t, mb)));
+      continue;
+    }
+    PIPEC_ASSIGN(void *host, toHost(t, mb));
+    PIPEC_TRY(r.io->collect(t, mb, host));
+  }
+  return Status::ok();
+}
+
+// The compiled schedule's calls: each runs one step above on the run it is
+// given and keeps a failure's status there.
+int32_t DeviceExecutor::thunkBegin(void *run, void *i, void *, void *) {
+  Run &r = *static_cast<Run *>(run);
+  r.status = r.ex->beginInstruction(r, static_cast<int>(reinterpret_cast<intptr_t>(i)));
+  return r.status ? 0 : 1;
+}
+int32_t DeviceExecutor::thunkOther(void *run, void *i, void *, void *) {
+  Run &r = *static_cast<Run *>(run);
+  r.status = r.ex->otherInstruction(r, static_cast<int>(reinterpret_cast<intptr_t>(i)));
+  return r.status ? 0 : 1;
+}
+int32_t DeviceExecutor::thunkNode(void *run, void *node, void *, void *) {
+  Run &r = *static_cast<Run *>(run);
+  const CompiledNode &n = *static_cast<const CompiledNode *>(node);
+  r.status = r.ex->runNode(r, n.instruction, n.node, n.in, n.out);
+  return r.status ? 0 : 1;
+}
+int32_t DeviceExecutor::thunkEnd(void *run, void *i, void *, void *) {
+  Run &r = *static_cast<Run *>(run);
+  r.status = r.ex->endInstruction(r, static_cast<int>(reinterpret_cast<intptr_t>(i)));
+  return r.status ? 0 : 1;
+}
+
+bool DeviceExecutor::useCompiled(const StepIO &io) {
+  // The interpreter serves GPUs, node timing, injected failures and two
+  // weight versions (a no-flush plan's operands depend on the run).
+  const char *why = gpu_                       ? "a GPU device"
+                    : !nodeSeconds_.empty()      ? "node times"
+                    : io.failAtInstruction >= 0  ? "an injected failure"
+                    : !operands2_.empty()        ? "two weight versions"
+                                                 : nullptr;
+  if (why) {
+    scheduleMode_ = cat("interpreted (", why, ")");
+    return false;
+  }
+  if (!cpu::codegenEnabled()) {
+    scheduleMode_ = "interpreted (--no-codegen)";
+    return false;
+  }
+  if (!compileTried_)
+    buildSchedule();
+  return compiled_ != nullptr;
+}
+
+void DeviceExecutor::prepareSchedule() {
+  if (!gpu_ && operands2_.empty() && cpu::codegenEnabled() && !compileTried_)
+    buildSchedule();
+}
+
+void DeviceExecutor::buildSchedule() {
+  compileTried_ = true;
+  const plan::Device &dev = lp_.plan.devices(stage_);
+  compiledNodes_.clear();
+  for (int i = 0; i < dev.program_size(); ++i)
+    if (isCompute(dev.program(i).kind()))
+      for (int32_t ni : dev.program(i).nodes())
+        if (kernels_[ni])
+          compiledNodes_.push_back({i, ni, nullptr, nullptr});
+  std::vector<cpu::ScheduleCall> calls;
+  size_t at = 0;
+  auto index = [](int i) { return reinterpret_cast<void *>(static_cast<intptr_t>(i)); };
+  for (int i = 0; i < dev.program_size(); ++i) {
+    const plan::Instruction &ins = dev.program(i);
+    const uint32_t parts = ins.previous_step() ? 2u : 1u;
+    calls.push_back({&thunkBegin, index(i), nullptr, nullptr, parts});
+    if (isCompute(ins.kind())) {
+      void *const *operands = operands_[i].data();
+      for (int32_t ni : ins.nodes()) {
+        if (!kernels_[ni])
+          continue;
+        const plan::Node &n = dev.nodes(ni);
+        CompiledNode &cn = compiledNodes_[at++];
+        cn.in = operands;
+        cn.out = operands + n.inputs_size();
+        operands = cn.out + n.outputs_size();
+        calls.push_back({&thunkNode, &cn, nullptr, nullptr, parts});
+      }
+    } else {
+      calls.push_back({&thunkOther, index(i), nullptr, nullptr, parts});
+    }
+    calls.push_back({&thunkEnd, index(i), nullptr, nullptr, parts});
+  }
+  auto made = cpu::compileSchedule(calls, cat("device ", index_));
+  if (!made) {
+    scheduleMode_ = "interpreted (" + made.status().message() + ")";
+    return;
+  }
+  compiled_ = *made;
+  scheduleMode_ = cat("compiled (", calls.size(), " calls)");
+}
+
+Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
+  const plan::Device &dev = lp_.plan.devices(stage_);
   ctx.workspace = workspace_.data();
-  const uint64_t step = ctx.step;
   using Part = StepIO::Part;
   if (gpu_) {
     PIPEC_TRY(gpu_->select());
@@ -359,72 +568,21 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
       for (size_t k = 0; k < gpuWeights_.size(); ++k)
         PIPEC_TRY(gpu_->upload(gpuWeights_[k].first, gpuWeights_[k].second, gpuWeightBytes_[k]));
   }
-  auto seconds = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  };
+  Run r{this, ctx, &io, ctx.step, Clock::time_point(), Status::ok()};
+  if (useCompiled(io)) {
+    const uint32_t parts = io.part == Part::All ? 3u : io.part == Part::CurrentStep ? 1u : 2u;
+    if (compiled_(&r, parts) != 0)
+      return std::move(r.status);
+    return Status::ok();
+  }
   for (int i = 0; i < dev.program_size(); ++i) {
-    if (i == io.failAtInstruction)
-      return errorf("device ", index_, ": injected failure at instruction ", i);
     const plan::Instruction &ins = dev.program(i);
     if (io.part != Part::All && ins.previous_step() != (io.part == Part::PreviousStep))
       continue;
-    unsigned mb = ins.micro_batch();
-    ctx.step = ins.previous_step() ? step - 1 : step;
-    // Kernels (Dropout's random stream) see the micro-batch's number in the
-    // step: replica r runs micro-batches r*M .. r*M + M - 1.
-    ctx.microBatch = static_cast<uint64_t>(replicaBase_ / p.devices_size()) * p.pipeline().num_micro_batches() + mb;
-    for (int32_t t : feedBefore_[i]) {
-      if (!gpu_) {
-        PIPEC_TRY(io.feed(t, mb, address(t, mb)));
-        continue;
-      }
-      PIPEC_ASSIGN(void *host, gpu_->staging(p.tensors(t).bytes()));
-      PIPEC_TRY(io.feed(t, mb, host));
-      PIPEC_TRY(fromHost(t, mb, host));
-    }
-    stats_.arenaHighWater = std::max(stats_.arenaHighWater, highWater_[i]);
-    const Clock::time_point t0 = Clock::now();
-    switch (ins.kind()) {
-    case plan::Instruction::OPTIMIZER: {
-      if (!io.optimize)
-        return errorf("device ", index_, ": the plan has an optimizer step but the run is not training");
-      if (gpu_)
-        PIPEC_TRY(gpu_->sync());
-      PIPEC_TRY(io.optimize(index_, ins.previous_step()));
-      stats_.optimizerSeconds += seconds(t0, Clock::now());
-      break;
-    }
-    case plan::Instruction::SEND: {
-      if (!io.transport)
-        return errorf("device ", index_, ": the plan sends tensors but the run has no transport");
-      const size_t bytes = p.tensors(ins.tensor()).bytes();
-      void *src = address(ins.tensor(), mb);
-      if (gpu_) {
-        PIPEC_ASSIGN(src, toHost(ins.tensor(), mb));
-      }
-      PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), src, bytes));
-      stats_.bytesSent += bytes;
-      stats_.commSeconds += seconds(t0, Clock::now());
-      break;
-    }
-    case plan::Instruction::RECV: {
-      if (!io.transport)
-        return errorf("device ", index_, ": the plan receives tensors but the run has no transport");
-      const size_t bytes = p.tensors(ins.tensor()).bytes();
-      void *dst = address(ins.tensor(), mb);
-      if (gpu_) {
-        PIPEC_ASSIGN(dst, gpu_->staging(bytes));
-      }
-      PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), dst, bytes));
-      if (gpu_)
-        PIPEC_TRY(fromHost(ins.tensor(), mb, dst));
-      stats_.waitSeconds += seconds(t0, Clock::now());
-      break;
-    }
-    case plan::Instruction::FORWARD:
-    case plan::Instruction::BACKWARD:
-    case plan::Instruction::WEIGHT_GRAD:
-    case plan::Instruction::RECOMPUTE: {
+    PIPEC_TRY(beginInstruction(r, i));
+    if (!isCompute(ins.kind())) {
+      PIPEC_TRY(otherInstruction(r, i));
+    } else {
       const bool second = !operands2_.empty() && (io.weightVersion == 1) != ins.previous_step();
       void *const *operands = (second ? operands2_ : operands_)[i].data();
       for (int32_t ni : ins.nodes()) {
@@ -433,39 +591,13 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
         const plan::Node &n = dev.nodes(ni);
         void *const *in = operands, *const *out = operands + n.inputs_size();
         operands = out + n.outputs_size();
-        auto n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
-        ctx.accumulate = accumulates_[ni] && mb > 0;
-        Status s = kernels_[ni]->run(ctx, in, out);
-        if (!s)
-          return s.withContext(cat("device ", index_, " micro-batch ", mb));
+        const Clock::time_point n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
+        PIPEC_TRY(runNode(r, i, ni, in, out));
         if (!nodeSeconds_.empty())
           nodeSeconds_[ni] += seconds(n0, Clock::now());
-        ++stats_.nodesRun;
       }
-      if (gpu_)
-        PIPEC_TRY(gpu_->sync().withContext(cat("device ", index_, " micro-batch ", mb))); // kernel time, errors
-      stats_.busySeconds += seconds(t0, Clock::now());
-      break;
     }
-    default:
-      return errorf("device ", index_, ": instruction kind ",
-                    plan::Instruction::Kind_Name(ins.kind()), " is not supported by this runtime");
-    }
-    ++stats_.instructions;
-    if (tracing_)
-      trace_.push_back({static_cast<int>(ins.kind()), mb,
-                        ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV
-                            ? ins.tensor()
-                            : -1,
-                        replicaBase_ + ins.peer(), seconds(epoch_, t0), seconds(epoch_, Clock::now())});
-    for (int32_t t : collectAfter_[i]) {
-      if (!gpu_) {
-        PIPEC_TRY(io.collect(t, mb, address(t, mb)));
-        continue;
-      }
-      PIPEC_ASSIGN(void *host, toHost(t, mb));
-      PIPEC_TRY(io.collect(t, mb, host));
-    }
+    PIPEC_TRY(endInstruction(r, i));
   }
   if (gpu_)
     PIPEC_TRY(gpu_->sync());

@@ -9,12 +9,14 @@
 
 #include "runtime/Transport.h"
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cpu/ScheduleJit.h"
 #include "runtime/cuda/Gpu.h"
 #include "runtime/plan/PlanIO.h"
 
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace pipec::runtime {
@@ -127,6 +129,14 @@ public:
   /// Runs in micro-batch order add in micro-batch order, as collect() does.
   bool accumulateInto(int32_t tensor, void *dst);
 
+  /// Compiles the program into native code (runtime/cpu/ScheduleJit.h)
+  /// now rather than at the first run, where the compiled schedule can
+  /// serve (a CPU device, codegen enabled, one weight version).
+  void prepareSchedule();
+  /// How runStep runs the program: "compiled (N calls)", or "interpreted"
+  /// and why (known after prepareSchedule or the first step).
+  const std::string &hostSchedule() const { return scheduleMode_; }
+
 private:
   DeviceExecutor(const plan::LoadedPlan &lp, int index, int stage)
       : lp_(lp), index_(index), stage_(stage), replicaBase_(index - stage) {}
@@ -170,6 +180,48 @@ private:
   bool tracing_ = false;
   std::chrono::steady_clock::time_point epoch_;
   std::vector<TraceEvent> trace_;
+
+  /// One run of the program: what its instructions share.
+  struct Run {
+    DeviceExecutor *ex;
+    cpu::ExecContext ctx;
+    const StepIO *io;
+    uint64_t step;
+    std::chrono::steady_clock::time_point t0;
+    Status status = Status::ok();
+  };
+  /// The steps of an instruction, shared by the interpreter and the
+  /// compiled schedule: before it (feeds, its step and micro-batch), a
+  /// SEND, RECV or OPTIMIZER, one node of a compute instruction, and after
+  /// it (times, trace, collects).
+  Status beginInstruction(Run &r, int i);
+  Status otherInstruction(Run &r, int i);
+  Status runNode(Run &r, int i, int32_t node, void *const *in, void *const *out);
+  Status endInstruction(Run &r, int i);
+  /// A compute node as the compiled schedule calls it.
+  struct CompiledNode {
+    int instruction;
+    int32_t node;
+    void *const *in, *const *out;
+  };
+  /// The compiled schedule (runtime/cpu/ScheduleJit.h), made at the first
+  /// run it can serve; reset when the operands change.
+  cpu::CompiledSchedule compiled_ = nullptr;
+  bool compileTried_ = false;
+  std::vector<CompiledNode> compiledNodes_;
+  std::string scheduleMode_ = "interpreted";
+  void resetSchedule() {
+    compiled_ = nullptr;
+    compileTried_ = false;
+  }
+  /// Whether a run with `io` can use the compiled schedule (compiling it
+  /// the first time).
+  bool useCompiled(const StepIO &io);
+  void buildSchedule();
+  static int32_t thunkBegin(void *run, void *i, void *, void *);
+  static int32_t thunkOther(void *run, void *i, void *, void *);
+  static int32_t thunkNode(void *run, void *node, void *, void *);
+  static int32_t thunkEnd(void *run, void *i, void *, void *);
 };
 
 } // namespace pipec::runtime

@@ -106,6 +106,9 @@ json deviceReport(const Session &session) {
     dj["bytes_sent_per_step"] = static_cast<double>(st.bytesSent) / n;
     dj["instructions"] = st.instructions;
     dj["nodes_run"] = st.nodesRun;
+    // Compiled with LLVM or interpreted (runtime/cpu/ScheduleJit.h).
+    if (const auto &ex = session.devices()[d])
+      dj["host_schedule"] = ex->hostSchedule();
     dj["arena_bytes"] = st.arenaBytes;
     dj["peak_memory_bytes"] = st.arenaHighWater + pd.weight_bytes() + train;
     dj["planned_peak_memory_bytes"] = pd.arena_bytes() + pd.weight_bytes() + train;

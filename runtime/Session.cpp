@@ -162,6 +162,11 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   }
   if (s->isTraining())
     PIPEC_TRY(s->prepareTraining().withContext(cat("plan '", planDir, "'")));
+  // Each program compiled now, its operands final, so that no step pays
+  // for it.
+  for (auto &ex : s->devices_)
+    if (ex)
+      ex->prepareSchedule();
   return s;
 }
 

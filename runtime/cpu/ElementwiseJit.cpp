@@ -1,73 +1,20 @@
 //===- runtime/cpu/ElementwiseJit.cpp - Fused elementwise loops with LLVM --===//
 #include "runtime/cpu/ElementwiseJit.h"
 
+#include "runtime/cpu/LlvmJit.h"
 #include "runtime/cuda/Bodies.h"
 
-#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
-#include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
-#include <llvm/Support/TargetSelect.h>
-#include <llvm/Target/TargetMachine.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <memory>
-#include <mutex>
 
 namespace pipec::cpu {
 
 namespace {
-
-std::string errorText(llvm::Error e) {
-  std::string s;
-  llvm::handleAllErrors(std::move(e), [&](const llvm::ErrorInfoBase &info) { s += info.message(); });
-  return s;
-}
-
-/// One JIT for the process, never destroyed (its code stays callable until
-/// exit); compiles one at a time.
-struct Jit {
-  std::mutex mu;
-  std::unique_ptr<llvm::orc::LLJIT> lljit;
-  std::unique_ptr<llvm::TargetMachine> tm;
-  std::string target, failure;
-  std::map<std::string, EwLoop> cache;
-  int next = 0;
-};
-
-Jit &jit() {
-  static Jit *j = [] {
-    auto *r = new Jit;
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-    auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
-    if (!jtmb) {
-      r->failure = errorText(jtmb.takeError());
-      return r;
-    }
-    jtmb->setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
-    auto tm = jtmb->createTargetMachine();
-    if (!tm) {
-      r->failure = errorText(tm.takeError());
-      return r;
-    }
-    r->tm = std::move(*tm);
-    r->target = r->tm->getTargetTriple().str() + ", CPU " + r->tm->getTargetCPU().str() + ", features " +
-                r->tm->getTargetFeatureString().str();
-    auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
-    if (!lljit) {
-      r->failure = errorText(lljit.takeError());
-      return r;
-    }
-    r->lljit = std::move(*lljit);
-    return r;
-  }();
-  return *j;
-}
 
 std::string keyOf(const EwProgram &p, const std::vector<uint8_t> &steps) {
   std::string k = p.str() + " steps";
@@ -156,7 +103,7 @@ Expected<EwLoop> compileElementwiseLoop(const EwProgram &p, const std::vector<ui
   if (!j.failure.empty())
     return errorf("LLVM cannot compile for this machine: ", j.failure);
   const std::string key = keyOf(p, steps);
-  if (auto it = j.cache.find(key); it != j.cache.end())
+  if (auto it = j.loops.find(key); it != j.loops.end())
     return it->second;
   const std::string name = "pipec_ew_" + std::to_string(j.next++);
   auto ctx = std::make_unique<llvm::LLVMContext>();
@@ -187,7 +134,7 @@ Expected<EwLoop> compileElementwiseLoop(const EwProgram &p, const std::vector<ui
   if (!sym)
     return errorf("LLVM could not compile the loop of '", p.str(), "': ", errorText(sym.takeError()));
   auto fn = reinterpret_cast<EwLoop>(sym->getAddress());
-  j.cache.emplace(key, fn);
+  j.loops.emplace(key, fn);
   return fn;
 }
 

@@ -430,8 +430,9 @@ TEST(Pipeline, RecomputeGivesBitwiseTheSameTrainingAndLessMemory) {
         hasRecompute = hasRecompute || ins.kind() == plan::Instruction::RECOMPUTE;
       // Selective recomputes the cheap nodes, which the MLP has none of
       // once each layer's Relu runs in its GEMM's epilogue.
-      if (std::string(policy) == "full" || std::string(m.name) != "mlp-train")
+      if (std::string(policy) == "full" || std::string(m.name) != "mlp-train") {
         EXPECT_TRUE(hasRecompute) << m.name << " " << policy;
+      }
       // GPipe keeps M micro-batches of activations: full recompute keeps
       // only stage inputs. Selective keeps the GEMM outputs, which may be
       // the peak already (the MLP), and its clones' buffers can place less
@@ -897,10 +898,11 @@ TEST(Pipeline, RunReportPutsThePredictionBesideTheMeasurement) {
       double nodes = 0;
       for (int32_t ni : ins.nodes())
         nodes += d.nodes(ni).predicted_seconds();
-      if (ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::OPTIMIZER)
+      if (ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::OPTIMIZER) {
         EXPECT_GT(ins.predicted_seconds(), 0) << plan::Instruction::Kind_Name(ins.kind());
-      else if (ins.kind() != plan::Instruction::RECV)
+      } else if (ins.kind() != plan::Instruction::RECV) {
         EXPECT_DOUBLE_EQ(ins.predicted_seconds(), nodes);
+      }
     }
   auto cmp = runtime::comparePrediction(session, 5);
   ASSERT_TRUE(cmp.isOk()) << cmp.status().message();

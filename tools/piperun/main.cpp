@@ -236,6 +236,16 @@ void printDeviceTable(const nlohmann::json &devs, const runtime::Session &sessio
               p.pipeline().predicted_step_seconds() * 1e3, p.pipeline().schedule().c_str(),
               p.devices_size(), p.pipeline().num_micro_batches(),
               session.replicas() > 1 ? cat(", D=", session.replicas()).c_str() : "");
+  // How each device ran its program: one line when they agree.
+  std::string schedules;
+  for (const auto &dj : devs)
+    if (dj.contains("host_schedule")) {
+      const std::string h = dj["host_schedule"].get<std::string>();
+      if (schedules.find(h) == std::string::npos)
+        schedules += (schedules.empty() ? "" : "; ") + h;
+    }
+  if (!schedules.empty())
+    std::printf("host schedule: %s\n", schedules.c_str());
 }
 
 /// The files a run writes about itself: the Chrome trace (measured and
@@ -451,8 +461,8 @@ Status runPlan(const Options &o) {
     return errorf("--warmup must not be negative");
   if (o.threads < 1 || o.threads > 1024)
     return errorf("--threads-per-device must be 1 to 1024 (got ", o.threads, ")");
-  // The reference path: fused elementwise nodes interpreted, not compiled
-  // with LLVM (read when the kernels are prepared).
+  // The reference path: programs and fused elementwise nodes interpreted,
+  // not compiled with LLVM (read when the kernels are prepared).
   if (o.noCodegen)
     ::setenv("PIPEC_NO_CODEGEN", "1", 1);
   runtime::SessionOptions so;
@@ -665,8 +675,8 @@ int main(int argc, char **argv) {
   app.add_option("--seed", o.seed, "seed of the random inputs (default 0)");
   app.add_option("--threads-per-device", o.threads, "kernel threads of each device (default 1)");
   app.add_flag("--no-codegen", o.noCodegen,
-               "interpret the fused elementwise nodes instead of compiling their loops with LLVM for this "
-               "CPU (the reference path; bitwise the same results)");
+               "interpret each device's program and the fused elementwise nodes instead of compiling them "
+               "with LLVM for this CPU (the reference path; bitwise the same results)");
   app.add_option("--spin-us", o.spinMicroseconds,
                  "microseconds a device waiting for a message spins before it sleeps (default: "
                  "20000 when devices x threads fit the cores, else 0)");

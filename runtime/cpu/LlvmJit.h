@@ -1,0 +1,83 @@
+//===- runtime/cpu/LlvmJit.h - The process's LLVM JIT (internal) -*- C++ -*-===//
+//
+// One ORC LLJIT per process for the host's target machine, shared by the
+// code generators of runtime/cpu (ElementwiseJit.cpp, ScheduleJit.cpp).
+// Internal to pipec_cpu: it includes LLVM's headers.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/cpu/ElementwiseJit.h"
+
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace pipec::cpu {
+
+inline std::string errorText(llvm::Error e) {
+  std::string s;
+  llvm::handleAllErrors(std::move(e), [&](const llvm::ErrorInfoBase &info) { s += info.message(); });
+  return s;
+}
+
+/// One JIT for the process, never destroyed (its code stays callable until
+/// exit); compiles one at a time.
+struct Jit {
+  std::mutex mu;
+  std::unique_ptr<llvm::orc::LLJIT> lljit;
+  std::unique_ptr<llvm::TargetMachine> tm;
+  std::string target, failure;
+  std::map<std::string, EwLoop> loops; ///< compiled elementwise loops by program and steps
+  int next = 0;
+};
+
+/// A JIT for the host whose code generator runs at `level`.
+inline Jit *makeJit(llvm::CodeGenOpt::Level level) {
+  auto *r = new Jit;
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb) {
+    r->failure = errorText(jtmb.takeError());
+    return r;
+  }
+  jtmb->setCodeGenOptLevel(level);
+  auto tm = jtmb->createTargetMachine();
+  if (!tm) {
+    r->failure = errorText(tm.takeError());
+    return r;
+  }
+  r->tm = std::move(*tm);
+  r->target = r->tm->getTargetTriple().str() + ", CPU " + r->tm->getTargetCPU().str() + ", features " +
+              r->tm->getTargetFeatureString().str();
+  auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+  if (!lljit) {
+    r->failure = errorText(lljit.takeError());
+    return r;
+  }
+  r->lljit = std::move(*lljit);
+  return r;
+}
+
+/// The JIT of the loops: optimizing code generation.
+inline Jit &jit() {
+  static Jit *j = makeJit(llvm::CodeGenOpt::Aggressive);
+  return *j;
+}
+
+/// The JIT of the schedules: straight-line calls, nothing to optimize, and
+/// thousands of them (the fast instruction selector: 1,683 calls took 40
+/// ms to compile against 250 ms at the loops' level).
+inline Jit &fastJit() {
+  static Jit *j = makeJit(llvm::CodeGenOpt::None);
+  return *j;
+}
+
+} // namespace pipec::cpu
