@@ -693,13 +693,16 @@ private:
       inputs.push_back(bias);
     ir::Node *root = absorbed.back();
     const std::string name = scopedName(g, n, "FusedGemm");
-    if (n->phase() == ir::Phase::Forward)
+    // What the fused node keeps of n, read before replaceNode (which frees
+    // the root: n itself when nothing joined it).
+    const ir::Phase phase = n->phase();
+    const std::string forwardOf = n->forwardOf();
+    if (phase == ir::Phase::Forward)
       for (const ir::Node *x : absorbed)
         renamed[x->name()] = name;
     erased.insert(absorbed.begin(), absorbed.end());
-    const std::string forwardOf = n->forwardOf();
     PIPEC_ASSIGN(ir::Node * fused, g.replaceNode(root, name, "FusedGemm", "pipec", inputs, std::move(attrs)));
-    if (n->phase() != ir::Phase::Forward)
+    if (phase != ir::Phase::Forward)
       fused->setForwardOf(forwardOf);
     // The absorbed nodes before the root, readers before producers.
     for (auto it = absorbed.rbegin() + 1; it != absorbed.rend(); ++it)

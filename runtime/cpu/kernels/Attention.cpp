@@ -189,6 +189,9 @@ Expected<AttentionShape> attentionShape(const OpDesc &d, size_t numInputsWithout
   a.t = kT[r - 1];
   a.dv = v[r - 1];
   a.batch = numElements(Shape(q.begin(), q.end() - 2));
+  // One head's scores live in a buffer of the thread that runs it.
+  if (a.s > 0 && a.t > (int64_t{1} << 28) / a.s)
+    return errorf(d.where(), ": one head's scores (", a.s, " x ", a.t, ") have more than 2^28 elements");
   a.scale = attrFloat(d.attrs, "scale", 1.0f);
   a.fill = attrFloat(d.attrs, "fill", -INFINITY);
   a.fillWhen = attrInt(d.attrs, "fill_when", 1) != 0;

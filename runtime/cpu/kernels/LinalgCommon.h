@@ -453,7 +453,7 @@ template <typename T> struct LinalgBatchedGemm {
       else
         linalgGemm<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc, oneDnn);
       if (act != LinalgActivation::None || (bias && biasData))
-        linalgEpilogue<T>(c, m1 - m0, n1 - n0, ldc, bias ? biasData + n0 : nullptr, act);
+        linalgEpilogue<T>(c, m1 - m0, n1 - n0, ldc, bias && biasData ? biasData + n0 : nullptr, act);
     };
     int threads = omp_get_max_threads();
     if (total == 1 || threads == 1 || double(batch) * work < 65536.0) {
