@@ -69,11 +69,13 @@ NodeCost forwardCost(const ir::Node &n) {
     // Q [..., s, d], KT [..., d, t], V [..., t, dv]: S = Q KT and O = P V
     // forward; the gradient recomputes S and forms dV, dP, dQ and dKT
     // (runtime/cpu/kernels/Attention.cpp), one GEMM call per batch entry.
+    // heads_inner: Q [n, s, h, d], K [n, t, h, d], V [n, t, h, dv].
     const Shape &q = n.input(0)->shape(), &kT = n.input(1)->shape(), &v = n.input(2)->shape();
-    const double s = static_cast<double>(q[q.size() - 2]), d = static_cast<double>(q.back()),
-                 t = static_cast<double>(kT.back()), dv = static_cast<double>(v.back());
-    double batch = 1;
-    for (size_t i = 0; i + 2 < q.size(); ++i)
+    const bool inner = attrInt(n.attrs(), "heads_inner", 0) != 0 && q.size() == 4 && kT.size() == 4;
+    const double s = static_cast<double>(inner ? q[1] : q[q.size() - 2]), d = static_cast<double>(q.back()),
+                 t = static_cast<double>(inner ? kT[1] : kT.back()), dv = static_cast<double>(v.back());
+    double batch = inner ? static_cast<double>(q[0] * q[2]) : 1;
+    for (size_t i = 0; !inner && i + 2 < q.size(); ++i)
       batch *= static_cast<double>(q[i]);
     const bool grad = op == "AttentionGrad";
     c.flops = batch * s * t * (grad ? 2.0 * (3.0 * d + 2.0 * dv) + 10.0 : 2.0 * (d + dv) + 5.0);

@@ -540,12 +540,39 @@ Expected<bool> fuseAttention(ir::Graph &g, ir::Node *pv, Erased &erased) {
     return false;
   attrs["scale"] = Attribute::ofFloat(scale);
   dead.push_back(qk);
+  // The heads' transposes around it, when all four are there and read by
+  // it alone: Q, K and V [n, t, h, d] made [n, h, t, d] (K [n, h, d, t]),
+  // and O made [n, s, h, dv] again; the kernel then reads and writes each
+  // head in place (heads_inner).
+  auto transposeOf = [](ir::Value *x, const ir::Node *reader, const std::vector<int64_t> &perm) -> ir::Node * {
+    ir::Node *t = x->producer();
+    if (!t || !t->is("Transpose") || onlyUser(x) != reader || attrInts(t->attrs(), "perm", {}) != perm ||
+        !isF32(t->input(0)))
+      return nullptr;
+    return t;
+  };
+  const std::vector<int64_t> swap12{0, 2, 1, 3}, toKT{0, 2, 3, 1};
+  ir::Node *root = pv;
+  if (r == 4) {
+    ir::Node *tq = transposeOf(q, qk, swap12), *tk = transposeOf(kT, qk, toKT), *tv = transposeOf(v, pv, swap12);
+    ir::Node *to = onlyUser(pv->output(0));
+    if (tq && tk && tv && to && to->is("Transpose") && attrInts(to->attrs(), "perm", {}) == swap12 &&
+        isF32(to->output(0))) {
+      q = tq->input(0);
+      kT = tk->input(0);
+      v = tv->input(0);
+      attrs["heads_inner"] = Attribute::ofInt(1);
+      dead.insert(dead.begin(), pv); // the output's Transpose is the root now
+      dead.insert(dead.end(), {tq, tk, tv});
+      root = to;
+    }
+  }
   std::vector<ir::Value *> inputs{q, kT, v};
   if (mask)
     inputs.push_back(mask);
-  erased.insert(pv);
+  erased.insert(root);
   erased.insert(dead.begin(), dead.end());
-  PIPEC_TRY(g.replaceNode(pv, scopedName(g, pv, "Attention"), "Attention", "pipec", inputs, std::move(attrs))
+  PIPEC_TRY(g.replaceNode(root, scopedName(g, pv, "Attention"), "Attention", "pipec", inputs, std::move(attrs))
                 .status());
   for (ir::Node *d : dead) // readers before producers
     g.eraseNode(d);

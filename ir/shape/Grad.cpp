@@ -98,12 +98,23 @@ Expected<TensorDesc> attentionOutput(const ShapeContext &ctx) {
     PIPEC_TRY(expectFloat(ctx, i));
   const TensorDesc &q = ctx.inputType(0), &kT = ctx.inputType(1), &v = ctx.inputType(2);
   const size_t r = q.shape.size();
-  if (r < 2 || kT.shape.size() != r || v.shape.size() != r || kT.dtype != q.dtype || v.dtype != q.dtype ||
-      !std::equal(q.shape.begin(), q.shape.end() - 2, kT.shape.begin()) ||
-      !std::equal(q.shape.begin(), q.shape.end() - 2, v.shape.begin()) || kT.shape[r - 2] != q.shape[r - 1] ||
-      v.shape[r - 2] != kT.shape[r - 1])
+  if (kT.dtype != q.dtype || v.dtype != q.dtype)
+    return ctx.error(cat("Q ", q.str(), ", K and V ", v.str(), " differ in type"));
+  // heads_inner: Q [n, s, h, d], K [n, t, h, d], V [n, t, h, dv] -> O
+  // [n, s, h, dv], the scores [n, h, s, t].
+  const bool inner = attrInt(ctx.attrs(), "heads_inner", 0) != 0;
+  const Shape &k = kT.shape;
+  if (inner && (r != 4 || k.size() != 4 || v.shape.size() != 4 || k[0] != q.shape[0] || v.shape[0] != q.shape[0] ||
+                k[2] != q.shape[2] || v.shape[2] != q.shape[2] || k[3] != q.shape[3] || v.shape[1] != k[1]))
+    return ctx.error(cat("Q ", q.str(), ", K ", kT.str(), " and V ", v.str(),
+                         " are not [n, s, h, d], [n, t, h, d] and [n, t, h, dv] (heads_inner)"));
+  if (!inner && (r < 2 || k.size() != r || v.shape.size() != r ||
+                 !std::equal(q.shape.begin(), q.shape.end() - 2, k.begin()) ||
+                 !std::equal(q.shape.begin(), q.shape.end() - 2, v.shape.begin()) || k[r - 2] != q.shape[r - 1] ||
+                 v.shape[r - 2] != k[r - 1]))
     return ctx.error(cat("Q ", q.str(), ", KT ", kT.str(), " and V ", v.str(),
-                         " are not [..., s, d], [..., d, t] and [..., t, dv] of one type"));
+                         " are not [..., s, d], [..., d, t] and [..., t, dv]"));
+  const int64_t keys = inner ? k[1] : k.back();
   const std::string kind = attrString(ctx.attrs(), "mask", "none");
   if (kind != "none" && kind != "add" && kind != "bool")
     return ctx.error(cat("unknown mask kind '", kind, "' (none, add or bool)"));
@@ -111,8 +122,8 @@ Expected<TensorDesc> attentionOutput(const ShapeContext &ctx) {
     if (ctx.numInputs() < 4 || !ctx.hasInput(3))
       return ctx.error(cat("a '", kind, "' mask needs input 3"));
     const TensorDesc &m = ctx.inputType(3);
-    Shape scores(q.shape.begin(), q.shape.end() - 1);
-    scores.push_back(kT.shape.back());
+    Shape scores = inner ? Shape{q.shape[0], q.shape[2], q.shape[1]} : Shape(q.shape.begin(), q.shape.end() - 1);
+    scores.push_back(keys);
     bool fits = m.rank() <= static_cast<int64_t>(scores.size()) &&
                 (kind == "bool" ? m.dtype == DType::Bool : m.dtype == q.dtype);
     for (int64_t a = 0; fits && a < m.rank(); ++a) {

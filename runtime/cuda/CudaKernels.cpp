@@ -174,20 +174,22 @@ struct Gemm {
   bool ta = false, tb = false;
   int64_t m = 0, n = 0, k = 0, batch = 1;
   int64_t strideA = 0, strideB = 0, strideY = 0;
+  /// Leading dimensions of the row-major operands; 0: packed rows.
+  int64_t ldA = 0, ldB = 0, ldY = 0;
   float alpha = 1.0f;
 
   Status run(void *stream, const float *a, const float *b, float *y, float beta) const {
     PIPEC_ASSIGN(cublasHandle_t h, cublasFor(stream));
-    const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+    const int lda = static_cast<int>(ldA ? ldA : ta ? m : k), ldb = static_cast<int>(ldB ? ldB : tb ? k : n);
+    const int ldy = static_cast<int>(ldY ? ldY : n);
     const cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (batch == 1)
       return cublasCheck(cublasSgemm(h, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-                                     &alpha, b, ldb, a, lda, &beta, y, static_cast<int>(n)),
+                                     &alpha, b, ldb, a, lda, &beta, y, ldy),
                          "cublasSgemm");
     return cublasCheck(cublasSgemmStridedBatched(h, opB, opA, static_cast<int>(n), static_cast<int>(m),
                                                  static_cast<int>(k), &alpha, b, ldb, strideB, a, lda, strideA,
-                                                 &beta, y, static_cast<int>(n), strideY,
-                                                 static_cast<int>(batch)),
+                                                 &beta, y, ldy, strideY, static_cast<int>(batch)),
                        "cublasSgemmStridedBatched");
   }
 };
@@ -247,31 +249,55 @@ public:
   float scale = 1.0f, fill = -INFINITY;
   bool fillWhen = true, grad = false;
   body::Broadcast same, maskBc;
+  /// Batch entries as items x heads (heads 1 unless heads_inner), and
+  /// where each operand's matrices lie: an item's first, a head's step,
+  /// the rows' leading dimension (runtime/cpu/kernels/Attention.cpp).
+  int64_t items = 1, heads = 1;
+  bool headsInner = false;
+  struct Layout {
+    int64_t perItem = 0, perHead = 0, ld = 0;
+  } q, k, v, o;
 
   size_t workspaceBytes() const override { return 3 * sizeof(float) * static_cast<size_t>(batch * s * t); }
 
-  /// C[b] = op(A[b]) op(B[b]), [m, n] from [m, k] and [k, n] (before the ops).
-  Status gemm(void *stream, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, const float *b,
-              float *c) const {
-    Gemm g;
-    g.ta = ta;
-    g.tb = tb;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.batch = batch;
-    g.strideA = m * k;
-    g.strideB = k * n;
-    g.strideY = m * n;
-    return g.run(stream, a, b, c, 0.0f);
+  /// A row-major operand: its layout, or a [batch, rows, ld] buffer of
+  /// the workspace.
+  struct Op {
+    const float *p;
+    Layout l;
+  };
+  Op scores(const float *w) const { return {w, {heads * s * t, s * t, t}}; }
+
+  /// C[e] = op(A[e]) op(B[e]) for every batch entry, [m, n] from [m, k]
+  /// and [k, n] (before the ops): per item, one strided batch over its
+  /// heads.
+  Status gemm(void *stream, bool ta, bool tb, int64_t m, int64_t n, int64_t kk, Op a, Op b, Op c) const {
+    for (int64_t i = 0; i < items; ++i) {
+      Gemm g;
+      g.ta = ta;
+      g.tb = tb;
+      g.m = m;
+      g.n = n;
+      g.k = kk;
+      g.batch = heads;
+      g.strideA = a.l.perHead;
+      g.strideB = b.l.perHead;
+      g.strideY = c.l.perHead;
+      g.ldA = a.l.ld;
+      g.ldB = b.l.ld;
+      g.ldY = c.l.ld;
+      PIPEC_TRY(g.run(stream, a.p + i * a.l.perItem, b.p + i * b.l.perItem,
+                      const_cast<float *>(c.p) + i * c.l.perItem, 0.0f));
+    }
+    return Status::ok();
   }
 
   /// The probabilities into one of the buffers `w0`, `w1` (the other is
   /// scratch); returns which.
-  Expected<float *> probabilities(void *stream, const float *q, const float *kT, const void *m, float *w0,
+  Expected<float *> probabilities(void *stream, const float *qp, const float *kp, const void *m, float *w0,
                                   float *w1) const {
     const int64_t n = batch * s * t;
-    PIPEC_TRY(gemm(stream, false, false, s, t, d, q, kT, w0));
+    PIPEC_TRY(gemm(stream, false, headsInner, s, t, d, {qp, q}, {kp, k}, scores(w0)));
     if (mask == 2) {
       PIPEC_TRY(launchMaskedSoftmax(w0, static_cast<const bool *>(m), w1, batch * s, t, maskBc, scale, fill,
                                     fillWhen, stream));
@@ -285,23 +311,26 @@ public:
   }
 
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
-    const auto *q = static_cast<const float *>(in[0]), *kT = static_cast<const float *>(in[1]),
-               *v = static_cast<const float *>(in[2]);
+    const auto *qp = static_cast<const float *>(in[0]), *kp = static_cast<const float *>(in[1]),
+               *vp = static_cast<const float *>(in[2]);
     const void *m = mask ? in[3] : nullptr;
     const int64_t n = batch * s * t;
     float *w0 = static_cast<float *>(ctx.workspace), *w1 = w0 + n, *w2 = w1 + n;
-    PIPEC_ASSIGN(float *p, probabilities(ctx.stream, q, kT, m, w0, w1));
+    PIPEC_ASSIGN(float *p, probabilities(ctx.stream, qp, kp, m, w0, w1));
     if (!grad) // O = P V
-      return gemm(ctx.stream, false, false, s, dv, t, p, v, static_cast<float *>(out[0]));
+      return gemm(ctx.stream, false, false, s, dv, t, scores(p), {vp, v}, {static_cast<float *>(out[0]), o});
     const auto *dO = static_cast<const float *>(in[mask ? 4 : 3]);
-    float *dQ = static_cast<float *>(out[0]), *dKT = static_cast<float *>(out[1]), *dV = static_cast<float *>(out[2]);
+    float *dQ = static_cast<float *>(out[0]), *dK = static_cast<float *>(out[1]), *dV = static_cast<float *>(out[2]);
     float *dP = p == w0 ? w1 : w0;
-    PIPEC_TRY(gemm(ctx.stream, true, false, t, dv, s, p, dO, dV));  // dV = P^T dO
-    PIPEC_TRY(gemm(ctx.stream, false, true, s, t, dv, dO, v, dP));  // dP = dO V^T
+    PIPEC_TRY(gemm(ctx.stream, true, false, t, dv, s, scores(p), {dO, o}, {dV, v})); // dV = P^T dO
+    PIPEC_TRY(gemm(ctx.stream, false, true, s, t, dv, {dO, o}, {vp, v}, scores(dP))); // dP = dO V^T
     PIPEC_TRY(launchSoftmaxGrad(dP, p, w2, batch * s, t, 1, ctx.stream));
     PIPEC_TRY(launchBroadcastScale(w2, same, scale, w2, n, ctx.stream)); // dS
-    PIPEC_TRY(gemm(ctx.stream, false, true, s, d, t, w2, kT, dQ));  // dQ = dS KT^T
-    return gemm(ctx.stream, true, false, d, t, s, q, w2, dKT);      // dKT = Q^T dS
+    // dQ = dS KT^T, dKT = Q^T dS (K as rows: dQ = dS K, dK = dS^T Q).
+    PIPEC_TRY(gemm(ctx.stream, false, !headsInner, s, d, t, scores(w2), {kp, k}, {dQ, q}));
+    if (headsInner)
+      return gemm(ctx.stream, true, false, t, d, s, scores(w2), {qp, q}, {dK, k});
+    return gemm(ctx.stream, true, false, d, t, s, {qp, q}, scores(w2), {dK, k});
   }
 };
 
@@ -890,18 +919,42 @@ Expected<KernelPtr> makeAttention(const OpDesc &d, bool grad) {
                     "; the CUDA kernels take float32 only");
   const Shape &q = d.inputs[0].shape, &kT = d.inputs[1].shape, &v = d.inputs[2].shape;
   const size_t r = q.size();
-  if (r < 2 || kT.size() != r || v.size() != r || kT[r - 2] != q[r - 1] || v[r - 2] != kT[r - 1])
-    return errorf(d.where(), ": Q, KT and V are not [..., s, d], [..., d, t] and [..., t, dv]");
-  k->batch = prodDims(q, 0, r - 2);
-  k->s = q[r - 2];
-  k->d = q[r - 1];
-  k->t = kT[r - 1];
-  k->dv = v[r - 1];
+  k->headsInner = attrInt(d.attrs, "heads_inner", 0) != 0;
+  Shape scores;
+  if (k->headsInner) { // Q [n, s, h, d], K [n, t, h, d], V [n, t, h, dv]
+    if (r != 4 || kT.size() != 4 || v.size() != 4 || kT[3] != q[3] || v[1] != kT[1] || kT[2] != q[2] ||
+        v[2] != q[2])
+      return errorf(d.where(), ": Q, K and V are not [n, s, h, d], [n, t, h, d] and [n, t, h, dv]");
+    k->items = q[0];
+    k->heads = q[2];
+    k->s = q[1];
+    k->d = q[3];
+    k->t = kT[1];
+    k->dv = v[3];
+    k->q = {k->s * k->heads * k->d, k->d, k->heads * k->d};
+    k->k = {k->t * k->heads * k->d, k->d, k->heads * k->d};
+    k->v = {k->t * k->heads * k->dv, k->dv, k->heads * k->dv};
+    k->o = {k->s * k->heads * k->dv, k->dv, k->heads * k->dv};
+    scores = {q[0], q[2], q[1], k->t};
+  } else {
+    if (r < 2 || kT.size() != r || v.size() != r || kT[r - 2] != q[r - 1] || v[r - 2] != kT[r - 1])
+      return errorf(d.where(), ": Q, KT and V are not [..., s, d], [..., d, t] and [..., t, dv]");
+    k->s = q[r - 2];
+    k->d = q[r - 1];
+    k->t = kT[r - 1];
+    k->dv = v[r - 1];
+    k->heads = prodDims(q, 0, r - 2); // one item of all entries, packed
+    k->q = {0, k->s * k->d, k->d};
+    k->k = {0, k->d * k->t, k->t};
+    k->v = {0, k->t * k->dv, k->dv};
+    k->o = {0, k->s * k->dv, k->dv};
+    scores = Shape(q.begin(), q.end() - 1);
+    scores.push_back(k->t);
+  }
+  k->batch = k->items * k->heads;
   k->scale = attrFloat(d.attrs, "scale", 1.0f);
   k->fill = attrFloat(d.attrs, "fill", -INFINITY);
   k->fillWhen = attrInt(d.attrs, "fill_when", 1) != 0;
-  Shape scores(q.begin(), q.end() - 1);
-  scores.push_back(k->t);
   k->same = broadcastOf(scores, scores);
   if (k->mask)
     k->maskBc = broadcastOf(d.inputs[3].shape, scores);

@@ -610,6 +610,23 @@ TEST(GradCheck, Attention) {
     ir::Value *y = b.node("Attention", in, a, 1, "pipec")[0];
     gradCheck(cat("Attention mask ", kind), b, y);
   }
+  // heads_inner: Q [n, s, h, d], K [n, t, h, d], V [n, t, h, dv] -> O [n, s, h, dv].
+  for (const char *kind : {"none", "bool"}) {
+    Builder b(seed++);
+    std::vector<ir::Value *> in{b.param("Q", {2, 4, 3, 5}), b.param("K", {2, 6, 3, 5}), b.param("V", {2, 6, 3, 2})};
+    AttrMap a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}, {"heads_inner", I(1)}});
+    if (std::string(kind) == "bool") {
+      std::vector<int> m;
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 6; ++j)
+          m.push_back(j > i + 1 ? 1 : 0);
+      in.push_back(b.bools("M", m, {4, 6}));
+      a["fill"] = F(-INFINITY);
+      a["fill_when"] = I(1);
+    }
+    ir::Value *y = b.node("Attention", in, a, 1, "pipec")[0];
+    gradCheck(cat("Attention heads_inner mask ", kind), b, y);
+  }
 }
 
 TEST(GradCheck, LayerNormalization) {

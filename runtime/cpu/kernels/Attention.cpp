@@ -11,6 +11,11 @@
 //                                                 (mask "bool")
 //   O = P V                   V [..., t, dv], O [..., s, dv]
 //
+// With heads_inner = 1 the heads' transposes around it are absorbed: Q,
+// K and V come as [n, s, h, d], [n, t, h, d] (K, not KT) and [n, t, h, dv],
+// O goes out as [n, s, h, dv], each head's matrix read and written in
+// place with its rows h x d apart (the products' leading dimensions).
+//
 // The mask broadcasts to [..., s, t] (right-aligned). Each batch entry
 // (the leading axes, equal on Q, KT and V) is one task: its s x t scores
 // live in a buffer of the task's thread, never in the arena, so the
@@ -42,9 +47,22 @@ using namespace ew;
 
 enum class MaskKind { None, Add, Bool };
 
+/// Where one operand's matrix of batch entry b lies: entry b is head
+/// b % heads of item b / heads, its rows ld elements apart.
+struct OperandLayout {
+  int64_t perItem = 0, perHead = 0, ld = 0;
+};
+
 /// Sizes and mask layout shared by the forward and the gradient.
 struct AttentionShape {
   int64_t batch = 1, s = 0, d = 0, t = 0, dv = 0;
+  /// heads_inner: Q, K, V and O are [n, rows, heads, cols] (the heads'
+  /// transposes absorbed; K as rows [t, d] rather than KT [d, t]); else
+  /// each batch entry's matrix is contiguous (heads 1).
+  int64_t heads = 1;
+  bool headsInner = false;
+  OperandLayout q, k, v, o;
+  int64_t at(const OperandLayout &x, int64_t b) const { return b / heads * x.perItem + b % heads * x.perHead; }
   MaskKind mask = MaskKind::None;
   std::vector<int64_t> maskRow; ///< per (batch entry, row of S): the mask row's offset
   int64_t maskStep = 0;         ///< the mask's stride along t (0 or 1)
@@ -63,8 +81,8 @@ template <typename T> T *threadBuffer(int slot, size_t n) {
 /// P of batch entry b into `p` [s, t].
 template <typename T>
 void probabilities(const AttentionShape &a, const T *q, const T *kT, const void *mask, int64_t b, T *p) {
-  linalgGemm<T>(false, false, a.s, a.t, a.d, T(1), q + b * a.s * a.d, a.d, kT + b * a.d * a.t, a.t, T(0), p,
-                a.t);
+  linalgGemm<T>(false, a.headsInner, a.s, a.t, a.d, T(1), q + a.at(a.q, b), a.q.ld, kT + a.at(a.k, b), a.k.ld,
+                T(0), p, a.t);
   const T scale = static_cast<T>(a.scale), fill = static_cast<T>(a.fill);
   for (int64_t i = 0; i < a.s; ++i) {
     T *row = p + i * a.t;
@@ -110,8 +128,8 @@ public:
     perBatch(a_, [&](int64_t b) {
       T *p = threadBuffer<T>(0, static_cast<size_t>(a_.s * a_.t));
       probabilities(a_, q, kT, mask, b, p);
-      linalgGemm<T>(false, false, a_.s, a_.dv, a_.t, T(1), p, a_.t, v + b * a_.t * a_.dv, a_.dv, T(0),
-                    o + b * a_.s * a_.dv, a_.dv);
+      linalgGemm<T>(false, false, a_.s, a_.dv, a_.t, T(1), p, a_.t, v + a_.at(a_.v, b), a_.v.ld, T(0),
+                    o + a_.at(a_.o, b), a_.o.ld);
     });
     return Status::ok();
   }
@@ -136,10 +154,10 @@ public:
       T *p = threadBuffer<T>(0, static_cast<size_t>(a.s * a.t));
       T *dp = threadBuffer<T>(1, static_cast<size_t>(a.s * a.t));
       probabilities(a, q, kT, mask, b, p);
-      const T *dOb = dO + b * a.s * a.dv, *vb = v + b * a.t * a.dv;
+      const T *dOb = dO + a.at(a.o, b), *vb = v + a.at(a.v, b);
       // dV = P^T dO, dP = dO V^T.
-      linalgGemm<T>(true, false, a.t, a.dv, a.s, T(1), p, a.t, dOb, a.dv, T(0), dV + b * a.t * a.dv, a.dv);
-      linalgGemm<T>(false, true, a.s, a.t, a.dv, T(1), dOb, a.dv, vb, a.dv, T(0), dp, a.t);
+      linalgGemm<T>(true, false, a.t, a.dv, a.s, T(1), p, a.t, dOb, a.o.ld, T(0), dV + a.at(a.v, b), a.v.ld);
+      linalgGemm<T>(false, true, a.s, a.t, a.dv, T(1), dOb, a.o.ld, vb, a.v.ld, T(0), dp, a.t);
       // dS = scale * P (dP - sum_j dP P), in place of dP.
       for (int64_t i = 0; i < a.s; ++i) {
         T *pr = p + i * a.t, *gr = dp + i * a.t;
@@ -147,11 +165,13 @@ public:
         for (int64_t j = 0; j < a.t; ++j)
           gr[j] = scale * (pr[j] * (gr[j] - dot));
       }
-      // dQ = dS KT^T, dKT = Q^T dS.
-      linalgGemm<T>(false, true, a.s, a.d, a.t, T(1), dp, a.t, kT + b * a.d * a.t, a.t, T(0),
-                    dQ + b * a.s * a.d, a.d);
-      linalgGemm<T>(true, false, a.d, a.t, a.s, T(1), q + b * a.s * a.d, a.d, dp, a.t, T(0),
-                    dKT + b * a.d * a.t, a.t);
+      // dQ = dS KT^T, dKT = Q^T dS (K as rows: dQ = dS K, dK = dS^T Q).
+      const T *qb = q + a.at(a.q, b), *kb = kT + a.at(a.k, b);
+      linalgGemm<T>(false, !a.headsInner, a.s, a.d, a.t, T(1), dp, a.t, kb, a.k.ld, T(0), dQ + a.at(a.q, b), a.q.ld);
+      if (a.headsInner)
+        linalgGemm<T>(true, false, a.t, a.d, a.s, T(1), dp, a.t, qb, a.q.ld, T(0), dKT + a.at(a.k, b), a.k.ld);
+      else
+        linalgGemm<T>(true, false, a.d, a.t, a.s, T(1), qb, a.q.ld, dp, a.t, T(0), dKT + a.at(a.k, b), a.k.ld);
     });
     return Status::ok();
   }
@@ -159,6 +179,39 @@ public:
 private:
   AttentionShape a_;
 };
+
+/// The logical shapes of Q [..., s, d], KT [..., d, t] and V [..., t, dv]
+/// (and O [..., s, dv]) from the inputs'; with heads_inner the inputs are
+/// [n, s, h, d], [n, t, h, d] and [n, t, h, dv] (the output [n, s, h, dv]).
+struct AttentionDims {
+  Shape q, kT, v, o;
+  bool headsInner = false;
+};
+Expected<AttentionDims> attentionDims(const Shape &q, const Shape &k, const Shape &v, bool headsInner) {
+  AttentionDims r;
+  r.headsInner = headsInner;
+  if (headsInner) {
+    if (q.size() != 4 || k.size() != 4 || v.size() != 4 || k[0] != q[0] || v[0] != q[0] || k[2] != q[2] ||
+        v[2] != q[2] || k[3] != q[3] || v[1] != k[1])
+      return errorf("Q ", shapeStr(q), ", K ", shapeStr(k), " and V ", shapeStr(v),
+                    " are not [n, s, h, d], [n, t, h, d] and [n, t, h, dv]");
+    r.q = {q[0], q[2], q[1], q[3]};
+    r.kT = {k[0], k[2], k[3], k[1]};
+    r.v = {v[0], v[2], v[1], v[3]};
+    r.o = {q[0], q[1], q[2], v[3]};
+    return r;
+  }
+  if (q.size() < 2 || k.size() != q.size() || v.size() != q.size() || !std::equal(q.begin(), q.end() - 2, k.begin()) ||
+      !std::equal(q.begin(), q.end() - 2, v.begin()) || k[k.size() - 2] != q.back() || v[v.size() - 2] != k.back())
+    return errorf("Q ", shapeStr(q), ", KT ", shapeStr(k), " and V ", shapeStr(v),
+                  " are not [..., s, d], [..., d, t] and [..., t, dv]");
+  r.q = q;
+  r.kT = k;
+  r.v = v;
+  r.o = Shape(q.begin(), q.end() - 1);
+  r.o.push_back(v.back());
+  return r;
+}
 
 /// Reads and checks the shapes and attributes of a node whose first three
 /// inputs are Q, KT, V and whose mask (if any) is input 3.
@@ -174,21 +227,34 @@ Expected<AttentionShape> attentionShape(const OpDesc &d, size_t numInputsWithout
   for (size_t i = 0; i < d.inputs.size(); ++i)
     if (!d.hasInput(i))
       return errorf(d.where(), ": input ", i, " is missing");
-  const Shape &q = d.inputs[0].shape, &kT = d.inputs[1].shape, &v = d.inputs[2].shape;
+  auto madeDims = attentionDims(d.inputs[0].shape, d.inputs[1].shape, d.inputs[2].shape,
+                                attrInt(d.attrs, "heads_inner", 0) != 0);
+  if (!madeDims)
+    return errorf(d.where(), ": ", madeDims.status().message());
+  const AttentionDims &dims = *madeDims;
+  const Shape &q = dims.q, &kT = dims.kT;
   const DType dt = d.inputs[0].dtype;
-  if (q.size() < 2 || kT.size() != q.size() || v.size() != q.size() ||
-      !std::equal(q.begin(), q.end() - 2, kT.begin()) || !std::equal(q.begin(), q.end() - 2, v.begin()) ||
-      kT[kT.size() - 2] != q.back() || v[v.size() - 2] != kT.back())
-    return errorf(d.where(), ": Q ", shapeStr(q), ", KT ", shapeStr(kT), " and V ", shapeStr(v),
-                  " are not [..., s, d], [..., d, t] and [..., t, dv]");
   if (d.inputs[1].dtype != dt || d.inputs[2].dtype != dt)
-    return errorf(d.where(), ": Q, KT and V differ in type");
+    return errorf(d.where(), ": Q, K and V differ in type");
   const size_t r = q.size();
   a.s = q[r - 2];
   a.d = q[r - 1];
   a.t = kT[r - 1];
-  a.dv = v[r - 1];
+  a.dv = dims.v[r - 1];
   a.batch = numElements(Shape(q.begin(), q.end() - 2));
+  a.headsInner = dims.headsInner;
+  if (a.headsInner) { // [n, rows, heads, cols]
+    a.heads = q[1];
+    a.q = {a.s * a.heads * a.d, a.d, a.heads * a.d};
+    a.k = {a.t * a.heads * a.d, a.d, a.heads * a.d};
+    a.v = {a.t * a.heads * a.dv, a.dv, a.heads * a.dv};
+    a.o = {a.s * a.heads * a.dv, a.dv, a.heads * a.dv};
+  } else {
+    a.q = {a.s * a.d, 0, a.d};
+    a.k = {a.d * a.t, 0, a.t};
+    a.v = {a.t * a.dv, 0, a.dv};
+    a.o = {a.s * a.dv, 0, a.dv};
+  }
   // One head's scores live in a buffer of the thread that runs it.
   if (a.s > 0 && a.t > (int64_t{1} << 28) / a.s)
     return errorf(d.where(), ": one head's scores (", a.s, " x ", a.t, ") have more than 2^28 elements");
@@ -232,10 +298,16 @@ Expected<AttentionShape> attentionShape(const OpDesc &d, size_t numInputsWithout
 
 } // namespace
 
-Expected<KernelPtr> makeAttentionKernel(const OpDesc &d) {
-  PIPEC_ASSIGN(AttentionShape a, attentionShape(d, 3));
+/// The output's shape: O [..., s, dv], or [n, s, h, dv] with heads_inner.
+Shape outputShape(const OpDesc &d, const AttentionShape &a) {
   Shape o(d.inputs[0].shape.begin(), d.inputs[0].shape.end() - 1);
   o.push_back(a.dv);
+  return o;
+}
+
+Expected<KernelPtr> makeAttentionKernel(const OpDesc &d) {
+  PIPEC_ASSIGN(AttentionShape a, attentionShape(d, 3));
+  const Shape o = outputShape(d, a);
   if (d.outputs.size() != 1)
     return errorf(d.where(), ": expects 1 output, got ", d.outputs.size());
   PIPEC_TRY(checkOutput(d, 0, d.inputs[0].dtype, o));
@@ -249,8 +321,7 @@ Expected<KernelPtr> makeAttentionGradKernel(const OpDesc &d) {
   if (d.outputs.size() != 3)
     return errorf(d.where(), ": expects 3 outputs (dQ, dKT, dV), got ", d.outputs.size());
   const size_t dOAt = d.inputs.size() - 1;
-  Shape o(d.inputs[0].shape.begin(), d.inputs[0].shape.end() - 1);
-  o.push_back(a.dv);
+  const Shape o = outputShape(d, a);
   if (d.inputs[dOAt].shape != o || d.inputs[dOAt].dtype != d.inputs[0].dtype)
     return errorf(d.where(), ": dO is ", d.inputs[dOAt].str(), ", expected the output's shape ", shapeStr(o));
   for (size_t i = 0; i < 3; ++i)

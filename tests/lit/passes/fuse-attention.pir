@@ -4,7 +4,9 @@
 // a Mul or Div and plus a constant additive mask, or scaled alone, then
 // Softmax over the keys and MatMul with V. Probabilities something else
 // reads, a Softmax over another axis and a mask computed in the graph (it
-// might need a gradient) stay unfused.
+// might need a gradient) stay unfused. The heads' transposes around it
+// ([n, t, h, d] to [n, h, t, d], K to [n, h, d, t], and the output back)
+// are absorbed when all four are there (heads_inner).
 
 // CHECK: node "/a/Attention" pipec:Attention(%q, %kt, %v, %causal) {fill = -inf, fill_when = 1, mask = "bool", scale = 0.125} -> %ao : f32[2,4,8,16]
 // CHECK: node "/b/Attention" pipec:Attention(%q, %kt, %v, %bias) {mask = "add", scale = 0.25} -> %bo : f32[2,4,8,16]
@@ -14,6 +16,8 @@
 // CHECK: node "/e/Softmax" Softmax(%e1) {axis = 2}
 // CHECK: node "/f/Add" Add(%f1, %fm)
 // CHECK: node "/f/MatMul_1" MatMul(%fp, %v)
+// CHECK: node "/g/Attention" pipec:Attention(%q4, %k4, %v4) {heads_inner = 1, mask = "none", scale = 0.25} -> %go : f32[2,8,4,16]
+// CHECK-NOT: Transpose(
 graph "attention" {
   opset "" 13
   input %q : f32[2,4,8,16]
@@ -21,6 +25,9 @@ graph "attention" {
   input %v : f32[2,4,8,16]
   input %causal : bool[8,8]
   input %x : f32[8]
+  input %q4 : f32[2,8,4,16]
+  input %k4 : f32[2,8,4,16]
+  input %v4 : f32[2,8,4,16]
   const %bias : f32[8] = [0.0, -1.0, 0.5, 0.0, -2.0, 1.0, 0.0, -0.5]
   const %two : f32[] = [2.0]
   const %quarter : f32[] = [0.25]
@@ -47,6 +54,15 @@ graph "attention" {
   node "/f/Add" Add(%f1, %fm) -> %f2 : f32[2,4,8,8]
   node "/f/Softmax" Softmax(%f2) {axis = -1} -> %fp : f32[2,4,8,8]
   node "/f/MatMul_1" MatMul(%fp, %v) -> %fo : f32[2,4,8,16]
+  node "/g/Transpose" Transpose(%q4) {perm = [0, 2, 1, 3]} -> %gq : f32[2,4,8,16]
+  node "/g/Transpose_1" Transpose(%k4) {perm = [0, 2, 3, 1]} -> %gk : f32[2,4,16,8]
+  node "/g/Transpose_2" Transpose(%v4) {perm = [0, 2, 1, 3]} -> %gv : f32[2,4,8,16]
+  node "/g/MatMul" MatMul(%gq, %gk) -> %g1 : f32[2,4,8,8]
+  node "/g/Mul" Mul(%g1, %quarter) -> %g2 : f32[2,4,8,8]
+  node "/g/Softmax" Softmax(%g2) {axis = -1} -> %gp : f32[2,4,8,8]
+  node "/g/MatMul_1" MatMul(%gp, %gv) -> %g3 : f32[2,4,8,16]
+  node "/g/Transpose_3" Transpose(%g3) {perm = [0, 2, 1, 3]} -> %go : f32[2,8,4,16]
+  output %go
   output %ao
   output %bo
   output %co
