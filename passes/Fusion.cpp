@@ -33,8 +33,11 @@
 //                   "add" or "bool", fill, fill_when}: the scores live in a
 //                   per-thread buffer, never in the arena; its gradient is
 //                   one pipec:AttentionGrad that recomputes them
-//                   (runtime/cpu/kernels/Attention.cpp). Runs after
-//                   fuse-masked-softmax, before autodiff.
+//                   (runtime/cpu/kernels/Attention.cpp). The heads'
+//                   transposes around it (Q, V [n, t, h, d] -> [n, h, t, d],
+//                   K -> [n, h, d, t], O back to [n, s, h, dv]), all four
+//                   read by it alone, are absorbed (heads_inner 1). Runs
+//                   after fuse-masked-softmax, before autodiff.
 //   fuse-gemm-epilogue
 //                   Gemm(A, B[, c]) (alpha 1; c a bias [N] at beta 1) or
 //                   MatMul(A, B) with B 2-D, then Add of a bias [N] (either
