@@ -41,7 +41,7 @@ Tensor randomF32(Shape s, uint32_t seed, float lo = -3.f, float hi = 3.f) {
 cpu::OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<TensorDesc> out,
                      const std::string &domain = "", int64_t opset = 17) {
   return cpu::OpDesc{.name = "n", .opType = op, .domain = domain, .opset = opset, .attrs = {},
-                     .inputs = std::move(in), .outputs = std::move(out), .constInputs = {}};
+                     .inputs = std::move(in), .outputs = std::move(out), .constInputs = {}, .stepInvariant = {}};
 }
 
 struct DeviceBuffer {
@@ -262,4 +262,49 @@ TEST(CudaKernels, GptOpsAgainstCpu) {
   }
   Tensor z = randomF32({4, 16, 256}, 52, -5.f, 5.f);
   EXPECT_LE(compareWithCpu(makeDesc("Erf", {z.desc()}, {z.desc()}), {z}), 4e-7) << "Erf";
+}
+
+// The fused nodes' kernels (pipec:FusedGemm, pipec:Attention and its
+// gradient, both layouts and every mask kind) against the CPU's.
+TEST(CudaKernels, FusedOpsAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  Tensor a = randomF32({4, 16, 64}, 60), w = randomF32({32, 64}, 61), bias = randomF32({32}, 62);
+  for (const char *act : {"", "Relu", "Gelu", "GeluTanh"}) {
+    cpu::OpDesc d = makeDesc("FusedGemm", {a.desc(), w.desc(), bias.desc()}, {{DType::F32, {4, 16, 32}}}, "pipec");
+    d.attrs["transB"] = Attribute::ofInt(1);
+    if (*act)
+      d.attrs["activation"] = Attribute::ofString(act);
+    EXPECT_LE(compareWithCpu(d, {a, w, bias}), 1e-5) << "FusedGemm " << act;
+  }
+  for (bool inner : {false, true})
+    for (const char *kind : {"none", "add", "bool"}) {
+      // Logical Q [2, 3, 8, 16], KT [2, 3, 16, 8], V [2, 3, 8, 4].
+      const Shape q = inner ? Shape{2, 8, 3, 16} : Shape{2, 3, 8, 16};
+      const Shape k = inner ? Shape{2, 8, 3, 16} : Shape{2, 3, 16, 8};
+      const Shape v = inner ? Shape{2, 8, 3, 4} : Shape{2, 3, 8, 4};
+      const Shape o = inner ? Shape{2, 8, 3, 4} : Shape{2, 3, 8, 4};
+      Tensor tq = randomF32(q, 63), tk = randomF32(k, 64), tv = randomF32(v, 65), dO = randomF32(o, 66);
+      std::vector<Tensor> in{tq, tk, tv};
+      if (std::string(kind) == "add") {
+        in.push_back(randomF32({8, 8}, 67));
+      } else if (std::string(kind) == "bool") {
+        Tensor m(DType::Bool, {8, 8});
+        for (int i = 0; i < 8; ++i)
+          for (int j = 0; j < 8; ++j)
+            m.data<uint8_t>()[i * 8 + j] = j > i ? 1 : 0;
+        in.push_back(m);
+      }
+      std::vector<TensorDesc> descs;
+      for (const Tensor &t : in)
+        descs.push_back(t.desc());
+      cpu::OpDesc f = makeDesc("Attention", descs, {{DType::F32, o}}, "pipec");
+      f.attrs = {{"scale", Attribute::ofFloat(0.25f)}, {"mask", Attribute::ofString(kind)},
+                 {"heads_inner", Attribute::ofInt(inner)}};
+      EXPECT_LE(compareWithCpu(f, in), 1e-5) << "Attention " << kind << " heads_inner " << inner;
+      in.push_back(dO);
+      descs.push_back(dO.desc());
+      cpu::OpDesc g = makeDesc("AttentionGrad", descs, {tq.desc(), tk.desc(), tv.desc()}, "pipec");
+      g.attrs = f.attrs;
+      EXPECT_LE(compareWithCpu(g, in), 1e-5) << "AttentionGrad " << kind << " heads_inner " << inner;
+    }
 }

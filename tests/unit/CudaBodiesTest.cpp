@@ -27,7 +27,7 @@ namespace {
 cpu::OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<TensorDesc> out,
                      const std::string &domain = "") {
   return cpu::OpDesc{.name = "n", .opType = op, .domain = domain, .opset = 17, .attrs = {},
-                     .inputs = std::move(in), .outputs = std::move(out), .constInputs = {}};
+                     .inputs = std::move(in), .outputs = std::move(out), .constInputs = {}, .stepInvariant = {}};
 }
 
 Tensor randomF32(Shape s, uint32_t seed, float lo = -4.f, float hi = 4.f) {

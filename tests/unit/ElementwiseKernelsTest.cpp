@@ -29,7 +29,7 @@ OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<T
   // Aggregate initialisation: assigning the name trips GCC 12's -Wrestrict
   // false positive (PR105329) at -O3.
   return OpDesc{.name = "n", .opType = op, .domain = "", .opset = opset, .attrs = {},
-                .inputs = std::move(in), .outputs = std::move(out), .constInputs = {}};
+                .inputs = std::move(in), .outputs = std::move(out), .constInputs = {}, .stepInvariant = {}};
 }
 
 Tensor randomF32(Shape s, uint32_t seed, float lo = -2.f, float hi = 2.f) {
