@@ -2,6 +2,7 @@
 #include "partitioner/CostModel.h"
 
 #include "support/FileIO.h"
+#include "support/FusedOps.h"
 
 #include <nlohmann/json.hpp>
 
@@ -66,21 +67,17 @@ NodeCost forwardCost(const ir::Node &n) {
     if (op == "MatMul" && bBatch > 1 && o.size() >= 2)
       c.calls = numel(out) / (static_cast<double>(o[o.size() - 2]) * static_cast<double>(o.back()));
   } else if (n.domain() == "pipec" && (op == "Attention" || op == "AttentionGrad")) {
-    // Q [..., s, d], KT [..., d, t], V [..., t, dv]: S = Q KT and O = P V
-    // forward; the gradient recomputes S and forms dV, dP, dQ and dKT
-    // (runtime/cpu/kernels/Attention.cpp), one GEMM call per batch entry.
-    // heads_inner: Q [n, s, h, d], K [n, t, h, d], V [n, t, h, dv].
-    const Shape &q = n.input(0)->shape(), &kT = n.input(1)->shape(), &v = n.input(2)->shape();
-    const bool inner = attrInt(n.attrs(), "heads_inner", 0) != 0 && q.size() == 4 && kT.size() == 4;
-    const double s = static_cast<double>(inner ? q[1] : q[q.size() - 2]), d = static_cast<double>(q.back()),
-                 t = static_cast<double>(inner ? kT[1] : kT.back()), dv = static_cast<double>(v.back());
-    double batch = inner ? static_cast<double>(q[0] * q[2]) : 1;
-    for (size_t i = 0; !inner && i + 2 < q.size(); ++i)
-      batch *= static_cast<double>(q[i]);
-    const bool grad = op == "AttentionGrad";
-    c.flops = batch * s * t * (grad ? 2.0 * (3.0 * d + 2.0 * dv) + 10.0 : 2.0 * (d + dv) + 5.0);
-    c.gemm = true;
-    c.calls = batch * (grad ? 5.0 : 2.0);
+    // S = Q KT and O = P V forward; the gradient recomputes S and forms
+    // dV, dP, dQ and dKT (runtime/cpu/kernels/Attention.cpp), one GEMM
+    // call per batch entry.
+    if (auto a = attentionDims(n.input(0)->shape(), n.input(1)->shape(), n.input(2)->shape(), n.attrs())) {
+      const double batch = static_cast<double>(a->batch()), s = static_cast<double>(a->s),
+                   d = static_cast<double>(a->d), t = static_cast<double>(a->t), dv = static_cast<double>(a->dv);
+      const bool grad = op == "AttentionGrad";
+      c.flops = batch * s * t * (grad ? 2.0 * (3.0 * d + 2.0 * dv) + 10.0 : 2.0 * (d + dv) + 5.0);
+      c.gemm = true;
+      c.calls = batch * (grad ? 5.0 : 2.0);
+    }
   } else if (n.domain() == "pipec" && (op == "ConvGradInput" || op == "ConvGradWeight")) {
     // dX = ConvGradInput(dY, W), dW = ConvGradWeight(X, dY): the forward
     // convolution's multiply-adds, once each. The forward output (dY) has

@@ -361,7 +361,7 @@ Status DeviceExecutor::beginInstruction(Run &r, int i) {
     return errorf("device ", index_, ": injected failure at instruction ", i);
   const plan::Plan &p = lp_.plan;
   const plan::Instruction &ins = p.devices(stage_).program(i);
-  const unsigned mb = ins.micro_batch();
+  const unsigned mb = r.mb = ins.micro_batch();
   r.ctx.step = ins.previous_step() ? r.step - 1 : r.step;
   // Kernels (Dropout's random stream) see the micro-batch's number in the
   // step: replica r runs micro-batches r*M .. r*M + M - 1.
@@ -383,7 +383,7 @@ Status DeviceExecutor::beginInstruction(Run &r, int i) {
 Status DeviceExecutor::otherInstruction(Run &r, int i) {
   const plan::Plan &p = lp_.plan;
   const plan::Instruction &ins = p.devices(stage_).program(i);
-  const unsigned mb = ins.micro_batch();
+  const unsigned mb = r.mb;
   const StepIO &io = *r.io;
   switch (ins.kind()) {
   case plan::Instruction::OPTIMIZER:
@@ -423,19 +423,18 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
   }
 }
 
-Status DeviceExecutor::runNode(Run &r, int i, int32_t node, void *const *in, void *const *out) {
-  const unsigned mb = lp_.plan.devices(stage_).program(i).micro_batch();
-  r.ctx.accumulate = accumulates_[node] && mb > 0;
+Status DeviceExecutor::runNode(Run &r, int32_t node, void *const *in, void *const *out) {
+  r.ctx.accumulate = accumulates_[node] && r.mb > 0;
   Status s = kernels_[node]->run(r.ctx, in, out);
   if (!s)
-    return s.withContext(cat("device ", index_, " micro-batch ", mb));
+    return s.withContext(cat("device ", index_, " micro-batch ", r.mb));
   ++stats_.nodesRun;
   return Status::ok();
 }
 
 Status DeviceExecutor::endInstruction(Run &r, int i) {
   const plan::Instruction &ins = lp_.plan.devices(stage_).program(i);
-  const unsigned mb = ins.micro_batch();
+  const unsigned mb = r.mb;
   if (gpu_ && isCompute(ins.kind()))
     PIPEC_TRY(gpu_->sync().withContext(cat("device ", index_, " micro-batch ", mb))); // kernel time, errors
   const Clock::time_point t1 = Clock::now();
@@ -465,42 +464,33 @@ Status DeviceExecutor::endInstruction(Run &r, int i) {
 
 // The compiled schedule's calls: each runs one step above on the run it is
 // given and keeps a failure's status there.
-int32_t DeviceExecutor::thunkBegin(void *run, void *i, void *, void *) {
+template <Status (DeviceExecutor::*Step)(DeviceExecutor::Run &, int)>
+int32_t DeviceExecutor::thunkStep(void *run, void *i, void *, void *) {
   Run &r = *static_cast<Run *>(run);
-  r.status = r.ex->beginInstruction(r, static_cast<int>(reinterpret_cast<intptr_t>(i)));
-  return r.status ? 0 : 1;
-}
-int32_t DeviceExecutor::thunkOther(void *run, void *i, void *, void *) {
-  Run &r = *static_cast<Run *>(run);
-  r.status = r.ex->otherInstruction(r, static_cast<int>(reinterpret_cast<intptr_t>(i)));
+  r.status = (r.ex->*Step)(r, static_cast<int>(reinterpret_cast<intptr_t>(i)));
   return r.status ? 0 : 1;
 }
 int32_t DeviceExecutor::thunkNode(void *run, void *node, void *, void *) {
   Run &r = *static_cast<Run *>(run);
   const CompiledNode &n = *static_cast<const CompiledNode *>(node);
-  r.status = r.ex->runNode(r, n.instruction, n.node, n.in, n.out);
-  return r.status ? 0 : 1;
-}
-int32_t DeviceExecutor::thunkEnd(void *run, void *i, void *, void *) {
-  Run &r = *static_cast<Run *>(run);
-  r.status = r.ex->endInstruction(r, static_cast<int>(reinterpret_cast<intptr_t>(i)));
+  r.status = r.ex->runNode(r, n.node, n.in, n.out);
   return r.status ? 0 : 1;
 }
 
-bool DeviceExecutor::useCompiled(const StepIO &io) {
+const char *DeviceExecutor::interpretedBecause(const StepIO *io) const {
   // The interpreter serves GPUs, node timing, injected failures and two
   // weight versions (a no-flush plan's operands depend on the run).
-  const char *why = gpu_                       ? "a GPU device"
-                    : !nodeSeconds_.empty()      ? "node times"
-                    : io.failAtInstruction >= 0  ? "an injected failure"
-                    : !operands2_.empty()        ? "two weight versions"
-                                                 : nullptr;
-  if (why) {
+  return gpu_                                   ? "a GPU device"
+         : !nodeSeconds_.empty()                ? "node times"
+         : io && io->failAtInstruction >= 0     ? "an injected failure"
+         : !operands2_.empty()                  ? "two weight versions"
+         : !cpu::codegenEnabled()               ? "--no-codegen"
+                                                : nullptr;
+}
+
+bool DeviceExecutor::useCompiled(const StepIO &io) {
+  if (const char *why = interpretedBecause(&io)) {
     scheduleMode_ = cat("interpreted (", why, ")");
-    return false;
-  }
-  if (!cpu::codegenEnabled()) {
-    scheduleMode_ = "interpreted (--no-codegen)";
     return false;
   }
   if (!compileTried_)
@@ -509,7 +499,7 @@ bool DeviceExecutor::useCompiled(const StepIO &io) {
 }
 
 void DeviceExecutor::prepareSchedule() {
-  if (!gpu_ && operands2_.empty() && cpu::codegenEnabled() && !compileTried_)
+  if (!interpretedBecause(nullptr) && !compileTried_)
     buildSchedule();
 }
 
@@ -521,14 +511,14 @@ void DeviceExecutor::buildSchedule() {
     if (isCompute(dev.program(i).kind()))
       for (int32_t ni : dev.program(i).nodes())
         if (kernels_[ni])
-          compiledNodes_.push_back({i, ni, nullptr, nullptr});
+          compiledNodes_.push_back({ni, nullptr, nullptr});
   std::vector<cpu::ScheduleCall> calls;
   size_t at = 0;
   auto index = [](int i) { return reinterpret_cast<void *>(static_cast<intptr_t>(i)); };
   for (int i = 0; i < dev.program_size(); ++i) {
     const plan::Instruction &ins = dev.program(i);
     const uint32_t parts = ins.previous_step() ? 2u : 1u;
-    calls.push_back({&thunkBegin, index(i), nullptr, nullptr, parts});
+    calls.push_back({&thunkStep<&DeviceExecutor::beginInstruction>, index(i), nullptr, nullptr, parts});
     if (isCompute(ins.kind())) {
       void *const *operands = operands_[i].data();
       for (int32_t ni : ins.nodes()) {
@@ -542,9 +532,9 @@ void DeviceExecutor::buildSchedule() {
         calls.push_back({&thunkNode, &cn, nullptr, nullptr, parts});
       }
     } else {
-      calls.push_back({&thunkOther, index(i), nullptr, nullptr, parts});
+      calls.push_back({&thunkStep<&DeviceExecutor::otherInstruction>, index(i), nullptr, nullptr, parts});
     }
-    calls.push_back({&thunkEnd, index(i), nullptr, nullptr, parts});
+    calls.push_back({&thunkStep<&DeviceExecutor::endInstruction>, index(i), nullptr, nullptr, parts});
   }
   auto made = cpu::compileSchedule(calls, cat("device ", index_));
   if (!made) {
@@ -568,7 +558,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
       for (size_t k = 0; k < gpuWeights_.size(); ++k)
         PIPEC_TRY(gpu_->upload(gpuWeights_[k].first, gpuWeights_[k].second, gpuWeightBytes_[k]));
   }
-  Run r{this, ctx, &io, ctx.step, Clock::time_point(), Status::ok()};
+  Run r{this, ctx, &io, ctx.step, 0, {}, Status::ok()};
   if (useCompiled(io)) {
     const uint32_t parts = io.part == Part::All ? 3u : io.part == Part::CurrentStep ? 1u : 2u;
     if (compiled_(&r, parts) != 0)
@@ -592,7 +582,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
         void *const *in = operands, *const *out = operands + n.inputs_size();
         operands = out + n.outputs_size();
         const Clock::time_point n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
-        PIPEC_TRY(runNode(r, i, ni, in, out));
+        PIPEC_TRY(runNode(r, ni, in, out));
         if (!nodeSeconds_.empty())
           nodeSeconds_[ni] += seconds(n0, Clock::now());
       }

@@ -187,6 +187,7 @@ private:
     cpu::ExecContext ctx;
     const StepIO *io;
     uint64_t step;
+    unsigned mb = 0; ///< the running instruction's micro-batch
     std::chrono::steady_clock::time_point t0;
     Status status = Status::ok();
   };
@@ -196,11 +197,10 @@ private:
   /// it (times, trace, collects).
   Status beginInstruction(Run &r, int i);
   Status otherInstruction(Run &r, int i);
-  Status runNode(Run &r, int i, int32_t node, void *const *in, void *const *out);
+  Status runNode(Run &r, int32_t node, void *const *in, void *const *out);
   Status endInstruction(Run &r, int i);
   /// A compute node as the compiled schedule calls it.
   struct CompiledNode {
-    int instruction;
     int32_t node;
     void *const *in, *const *out;
   };
@@ -214,14 +214,16 @@ private:
     compiled_ = nullptr;
     compileTried_ = false;
   }
+  /// Why runs (with `io`, if given) take the interpreter, or null.
+  const char *interpretedBecause(const StepIO *io) const;
   /// Whether a run with `io` can use the compiled schedule (compiling it
   /// the first time).
   bool useCompiled(const StepIO &io);
   void buildSchedule();
-  static int32_t thunkBegin(void *run, void *i, void *, void *);
-  static int32_t thunkOther(void *run, void *i, void *, void *);
+  /// The compiled schedule's calls: one step of an instruction (`i` its
+  /// index), or one node (a CompiledNode).
+  template <Status (DeviceExecutor::*Step)(Run &, int)> static int32_t thunkStep(void *run, void *i, void *, void *);
   static int32_t thunkNode(void *run, void *node, void *, void *);
-  static int32_t thunkEnd(void *run, void *i, void *, void *);
 };
 
 } // namespace pipec::runtime

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "ir/shape/RuleUtil.h"
 #include "support/ElementwiseProgram.h"
+#include "support/FusedOps.h"
 
 #include <initializer_list>
 
@@ -62,81 +63,53 @@ Status fusedElementwiseRule(const ShapeContext &ctx, Outputs &out) {
   return Status::ok();
 }
 
-/// pipec:FusedGemm(A, B[, bias]) {transA, transB, activation}: f32 A of
-/// rank 2 or more ([..., K]; rank 2 [K, M] with transA), B [K, N] ([N, K]
-/// with transB), bias [N]; Y is A's leading axes then N ([M, N] with
-/// transA).
+/// pipec:FusedGemm(A, B[, bias]) {transA, transB, activation}: f32, the
+/// geometry of support/FusedOps.h, bias [N].
 Status fusedGemmRule(const ShapeContext &ctx, Outputs &out) {
   for (size_t i = 0; i < ctx.numInputs(); ++i)
     if (!ctx.hasInput(i) || ctx.inputType(i).dtype != DType::F32)
       return ctx.error(cat(inputLabel(ctx, i), " must be an f32 tensor"));
-  const std::string act = attrString(ctx.attrs(), "activation", "");
-  if (!act.empty() && act != "Relu" && act != "Gelu" && act != "GeluTanh")
-    return ctx.error(cat("unknown activation '", act, "' (Relu, Gelu or GeluTanh)"));
-  const Shape &a = ctx.inputType(0).shape, &b = ctx.inputType(1).shape;
-  const bool ta = attrInt(ctx.attrs(), "transA", 0) != 0, tb = attrInt(ctx.attrs(), "transB", 0) != 0;
-  if (a.size() < 2 || b.size() != 2 || (ta && a.size() != 2))
-    return ctx.error(cat("A must have rank 2 or more (2 with transA) and B rank 2, got ", shapeStr(a), " and ",
-                         shapeStr(b)));
-  const int64_t k = ta ? a[0] : a.back(), n = tb ? b[0] : b[1];
-  if ((tb ? b[1] : b[0]) != k)
-    return ctx.error(cat("inner dimensions differ: ", shapeStr(a), " x ", shapeStr(b)));
-  if (ctx.numInputs() > 2 && ctx.inputType(2).shape != Shape{n})
-    return ctx.error(cat("the bias must be f32[", n, "], it is ", ctx.inputType(2).str()));
-  Shape y = ta ? Shape{a[1]} : Shape(a.begin(), a.end() - 1);
-  y.push_back(n);
-  out[0] = TensorDesc{DType::F32, y};
+  if (auto act = fusedActivationOf(ctx.attrs()); !act)
+    return ctx.error(act.status().message());
+  auto g = fusedGemmDims(ctx.inputType(0).shape, ctx.inputType(1).shape, ctx.attrs());
+  if (!g)
+    return ctx.error(g.status().message());
+  if (ctx.numInputs() > 2 && ctx.inputType(2).shape != Shape{g->N})
+    return ctx.error(cat("the bias must be f32[", g->N, "], it is ", ctx.inputType(2).str()));
+  out[0] = TensorDesc{DType::F32, g->out};
   return Status::ok();
 }
 
 namespace {
-/// Checks pipec:Attention's Q [..., s, d], KT [..., d, t], V [..., t, dv]
-/// and mask (input 3 unless the mask attribute is "none"); returns O's
-/// type [..., s, dv].
+/// Checks pipec:Attention's Q, KT (or K), V and mask (input 3 unless the
+/// mask attribute is "none"; support/FusedOps.h); returns O's type.
 Expected<TensorDesc> attentionOutput(const ShapeContext &ctx) {
   for (size_t i = 0; i < 3; ++i)
     PIPEC_TRY(expectFloat(ctx, i));
-  const TensorDesc &q = ctx.inputType(0), &kT = ctx.inputType(1), &v = ctx.inputType(2);
-  const size_t r = q.shape.size();
-  if (kT.dtype != q.dtype || v.dtype != q.dtype)
-    return ctx.error(cat("Q ", q.str(), ", K and V ", v.str(), " differ in type"));
-  // heads_inner: Q [n, s, h, d], K [n, t, h, d], V [n, t, h, dv] -> O
-  // [n, s, h, dv], the scores [n, h, s, t].
-  const bool inner = attrInt(ctx.attrs(), "heads_inner", 0) != 0;
-  const Shape &k = kT.shape;
-  if (inner && (r != 4 || k.size() != 4 || v.shape.size() != 4 || k[0] != q.shape[0] || v.shape[0] != q.shape[0] ||
-                k[2] != q.shape[2] || v.shape[2] != q.shape[2] || k[3] != q.shape[3] || v.shape[1] != k[1]))
-    return ctx.error(cat("Q ", q.str(), ", K ", kT.str(), " and V ", v.str(),
-                         " are not [n, s, h, d], [n, t, h, d] and [n, t, h, dv] (heads_inner)"));
-  if (!inner && (r < 2 || k.size() != r || v.shape.size() != r ||
-                 !std::equal(q.shape.begin(), q.shape.end() - 2, k.begin()) ||
-                 !std::equal(q.shape.begin(), q.shape.end() - 2, v.shape.begin()) || k[r - 2] != q.shape[r - 1] ||
-                 v.shape[r - 2] != k[r - 1]))
-    return ctx.error(cat("Q ", q.str(), ", KT ", kT.str(), " and V ", v.str(),
-                         " are not [..., s, d], [..., d, t] and [..., t, dv]"));
-  const int64_t keys = inner ? k[1] : k.back();
-  const std::string kind = attrString(ctx.attrs(), "mask", "none");
-  if (kind != "none" && kind != "add" && kind != "bool")
-    return ctx.error(cat("unknown mask kind '", kind, "' (none, add or bool)"));
-  if (kind != "none") {
+  const TensorDesc &q = ctx.inputType(0), &k = ctx.inputType(1), &v = ctx.inputType(2);
+  if (k.dtype != q.dtype || v.dtype != q.dtype)
+    return ctx.error(cat("Q ", q.str(), ", K ", k.str(), " and V ", v.str(), " differ in type"));
+  auto dims = attentionDims(q.shape, k.shape, v.shape, ctx.attrs());
+  if (!dims)
+    return ctx.error(dims.status().message());
+  auto kind = attentionMaskOf(ctx.attrs());
+  if (!kind)
+    return ctx.error(kind.status().message());
+  if (*kind != AttentionMask::None) {
     if (ctx.numInputs() < 4 || !ctx.hasInput(3))
-      return ctx.error(cat("a '", kind, "' mask needs input 3"));
+      return ctx.error("a mask needs input 3");
     const TensorDesc &m = ctx.inputType(3);
-    Shape scores = inner ? Shape{q.shape[0], q.shape[2], q.shape[1]} : Shape(q.shape.begin(), q.shape.end() - 1);
-    scores.push_back(keys);
+    const Shape &scores = dims->scores;
     bool fits = m.rank() <= static_cast<int64_t>(scores.size()) &&
-                (kind == "bool" ? m.dtype == DType::Bool : m.dtype == q.dtype);
+                (*kind == AttentionMask::Bool ? m.dtype == DType::Bool : m.dtype == q.dtype);
     for (int64_t a = 0; fits && a < m.rank(); ++a) {
       const int64_t d = m.shape[a], sd = scores[a + scores.size() - m.rank()];
       fits = d == 1 || d == sd;
     }
     if (!fits)
-      return ctx.error(cat("the '", kind, "' mask ", m.str(), " does not broadcast to the scores ",
-                           shapeStr(scores)));
+      return ctx.error(cat("the mask ", m.str(), " does not broadcast to the scores ", shapeStr(scores)));
   }
-  Shape o(q.shape.begin(), q.shape.end() - 1);
-  o.push_back(v.shape.back());
-  return TensorDesc{q.dtype, o};
+  return TensorDesc{q.dtype, dims->out};
 }
 } // namespace
 

@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/autodiff/GradRules.h"
+#include "support/FusedOps.h"
 
 #include <cmath>
 
@@ -66,12 +67,15 @@ Status maskedSoftmaxGrad(GradContext &c) {
 // (runtime/cpu/kernels/Attention.cpp). A bool mask's fill must make its
 // probabilities exactly 0, as for MaskedSoftmax.
 Status attentionGrad(GradContext &c) {
-  const bool masked = attrString(c.attrs(), "mask", "none") != "none";
+  auto kind = attentionMaskOf(c.attrs());
+  if (!kind)
+    return c.error(kind.status().message());
+  const bool masked = *kind != AttentionMask::None;
   if (masked && c.needsGrad(3))
     return c.error("the attention mask cannot be differentiated");
   if (!c.needsGrad(0) && !c.needsGrad(1) && !c.needsGrad(2))
     return Status::ok();
-  if (attrString(c.attrs(), "mask", "none") == "bool" && !(attrFloat(c.attrs(), "fill", -INFINITY) <= -1e30f))
+  if (*kind == AttentionMask::Bool && !(attrFloat(c.attrs(), "fill", -INFINITY) <= -1e30f))
     return c.error("the fill must be -1e30 or below (its probability exactly 0)");
   std::vector<ir::Value *> in{c.input(0), c.input(1), c.input(2)};
   if (masked)

@@ -3,6 +3,7 @@
 #include "support/ElementwiseProgram.h"
 
 #include "runtime/cuda/Kernels.h"
+#include "support/FusedOps.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -244,21 +245,14 @@ public:
 /// buffers), the scale, mask and softmax by the element and row kernels.
 class AttentionKernel final : public Kernel {
 public:
-  int64_t batch = 1, s = 0, d = 0, t = 0, dv = 0;
-  int mask = 0; ///< 0 none, 1 add, 2 bool
+  AttentionDims g; ///< sizes and operand layouts (support/FusedOps.h)
+  int mask = 0;    ///< 0 none, 1 add, 2 bool
   float scale = 1.0f, fill = -INFINITY;
   bool fillWhen = true, grad = false;
   body::Broadcast same, maskBc;
-  /// Batch entries as items x heads (heads 1 unless heads_inner), and
-  /// where each operand's matrices lie: an item's first, a head's step,
-  /// the rows' leading dimension (runtime/cpu/kernels/Attention.cpp).
-  int64_t items = 1, heads = 1;
-  bool headsInner = false;
-  struct Layout {
-    int64_t perItem = 0, perHead = 0, ld = 0;
-  } q, k, v, o;
+  using Layout = AttentionDims::Layout;
 
-  size_t workspaceBytes() const override { return 3 * sizeof(float) * static_cast<size_t>(batch * s * t); }
+  size_t workspaceBytes() const override { return 3 * sizeof(float) * static_cast<size_t>(g.batch() * g.s * g.t); }
 
   /// A row-major operand: its layout, or a [batch, rows, ld] buffer of
   /// the workspace.
@@ -266,29 +260,28 @@ public:
     const float *p;
     Layout l;
   };
-  Op scores(const float *w) const { return {w, {heads * s * t, s * t, t}}; }
+  Op scores(const float *w) const { return {w, {g.heads * g.s * g.t, g.s * g.t, g.t}}; }
 
   /// C[e] = op(A[e]) op(B[e]) for every batch entry, [m, n] from [m, k]
   /// and [k, n] (before the ops): per item, one strided batch over its
   /// heads.
   Status gemm(void *stream, bool ta, bool tb, int64_t m, int64_t n, int64_t kk, Op a, Op b, Op c) const {
-    for (int64_t i = 0; i < items; ++i) {
-      Gemm g;
-      g.ta = ta;
-      g.tb = tb;
-      g.m = m;
-      g.n = n;
-      g.k = kk;
-      g.batch = heads;
-      g.strideA = a.l.perHead;
-      g.strideB = b.l.perHead;
-      g.strideY = c.l.perHead;
-      g.ldA = a.l.ld;
-      g.ldB = b.l.ld;
-      g.ldY = c.l.ld;
-      PIPEC_TRY(g.run(stream, a.p + i * a.l.perItem, b.p + i * b.l.perItem,
-                      const_cast<float *>(c.p) + i * c.l.perItem, 0.0f));
-    }
+    Gemm p;
+    p.ta = ta;
+    p.tb = tb;
+    p.m = m;
+    p.n = n;
+    p.k = kk;
+    p.batch = g.heads;
+    p.strideA = a.l.perHead;
+    p.strideB = b.l.perHead;
+    p.strideY = c.l.perHead;
+    p.ldA = a.l.ld;
+    p.ldB = b.l.ld;
+    p.ldY = c.l.ld;
+    for (int64_t i = 0; i < g.items; ++i)
+      PIPEC_TRY(p.run(stream, a.p + i * a.l.perItem, b.p + i * b.l.perItem, const_cast<float *>(c.p) + i * c.l.perItem,
+                      0.0f));
     return Status::ok();
   }
 
@@ -296,17 +289,17 @@ public:
   /// scratch); returns which.
   Expected<float *> probabilities(void *stream, const float *qp, const float *kp, const void *m, float *w0,
                                   float *w1) const {
-    const int64_t n = batch * s * t;
-    PIPEC_TRY(gemm(stream, false, headsInner, s, t, d, {qp, q}, {kp, k}, scores(w0)));
+    const int64_t n = g.batch() * g.s * g.t;
+    PIPEC_TRY(gemm(stream, false, g.headsInner, g.s, g.t, g.d, {qp, g.q}, {kp, g.k}, scores(w0)));
     if (mask == 2) {
-      PIPEC_TRY(launchMaskedSoftmax(w0, static_cast<const bool *>(m), w1, batch * s, t, maskBc, scale, fill,
+      PIPEC_TRY(launchMaskedSoftmax(w0, static_cast<const bool *>(m), w1, g.batch() * g.s, g.t, maskBc, scale, fill,
                                     fillWhen, stream));
       return w1;
     }
     PIPEC_TRY(launchBroadcastScale(w0, same, scale, w1, n, stream));
     if (mask == 1)
       PIPEC_TRY(launchBinary(body::BinaryOp::Add, w1, same, static_cast<const float *>(m), maskBc, w1, n, stream));
-    PIPEC_TRY(launchSoftmax(false, w1, w0, batch * s, t, 1, stream));
+    PIPEC_TRY(launchSoftmax(false, w1, w0, g.batch() * g.s, g.t, 1, stream));
     return w0;
   }
 
@@ -314,23 +307,23 @@ public:
     const auto *qp = static_cast<const float *>(in[0]), *kp = static_cast<const float *>(in[1]),
                *vp = static_cast<const float *>(in[2]);
     const void *m = mask ? in[3] : nullptr;
-    const int64_t n = batch * s * t;
+    const int64_t n = g.batch() * g.s * g.t;
     float *w0 = static_cast<float *>(ctx.workspace), *w1 = w0 + n, *w2 = w1 + n;
     PIPEC_ASSIGN(float *p, probabilities(ctx.stream, qp, kp, m, w0, w1));
     if (!grad) // O = P V
-      return gemm(ctx.stream, false, false, s, dv, t, scores(p), {vp, v}, {static_cast<float *>(out[0]), o});
+      return gemm(ctx.stream, false, false, g.s, g.dv, g.t, scores(p), {vp, g.v}, {static_cast<float *>(out[0]), g.o});
     const auto *dO = static_cast<const float *>(in[mask ? 4 : 3]);
     float *dQ = static_cast<float *>(out[0]), *dK = static_cast<float *>(out[1]), *dV = static_cast<float *>(out[2]);
     float *dP = p == w0 ? w1 : w0;
-    PIPEC_TRY(gemm(ctx.stream, true, false, t, dv, s, scores(p), {dO, o}, {dV, v})); // dV = P^T dO
-    PIPEC_TRY(gemm(ctx.stream, false, true, s, t, dv, {dO, o}, {vp, v}, scores(dP))); // dP = dO V^T
-    PIPEC_TRY(launchSoftmaxGrad(dP, p, w2, batch * s, t, 1, ctx.stream));
+    PIPEC_TRY(gemm(ctx.stream, true, false, g.t, g.dv, g.s, scores(p), {dO, g.o}, {dV, g.v})); // dV = P^T dO
+    PIPEC_TRY(gemm(ctx.stream, false, true, g.s, g.t, g.dv, {dO, g.o}, {vp, g.v}, scores(dP))); // dP = dO V^T
+    PIPEC_TRY(launchSoftmaxGrad(dP, p, w2, g.batch() * g.s, g.t, 1, ctx.stream));
     PIPEC_TRY(launchBroadcastScale(w2, same, scale, w2, n, ctx.stream)); // dS
     // dQ = dS KT^T, dKT = Q^T dS (K as rows: dQ = dS K, dK = dS^T Q).
-    PIPEC_TRY(gemm(ctx.stream, false, !headsInner, s, d, t, scores(w2), {kp, k}, {dQ, q}));
-    if (headsInner)
-      return gemm(ctx.stream, true, false, t, d, s, scores(w2), {qp, q}, {dK, k});
-    return gemm(ctx.stream, true, false, d, t, s, {qp, q}, scores(w2), {dK, k});
+    PIPEC_TRY(gemm(ctx.stream, false, !g.headsInner, g.s, g.d, g.t, scores(w2), {kp, g.k}, {dQ, g.q}));
+    if (g.headsInner)
+      return gemm(ctx.stream, true, false, g.t, g.d, g.s, scores(w2), {qp, g.q}, {dK, g.k});
+    return gemm(ctx.stream, true, false, g.d, g.t, g.s, {qp, g.q}, scores(w2), {dK, g.k});
   }
 };
 
@@ -872,92 +865,54 @@ Expected<KernelPtr> makeGemm(const OpDesc &d) {
 }
 
 Expected<KernelPtr> makeFusedGemm(const OpDesc &d) {
-  const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
+  auto act = fusedActivationOf(d.attrs);
+  auto dims = fusedGemmDims(d.inputs[0].shape, d.inputs[1].shape, d.attrs);
+  if (!act || !dims)
+    return errorf(d.where(), ": ", (act ? dims.status() : act.status()).message());
   auto k = std::make_unique<FusedGemmKernel>();
   Gemm &g = k->g;
-  g.ta = attrInt(d.attrs, "transA", 0) != 0;
-  g.tb = attrInt(d.attrs, "transB", 0) != 0;
-  if (a.size() < 2 || b.size() != 2 || (g.ta && a.size() != 2))
-    return errorf(d.where(), ": A must have rank 2 or more (2 with transA) and B rank 2");
-  g.k = g.ta ? a[0] : a.back();
-  g.m = g.ta ? a[1] : prodDims(a, 0, a.size() - 1);
-  g.n = g.tb ? b[0] : b[1];
-  if ((g.tb ? b[1] : b[0]) != g.k)
-    return errorf(d.where(), ": inner dimensions differ: ", shapeStr(a), " x ", shapeStr(b));
+  g.ta = dims->ta;
+  g.tb = dims->tb;
+  g.m = dims->M;
+  g.n = dims->N;
+  g.k = dims->K;
   const Shape &out = d.outputs[0].shape;
   k->outElems = d.outputs[0].numel();
   k->y = broadcastOf(out, out);
   k->hasBias = d.hasInput(2);
   if (k->hasBias)
     k->bias = broadcastOf(d.inputs[2].shape, out);
-  const std::string act = attrString(d.attrs, "activation", "");
-  k->hasAct = !act.empty();
-  if (act == "Relu")
-    k->act = UnaryOp::Relu;
-  else if (act == "Gelu")
-    k->act = UnaryOp::GeluErf;
-  else if (act == "GeluTanh")
-    k->act = UnaryOp::GeluTanh;
-  else if (k->hasAct)
-    return errorf(d.where(), ": unknown activation '", act, "' (Relu, Gelu or GeluTanh)");
+  k->hasAct = *act != FusedActivation::None;
+  k->act = *act == FusedActivation::GeluErf    ? UnaryOp::GeluErf
+           : *act == FusedActivation::GeluTanh ? UnaryOp::GeluTanh
+                                               : UnaryOp::Relu;
   return KernelPtr(k.release());
 }
 
 Expected<KernelPtr> makeAttention(const OpDesc &d, bool grad) {
   auto k = std::make_unique<AttentionKernel>();
   k->grad = grad;
-  const std::string kind = attrString(d.attrs, "mask", "none");
-  k->mask = kind == "add" ? 1 : kind == "bool" ? 2 : 0;
-  if (kind != "none" && kind != "add" && kind != "bool")
-    return errorf(d.where(), ": unknown mask kind '", kind, "'");
+  auto kind = attentionMaskOf(d.attrs);
+  if (!kind)
+    return errorf(d.where(), ": ", kind.status().message());
+  k->mask = *kind == AttentionMask::Add ? 1 : *kind == AttentionMask::Bool ? 2 : 0;
   const size_t want = (grad ? 4u : 3u) + (k->mask ? 1u : 0u);
   if (d.inputs.size() != want || d.outputs.size() != (grad ? 3u : 1u))
-    return errorf(d.where(), ": expects ", want, " inputs with mask '", kind, "'");
+    return errorf(d.where(), ": expects ", want, " inputs with mask '", attrString(d.attrs, "mask", "none"), "'");
   for (size_t i = 0; i < d.inputs.size(); ++i)
     if ((i != 3 || k->mask != 2) && d.inputs[i].dtype != DType::F32)
       return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype),
                     "; the CUDA kernels take float32 only");
-  const Shape &q = d.inputs[0].shape, &kT = d.inputs[1].shape, &v = d.inputs[2].shape;
-  const size_t r = q.size();
-  k->headsInner = attrInt(d.attrs, "heads_inner", 0) != 0;
-  Shape scores;
-  if (k->headsInner) { // Q [n, s, h, d], K [n, t, h, d], V [n, t, h, dv]
-    if (r != 4 || kT.size() != 4 || v.size() != 4 || kT[3] != q[3] || v[1] != kT[1] || kT[2] != q[2] ||
-        v[2] != q[2])
-      return errorf(d.where(), ": Q, K and V are not [n, s, h, d], [n, t, h, d] and [n, t, h, dv]");
-    k->items = q[0];
-    k->heads = q[2];
-    k->s = q[1];
-    k->d = q[3];
-    k->t = kT[1];
-    k->dv = v[3];
-    k->q = {k->s * k->heads * k->d, k->d, k->heads * k->d};
-    k->k = {k->t * k->heads * k->d, k->d, k->heads * k->d};
-    k->v = {k->t * k->heads * k->dv, k->dv, k->heads * k->dv};
-    k->o = {k->s * k->heads * k->dv, k->dv, k->heads * k->dv};
-    scores = {q[0], q[2], q[1], k->t};
-  } else {
-    if (r < 2 || kT.size() != r || v.size() != r || kT[r - 2] != q[r - 1] || v[r - 2] != kT[r - 1])
-      return errorf(d.where(), ": Q, KT and V are not [..., s, d], [..., d, t] and [..., t, dv]");
-    k->s = q[r - 2];
-    k->d = q[r - 1];
-    k->t = kT[r - 1];
-    k->dv = v[r - 1];
-    k->heads = prodDims(q, 0, r - 2); // one item of all entries, packed
-    k->q = {0, k->s * k->d, k->d};
-    k->k = {0, k->d * k->t, k->t};
-    k->v = {0, k->t * k->dv, k->dv};
-    k->o = {0, k->s * k->dv, k->dv};
-    scores = Shape(q.begin(), q.end() - 1);
-    scores.push_back(k->t);
-  }
-  k->batch = k->items * k->heads;
+  auto dims = attentionDims(d.inputs[0].shape, d.inputs[1].shape, d.inputs[2].shape, d.attrs);
+  if (!dims)
+    return errorf(d.where(), ": ", dims.status().message());
+  k->g = *dims;
   k->scale = attrFloat(d.attrs, "scale", 1.0f);
   k->fill = attrFloat(d.attrs, "fill", -INFINITY);
   k->fillWhen = attrInt(d.attrs, "fill_when", 1) != 0;
-  k->same = broadcastOf(scores, scores);
+  k->same = broadcastOf(dims->scores, dims->scores);
   if (k->mask)
-    k->maskBc = broadcastOf(d.inputs[3].shape, scores);
+    k->maskBc = broadcastOf(d.inputs[3].shape, dims->scores);
   return KernelPtr(k.release());
 }
 

@@ -37,6 +37,7 @@
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
 #include "runtime/cpu/kernels/LinalgCommon.h"
 #include "runtime/cpu/kernels/SoftmaxRow.h"
+#include "support/FusedOps.h"
 
 #include <cmath>
 
@@ -45,25 +46,10 @@ namespace pipec::cpu {
 namespace {
 using namespace ew;
 
-enum class MaskKind { None, Add, Bool };
-
-/// Where one operand's matrix of batch entry b lies: entry b is head
-/// b % heads of item b / heads, its rows ld elements apart.
-struct OperandLayout {
-  int64_t perItem = 0, perHead = 0, ld = 0;
-};
-
-/// Sizes and mask layout shared by the forward and the gradient.
-struct AttentionShape {
-  int64_t batch = 1, s = 0, d = 0, t = 0, dv = 0;
-  /// heads_inner: Q, K, V and O are [n, rows, heads, cols] (the heads'
-  /// transposes absorbed; K as rows [t, d] rather than KT [d, t]); else
-  /// each batch entry's matrix is contiguous (heads 1).
-  int64_t heads = 1;
-  bool headsInner = false;
-  OperandLayout q, k, v, o;
-  int64_t at(const OperandLayout &x, int64_t b) const { return b / heads * x.perItem + b % heads * x.perHead; }
-  MaskKind mask = MaskKind::None;
+/// The geometry (support/FusedOps.h) and the mask's layout, shared by the
+/// forward and the gradient.
+struct AttentionShape : AttentionDims {
+  AttentionMask mask = AttentionMask::None;
   std::vector<int64_t> maskRow; ///< per (batch entry, row of S): the mask row's offset
   int64_t maskStep = 0;         ///< the mask's stride along t (0 or 1)
   double scale = 1, fill = -INFINITY;
@@ -81,24 +67,24 @@ template <typename T> T *threadBuffer(int slot, size_t n) {
 /// P of batch entry b into `p` [s, t].
 template <typename T>
 void probabilities(const AttentionShape &a, const T *q, const T *kT, const void *mask, int64_t b, T *p) {
-  linalgGemm<T>(false, a.headsInner, a.s, a.t, a.d, T(1), q + a.at(a.q, b), a.q.ld, kT + a.at(a.k, b), a.k.ld,
+  linalgGemm<T>(false, a.headsInner, a.s, a.t, a.d, T(1), q + a.offset(a.q, b), a.q.ld, kT + a.offset(a.k, b), a.k.ld,
                 T(0), p, a.t);
   const T scale = static_cast<T>(a.scale), fill = static_cast<T>(a.fill);
   for (int64_t i = 0; i < a.s; ++i) {
     T *row = p + i * a.t;
-    const int64_t off = a.mask == MaskKind::None ? 0 : a.maskRow[static_cast<size_t>(b * a.s + i)];
+    const int64_t off = a.mask == AttentionMask::None ? 0 : a.maskRow[static_cast<size_t>(b * a.s + i)];
     switch (a.mask) {
-    case MaskKind::None:
+    case AttentionMask::None:
       for (int64_t j = 0; j < a.t; ++j)
         row[j] = row[j] * scale;
       break;
-    case MaskKind::Add: {
+    case AttentionMask::Add: {
       const T *m = static_cast<const T *>(mask) + off;
       for (int64_t j = 0; j < a.t; ++j)
         row[j] = row[j] * scale + m[j * a.maskStep];
       break;
     }
-    case MaskKind::Bool: {
+    case AttentionMask::Bool: {
       const bool *m = static_cast<const bool *>(mask) + off;
       for (int64_t j = 0; j < a.t; ++j)
         row[j] = m[j * a.maskStep] == a.fillWhen ? fill : row[j] * scale;
@@ -111,7 +97,7 @@ void probabilities(const AttentionShape &a, const T *q, const T *kT, const void 
 
 /// Runs `f(b)` for every batch entry, each on one thread.
 template <typename F> void perBatch(const AttentionShape &a, F &&f) {
-  parallelTasks(a.batch, a.batch * a.s * a.t * (a.d + a.dv), [&](int64_t b) {
+  parallelTasks(a.batch(), a.batch() * a.s * a.t * (a.d + a.dv), [&](int64_t b) {
     LinalgOneThread one;
     f(b);
   });
@@ -123,13 +109,13 @@ public:
   Status run(ExecContext &, const void *const *in, void *const *out) override {
     const T *q = static_cast<const T *>(in[0]), *kT = static_cast<const T *>(in[1]),
             *v = static_cast<const T *>(in[2]);
-    const void *mask = a_.mask == MaskKind::None ? nullptr : in[3];
+    const void *mask = a_.mask == AttentionMask::None ? nullptr : in[3];
     T *o = static_cast<T *>(out[0]);
     perBatch(a_, [&](int64_t b) {
       T *p = threadBuffer<T>(0, static_cast<size_t>(a_.s * a_.t));
       probabilities(a_, q, kT, mask, b, p);
-      linalgGemm<T>(false, false, a_.s, a_.dv, a_.t, T(1), p, a_.t, v + a_.at(a_.v, b), a_.v.ld, T(0),
-                    o + a_.at(a_.o, b), a_.o.ld);
+      linalgGemm<T>(false, false, a_.s, a_.dv, a_.t, T(1), p, a_.t, v + a_.offset(a_.v, b), a_.v.ld, T(0),
+                    o + a_.offset(a_.o, b), a_.o.ld);
     });
     return Status::ok();
   }
@@ -144,7 +130,7 @@ public:
   Status run(ExecContext &, const void *const *in, void *const *out) override {
     const T *q = static_cast<const T *>(in[0]), *kT = static_cast<const T *>(in[1]),
             *v = static_cast<const T *>(in[2]);
-    const bool masked = a_.mask != MaskKind::None;
+    const bool masked = a_.mask != AttentionMask::None;
     const void *mask = masked ? in[3] : nullptr;
     const T *dO = static_cast<const T *>(in[masked ? 4 : 3]);
     T *dQ = static_cast<T *>(out[0]), *dKT = static_cast<T *>(out[1]), *dV = static_cast<T *>(out[2]);
@@ -154,9 +140,9 @@ public:
       T *p = threadBuffer<T>(0, static_cast<size_t>(a.s * a.t));
       T *dp = threadBuffer<T>(1, static_cast<size_t>(a.s * a.t));
       probabilities(a, q, kT, mask, b, p);
-      const T *dOb = dO + a.at(a.o, b), *vb = v + a.at(a.v, b);
+      const T *dOb = dO + a.offset(a.o, b), *vb = v + a.offset(a.v, b);
       // dV = P^T dO, dP = dO V^T.
-      linalgGemm<T>(true, false, a.t, a.dv, a.s, T(1), p, a.t, dOb, a.o.ld, T(0), dV + a.at(a.v, b), a.v.ld);
+      linalgGemm<T>(true, false, a.t, a.dv, a.s, T(1), p, a.t, dOb, a.o.ld, T(0), dV + a.offset(a.v, b), a.v.ld);
       linalgGemm<T>(false, true, a.s, a.t, a.dv, T(1), dOb, a.o.ld, vb, a.v.ld, T(0), dp, a.t);
       // dS = scale * P (dP - sum_j dP P), in place of dP.
       for (int64_t i = 0; i < a.s; ++i) {
@@ -166,12 +152,12 @@ public:
           gr[j] = scale * (pr[j] * (gr[j] - dot));
       }
       // dQ = dS KT^T, dKT = Q^T dS (K as rows: dQ = dS K, dK = dS^T Q).
-      const T *qb = q + a.at(a.q, b), *kb = kT + a.at(a.k, b);
-      linalgGemm<T>(false, !a.headsInner, a.s, a.d, a.t, T(1), dp, a.t, kb, a.k.ld, T(0), dQ + a.at(a.q, b), a.q.ld);
+      const T *qb = q + a.offset(a.q, b), *kb = kT + a.offset(a.k, b);
+      linalgGemm<T>(false, !a.headsInner, a.s, a.d, a.t, T(1), dp, a.t, kb, a.k.ld, T(0), dQ + a.offset(a.q, b), a.q.ld);
       if (a.headsInner)
-        linalgGemm<T>(true, false, a.t, a.d, a.s, T(1), dp, a.t, qb, a.q.ld, T(0), dKT + a.at(a.k, b), a.k.ld);
+        linalgGemm<T>(true, false, a.t, a.d, a.s, T(1), dp, a.t, qb, a.q.ld, T(0), dKT + a.offset(a.k, b), a.k.ld);
       else
-        linalgGemm<T>(true, false, a.d, a.t, a.s, T(1), qb, a.q.ld, dp, a.t, T(0), dKT + a.at(a.k, b), a.k.ld);
+        linalgGemm<T>(true, false, a.d, a.t, a.s, T(1), qb, a.q.ld, dp, a.t, T(0), dKT + a.offset(a.k, b), a.k.ld);
     });
     return Status::ok();
   }
@@ -180,134 +166,50 @@ private:
   AttentionShape a_;
 };
 
-/// The logical shapes of Q [..., s, d], KT [..., d, t] and V [..., t, dv]
-/// (and O [..., s, dv]) from the inputs'; with heads_inner the inputs are
-/// [n, s, h, d], [n, t, h, d] and [n, t, h, dv] (the output [n, s, h, dv]).
-struct AttentionDims {
-  Shape q, kT, v, o;
-  bool headsInner = false;
-};
-Expected<AttentionDims> attentionDims(const Shape &q, const Shape &k, const Shape &v, bool headsInner) {
-  AttentionDims r;
-  r.headsInner = headsInner;
-  if (headsInner) {
-    if (q.size() != 4 || k.size() != 4 || v.size() != 4 || k[0] != q[0] || v[0] != q[0] || k[2] != q[2] ||
-        v[2] != q[2] || k[3] != q[3] || v[1] != k[1])
-      return errorf("Q ", shapeStr(q), ", K ", shapeStr(k), " and V ", shapeStr(v),
-                    " are not [n, s, h, d], [n, t, h, d] and [n, t, h, dv]");
-    r.q = {q[0], q[2], q[1], q[3]};
-    r.kT = {k[0], k[2], k[3], k[1]};
-    r.v = {v[0], v[2], v[1], v[3]};
-    r.o = {q[0], q[1], q[2], v[3]};
-    return r;
-  }
-  if (q.size() < 2 || k.size() != q.size() || v.size() != q.size() || !std::equal(q.begin(), q.end() - 2, k.begin()) ||
-      !std::equal(q.begin(), q.end() - 2, v.begin()) || k[k.size() - 2] != q.back() || v[v.size() - 2] != k.back())
-    return errorf("Q ", shapeStr(q), ", KT ", shapeStr(k), " and V ", shapeStr(v),
-                  " are not [..., s, d], [..., d, t] and [..., t, dv]");
-  r.q = q;
-  r.kT = k;
-  r.v = v;
-  r.o = Shape(q.begin(), q.end() - 1);
-  r.o.push_back(v.back());
-  return r;
-}
-
 /// Reads and checks the shapes and attributes of a node whose first three
-/// inputs are Q, KT, V and whose mask (if any) is input 3.
+/// inputs are Q, KT (or K), V and whose mask (if any) is input 3
+/// (support/FusedOps.h).
 Expected<AttentionShape> attentionShape(const OpDesc &d, size_t numInputsWithoutMask) {
   AttentionShape a;
-  const std::string kind = attrString(d.attrs, "mask", "none");
-  a.mask = kind == "add" ? MaskKind::Add : kind == "bool" ? MaskKind::Bool : MaskKind::None;
-  if (kind != "none" && kind != "add" && kind != "bool")
-    return errorf(d.where(), ": unknown mask kind '", kind, "' (none, add or bool)");
-  const size_t want = numInputsWithoutMask + (a.mask == MaskKind::None ? 0 : 1);
+  auto kind = attentionMaskOf(d.attrs);
+  if (!kind)
+    return errorf(d.where(), ": ", kind.status().message());
+  a.mask = *kind;
+  const size_t want = numInputsWithoutMask + (a.mask == AttentionMask::None ? 0 : 1);
   if (d.inputs.size() != want)
-    return errorf(d.where(), ": expects ", want, " inputs with mask '", kind, "', got ", d.inputs.size());
+    return errorf(d.where(), ": expects ", want, " inputs with mask '", attrString(d.attrs, "mask", "none"),
+                  "', got ", d.inputs.size());
   for (size_t i = 0; i < d.inputs.size(); ++i)
     if (!d.hasInput(i))
       return errorf(d.where(), ": input ", i, " is missing");
-  auto madeDims = attentionDims(d.inputs[0].shape, d.inputs[1].shape, d.inputs[2].shape,
-                                attrInt(d.attrs, "heads_inner", 0) != 0);
-  if (!madeDims)
-    return errorf(d.where(), ": ", madeDims.status().message());
-  const AttentionDims &dims = *madeDims;
-  const Shape &q = dims.q, &kT = dims.kT;
+  auto dims = attentionDims(d.inputs[0].shape, d.inputs[1].shape, d.inputs[2].shape, d.attrs);
+  if (!dims)
+    return errorf(d.where(), ": ", dims.status().message());
   const DType dt = d.inputs[0].dtype;
   if (d.inputs[1].dtype != dt || d.inputs[2].dtype != dt)
     return errorf(d.where(), ": Q, K and V differ in type");
-  const size_t r = q.size();
-  a.s = q[r - 2];
-  a.d = q[r - 1];
-  a.t = kT[r - 1];
-  a.dv = dims.v[r - 1];
-  a.batch = numElements(Shape(q.begin(), q.end() - 2));
-  a.headsInner = dims.headsInner;
-  if (a.headsInner) { // [n, rows, heads, cols]
-    a.heads = q[1];
-    a.q = {a.s * a.heads * a.d, a.d, a.heads * a.d};
-    a.k = {a.t * a.heads * a.d, a.d, a.heads * a.d};
-    a.v = {a.t * a.heads * a.dv, a.dv, a.heads * a.dv};
-    a.o = {a.s * a.heads * a.dv, a.dv, a.heads * a.dv};
-  } else {
-    a.q = {a.s * a.d, 0, a.d};
-    a.k = {a.d * a.t, 0, a.t};
-    a.v = {a.t * a.dv, 0, a.dv};
-    a.o = {a.s * a.dv, 0, a.dv};
-  }
+  static_cast<AttentionDims &>(a) = *dims;
   // One head's scores live in a buffer of the thread that runs it.
   if (a.s > 0 && a.t > (int64_t{1} << 28) / a.s)
     return errorf(d.where(), ": one head's scores (", a.s, " x ", a.t, ") have more than 2^28 elements");
   a.scale = attrFloat(d.attrs, "scale", 1.0f);
   a.fill = attrFloat(d.attrs, "fill", -INFINITY);
   a.fillWhen = attrInt(d.attrs, "fill_when", 1) != 0;
-  if (a.mask == MaskKind::None)
+  if (a.mask == AttentionMask::None)
     return a;
   const TensorDesc &m = d.inputs[3];
-  if ((a.mask == MaskKind::Bool) != (m.dtype == DType::Bool) || (a.mask == MaskKind::Add && m.dtype != dt))
-    return errorf(d.where(), ": a '", kind, "' mask of type ", m.str());
-  // The mask's strides along the scores' axes [..., s, t] (0 where it
-  // broadcasts), then the offset of each row.
-  Shape scores(q.begin(), q.end() - 1);
-  scores.push_back(a.t);
-  const int64_t rank = static_cast<int64_t>(scores.size());
-  if (m.rank() > rank)
-    return errorf(d.where(), ": the mask ", m.str(), " does not broadcast to ", shapeStr(scores));
-  std::vector<int64_t> st(static_cast<size_t>(rank), 0);
-  int64_t stride = 1;
-  for (int64_t x = m.rank() - 1; x >= 0; --x) {
-    const int64_t sa = x + rank - m.rank();
-    if (m.shape[x] != 1 && m.shape[x] != scores[sa])
-      return errorf(d.where(), ": the mask ", m.str(), " does not broadcast to ", shapeStr(scores));
-    st[static_cast<size_t>(sa)] = m.shape[x] == 1 ? 0 : stride;
-    stride *= m.shape[x];
-  }
-  a.maskStep = st[static_cast<size_t>(rank - 1)];
-  const int64_t rows = a.batch * a.s;
-  a.maskRow.assign(static_cast<size_t>(rows), 0);
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t rem = row, off = 0;
-    for (int64_t x = rank - 2; x >= 0; --x) {
-      off += rem % scores[x] * st[static_cast<size_t>(x)];
-      rem /= scores[x];
-    }
-    a.maskRow[static_cast<size_t>(row)] = off;
-  }
+  if ((a.mask == AttentionMask::Bool) != (m.dtype == DType::Bool) || (a.mask == AttentionMask::Add && m.dtype != dt))
+    return errorf(d.where(), ": a '", attrString(d.attrs, "mask", "none"), "' mask of type ", m.str());
+  if (!maskRows(m.shape, dims->scores, a.maskRow, a.maskStep))
+    return errorf(d.where(), ": the mask ", m.str(), " does not broadcast to ", shapeStr(dims->scores));
   return a;
 }
 
 } // namespace
 
-/// The output's shape: O [..., s, dv], or [n, s, h, dv] with heads_inner.
-Shape outputShape(const OpDesc &d, const AttentionShape &a) {
-  Shape o(d.inputs[0].shape.begin(), d.inputs[0].shape.end() - 1);
-  o.push_back(a.dv);
-  return o;
-}
-
 Expected<KernelPtr> makeAttentionKernel(const OpDesc &d) {
   PIPEC_ASSIGN(AttentionShape a, attentionShape(d, 3));
-  const Shape o = outputShape(d, a);
+  const Shape &o = a.out;
   if (d.outputs.size() != 1)
     return errorf(d.where(), ": expects 1 output, got ", d.outputs.size());
   PIPEC_TRY(checkOutput(d, 0, d.inputs[0].dtype, o));
@@ -321,7 +223,7 @@ Expected<KernelPtr> makeAttentionGradKernel(const OpDesc &d) {
   if (d.outputs.size() != 3)
     return errorf(d.where(), ": expects 3 outputs (dQ, dKT, dV), got ", d.outputs.size());
   const size_t dOAt = d.inputs.size() - 1;
-  const Shape o = outputShape(d, a);
+  const Shape &o = a.out;
   if (d.inputs[dOAt].shape != o || d.inputs[dOAt].dtype != d.inputs[0].dtype)
     return errorf(d.where(), ": dO is ", d.inputs[dOAt].str(), ", expected the output's shape ", shapeStr(o));
   for (size_t i = 0; i < 3; ++i)

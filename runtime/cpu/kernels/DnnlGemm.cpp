@@ -65,7 +65,7 @@ constexpr double kBatchMaxFlops = 4e6;
 
 /// alpha as an output scale, beta as a sum post-op, the epilogue's
 /// activation as an eltwise post-op after it.
-dnnl::primitive_attr gemmAttr(float alpha, float beta, LinalgActivation act) {
+dnnl::primitive_attr gemmAttr(float alpha, float beta, FusedActivation act) {
   dnnl::primitive_attr attr = linalgDnnlAttr();
   if (alpha != 1.0f)
     attr.set_output_scales(0, {alpha});
@@ -73,10 +73,10 @@ dnnl::primitive_attr gemmAttr(float alpha, float beta, LinalgActivation act) {
   if (beta != 0.0f)
     po.append_sum(beta);
   switch (act) {
-  case LinalgActivation::None: break;
-  case LinalgActivation::Relu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
-  case LinalgActivation::GeluErf: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
-  case LinalgActivation::GeluTanh:
+  case FusedActivation::None: break;
+  case FusedActivation::Relu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+  case FusedActivation::GeluErf: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
+  case FusedActivation::GeluTanh:
     po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     break;
   }
@@ -92,9 +92,9 @@ dnnl::memory::desc biasDesc(int64_t N) { return linalgDnnlPlain({1, N}); }
 LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                       int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                                       float beta, int64_t batch, int64_t sa, int64_t sb,
-                                      int64_t sc, LinalgActivation act, bool bias) {
+                                      int64_t sc, FusedActivation act, bool bias) {
   const double macs = double(M) * double(N) * double(K);
-  const bool epilogue = bias || act != LinalgActivation::None;
+  const bool epilogue = bias || act != FusedActivation::None;
   if (epilogue && batch != 1)
     return nullptr; // the sgemm path's tiles run the epilogue
   if (batch == 1) {
@@ -136,7 +136,7 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
 
 LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                             int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                                            float beta, LinalgActivation act, bool bias) {
+                                            float beta, FusedActivation act, bool bias) {
   if (double(M) * double(N) * double(K) < kPackedMinMacs)
     return nullptr;
   auto made = std::make_unique<LinalgDnnlGemm>();

@@ -40,20 +40,6 @@ private:
   LinalgBatchedGemm<float> g_;
 };
 
-/// pipec:FusedGemm's `activation` attribute, or an error naming it.
-Expected<LinalgActivation> activationOf(const OpDesc &d) {
-  const std::string a = attrString(d.attrs, "activation", "");
-  if (a.empty())
-    return LinalgActivation::None;
-  if (a == "Relu")
-    return LinalgActivation::Relu;
-  if (a == "Gelu")
-    return LinalgActivation::GeluErf;
-  if (a == "GeluTanh")
-    return LinalgActivation::GeluTanh;
-  return errorf(d.where(), ": unknown activation '", a, "' (Relu, Gelu or GeluTanh)");
-}
-
 } // namespace
 
 Expected<KernelPtr> makeFusedGemmKernel(const OpDesc &d) {
@@ -64,30 +50,24 @@ Expected<KernelPtr> makeFusedGemmKernel(const OpDesc &d) {
   for (size_t i = 0; i < d.inputs.size(); ++i)
     if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
       return errorf(d.where(), ": input ", i, " is ", d.inputs[i].str(), "; FusedGemm takes f32");
-  PIPEC_ASSIGN(LinalgActivation act, activationOf(d));
-  const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
-  const bool ta = attrInt(d.attrs, "transA", 0) != 0, tb = attrInt(d.attrs, "transB", 0) != 0;
-  if (a.size() < 2 || b.size() != 2 || (ta && a.size() != 2))
-    return errorf(d.where(), ": A must have rank 2 or more (2 with transA) and B rank 2, got ", shapeStr(a),
-                  " and ", shapeStr(b));
+  auto act = fusedActivationOf(d.attrs);
+  auto dims = fusedGemmDims(d.inputs[0].shape, d.inputs[1].shape, d.attrs);
+  if (!act || !dims)
+    return errorf(d.where(), ": ", (act ? dims.status() : act.status()).message());
+  if (d.outputs[0].shape != dims->out || d.outputs[0].dtype != DType::F32)
+    return errorf(d.where(), ": output ", d.outputs[0].str(), ", expected f32", shapeStr(dims->out));
   LinalgBatchedGemm<float> g;
-  g.ta = ta;
-  g.tb = tb;
-  g.K = ta ? a[0] : a.back();
-  g.M = ta ? a[1] : numElements(Shape(a.begin(), a.end() - 1));
-  g.N = tb ? b[0] : b[1];
-  if ((tb ? b[1] : b[0]) != g.K)
-    return errorf(d.where(), ": inner dimensions differ: ", shapeStr(a), " x ", shapeStr(b));
-  Shape want = ta ? Shape{g.M} : Shape(a.begin(), a.end() - 1);
-  want.push_back(g.N);
-  if (d.outputs[0].shape != want || d.outputs[0].dtype != DType::F32)
-    return errorf(d.where(), ": output ", d.outputs[0].str(), ", expected f32", shapeStr(want));
+  g.ta = dims->ta;
+  g.tb = dims->tb;
+  g.M = dims->M;
+  g.N = dims->N;
+  g.K = dims->K;
   g.bias = d.hasInput(2);
   if (g.bias && d.inputs[2].numel() != g.N)
     return errorf(d.where(), ": the bias ", d.inputs[2].str(), " must have N = ", g.N, " values");
-  g.act = act;
-  g.lda = ta ? g.M : g.K;
-  g.ldb = tb ? g.K : g.N;
+  g.act = *act;
+  g.lda = g.ta ? g.M : g.K;
+  g.ldb = g.tb ? g.K : g.N;
   g.ldc = g.N;
   g.aOff = g.bOff = g.cOff = {0};
   g.bStepInvariant = d.isStepInvariant(1);

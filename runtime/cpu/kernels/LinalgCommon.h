@@ -17,6 +17,7 @@
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/kernels/VecMath.h"
+#include "support/FusedOps.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -186,15 +187,12 @@ private:
 };
 
 /// What a GEMM applies to C after its product, block by block while the
-/// block is in cache (pipec:FusedGemm's epilogue): a bias row of N values
-/// added to every row, then an activation.
-enum class LinalgActivation { None, Relu, GeluErf, GeluTanh };
-
-/// The epilogue on a rows x cols block of C (rows ldc apart): `bias` (the
-/// block's cols values, or null) added, then `act`, each one IEEE
+/// block is in cache (pipec:FusedGemm's epilogue): on a rows x cols block
+/// of C (rows ldc apart), `bias` (the block's cols values, or null) added
+/// to every row, then `act`, each one IEEE
 /// operation per element as the unfused Add and activation kernels do.
 template <typename T>
-void linalgEpilogue(T *c, int64_t rows, int64_t cols, int64_t ldc, const T *bias, LinalgActivation act) {
+void linalgEpilogue(T *c, int64_t rows, int64_t cols, int64_t ldc, const T *bias, FusedActivation act) {
   auto apply = [&](auto f) {
     for (int64_t i = 0; i < rows; ++i) {
       T *row = c + i * ldc;
@@ -207,13 +205,13 @@ void linalgEpilogue(T *c, int64_t rows, int64_t cols, int64_t ldc, const T *bias
     }
   };
   switch (act) {
-  case LinalgActivation::None:
+  case FusedActivation::None:
     if (bias)
       apply([](T x) { return x; });
     return;
-  case LinalgActivation::Relu: return apply([](T x) { return reluOf(x); });
-  case LinalgActivation::GeluErf: return apply([](T x) { return geluErfOf(x); });
-  case LinalgActivation::GeluTanh: return apply([](T x) { return geluTanhOf(x); });
+  case FusedActivation::Relu: return apply([](T x) { return reluOf(x); });
+  case FusedActivation::GeluErf: return apply([](T x) { return geluErfOf(x); });
+  case FusedActivation::GeluTanh: return apply([](T x) { return geluTanhOf(x); });
   }
 }
 
@@ -238,7 +236,7 @@ inline constexpr double kPackedMinMacs = 1 << 20;
 /// eltwise post-op.
 LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                             int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                                            float beta, LinalgActivation act = LinalgActivation::None,
+                                            float beta, FusedActivation act = FusedActivation::None,
                                             bool bias = false);
 /// The primitive for a batch of `batch` GEMMs whose operands lie sa, sb and
 /// sc elements apart, or null where it would not be faster than the sgemm
@@ -247,7 +245,7 @@ LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t
 LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                       int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                                       float beta, int64_t batch, int64_t sa, int64_t sb,
-                                      int64_t sc, LinalgActivation act = LinalgActivation::None,
+                                      int64_t sc, FusedActivation act = FusedActivation::None,
                                       bool bias = false);
 
 /// Owns a LinalgDnnlGemm; a copy holds a copy of its own (a primitive's
@@ -297,7 +295,7 @@ template <typename T> struct LinalgBatchedGemm {
   bool bStepInvariant = false;
   /// The epilogue (f32, one GEMM): a bias row (runPrepared's `bias`) and
   /// an activation applied to C after the product.
-  LinalgActivation act = LinalgActivation::None;
+  FusedActivation act = FusedActivation::None;
   bool bias = false;
 
   /// Tiles of C: tm x tn tiles of mc x nc elements (edge tiles smaller).
@@ -452,7 +450,7 @@ template <typename T> struct LinalgBatchedGemm {
         linalgGemmLoop<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc);
       else
         linalgGemm<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc, oneDnn);
-      if (act != LinalgActivation::None || (bias && biasData))
+      if (act != FusedActivation::None || (bias && biasData))
         linalgEpilogue<T>(c, m1 - m0, n1 - n0, ldc, bias && biasData ? biasData + n0 : nullptr, act);
     };
     int threads = omp_get_max_threads();

@@ -63,32 +63,13 @@ Expected<KernelPtr> makeMaskedSoftmaxKernel(const OpDesc &d) {
   PIPEC_TRY(checkOutput(d, 0, x.dtype, x.shape));
   if (c.dtype != DType::Bool)
     return errorf(d.where(), ": the mask must be bool, it is ", c.str());
-  const int64_t rank = x.rank();
-  if (rank < 1 || c.rank() > rank)
+  std::vector<int64_t> condRow;
+  int64_t step = 0;
+  if (!maskRows(c.shape, x.shape, condRow, step))
     return errorf(d.where(), ": the mask ", c.str(), " does not broadcast to ", x.str());
-  // cond's strides along x's axes (0 where it broadcasts).
-  std::vector<int64_t> st(static_cast<size_t>(rank), 0);
-  int64_t stride = 1;
-  for (int64_t a = c.rank() - 1; a >= 0; --a) {
-    const int64_t xa = a + rank - c.rank();
-    if (c.shape[a] != 1 && c.shape[a] != x.shape[xa])
-      return errorf(d.where(), ": the mask ", c.str(), " does not broadcast to ", x.str());
-    st[static_cast<size_t>(xa)] = c.shape[a] == 1 ? 0 : stride;
-    stride *= c.shape[a];
-  }
-  const int64_t n = x.shape[rank - 1], rows = n ? x.numel() / n : 0;
-  std::vector<int64_t> condRow(static_cast<size_t>(rows), 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t rem = r, off = 0;
-    for (int64_t a = rank - 2; a >= 0; --a) {
-      off += rem % x.shape[a] * st[static_cast<size_t>(a)];
-      rem /= x.shape[a];
-    }
-    condRow[static_cast<size_t>(r)] = off;
-  }
+  const int64_t n = x.rank() ? x.shape.back() : 0, rows = n ? x.numel() / n : 0;
   const double scale = attrFloat(d.attrs, "scale", 1.0f), fill = attrFloat(d.attrs, "fill", -INFINITY);
   const bool fillWhen = attrInt(d.attrs, "fill_when", 1) != 0;
-  const int64_t step = st[static_cast<size_t>(rank - 1)];
   return dispatchKernel<kFloats>(d, x.dtype, "input", [&]<typename T>(TypeTag<T>) -> Expected<KernelPtr> {
     return KernelPtr(new MaskedSoftmaxKernel<T>(rows, n, condRow, step, static_cast<T>(scale),
                                                 static_cast<T>(fill), fillWhen));

@@ -1,0 +1,146 @@
+//===- support/FusedOps.h - Geometry of the fused GEMM and attention nodes -*- C++ -*-===//
+//
+// pipec:FusedGemm and pipec:Attention (made by passes/Fusion.cpp) read
+// their attributes and shapes in four places: the shape rules
+// (ir/shape/Grad.cpp), the cost model, the CPU kernels and the CUDA
+// kernels. One reader each, here, so that the four agree; like
+// support/ElementwiseProgram.h it is shared by the compiler and the
+// runtime, which share nothing else. Errors name no node: callers add it.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "support/Attribute.h"
+#include "support/Error.h"
+#include "support/Tensor.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace pipec {
+
+/// pipec:FusedGemm's `activation`: "" none, "Relu", "Gelu" (erf) or
+/// "GeluTanh".
+enum class FusedActivation { None, Relu, GeluErf, GeluTanh };
+
+inline Expected<FusedActivation> fusedActivationOf(const AttrMap &attrs) {
+  const std::string a = attrString(attrs, "activation", "");
+  if (a.empty())
+    return FusedActivation::None;
+  if (a == "Relu")
+    return FusedActivation::Relu;
+  if (a == "Gelu")
+    return FusedActivation::GeluErf;
+  if (a == "GeluTanh")
+    return FusedActivation::GeluTanh;
+  return errorf("unknown activation '", a, "' (Relu, Gelu or GeluTanh)");
+}
+
+/// pipec:FusedGemm(A, B[, bias]) {transA, transB}: A [..., K] (the leading
+/// axes folded into M; [K, M] with transA, rank 2 only), B [K, N] ([N, K]
+/// with transB); Y [..., N] ([M, N] with transA).
+struct FusedGemmDims {
+  bool ta = false, tb = false;
+  int64_t M = 0, K = 0, N = 0;
+  Shape out;
+};
+
+inline Expected<FusedGemmDims> fusedGemmDims(const Shape &a, const Shape &b, const AttrMap &attrs) {
+  FusedGemmDims g;
+  g.ta = attrInt(attrs, "transA", 0) != 0;
+  g.tb = attrInt(attrs, "transB", 0) != 0;
+  if (a.size() < 2 || b.size() != 2 || (g.ta && a.size() != 2))
+    return errorf("A must have rank 2 or more (2 with transA) and B rank 2, got ", shapeStr(a), " and ",
+                  shapeStr(b));
+  g.K = g.ta ? a[0] : a.back();
+  g.N = g.tb ? b[0] : b[1];
+  if ((g.tb ? b[1] : b[0]) != g.K)
+    return errorf("inner dimensions differ: ", shapeStr(a), " x ", shapeStr(b));
+  g.out = g.ta ? Shape{a[1]} : Shape(a.begin(), a.end() - 1);
+  g.M = numElements(g.out);
+  g.out.push_back(g.N);
+  return g;
+}
+
+/// pipec:Attention's `mask`: "none", "add" (f32, added to the scaled
+/// scores) or "bool" (fill where it equals fill_when).
+enum class AttentionMask { None, Add, Bool };
+
+inline Expected<AttentionMask> attentionMaskOf(const AttrMap &attrs) {
+  const std::string kind = attrString(attrs, "mask", "none");
+  if (kind == "none")
+    return AttentionMask::None;
+  if (kind == "add")
+    return AttentionMask::Add;
+  if (kind == "bool")
+    return AttentionMask::Bool;
+  return errorf("unknown mask kind '", kind, "' (none, add or bool)");
+}
+
+/// pipec:Attention(Q, KT, V[, mask]) and its gradient: Q [..., s, d], KT
+/// [..., d, t], V [..., t, dv] with one batch, O [..., s, dv]; with
+/// heads_inner, Q [n, s, h, d], K [n, t, h, d] (not KT), V [n, t, h, dv]
+/// and O [n, s, h, dv]. Batch entry b is head b % heads of item b / heads
+/// (heads inner), or the b-th contiguous matrix (one item).
+struct AttentionDims {
+  bool headsInner = false;
+  int64_t items = 1, heads = 1, s = 0, d = 0, t = 0, dv = 0;
+  Shape scores; ///< the logical scores [..., s, t] ([n, h, s, t]) a mask broadcasts to
+  Shape out;    ///< O as the node writes it
+  /// Where an operand's matrix of a batch entry lies: an item's first
+  /// element, a head's step, the rows' leading dimension.
+  struct Layout {
+    int64_t perItem = 0, perHead = 0, ld = 0;
+  };
+  Layout q, k, v, o; ///< Q [s, d], KT [d, t] (K [t, d] heads inner), V [t, dv], O [s, dv]
+  int64_t batch() const { return items * heads; }
+  /// The first element of batch entry b's matrix of an operand.
+  int64_t offset(const Layout &x, int64_t b) const { return b / heads * x.perItem + b % heads * x.perHead; }
+};
+
+inline Expected<AttentionDims> attentionDims(const Shape &q, const Shape &k, const Shape &v, const AttrMap &attrs) {
+  AttentionDims r;
+  r.headsInner = attrInt(attrs, "heads_inner", 0) != 0;
+  const size_t n = q.size();
+  if (r.headsInner) {
+    if (n != 4 || k.size() != 4 || v.size() != 4 || k[0] != q[0] || v[0] != q[0] || k[2] != q[2] || v[2] != q[2] ||
+        k[3] != q[3] || v[1] != k[1])
+      return errorf("Q ", shapeStr(q), ", K ", shapeStr(k), " and V ", shapeStr(v),
+                    " are not [n, s, h, d], [n, t, h, d] and [n, t, h, dv] (heads_inner)");
+    r.items = q[0];
+    r.heads = q[2];
+    r.s = q[1];
+    r.d = q[3];
+    r.t = k[1];
+    r.dv = v[3];
+    r.scores = {q[0], q[2], q[1], r.t};
+    // [n, rows, heads, cols]: each head's rows heads x cols apart.
+    r.q = {r.s * r.heads * r.d, r.d, r.heads * r.d};
+    r.k = {r.t * r.heads * r.d, r.d, r.heads * r.d};
+    r.v = {r.t * r.heads * r.dv, r.dv, r.heads * r.dv};
+    r.o = {r.s * r.heads * r.dv, r.dv, r.heads * r.dv};
+  } else {
+    if (n < 2 || k.size() != n || v.size() != n || !std::equal(q.begin(), q.end() - 2, k.begin()) ||
+        !std::equal(q.begin(), q.end() - 2, v.begin()) || k[n - 2] != q[n - 1] || v[n - 2] != k[n - 1])
+      return errorf("Q ", shapeStr(q), ", KT ", shapeStr(k), " and V ", shapeStr(v),
+                    " are not [..., s, d], [..., d, t] and [..., t, dv]");
+    r.heads = numElements(Shape(q.begin(), q.end() - 2));
+    r.s = q[n - 2];
+    r.d = q[n - 1];
+    r.t = k[n - 1];
+    r.dv = v[n - 1];
+    r.scores = Shape(q.begin(), q.end() - 1);
+    r.scores.push_back(r.t);
+    // One item of contiguous matrices.
+    r.q = {0, r.s * r.d, r.d};
+    r.k = {0, r.d * r.t, r.t};
+    r.v = {0, r.t * r.dv, r.dv};
+    r.o = {0, r.s * r.dv, r.dv};
+  }
+  r.out = Shape(q.begin(), q.end() - 1);
+  r.out.push_back(r.dv);
+  return r;
+}
+
+} // namespace pipec
