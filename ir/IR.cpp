@@ -248,6 +248,17 @@ Status Graph::renameValue(Value *v, const std::string &name) {
   return Status::ok();
 }
 
+Status Graph::renameNode(Node *n, const std::string &name) {
+  if (n->name_ == name)
+    return Status::ok();
+  if (nodeByName_.count(name))
+    return errorf("node name '", name, "' is already used");
+  nodeByName_.erase(n->name_);
+  n->name_ = name;
+  nodeByName_[name] = n;
+  return Status::ok();
+}
+
 void Graph::replaceAllUsesWith(Value *from, Value *to) {
   if (from == to)
     return;

@@ -194,6 +194,8 @@ public:
   std::string uniqueNodeName(const std::string &base);
   /// Gives `v` a new name; fails if the name is taken by another value.
   Status renameValue(Value *v, const std::string &name);
+  /// Gives node `n` a new name; fails if another node has it.
+  Status renameNode(Node *n, const std::string &name);
 
   /// Points every user of `from` (and graph outputs) at `to`.
   void replaceAllUsesWith(Value *from, Value *to);

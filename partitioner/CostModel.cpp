@@ -91,15 +91,15 @@ NodeCost forwardCost(const ir::Node &n) {
       window *= static_cast<double>(w[i]);
     c.flops = 2.0 * numel(dy) * window;
     c.gemm = true;
-  } else if (op == "Conv" || op == "ConvTranspose") {
-    // Weights are [C_out, C_in/group, k...] for Conv, whose outputs each sum
+  } else if (op == "Conv" || op == "ConvTranspose" || (op == "NhwcConv" && n.domain() == "pipec")) {
+    // Weights are [C_out, C_in/group, k...] for Conv (and NhwcConv), whose outputs each sum
     // C_in/group * prod(k) products, and [C_in, C_out/group, k...] for
     // ConvTranspose, whose inputs each scatter over C_out/group * prod(k).
     const Shape &w = n.input(1)->shape();
     double window = 1;
     for (size_t i = 1; i < w.size(); ++i)
       window *= static_cast<double>(w[i]);
-    double base = op == "Conv" ? numel(out) : numel(n.input(0));
+    double base = op == "ConvTranspose" ? numel(n.input(0)) : numel(out);
     c.flops = 2.0 * base * window;
     c.gemm = true;
   } else if (op == "Einsum") {

@@ -1,7 +1,8 @@
 //===- support/FusedOps.h - Geometry of the fused GEMM and attention nodes -*- C++ -*-===//
 //
-// pipec:FusedGemm and pipec:Attention (made by passes/Fusion.cpp) read
-// their attributes and shapes in four places: the shape rules
+// pipec:FusedGemm and pipec:Attention (made by passes/Fusion.cpp) and
+// pipec:NhwcConv (passes/Layout.cpp) read their attributes and shapes in
+// four places: the shape rules
 // (ir/shape/Grad.cpp), the cost model, the CPU kernels and the CUDA
 // kernels. One reader each, here, so that the four agree; like
 // support/ElementwiseProgram.h it is shared by the compiler and the
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pipec {
 
@@ -140,6 +142,49 @@ inline Expected<AttentionDims> attentionDims(const Shape &q, const Shape &k, con
   }
   r.out = Shape(q.begin(), q.end() - 1);
   r.out.push_back(r.dv);
+  return r;
+}
+
+/// pipec:NhwcConv's epilogue: `activation` "" (none), "Relu" or "Clip"
+/// (to [clip_min, clip_max]), applied to each output after the bias.
+struct ConvEpilogue {
+  enum Kind { None, Relu, Clip } kind = None;
+  float lo = 0, hi = 0;
+};
+
+inline Expected<ConvEpilogue> convEpilogueOf(const AttrMap &attrs) {
+  ConvEpilogue e;
+  const std::string a = attrString(attrs, "activation", "");
+  if (a == "Relu") {
+    e.kind = ConvEpilogue::Relu;
+  } else if (a == "Clip") {
+    e.kind = ConvEpilogue::Clip;
+    e.lo = attrFloat(attrs, "clip_min", 0.0f);
+    e.hi = attrFloat(attrs, "clip_max", 0.0f);
+    if (!(e.lo <= e.hi))
+      return errorf("clip_min ", e.lo, " is above clip_max ", e.hi);
+  } else if (!a.empty()) {
+    return errorf("unknown activation '", a, "' (Relu or Clip)");
+  }
+  return e;
+}
+
+/// The permutations between NCHW and NHWC (Transpose's perm: output axis i
+/// is input axis perm[i]).
+inline const std::vector<int64_t> &toNhwcPerm() {
+  static const std::vector<int64_t> p = {0, 2, 3, 1};
+  return p;
+}
+inline const std::vector<int64_t> &toNchwPerm() {
+  static const std::vector<int64_t> p = {0, 3, 1, 2};
+  return p;
+}
+
+/// `s` with its axes permuted as Transpose(perm) would.
+inline Shape permuteShape(const Shape &s, const std::vector<int64_t> &perm) {
+  Shape r(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    r[i] = s[static_cast<size_t>(perm[i])];
   return r;
 }
 

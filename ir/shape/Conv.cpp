@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/shape/RuleUtil.h"
+#include "support/FusedOps.h"
 
 #include <algorithm>
 
@@ -86,10 +87,10 @@ Expected<Shape> windowOutput(const ShapeContext &ctx, const Shape &in, const Win
 
 } // namespace
 
-Status convRule(const ShapeContext &ctx, Outputs &out) {
-  PIPEC_TRY(expectMinRank(ctx, 0, 3));
-  PIPEC_TRY(expectSameDType(ctx, {0, 1, 2}));
-  const Shape &x = ctx.inputType(0).shape, &wt = ctx.inputType(1).shape;
+namespace {
+/// Conv's output shape for X (NC[D]HW) `x`, with W and B checked.
+Expected<Shape> convOutput(const ShapeContext &ctx, const Shape &x) {
+  const Shape &wt = ctx.inputType(1).shape;
   if (wt.size() != x.size())
     return ctx.error(cat("W ", shapeStr(wt), " must have the rank of X ", shapeStr(x)));
   std::vector<int64_t> kernel(wt.begin() + 2, wt.end());
@@ -107,7 +108,31 @@ Status convRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_ASSIGN(Shape spatial, windowOutput(ctx, Shape(x.begin() + 2, x.end()), w, false));
   Shape y = {x[0], wt[0]};
   y.insert(y.end(), spatial.begin(), spatial.end());
+  return y;
+}
+} // namespace
+
+Status convRule(const ShapeContext &ctx, Outputs &out) {
+  PIPEC_TRY(expectMinRank(ctx, 0, 3));
+  PIPEC_TRY(expectSameDType(ctx, {0, 1, 2}));
+  PIPEC_ASSIGN(Shape y, convOutput(ctx, ctx.inputType(0).shape));
   out[0] = {ctx.inputType(0).dtype, std::move(y)};
+  return Status::ok();
+}
+
+/// pipec:NhwcConv(X, W[, B]) {Conv's attributes, activation}: Conv on X
+/// [N, H, W, C] giving Y [N, OH, OW, M]; W and B as Conv's; f32.
+Status nhwcConvRule(const ShapeContext &ctx, Outputs &out) {
+  for (size_t i = 0; i < ctx.numInputs(); ++i)
+    if (!ctx.hasInput(i) || ctx.inputType(i).dtype != DType::F32)
+      return ctx.error(cat(inputLabel(ctx, i), " must be an f32 tensor"));
+  const Shape &x = ctx.inputType(0).shape;
+  if (x.size() != 4)
+    return ctx.error(cat("X ", shapeStr(x), " must be [N, H, W, C]"));
+  if (auto e = convEpilogueOf(ctx.attrs()); !e)
+    return ctx.error(e.status().message());
+  PIPEC_ASSIGN(Shape y, convOutput(ctx, permuteShape(x, toNchwPerm())));
+  out[0] = TensorDesc{DType::F32, permuteShape(y, toNhwcPerm())};
   return Status::ok();
 }
 

@@ -169,6 +169,8 @@ const RuleEntry kGradRules[] = {
     {"FusedGemm", fusedGemmRule},
     {"Attention", attentionRule},
     {"AttentionGrad", attentionGradRule},
+    // Layout ops (passes/Layout.cpp).
+    {"NhwcConv", nhwcConvRule},
 };
 
 ShapeRule findRule(std::string_view domain, std::string_view opType) {

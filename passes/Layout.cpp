@@ -1,0 +1,405 @@
+//===- passes/Layout.cpp - Channels-last convolutions ---------------------===//
+//
+// Pass `channels-last`, on inference graphs (the default inference pipeline
+// runs it before fuse-gemm-epilogue and fuse-elementwise). ONNX
+// convolutions read and write NCHW; oneDNN's fast convolutions on this
+// machine's AVX-512 work on channels-last data, and reordering every
+// activation into that layout and back around every convolution cost 2.5x
+// the convolution itself on MobileNetV2's depthwise layers (docs/passes.md
+// has the figures). The pass:
+//
+//   1. rewrites each f32 2-D Conv into Transpose(perm 0,2,3,1) ->
+//      pipec:NhwcConv -> Transpose(perm 0,3,1,2), the NCHW value keeping
+//      its name (a graph output stays one);
+//   2. walks the graph in order, moving transposes toward the outputs and
+//      cancelling inverse pairs:
+//        - Transpose(q) of Transpose(p) where q undoes p: the readers read
+//          the first one's input;
+//        - an elementwise node (unary, binary, variadic, Clip, PRelu, ...)
+//          whose computed inputs are all Transpose(p) that it alone reads,
+//          and whose other inputs are constants with one element or whose
+//          non-unit axes Transpose(p) keeps in order (a per-channel
+//          [C, 1, 1] scale), runs on the untransposed values with one
+//          Transpose(p) after it;
+//        - Concat and Split with an axis: the same, the axis mapped;
+//        - GlobalAveragePool and GlobalMaxPool of Transpose(0,3,1,2):
+//          ReduceMean or ReduceMax over the spatial axes 1, 2 of the NHWC
+//          value, then the transpose;
+//   3. folds a Relu, or a Clip with constant bounds, that alone reads a
+//      pipec:NhwcConv into it (oneDNN's eltwise post-op);
+//   4. turns a Transpose that keeps the order of its non-unit axes
+//      ([N, 1, 1, C] -> [N, C, 1, 1]) into a Reshape, which the plan runs
+//      as a view.
+//
+// Every rewrite keeps the values the graph computes; only the layout of
+// the inner ones changes. What remains are transposes at the edges of the
+// convolutional regions: the image going in, a MaxPool (no NHWC pool yet),
+// a BatchNormalization the exporter did not fold.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Pass.h"
+#include "support/FusedOps.h"
+
+#include <limits>
+#include <unordered_set>
+
+namespace pipec::passes {
+
+namespace {
+
+using Perm = std::vector<int64_t>;
+using Erased = std::unordered_set<const ir::Node *>;
+
+bool isF32Rank4(const ir::Value *v) {
+  return v && v->typeKnown() && v->dtype() == DType::F32 && v->shape().size() == 4;
+}
+
+/// The permutation of a Transpose node with an explicit 4-axis perm.
+const Perm *permOf(const ir::Node *n) {
+  if (!n || !n->is("Transpose") || n->numInputs() != 1 || n->numOutputs() != 1)
+    return nullptr;
+  auto it = n->attrs().find("perm");
+  if (it == n->attrs().end() || it->second.ints.size() != 4)
+    return nullptr;
+  return &it->second.ints;
+}
+
+Perm inverse(const Perm &p) {
+  Perm q(p.size());
+  for (size_t i = 0; i < p.size(); ++i)
+    q[static_cast<size_t>(p[i])] = static_cast<int64_t>(i);
+  return q;
+}
+
+/// Whether only `n` reads `v` (and `v` is not a graph output).
+bool readOnlyBy(const ir::Value *v, const ir::Node *n) {
+  if (v->isGraphOutput() || v->users().empty())
+    return false;
+  for (const ir::Node *u : v->users())
+    if (u != n)
+      return false;
+  return true;
+}
+
+AttrMap permAttr(const Perm &p) { return {{"perm", Attribute::ofInts(p)}}; }
+
+/// The node after `n` in the graph's order (null at the end).
+ir::Node *nodeAfter(const ir::Graph &g, const ir::Node *n) {
+  const size_t i = g.indexOf(n) + 1;
+  return i < g.numNodes() ? g.nodeAt(i) : nullptr;
+}
+
+/// Puts a Transpose(perm) node `name` right after `v`'s producer: it takes
+/// over v's name, its readers and its graph-output role, and keeps v's
+/// current type; v is renamed. The caller gives v its new type.
+Status transposeAfter(ir::Graph &g, ir::Value *v, const Perm &perm, const std::string &name) {
+  const std::string valueName = v->name();
+  const TensorDesc type = v->type();
+  PIPEC_TRY(g.renameValue(v, g.uniqueValueName(valueName + "/nhwc")));
+  PIPEC_ASSIGN(ir::Node * t, g.insertNode(nodeAfter(g, v->producer()), g.uniqueNodeName(name),
+                                          "Transpose", "", {v}, {valueName}, permAttr(perm)));
+  ir::Value *out = t->output(0);
+  out->setType(type);
+  g.replaceAllUsesWith(v, out);
+  t->setInput(0, v);
+  return Status::ok();
+}
+
+/// Replaces node `n` by a node of `opType` with the same name and outputs.
+Expected<ir::Node *> replaceKeepingName(ir::Graph &g, ir::Node *n, const std::string &opType,
+                                        const std::string &domain, const std::vector<ir::Value *> &inputs,
+                                        AttrMap attrs) {
+  const std::string name = n->name();
+  PIPEC_ASSIGN(ir::Node * r, g.replaceNode(n, g.uniqueNodeName(name + "/" + opType), opType, domain,
+                                           inputs, std::move(attrs)));
+  PIPEC_TRY(g.renameNode(r, name));
+  return r;
+}
+
+/// Step 1: Conv -> Transpose, pipec:NhwcConv, Transpose.
+Expected<bool> convertConvs(ir::Graph &g) {
+  bool changed = false;
+  for (ir::Node *n : g.nodes()) {
+    if (!n->is("Conv") || n->numOutputs() != 1 || n->numInputs() < 2)
+      continue;
+    ir::Value *x = n->input(0), *w = n->input(1), *y = n->output(0);
+    ir::Value *b = n->numInputs() > 2 ? n->input(2) : nullptr;
+    if (!isF32Rank4(x) || !isF32Rank4(w) || !isF32Rank4(y) ||
+        (b && (!b->typeKnown() || b->dtype() != DType::F32)))
+      continue;
+    PIPEC_ASSIGN(ir::Node * in, g.insertNode(n, g.uniqueNodeName(n->name() + "/to_nhwc"), "Transpose", "",
+                                             {x}, {g.uniqueValueName(x->name() + "/nhwc")},
+                                             permAttr(toNhwcPerm())));
+    in->output(0)->setType({DType::F32, permuteShape(x->shape(), toNhwcPerm())});
+    std::vector<ir::Value *> inputs = {in->output(0), w};
+    if (b)
+      inputs.push_back(b);
+    const std::string name = n->name();
+    PIPEC_TRY(replaceKeepingName(g, n, "NhwcConv", "pipec", inputs, AttrMap(n->attrs())).status());
+    const TensorDesc nhwc{DType::F32, permuteShape(y->shape(), toNhwcPerm())};
+    PIPEC_TRY(transposeAfter(g, y, toNchwPerm(), name + "/to_nchw"));
+    y->setType(nhwc);
+    changed = true;
+  }
+  return changed;
+}
+
+/// Ops that compute each output element from the elements at the same
+/// index of their (broadcast) inputs, in any layout.
+bool isLayoutFree(const ir::Node *n) {
+  static const std::unordered_set<std::string> ops = {
+      "Abs",  "Add",   "Ceil",    "Celu",       "Clip",      "Div",      "Elu",     "Erf",
+      "Exp",  "Floor", "Gelu",    "HardSigmoid", "HardSwish", "LeakyRelu", "Log",     "Max",
+      "Mean", "Min",   "Mish",    "Mul",        "Neg",       "Pow",      "PRelu",   "Reciprocal",
+      "Relu", "Round", "Selu",    "Sigmoid",    "Sign",      "Softplus", "Softsign", "Sqrt",
+      "Sub",  "Sum",   "Tanh",    "ThresholdedRelu"};
+  return n->domain().empty() && ops.count(n->opType());
+}
+
+/// A constant read by a node moved before Transpose(p): itself when it has
+/// one element, or the same data under the shape that Transpose(p) maps to
+/// its (broadcast, rank-4) shape when that keeps its non-unit axes in
+/// order; null otherwise.
+ir::Value *untransposedConstant(ir::Graph &g, ir::Value *c, const Perm &p) {
+  const Tensor &t = c->constant();
+  if (t.numel() == 1)
+    return c;
+  const Shape &s = t.shape();
+  if (s.size() > 4)
+    return nullptr;
+  Shape s4(4 - s.size(), 1);
+  s4.insert(s4.end(), s.begin(), s.end());
+  // Axis i of the transposed value is axis p[i] before it.
+  int64_t last = -1;
+  for (size_t i = 0; i < 4; ++i)
+    if (s4[i] != 1) {
+      if (p[i] < last)
+        return nullptr;
+      last = p[i];
+    }
+  return g.makeConstantValue(c->name() + "/nhwc", t.clone().reshaped(permuteShape(s4, inverse(p))));
+}
+
+/// Erases the Transpose producing `v` when nothing reads `v` any more.
+void eraseIfDead(ir::Graph &g, ir::Value *v, Erased &erased) {
+  ir::Node *p = v->producer();
+  if (p && v->users().empty() && !v->isGraphOutput()) {
+    erased.insert(p);
+    g.eraseNode(p);
+  }
+}
+
+/// Step 2, an elementwise node (or Concat, Split with `axis`): see the top
+/// of the file.
+Expected<bool> sinkThrough(ir::Graph &g, ir::Node *n, Erased &erased) {
+  const bool hasAxis = n->is("Concat") || n->is("Split");
+  if (n->numOutputs() < 1 || (!hasAxis && n->numOutputs() != 1))
+    return false;
+  for (const ir::Value *o : n->outputs())
+    if (!o->typeKnown() || o->shape().size() != 4)
+      return false;
+  const Perm *perm = nullptr;
+  for (const ir::Value *v : n->inputs())
+    if (const Perm *p = v ? permOf(v->producer()) : nullptr) {
+      if (perm && *perm != *p)
+        return false;
+      perm = p;
+    }
+  if (!perm)
+    return false;
+  const Perm p = *perm; // the producers may be erased below
+  // Each input: a Transpose(p) only n reads, moved; a constant, mapped
+  // (elementwise) or kept (Split's sizes); nothing else.
+  std::vector<ir::Value *> inputs(n->numInputs(), nullptr);
+  std::vector<ir::Value *> moved;
+  for (size_t i = 0; i < n->numInputs(); ++i) {
+    ir::Value *v = n->input(i);
+    if (!v)
+      continue;
+    if (const Perm *q = permOf(v->producer()); q && *q == p && v->shape().size() == 4) {
+      if (!readOnlyBy(v, n))
+        return false;
+      inputs[i] = v->producer()->input(0);
+      moved.push_back(v);
+    } else if (v->isConstant() && !hasAxis) {
+      if (!(inputs[i] = untransposedConstant(g, v, p)))
+        return false;
+    } else if (v->isConstant() && n->is("Split") && i == 1) {
+      inputs[i] = v;
+    } else {
+      return false;
+    }
+  }
+  AttrMap &attrs = n->attrs();
+  if (hasAxis) {
+    int64_t axis = attrInt(attrs, "axis", n->is("Concat") ? -1 : 0);
+    if (axis < 0)
+      axis += 4;
+    if (axis < 0 || axis >= 4)
+      return false;
+    attrs["axis"] = Attribute::ofInt(p[static_cast<size_t>(axis)]);
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i] != n->input(i))
+      n->setInput(i, inputs[i]);
+  for (ir::Value *v : moved)
+    eraseIfDead(g, v, erased);
+  const Perm q = inverse(p);
+  for (ir::Value *o : n->outputs()) {
+    const TensorDesc before{o->dtype(), permuteShape(o->shape(), q)};
+    PIPEC_TRY(transposeAfter(g, o, p, n->name() + "/to_nchw"));
+    o->setType(before);
+  }
+  return true;
+}
+
+/// Step 2, Transpose(q) of Transpose(p) with q undoing p.
+bool cancelPair(ir::Graph &g, ir::Node *n, Erased &erased) {
+  const Perm *q = permOf(n);
+  ir::Node *first = q ? n->input(0)->producer() : nullptr;
+  const Perm *p = permOf(first);
+  if (!p || n->output(0)->isGraphOutput())
+    return false;
+  for (size_t i = 0; i < 4; ++i)
+    if ((*p)[static_cast<size_t>((*q)[i])] != static_cast<int64_t>(i))
+      return false;
+  ir::Value *mid = n->input(0);
+  g.replaceAllUsesWith(n->output(0), first->input(0));
+  erased.insert(n);
+  g.eraseNode(n);
+  eraseIfDead(g, mid, erased);
+  return true;
+}
+
+/// Step 2, GlobalAveragePool / GlobalMaxPool of Transpose(0,3,1,2).
+Expected<bool> globalPoolOfNhwc(ir::Graph &g, ir::Node *n, Erased &erased) {
+  const bool avg = n->is("GlobalAveragePool");
+  if ((!avg && !n->is("GlobalMaxPool")) || n->numInputs() != 1 || !isF32Rank4(n->output(0)))
+    return false;
+  ir::Value *v = n->input(0);
+  const Perm *p = permOf(v->producer());
+  if (!p || *p != toNchwPerm() || !readOnlyBy(v, n))
+    return false;
+  ir::Value *x = v->producer()->input(0);
+  ir::Value *y = n->output(0);
+  std::vector<ir::Value *> inputs = {x};
+  AttrMap attrs = {{"keepdims", Attribute::ofInt(1)}};
+  // Axes are an input of ReduceMean and ReduceMax from opset 18.
+  if (g.opset("") >= 18) {
+    Tensor axes(DType::I64, {2});
+    axes.data<int64_t>()[0] = 1;
+    axes.data<int64_t>()[1] = 2;
+    inputs.push_back(g.makeConstantValue(n->name() + "/axes", std::move(axes)));
+  } else {
+    attrs["axes"] = Attribute::ofInts({1, 2});
+  }
+  const std::string name = n->name();
+  erased.insert(n);
+  PIPEC_TRY(replaceKeepingName(g, n, avg ? "ReduceMean" : "ReduceMax", "", inputs, std::move(attrs))
+                .status());
+  eraseIfDead(g, v, erased);
+  const TensorDesc nhwc{DType::F32, permuteShape(y->shape(), toNhwcPerm())};
+  PIPEC_TRY(transposeAfter(g, y, toNchwPerm(), name + "/to_nchw"));
+  y->setType(nhwc);
+  return true;
+}
+
+/// Step 3: a Relu or a Clip with constant bounds into the NhwcConv it reads.
+bool foldActivation(ir::Graph &g, ir::Node *c) {
+  ir::Value *y = c->output(0);
+  if (y->isGraphOutput() || y->users().size() != 1 || c->attrs().count("activation"))
+    return false;
+  ir::Node *u = y->users()[0];
+  if (u->numOutputs() != 1 || u->input(0) != y || u->output(0)->isGraphOutput() ||
+      u->output(0)->type() != y->type())
+    return false;
+  AttrMap &a = c->attrs();
+  if (u->is("Relu") && u->numInputs() == 1) {
+    a["activation"] = Attribute::ofString("Relu");
+  } else if (u->is("Clip")) {
+    float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+    if (attrHas(u->attrs(), "min") || attrHas(u->attrs(), "max")) { // before opset 11
+      lo = attrFloat(u->attrs(), "min", lo);
+      hi = attrFloat(u->attrs(), "max", hi);
+    }
+    for (size_t i = 1; i < u->numInputs() && i < 3; ++i) {
+      const ir::Value *b = u->input(i);
+      if (!b)
+        continue;
+      if (!b->isConstant() || b->constant().dtype() != DType::F32 || b->constant().numel() != 1)
+        return false;
+      (i == 1 ? lo : hi) = b->constant().data<float>()[0];
+    }
+    if (!(lo <= hi))
+      return false;
+    a["activation"] = Attribute::ofString("Clip");
+    a["clip_min"] = Attribute::ofFloat(lo);
+    a["clip_max"] = Attribute::ofFloat(hi);
+  } else {
+    return false;
+  }
+  ir::Value *out = u->output(0);
+  const std::string name = out->name();
+  g.replaceAllUsesWith(out, y);
+  g.eraseNode(u);
+  return true;
+}
+
+/// Step 4: a Transpose that keeps its non-unit axes in order is a Reshape.
+Expected<bool> transposeToReshape(ir::Graph &g, ir::Node *t) {
+  const Perm *p = permOf(t);
+  if (!p || !t->input(0)->typeKnown() || !t->output(0)->typeKnown())
+    return false;
+  const Shape &s = t->input(0)->shape();
+  int64_t last = -1;
+  for (size_t i = 0; i < 4; ++i)
+    if (s[static_cast<size_t>((*p)[i])] != 1) {
+      if ((*p)[i] < last)
+        return false;
+      last = (*p)[i];
+    }
+  const Shape &to = t->output(0)->shape();
+  Tensor shape(DType::I64, {4});
+  for (size_t i = 0; i < 4; ++i)
+    shape.data<int64_t>()[i] = to[i];
+  ir::Value *sv = g.makeConstantValue(t->name() + "/shape", std::move(shape));
+  PIPEC_TRY(replaceKeepingName(g, t, "Reshape", "", {t->input(0), sv}, {}).status());
+  return true;
+}
+
+class ChannelsLastPass final : public Pass {
+public:
+  std::string_view name() const override { return "channels-last"; }
+
+  Expected<bool> run(ir::Graph &g) override {
+    PIPEC_ASSIGN(bool changed, convertConvs(g));
+    if (!changed)
+      return false;
+    Erased erased;
+    const std::vector<ir::Node *> order = g.nodes();
+    for (ir::Node *n : order) {
+      if (erased.count(n))
+        continue;
+      if (cancelPair(g, n, erased))
+        continue;
+      if (isLayoutFree(n) || n->is("Concat") || n->is("Split")) {
+        PIPEC_TRY(sinkThrough(g, n, erased).status());
+        continue;
+      }
+      PIPEC_TRY(globalPoolOfNhwc(g, n, erased).status());
+    }
+    for (ir::Node *n : g.nodes())
+      if (n->domain() == "pipec" && n->opType() == "NhwcConv")
+        foldActivation(g, n);
+    for (ir::Node *n : g.nodes())
+      PIPEC_TRY(transposeToReshape(g, n).status());
+    g.removeDeadConstants();
+    return true;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createChannelsLastPass() { return std::make_unique<ChannelsLastPass>(); }
+
+} // namespace pipec::passes
