@@ -18,15 +18,17 @@ using namespace pipec::codegen;
 namespace {
 /// The pass pipeline of `opts` (none with noPasses) added to `pm`: the
 /// user's (--passes), or the default one, which on an inference graph
-/// ends with channels-last, fuse-gemm-epilogue and fuse-elementwise (a
-/// training graph runs the last two after autodiff: prepareGraph; its
-/// convolutions stay NCHW, the layout their gradient kernels take).
+/// ends with fold-batchnorm, channels-last, fuse-gemm-epilogue and
+/// fuse-elementwise (a training graph runs the last two after autodiff:
+/// prepareGraph; its BatchNormalizations train and its convolutions stay
+/// NCHW, the layout their gradient kernels take).
 Status addPipeline(passes::PassManager &pm, const CompileOptions &opts, bool training) {
   if (opts.noPasses)
     return Status::ok();
   for (const std::string &p : opts.passes.empty() ? passes::defaultPipeline() : opts.passes)
     PIPEC_TRY(pm.add(p));
   if (opts.passes.empty() && !training) {
+    PIPEC_TRY(pm.add("fold-batchnorm"));
     PIPEC_TRY(pm.add("channels-last"));
     PIPEC_TRY(pm.add("fuse-gemm-epilogue"));
     PIPEC_TRY(pm.add("fuse-elementwise"));

@@ -110,7 +110,8 @@ NodeCost forwardCost(const ir::Node &n) {
     c.flops = 2.0 * in;
     c.gemm = true;
   } else if (op.rfind("Reduce", 0) == 0 || op == "GlobalAveragePool" ||
-             op == "GlobalMaxPool" || op == "AveragePool" || op == "MaxPool") {
+             op == "GlobalMaxPool" || op == "AveragePool" || op == "MaxPool" ||
+             ((op == "NhwcMaxPool" || op == "NhwcAveragePool") && n.domain() == "pipec")) {
     c.flops = numel(n.input(0));
   } else if (op == "FusedElementwise" && n.domain() == "pipec") {
     // One operation per program step and element (support/ElementwiseProgram.h).

@@ -25,6 +25,10 @@
 //        - GlobalAveragePool and GlobalMaxPool of Transpose(0,3,1,2):
 //          ReduceMean or ReduceMax over the spatial axes 1, 2 of the NHWC
 //          value, then the transpose;
+//        - MaxPool (without Indices) and AveragePool of Transpose(0,3,1,2):
+//          pipec:NhwcMaxPool and NhwcAveragePool, then the transpose;
+//        - two Transposes of one value with one perm: the later one's
+//          readers read the earlier one;
 //   3. folds a Relu, or a Clip with constant bounds, that alone reads a
 //      pipec:NhwcConv into it (oneDNN's eltwise post-op);
 //   4. turns a Transpose that keeps the order of its non-unit axes
@@ -33,8 +37,10 @@
 //
 // Every rewrite keeps the values the graph computes; only the layout of
 // the inner ones changes. What remains are transposes at the edges of the
-// convolutional regions: the image going in, a MaxPool (no NHWC pool yet),
-// a BatchNormalization the exporter did not fold.
+// convolutional regions: the image going in, the features going out to a
+// Reshape or Flatten of more than unit axes, a BatchNormalization the
+// exporter did not fold, an Add of a convolution's output and a value
+// computed in NCHW.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Pass.h"
@@ -304,6 +310,51 @@ Expected<bool> globalPoolOfNhwc(ir::Graph &g, ir::Node *n, Erased &erased) {
   return true;
 }
 
+/// Step 2, MaxPool (Y alone) or AveragePool of Transpose(0,3,1,2):
+/// pipec:NhwcMaxPool or NhwcAveragePool of the NHWC value, then the
+/// transpose.
+Expected<bool> windowPoolOfNhwc(ir::Graph &g, ir::Node *n) {
+  const bool avg = n->is("AveragePool");
+  if ((!avg && !n->is("MaxPool")) || n->numInputs() != 1 || n->numOutputs() != 1 ||
+      !isF32Rank4(n->output(0)))
+    return false;
+  ir::Value *v = n->input(0);
+  const Perm *p = permOf(v->producer());
+  if (!p || *p != toNchwPerm() || !readOnlyBy(v, n))
+    return false;
+  ir::Value *x = v->producer()->input(0), *y = n->output(0);
+  AttrMap attrs = n->attrs();
+  attrs.erase("storage_order"); // the order of Indices, which it has not
+  const std::string name = n->name();
+  PIPEC_TRY(replaceKeepingName(g, n, avg ? "NhwcAveragePool" : "NhwcMaxPool", "pipec", {x},
+                               std::move(attrs))
+                .status());
+  g.eraseNode(v->producer());
+  const TensorDesc nhwc{DType::F32, permuteShape(y->shape(), toNhwcPerm())};
+  PIPEC_TRY(transposeAfter(g, y, toNchwPerm(), name + "/to_nchw"));
+  y->setType(nhwc);
+  return true;
+}
+
+/// Step 2, a Transpose of a value an earlier Transpose with the same perm
+/// reads: its readers read that one's output.
+bool mergeDuplicate(ir::Graph &g, ir::Node *n, Erased &erased) {
+  const Perm *p = permOf(n);
+  if (!p || n->output(0)->isGraphOutput())
+    return false;
+  const size_t at = g.indexOf(n);
+  for (ir::Node *u : n->input(0)->users()) {
+    const Perm *q = u != n ? permOf(u) : nullptr;
+    if (q && *q == *p && g.indexOf(u) < at) {
+      g.replaceAllUsesWith(n->output(0), u->output(0));
+      erased.insert(n);
+      g.eraseNode(n);
+      return true;
+    }
+  }
+  return false;
+}
+
 /// Step 3: a Relu or a Clip with constant bounds into the NhwcConv it reads.
 bool foldActivation(ir::Graph &g, ir::Node *c) {
   ir::Value *y = c->output(0);
@@ -380,13 +431,19 @@ public:
     for (ir::Node *n : order) {
       if (erased.count(n))
         continue;
-      if (cancelPair(g, n, erased))
+      if (cancelPair(g, n, erased) || mergeDuplicate(g, n, erased))
         continue;
       if (isLayoutFree(n) || n->is("Concat") || n->is("Split")) {
         PIPEC_TRY(sinkThrough(g, n, erased).status());
         continue;
       }
-      PIPEC_TRY(globalPoolOfNhwc(g, n, erased).status());
+      PIPEC_ASSIGN(bool pooled, globalPoolOfNhwc(g, n, erased));
+      if (!pooled) {
+        erased.insert(n); // replaced when converted
+        PIPEC_ASSIGN(bool converted, windowPoolOfNhwc(g, n));
+        if (!converted)
+          erased.erase(n);
+      }
     }
     for (ir::Node *n : g.nodes())
       if (n->domain() == "pipec" && n->opType() == "NhwcConv")

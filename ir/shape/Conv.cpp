@@ -181,26 +181,44 @@ Status convTransposeRule(const ShapeContext &ctx, Outputs &out) {
   return Status::ok();
 }
 
-Status poolRule(const ShapeContext &ctx, Outputs &out) {
-  PIPEC_TRY(expectMinRank(ctx, 0, 3));
-  const TensorDesc &x = ctx.inputType(0);
-  size_t n = x.shape.size() - 2;
+namespace {
+/// A pool's output shape for X (NC[D]HW) `x`.
+Expected<Shape> poolOutput(const ShapeContext &ctx, const Shape &x) {
+  size_t n = x.size() - 2;
   if (!attrHas(ctx.attrs(), "kernel_shape"))
     return ctx.error("attribute 'kernel_shape' is required");
   std::vector<int64_t> kernel = attrInts(ctx.attrs(), "kernel_shape");
   if (kernel.size() != n)
     return ctx.error(
-        cat("kernel_shape ", shapeStr(kernel), " must have ", n, " values for input ", x.str()));
+        cat("kernel_shape ", shapeStr(kernel), " must have ", n, " values for input ", shapeStr(x)));
   PIPEC_ASSIGN(Window w, readWindow(ctx, kernel));
   bool ceilMode = attrInt(ctx.attrs(), "ceil_mode", 0) != 0;
-  PIPEC_ASSIGN(Shape spatial,
-               windowOutput(ctx, Shape(x.shape.begin() + 2, x.shape.end()), w, ceilMode));
-  Shape y = {x.shape[0], x.shape[1]};
+  PIPEC_ASSIGN(Shape spatial, windowOutput(ctx, Shape(x.begin() + 2, x.end()), w, ceilMode));
+  Shape y = {x[0], x[1]};
   y.insert(y.end(), spatial.begin(), spatial.end());
+  return y;
+}
+} // namespace
+
+Status poolRule(const ShapeContext &ctx, Outputs &out) {
+  PIPEC_TRY(expectMinRank(ctx, 0, 3));
+  const TensorDesc &x = ctx.inputType(0);
+  PIPEC_ASSIGN(Shape y, poolOutput(ctx, x.shape));
   out[0] = {x.dtype, y};
   // MaxPool's optional Indices output (flattened positions, int64).
   if (out.size() > 1)
     out[1] = {DType::I64, y};
+  return Status::ok();
+}
+
+/// pipec:NhwcMaxPool and pipec:NhwcAveragePool(X) {the ONNX pool's
+/// attributes}: the pool on X [N, H, W, C] giving Y [N, OH, OW, C]; f32.
+Status nhwcPoolRule(const ShapeContext &ctx, Outputs &out) {
+  const TensorDesc &x = ctx.inputType(0);
+  if (x.dtype != DType::F32 || x.shape.size() != 4)
+    return ctx.error(cat("X ", x.str(), " must be f32 [N, H, W, C]"));
+  PIPEC_ASSIGN(Shape y, poolOutput(ctx, permuteShape(x.shape, toNchwPerm())));
+  out[0] = TensorDesc{DType::F32, permuteShape(y, toNhwcPerm())};
   return Status::ok();
 }
 

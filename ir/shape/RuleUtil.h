@@ -89,6 +89,7 @@ Status lrnRule(const ShapeContext &, Outputs &);
 // Conv.cpp
 Status convRule(const ShapeContext &, Outputs &);
 Status nhwcConvRule(const ShapeContext &, Outputs &);
+Status nhwcPoolRule(const ShapeContext &, Outputs &);
 Status convTransposeRule(const ShapeContext &, Outputs &);
 Status poolRule(const ShapeContext &, Outputs &);
 Status averagePoolRule(const ShapeContext &, Outputs &);

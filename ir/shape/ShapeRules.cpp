@@ -171,6 +171,8 @@ const RuleEntry kGradRules[] = {
     {"AttentionGrad", attentionGradRule},
     // Layout ops (passes/Layout.cpp).
     {"NhwcConv", nhwcConvRule},
+    {"NhwcMaxPool", nhwcPoolRule},
+    {"NhwcAveragePool", nhwcPoolRule},
 };
 
 ShapeRule findRule(std::string_view domain, std::string_view opType) {

@@ -165,18 +165,6 @@ void applyEpilogue(const ConvEpilogue &e, float *y, int64_t n) {
   });
 }
 
-/// [N, A, B] -> [N, B, A] per image (NHWC <-> NCHW with A, B the spatial
-/// size and the channels or back).
-void transposeImages(const float *src, float *dst, int64_t N, int64_t A, int64_t B) {
-  parallelFor(N * A, N * A * B > 32768, [&](int64_t r) {
-    const int64_t n = r / A, a = r % A;
-    const float *s = src + r * B;
-    float *d = dst + n * A * B + a;
-    for (int64_t b = 0; b < B; ++b)
-      d[b * A] = s[b];
-  });
-}
-
 /// pipec:NhwcConv without oneDNN: the loop on NCHW copies of X and Y in the
 /// workspace.
 class NhwcConvLoopKernel final : public Kernel {
@@ -193,10 +181,10 @@ public:
       return errorf("NhwcConv: bias is missing at run time");
     unsigned char *ws = linalgAlign(ctx.workspace);
     float *x = reinterpret_cast<float *>(ws), *y = reinterpret_cast<float *>(ws + xBytes_);
-    transposeImages(static_cast<const float *>(in[0]), x, g_.N, g_.inSpatial, g_.C);
+    linalgTransposeImages(static_cast<const float *>(in[0]), x, g_.N, g_.inSpatial, g_.C);
     loop_.compute(x, static_cast<const float *>(in[1]), bias, y, ws + xBytes_ + yBytes_);
     float *dst = static_cast<float *>(out[0]);
-    transposeImages(y, dst, g_.N, g_.M, g_.outSpatial);
+    linalgTransposeImages(y, dst, g_.N, g_.M, g_.outSpatial);
     applyEpilogue(epilogue_, dst, g_.N * g_.M * g_.outSpatial);
     return Status::ok();
   }

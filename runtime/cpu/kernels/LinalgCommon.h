@@ -18,6 +18,7 @@
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/kernels/VecMath.h"
 #include "support/FusedOps.h"
+#include "support/Parallel.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -669,6 +670,20 @@ inline Status linalgCheckConvOperands(const OpDesc &d) {
     return errorf(d.where(), ": X ", x.str(), " and W ", w.str(),
                   " must have the same rank, 3 to 10");
   return Status::ok();
+}
+
+/// [N, A, B] -> [N, B, A] per image: NHWC <-> NCHW, with A and B the
+/// spatial size and the channels (or the channels and the spatial size).
+/// The NHWC kernels' fallbacks without oneDNN run the NCHW loops on such
+/// copies.
+inline void linalgTransposeImages(const float *src, float *dst, int64_t N, int64_t A, int64_t B) {
+  parallelFor(N * A, N * A * B > 32768, [&](int64_t r) {
+    const int64_t n = r / A, a = r % A;
+    const float *s = src + r * B;
+    float *d = dst + n * A * B + a;
+    for (int64_t b = 0; b < B; ++b)
+      d[b * A] = s[b];
+  });
 }
 
 } // namespace pipec::cpu

@@ -277,9 +277,10 @@ private:
   LinalgDnnlPrim p_;
 };
 
-LinalgDnnlPrim makeDnnlPool(const PoolGeom &g, int64_t N, int64_t C) {
+/// oneDNN's pool of `g` on NC[D]HW tensors, or NHWC ones with `nhwc`.
+LinalgDnnlPrim makeDnnlPool(const PoolGeom &g, int64_t N, int64_t C, bool nhwc = false) {
   LinalgDnnlPrim p;
-  if (g.dims.empty() || g.dims.size() > 3)
+  if (g.dims.empty() || g.dims.size() > 3 || (nhwc && g.dims.size() != 2))
     return p;
   std::vector<int64_t> xs = {N, C}, ys = {N, C}, strides, kernel, dil, pl, pr;
   for (const LinalgWindowDim &w : g.dims) {
@@ -306,6 +307,10 @@ LinalgDnnlPrim makeDnnlPool(const PoolGeom &g, int64_t N, int64_t C) {
                     : g.kind == PoolKind::AvgIncludePad ? algorithm::pooling_avg_include_padding
                                                         : algorithm::pooling_avg_exclude_padding;
     memory::desc xmd = linalgDnnlPlain(xs), ymd = linalgDnnlPlain(ys);
+    if (nhwc) {
+      xmd = memory::desc(linalgDnnlDims(xs), memory::data_type::f32, memory::format_tag::nhwc);
+      ymd = memory::desc(linalgDnnlDims(ys), memory::data_type::f32, memory::format_tag::nhwc);
+    }
     pooling_v2_forward::desc pdsc(prop_kind::forward_inference, alg, xmd, ymd,
                                   linalgDnnlDims(strides), linalgDnnlDims(kernel),
                                   linalgDnnlDims(dil), linalgDnnlDims(pl), linalgDnnlDims(pr));
@@ -336,6 +341,34 @@ Expected<KernelPtr> makeWindowTyped(const OpDesc &d, PoolGeom g, bool indices, i
   return KernelPtr(new PoolLoopKernel<T>(std::move(g), indices));
 }
 
+/// The window pool of `d` on X of NC[D]HW shape `x` giving `y`: checks the
+/// attributes against the shapes.
+Expected<PoolGeom> poolGeom(const OpDesc &d, const Shape &x, const Shape &y, bool isMax, int64_t opset) {
+  if (!attrHas(d.attrs, "kernel_shape"))
+    return errorf(d.where(), ": attribute 'kernel_shape' is missing");
+  PoolGeom g;
+  g.planes = x[0] * x[1];
+  Shape in(x.begin() + 2, x.end());
+  bool ceil = attrInt(d.attrs, "ceil_mode", 0) != 0;
+  // AveragePool has dilations from opset 19; before, the attribute does not
+  // exist and a model that sets it is malformed.
+  if (!isMax && opset < 19 && attrHas(d.attrs, "dilations") &&
+      attrInts(d.attrs, "dilations") != std::vector<int64_t>(in.size(), 1))
+    return errorf(d.where(), ": AveragePool-", opset,
+                  " has no 'dilations' attribute (it was added in opset 19)");
+  PIPEC_TRY(linalgResolveWindow(d, in, {}, ceil, &y, g.dims));
+  PIPEC_TRY(linalgCheckSpatialOut(d, TensorDesc{d.outputs[0].dtype, y}, x[0], x[1], g.dims));
+  for (const LinalgWindowDim &w : g.dims) {
+    g.inSpatial *= w.in;
+    g.outSpatial *= w.out;
+  }
+  g.kind = isMax                                      ? PoolKind::Max
+           : attrInt(d.attrs, "count_include_pad", 0) ? PoolKind::AvgIncludePad
+                                                      : PoolKind::AvgExcludePad;
+  g.columnMajorIndices = attrInt(d.attrs, "storage_order", 0) != 0;
+  return g;
+}
+
 Expected<KernelPtr> makeWindowPool(const OpDesc &d, bool isMax) {
   if (d.inputs.size() != 1 || !d.hasInput(0) || d.outputs.empty() ||
       d.outputs.size() > (isMax ? 2u : 1u))
@@ -349,28 +382,7 @@ Expected<KernelPtr> makeWindowPool(const OpDesc &d, bool isMax) {
   bool indices = isMax && linalgHasOutput(d, 1);
   if (indices && (d.outputs[1].dtype != DType::I64 || d.outputs[1].shape != d.outputs[0].shape))
     return errorf(d.where(), ": Indices ", d.outputs[1].str(), " must be i64 shaped like Y");
-  if (!attrHas(d.attrs, "kernel_shape"))
-    return errorf(d.where(), ": attribute 'kernel_shape' is missing");
-  PoolGeom g;
-  g.planes = x.shape[0] * x.shape[1];
-  Shape in(x.shape.begin() + 2, x.shape.end());
-  bool ceil = attrInt(d.attrs, "ceil_mode", 0) != 0;
-  // AveragePool has dilations from opset 19; before, the attribute does not
-  // exist and a model that sets it is malformed.
-  if (!isMax && d.opset < 19 && attrHas(d.attrs, "dilations") &&
-      attrInts(d.attrs, "dilations") != std::vector<int64_t>(in.size(), 1))
-    return errorf(d.where(), ": AveragePool-", d.opset,
-                  " has no 'dilations' attribute (it was added in opset 19)");
-  PIPEC_TRY(linalgResolveWindow(d, in, {}, ceil, &d.outputs[0].shape, g.dims));
-  PIPEC_TRY(linalgCheckSpatialOut(d, d.outputs[0], x.shape[0], x.shape[1], g.dims));
-  for (const LinalgWindowDim &w : g.dims) {
-    g.inSpatial *= w.in;
-    g.outSpatial *= w.out;
-  }
-  g.kind = isMax                                      ? PoolKind::Max
-           : attrInt(d.attrs, "count_include_pad", 0) ? PoolKind::AvgIncludePad
-                                                      : PoolKind::AvgExcludePad;
-  g.columnMajorIndices = attrInt(d.attrs, "storage_order", 0) != 0;
+  PIPEC_ASSIGN(PoolGeom g, poolGeom(d, x.shape, d.outputs[0].shape, isMax, d.opset));
   int64_t N = x.shape[0], C = x.shape[1];
   auto make = [&](auto tag) { return makeWindowTyped<decltype(tag)>(d, g, indices, N, C); };
   if (isMax && x.dtype == DType::I8)
@@ -378,6 +390,52 @@ Expected<KernelPtr> makeWindowPool(const OpDesc &d, bool isMax) {
   if (isMax && x.dtype == DType::U8)
     return make(uint8_t{});
   return linalgDispatchFloat(d, x.dtype, make);
+}
+
+/// pipec:NhwcMaxPool / NhwcAveragePool without oneDNN: the loop on NCHW
+/// copies of X and Y in the workspace.
+class NhwcPoolLoopKernel final : public Kernel {
+public:
+  NhwcPoolLoopKernel(const PoolGeom &g, int64_t N, int64_t C) : loop_(g, false), N_(N), C_(C), g_(g) {
+    xBytes_ = linalgRoundUp(static_cast<size_t>(g.planes * g.inSpatial) * sizeof(float));
+    yBytes_ = linalgRoundUp(static_cast<size_t>(g.planes * g.outSpatial) * sizeof(float));
+  }
+  size_t workspaceBytes() const override { return xBytes_ + yBytes_ + 64; }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    unsigned char *ws = linalgAlign(ctx.workspace);
+    float *x = reinterpret_cast<float *>(ws), *y = reinterpret_cast<float *>(ws + xBytes_);
+    linalgTransposeImages(static_cast<const float *>(in[0]), x, N_, g_.inSpatial, C_);
+    const void *lin[1] = {x};
+    void *lout[1] = {y};
+    PIPEC_TRY(loop_.run(ctx, lin, lout));
+    linalgTransposeImages(y, static_cast<float *>(out[0]), N_, C_, g_.outSpatial);
+    return Status::ok();
+  }
+
+private:
+  PoolLoopKernel<float> loop_;
+  int64_t N_, C_;
+  PoolGeom g_;
+  size_t xBytes_ = 0, yBytes_ = 0;
+};
+
+Expected<KernelPtr> makeNhwcPool(const OpDesc &d, bool isMax) {
+  if (d.inputs.size() != 1 || !d.hasInput(0) || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects 1 input and 1 output, got ", d.inputs.size(), " and ",
+                  d.outputs.size());
+  const TensorDesc &x = d.inputs[0], &y = d.outputs[0];
+  if (x.dtype != DType::F32 || y.dtype != DType::F32 || x.rank() != 4 || y.rank() != 4)
+    return errorf(d.where(), ": X ", x.str(), " and Y ", y.str(), " must be f32 [N, H, W, C]");
+  const Shape xs = permuteShape(x.shape, toNchwPerm());
+  // The pipec op takes dilations whatever the opset (channels-last keeps
+  // the ONNX node's, which its shape rule checked).
+  PIPEC_ASSIGN(PoolGeom g, poolGeom(d, xs, permuteShape(y.shape, toNchwPerm()), isMax, 19));
+  if (oneDnnEnabled()) {
+    LinalgDnnlPrim p = makeDnnlPool(g, xs[0], xs[1], true);
+    if (p.valid())
+      return KernelPtr(new PoolDnnlKernel(std::move(p)));
+  }
+  return KernelPtr(new NhwcPoolLoopKernel(g, xs[0], xs[1]));
 }
 
 template <typename T> class GlobalPoolKernel final : public Kernel {
@@ -432,6 +490,8 @@ Expected<KernelPtr> makeGlobalPool(const OpDesc &d, bool isMax) {
 Expected<KernelPtr> makeMaxPoolKernel(const OpDesc &d) { return makeWindowPool(d, true); }
 Expected<KernelPtr> makeAveragePoolKernel(const OpDesc &d) { return makeWindowPool(d, false); }
 Expected<KernelPtr> makeGlobalMaxPoolKernel(const OpDesc &d) { return makeGlobalPool(d, true); }
+Expected<KernelPtr> makeNhwcMaxPoolKernel(const OpDesc &d) { return makeNhwcPool(d, true); }
+Expected<KernelPtr> makeNhwcAveragePoolKernel(const OpDesc &d) { return makeNhwcPool(d, false); }
 Expected<KernelPtr> makeGlobalAveragePoolKernel(const OpDesc &d) {
   return makeGlobalPool(d, false);
 }
