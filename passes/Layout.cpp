@@ -16,12 +16,14 @@
 //        - Transpose(q) of Transpose(p) where q undoes p: the readers read
 //          the first one's input;
 //        - an elementwise node (unary, binary, variadic, Clip, PRelu, ...)
-//          whose computed inputs are all Transpose(p) that it alone reads,
+//          whose computed inputs are all Transpose(p) that nothing but
+//          elementwise nodes read (each moves in its turn),
 //          and whose other inputs are constants with one element or whose
 //          non-unit axes Transpose(p) keeps in order (a per-channel
 //          [C, 1, 1] scale), runs on the untransposed values with one
 //          Transpose(p) after it;
-//        - Concat and Split with an axis: the same, the axis mapped;
+//        - Concat and Split with an axis, and a constant-mode Pad (opset 11
+//          on, constant pads): the same, the axis or pads mapped;
 //        - GlobalAveragePool and GlobalMaxPool of Transpose(0,3,1,2):
 //          ReduceMean or ReduceMax over the spatial axes 1, 2 of the NHWC
 //          value, then the transpose;
@@ -29,8 +31,9 @@
 //          pipec:NhwcMaxPool and NhwcAveragePool, then the transpose;
 //        - two Transposes of one value with one perm: the later one's
 //          readers read the earlier one;
-//   3. folds a Relu, or a Clip with constant bounds, that alone reads a
-//      pipec:NhwcConv into it (oneDNN's eltwise post-op);
+//   3. folds the Relus, and Clips with constant bounds, that alone read a
+//      pipec:NhwcConv into it (oneDNN's eltwise post-op; a chain clamps to
+//      the intersection of its ranges);
 //   4. turns a Transpose that keeps the order of its non-unit axes
 //      ([N, 1, 1, C] -> [N, C, 1, 1]) into a Reshape, which the plan runs
 //      as a view.
@@ -76,6 +79,8 @@ Perm inverse(const Perm &p) {
     q[static_cast<size_t>(p[i])] = static_cast<int64_t>(i);
   return q;
 }
+
+bool isLayoutFree(const ir::Node *n);
 
 /// Whether only `n` reads `v` (and `v` is not a graph output).
 bool readOnlyBy(const ir::Value *v, const ir::Node *n) {
@@ -199,6 +204,7 @@ void eraseIfDead(ir::Graph &g, ir::Value *v, Erased &erased) {
 /// of the file.
 Expected<bool> sinkThrough(ir::Graph &g, ir::Node *n, Erased &erased) {
   const bool hasAxis = n->is("Concat") || n->is("Split");
+  const bool pad = n->is("Pad");
   if (n->numOutputs() < 1 || (!hasAxis && n->numOutputs() != 1))
     return false;
   for (const ir::Value *o : n->outputs())
@@ -223,10 +229,33 @@ Expected<bool> sinkThrough(ir::Graph &g, ir::Node *n, Erased &erased) {
     if (!v)
       continue;
     if (const Perm *q = permOf(v->producer()); q && *q == p && v->shape().size() == 4) {
-      if (!readOnlyBy(v, n))
+      // Other readers that are elementwise too will move in their turn
+      // (HardSwish as HardSigmoid and Mul reads its input twice).
+      if (v->isGraphOutput())
         return false;
+      for (const ir::Node *u : v->users())
+        if (u != n && !isLayoutFree(u))
+          return false;
       inputs[i] = v->producer()->input(0);
       moved.push_back(v);
+    } else if (pad) {
+      // pads (8 begins and ends, constant), then a scalar value; no axes.
+      if (i > 2 || !v->isConstant())
+        return false;
+      if (i == 1) {
+        const Tensor &t = v->constant();
+        if (t.dtype() != DType::I64 || t.numel() != 8)
+          return false;
+        // Axis i of the transposed value is axis p[i] before it.
+        Tensor q(DType::I64, {8});
+        for (size_t a = 0; a < 4; ++a) {
+          q.data<int64_t>()[p[a]] = t.data<int64_t>()[a];
+          q.data<int64_t>()[p[a] + 4] = t.data<int64_t>()[a + 4];
+        }
+        inputs[i] = g.makeConstantValue(v->name() + "/nhwc", std::move(q));
+      } else {
+        inputs[i] = v;
+      }
     } else if (v->isConstant() && !hasAxis) {
       if (!(inputs[i] = untransposedConstant(g, v, p)))
         return false;
@@ -355,45 +384,72 @@ bool mergeDuplicate(ir::Graph &g, ir::Node *n, Erased &erased) {
   return false;
 }
 
-/// Step 3: a Relu or a Clip with constant bounds into the NhwcConv it reads.
-bool foldActivation(ir::Graph &g, ir::Node *c) {
-  ir::Value *y = c->output(0);
-  if (y->isGraphOutput() || y->users().size() != 1 || c->attrs().count("activation"))
-    return false;
-  ir::Node *u = y->users()[0];
-  if (u->numOutputs() != 1 || u->input(0) != y || u->output(0)->isGraphOutput() ||
-      u->output(0)->type() != y->type())
-    return false;
-  AttrMap &a = c->attrs();
+/// The range a clamp-like node `u` (Relu, or Clip with constant bounds)
+/// clamps to; false for other nodes.
+bool clampRange(const ir::Node *u, float &lo, float &hi) {
+  lo = std::numeric_limits<float>::lowest();
+  hi = std::numeric_limits<float>::max();
   if (u->is("Relu") && u->numInputs() == 1) {
-    a["activation"] = Attribute::ofString("Relu");
-  } else if (u->is("Clip")) {
-    float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
-    if (attrHas(u->attrs(), "min") || attrHas(u->attrs(), "max")) { // before opset 11
-      lo = attrFloat(u->attrs(), "min", lo);
-      hi = attrFloat(u->attrs(), "max", hi);
-    }
-    for (size_t i = 1; i < u->numInputs() && i < 3; ++i) {
-      const ir::Value *b = u->input(i);
-      if (!b)
-        continue;
-      if (!b->isConstant() || b->constant().dtype() != DType::F32 || b->constant().numel() != 1)
-        return false;
-      (i == 1 ? lo : hi) = b->constant().data<float>()[0];
-    }
-    if (!(lo <= hi))
-      return false;
-    a["activation"] = Attribute::ofString("Clip");
-    a["clip_min"] = Attribute::ofFloat(lo);
-    a["clip_max"] = Attribute::ofFloat(hi);
-  } else {
-    return false;
+    lo = 0.0f;
+    return true;
   }
-  ir::Value *out = u->output(0);
-  const std::string name = out->name();
-  g.replaceAllUsesWith(out, y);
-  g.eraseNode(u);
-  return true;
+  if (!u->is("Clip"))
+    return false;
+  if (attrHas(u->attrs(), "min") || attrHas(u->attrs(), "max")) { // before opset 11
+    lo = attrFloat(u->attrs(), "min", lo);
+    hi = attrFloat(u->attrs(), "max", hi);
+  }
+  for (size_t i = 1; i < u->numInputs() && i < 3; ++i) {
+    const ir::Value *b = u->input(i);
+    if (!b)
+      continue;
+    if (!b->isConstant() || b->constant().dtype() != DType::F32 || b->constant().numel() != 1)
+      return false;
+    (i == 1 ? lo : hi) = b->constant().data<float>()[0];
+  }
+  return lo <= hi;
+}
+
+/// Step 3: Relus and Clips with constant bounds that alone read a
+/// pipec:NhwcConv, into its epilogue. Clamping to [a, b] and then to an
+/// overlapping [c, d] is clamping to [max(a, c), min(b, d)], so a chain
+/// (torch's relu6 exports as Relu, then Clip) folds whole.
+bool foldActivation(ir::Graph &g, ir::Node *c) {
+  bool folded = false;
+  for (;;) {
+    ir::Value *y = c->output(0);
+    if (y->isGraphOutput() || y->users().size() != 1)
+      return folded;
+    ir::Node *u = y->users()[0];
+    float lo, hi;
+    if (u->numOutputs() != 1 || u->input(0) != y || u->output(0)->isGraphOutput() ||
+        u->output(0)->type() != y->type() || !clampRange(u, lo, hi))
+      return folded;
+    AttrMap &a = c->attrs();
+    if (a.count("activation")) {
+      auto e = convEpilogueOf(a);
+      if (!e)
+        return folded;
+      float lo0 = e->kind == ConvEpilogue::Clip ? e->lo : 0.0f;
+      float hi0 = e->kind == ConvEpilogue::Clip ? e->hi : std::numeric_limits<float>::max();
+      if (std::max(lo0, lo) > std::min(hi0, hi))
+        return folded; // disjoint: a constant output, left as it is
+      lo = std::max(lo0, lo);
+      hi = std::min(hi0, hi);
+    }
+    if (lo == 0.0f && hi == std::numeric_limits<float>::max()) {
+      a["activation"] = Attribute::ofString("Relu");
+      a.erase("clip_min");
+      a.erase("clip_max");
+    } else {
+      a["activation"] = Attribute::ofString("Clip");
+      a["clip_min"] = Attribute::ofFloat(lo);
+      a["clip_max"] = Attribute::ofFloat(hi);
+    }
+    g.replaceAllUsesWith(u->output(0), y);
+    g.eraseNode(u);
+    folded = true;
+  }
 }
 
 /// Step 4: a Transpose that keeps its non-unit axes in order is a Reshape.
@@ -433,7 +489,9 @@ public:
         continue;
       if (cancelPair(g, n, erased) || mergeDuplicate(g, n, erased))
         continue;
-      if (isLayoutFree(n) || n->is("Concat") || n->is("Split")) {
+      if (isLayoutFree(n) || n->is("Concat") || n->is("Split") ||
+          (n->is("Pad") && attrString(n->attrs(), "mode", "constant") == "constant" &&
+           g.opset("") >= 11)) {
         PIPEC_TRY(sinkThrough(g, n, erased).status());
         continue;
       }

@@ -790,6 +790,158 @@ TEST(LinalgKernels, ConvMatchesNaiveLoop) {
   });
 }
 
+/// `t` NCHW -> NHWC, or NHWC -> NCHW with `back`.
+Tensor relayout(const Tensor &t, bool back = false) {
+  const Shape &s = t.shape();
+  const int64_t N = s[0], C = back ? s[3] : s[1], S = t.numel() / N / C;
+  Tensor r(DType::F32, back ? Shape{s[0], s[3], s[1], s[2]} : Shape{s[0], s[2], s[3], s[1]});
+  const float *src = t.data<float>();
+  float *dst = r.data<float>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < S; ++i) {
+        if (back)
+          dst[(n * C + c) * S + i] = src[(n * S + i) * C + c];
+        else
+          dst[(n * S + i) * C + c] = src[(n * C + c) * S + i];
+      }
+  return r;
+}
+
+Shape nhwcOf(const Shape &s) { return {s[0], s[2], s[3], s[1]}; }
+
+// pipec:NhwcConv (channels-last, passes/Layout.cpp) against Conv on the
+// same data in NCHW, then the Relu or Clip its epilogue applies: oneDNN's
+// primitive on NHWC and the loop on NCHW copies, to 1e-5 of the sum of
+// the products' magnitudes (the two layouts' kernels add in different
+// orders); the same bits on one and two threads.
+TEST(LinalgKernels, NhwcConvEqualsConvThenActivation) {
+  const ConvCase cases[] = {
+      {{2, 4, 9, 8}, {6, 2, 3, 3}, 2, {1, 1}, {1, 1}, {1, 1, 1, 1}, "", true},    // groups
+      {{1, 3, 10, 7}, {5, 3, 3, 2}, 1, {2, 1}, {2, 1}, {0, 1, 2, 0}, "", false},  // dilated
+      {{1, 2, 7, 7}, {3, 2, 3, 3}, 1, {2, 2}, {1, 1}, {}, "SAME_UPPER", true},
+      {{2, 32, 6, 6}, {32, 1, 3, 3}, 32, {1, 1}, {1, 1}, {1, 1, 1, 1}, "", true}, // depthwise
+      {{2, 32, 5, 5}, {64, 32, 1, 1}, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, "", true}, // 1x1
+      {{2, 3, 16, 16}, {16, 3, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}, "", true}, // a stem
+  };
+  bothPaths([&](const std::string &path) {
+    uint32_t seed = 300;
+    for (const ConvCase &c : cases)
+      for (const char *act : {"", "Relu", "Clip"}) {
+        const std::string what = cat("NhwcConv (", path, ") ", shapeStr(c.x), " * ", shapeStr(c.w), " ", act);
+        Tensor X = randomF32(c.x, ++seed), W = randomF32(c.w, ++seed), B = randomF32({c.w[0]}, ++seed);
+        AttrMap at = {{"group", Attribute::ofInt(c.group)},
+                      {"strides", Attribute::ofInts(c.strides)},
+                      {"dilations", Attribute::ofInts(c.dil)}};
+        if (c.autoPad.empty())
+          at["pads"] = Attribute::ofInts(c.pads);
+        else
+          at["auto_pad"] = Attribute::ofString(c.autoPad);
+        std::vector<Tensor> vals = {X, W};
+        if (c.bias)
+          vals.push_back(B);
+        std::vector<TensorDesc> ins;
+        for (const Tensor &v : vals)
+          ins.push_back(v.desc());
+        Shape in(c.x.begin() + 2, c.x.end());
+        std::vector<int64_t> k(c.w.begin() + 2, c.w.end()), out, pb;
+        convGeometry(in, k, c.strides, c.dil, c.pads, c.autoPad, out, pb);
+        const Shape ys = {c.x[0], c.w[0], out[0], out[1]};
+        std::vector<Tensor> ref = eval(makeDesc("Conv", ins, {{DType::F32, ys}}, at, 11), vals);
+        ASSERT_EQ(ref.size(), 1u) << what;
+        // |products| per output, for the tolerance: the Conv of |X| and |W|.
+        std::vector<Tensor> absVals;
+        for (const Tensor &v : vals) {
+          Tensor a = v.clone();
+          for (int64_t i = 0; i < a.numel(); ++i)
+            a.data<float>()[i] = std::fabs(a.data<float>()[i]);
+          absVals.push_back(a);
+        }
+        std::vector<Tensor> mag = eval(makeDesc("Conv", ins, {{DType::F32, ys}}, at, 11), absVals);
+        const float lo = -0.25f, hi = 0.5f;
+        std::vector<double> want(static_cast<size_t>(ref[0].numel())), scale(want.size());
+        for (int64_t i = 0; i < ref[0].numel(); ++i) {
+          float v = ref[0].data<float>()[i];
+          if (std::string(act) == "Relu")
+            v = std::max(v, 0.0f);
+          else if (std::string(act) == "Clip")
+            v = std::min(std::max(v, lo), hi);
+          want[static_cast<size_t>(i)] = v;
+          scale[static_cast<size_t>(i)] = mag[0].data<float>()[i];
+        }
+        AttrMap nat = at;
+        if (*act)
+          nat["activation"] = Attribute::ofString(act);
+        if (std::string(act) == "Clip") {
+          nat["clip_min"] = Attribute::ofFloat(lo);
+          nat["clip_max"] = Attribute::ofFloat(hi);
+        }
+        std::vector<Tensor> nvals = vals;
+        nvals[0] = relayout(X);
+        std::vector<TensorDesc> nins = ins;
+        nins[0] = nvals[0].desc();
+        OpDesc nd = makeDesc("NhwcConv", nins, {{DType::F32, nhwcOf(ys)}}, nat);
+        nd.domain = "pipec";
+        nd.stepInvariant = {false, true, false};
+        std::vector<Tensor> got = eval(nd, nvals);
+        ASSERT_EQ(got.size(), 1u) << what;
+        EXPECT_TRUE(sameWithThreads(nd, nvals)) << what;
+        expectClose(relayout(got[0], true), want, scale, 1e-5, what);
+      }
+  });
+}
+
+// pipec:NhwcMaxPool and NhwcAveragePool against the ONNX pools on the same
+// data in NCHW: the same values (a max, or a sum over the same window
+// divided by the same count), on oneDNN's path and the loop's.
+TEST(LinalgKernels, NhwcPoolsEqualTheirNchwPools) {
+  struct Case {
+    std::string op;
+    Shape x;
+    std::vector<int64_t> k, s, pads;
+    bool ceil, includePad;
+  };
+  const Case cases[] = {{"MaxPool", {2, 16, 9, 8}, {3, 3}, {2, 2}, {1, 1, 1, 1}, false, false},
+                        {"MaxPool", {1, 5, 9, 8}, {3, 2}, {2, 2}, {0, 0, 0, 0}, true, false},
+                        {"AveragePool", {2, 16, 8, 8}, {2, 2}, {2, 2}, {0, 0, 0, 0}, false, false},
+                        {"AveragePool", {2, 3, 9, 8}, {3, 3}, {2, 2}, {1, 1, 1, 1}, false, true},
+                        {"AveragePool", {2, 3, 9, 8}, {3, 3}, {1, 1}, {1, 1, 1, 1}, false, false}};
+  bothPaths([&](const std::string &path) {
+    uint32_t seed = 500;
+    for (const Case &c : cases) {
+      const std::string what = cat("Nhwc", c.op, " (", path, ") ", shapeStr(c.x));
+      Tensor X = randomF32(c.x, ++seed);
+      AttrMap at = {{"kernel_shape", Attribute::ofInts(c.k)},
+                    {"strides", Attribute::ofInts(c.s)},
+                    {"pads", Attribute::ofInts(c.pads)},
+                    {"ceil_mode", Attribute::ofInt(c.ceil)}};
+      if (c.op == "AveragePool")
+        at["count_include_pad"] = Attribute::ofInt(c.includePad);
+      std::vector<int64_t> out, pb;
+      convGeometry(Shape(c.x.begin() + 2, c.x.end()), c.k, c.s, {1, 1}, c.pads, "", out, pb);
+      if (c.ceil)
+        for (size_t i = 0; i < 2; ++i) {
+          const int64_t span = c.x[i + 2] + c.pads[i] + c.pads[i + 2] - c.k[i];
+          out[i] = (span + c.s[i] - 1) / c.s[i] + 1;
+          if ((out[i] - 1) * c.s[i] >= c.x[i + 2] + c.pads[i])
+            --out[i];
+        }
+      const Shape ys = {c.x[0], c.x[1], out[0], out[1]};
+      std::vector<Tensor> ref = eval(makeDesc(c.op, {X.desc()}, {{DType::F32, ys}}, at, 11), {X});
+      ASSERT_EQ(ref.size(), 1u) << what;
+      Tensor XT = relayout(X);
+      OpDesc nd = makeDesc("Nhwc" + c.op, {XT.desc()}, {{DType::F32, nhwcOf(ys)}}, at);
+      nd.domain = "pipec";
+      std::vector<Tensor> got = eval(nd, {XT});
+      ASSERT_EQ(got.size(), 1u) << what;
+      std::vector<double> want(static_cast<size_t>(ref[0].numel()));
+      for (int64_t i = 0; i < ref[0].numel(); ++i)
+        want[static_cast<size_t>(i)] = ref[0].data<float>()[i];
+      expectClose(relayout(got[0], true), want, {}, 1e-6, what);
+    }
+  });
+}
+
 TEST(LinalgKernels, ConvTransposeMatchesNaiveLoop) {
   struct Case {
     Shape x, w;
