@@ -823,6 +823,9 @@ TEST(LinalgKernels, NhwcConvEqualsConvThenActivation) {
       {{2, 32, 6, 6}, {32, 1, 3, 3}, 32, {1, 1}, {1, 1}, {1, 1, 1, 1}, "", true}, // depthwise
       {{2, 32, 5, 5}, {64, 32, 1, 1}, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, "", true}, // 1x1
       {{2, 3, 16, 16}, {16, 3, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}, "", true}, // a stem
+      // 4 output pixels, channels in 16s: oneDNN on 16-channel blocks.
+      {{2, 32, 2, 2}, {48, 32, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, "", true},
+      {{2, 16, 4, 4}, {32, 16, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}, "", false},
   };
   bothPaths([&](const std::string &path) {
     uint32_t seed = 300;
