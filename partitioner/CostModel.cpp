@@ -148,12 +148,13 @@ double CostModel::nodeTime(const ir::Node &n) const {
       return it->second;
   }
   NodeCost c = forwardCost(n);
+  const DType dt = n.numOutputs() ? n.output(0)->dtype() : DType::F32;
   if (!profile.opCurves.empty()) {
-    double t = profile.opCurveTime(opCurveKey(n), opCurveSize(c));
+    const double size = opCurveSize(c);
+    double t = profile.opCurveTime(opCurveKey(n), size, c.gemm ? profile.gemmRate(size, dt) : 0.0);
     if (t >= 0)
       return (c.gemm ? std::max(1.0, c.calls) : 1.0) * t + profile.nodeOverhead;
   }
-  DType dt = n.numOutputs() ? n.output(0)->dtype() : DType::F32;
   return rooflineTime(c, dt);
 }
 

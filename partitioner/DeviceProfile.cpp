@@ -53,11 +53,13 @@ double DeviceProfile::gemmRate(double flops, DType dtype) const {
   return r0 + t * (r1 - r0);
 }
 
-double DeviceProfile::opCurveTime(const std::string &key, double size) const {
+double DeviceProfile::opCurveTime(const std::string &key, double size, double marginalRate) const {
   auto it = opCurves.find(key);
   if (it == opCurves.end() || it->second.empty())
     return -1;
   const Curve &c = it->second;
+  if (size >= c.back().first && marginalRate > 0)
+    return c.back().second + (size - c.back().first) / marginalRate;
   if (!(size > c.front().first))
     return c.front().second;
   if (size >= c.back().first)

@@ -82,8 +82,13 @@ struct DeviceProfile {
   /// Seconds of a node (or GEMM call) of op `key` and curve size `size`:
   /// interpolated in log(size) and log(seconds) between measured sizes, the
   /// smallest size's time below them (a fixed cost dominates), proportional
-  /// to size above them. Negative when `key` has no curve.
-  double opCurveTime(const std::string &key, double size) const;
+  /// to size above them; or, with `marginalRate` (size units per second,
+  /// for a GEMM-like op whose size is FLOPs a call), the largest size's
+  /// time plus the rest at that rate: a curve measured only at small calls
+  /// (the samples' attention runs one size whatever the batch) carries
+  /// their fixed cost, which scaling would multiply. Negative when `key`
+  /// has no curve.
+  double opCurveTime(const std::string &key, double size, double marginalRate = 0) const;
   /// Seconds per parameter element of one step of the optimizer `kind`
   /// with `states` state tensors, and of the runtime adding one
   /// micro-batch's gradient to the sum: measured when the profile has the

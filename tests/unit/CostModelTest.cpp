@@ -170,6 +170,9 @@ TEST(DeviceProfile, OpCurveInterpolatesInLogLog) {
   EXPECT_NEAR(p->opCurveTime("Softmax", 1e4), 1e-5, 1e-18);       // halfway in log-log
   EXPECT_NEAR(p->opCurveTime("Softmax", 1e6), 1e-3, 1e-15);       // proportional above
   EXPECT_LT(p->opCurveTime("Relu", 1e4), 0);                      // no curve
+  // A GEMM-like op above its curve: the largest size's time plus the rest
+  // at the marginal rate given (1e9 a second), not proportional.
+  EXPECT_NEAR(p->opCurveTime("Softmax", 1e6, 1e9), 1e-4 + (1e6 - 1e5) / 1e9, 1e-15);
   // The curve survives the JSON round trip.
   auto again = parseProfile(profileToJson(*p), "again");
   ASSERT_TRUE(again.isOk());
