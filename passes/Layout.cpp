@@ -29,6 +29,10 @@
 //          value, then the transpose;
 //        - MaxPool (without Indices) and AveragePool of Transpose(0,3,1,2):
 //          pipec:NhwcMaxPool and NhwcAveragePool, then the transpose;
+//        - an inference BatchNormalization of Transpose(0,3,1,2) with
+//          constant parameters (one fold-batchnorm could not fold: after a
+//          Concat, say): x * s + t per channel on the NHWC value, a Mul
+//          and an Add that move on like the others;
 //        - two Transposes of one value with one perm: the later one's
 //          readers read the earlier one;
 //   3. folds the Relus, and Clips with constant bounds, that alone read a
@@ -41,14 +45,15 @@
 // Every rewrite keeps the values the graph computes; only the layout of
 // the inner ones changes. What remains are transposes at the edges of the
 // convolutional regions: the image going in, the features going out to a
-// Reshape or Flatten of more than unit axes, a BatchNormalization the
-// exporter did not fold, an Add of a convolution's output and a value
-// computed in NCHW.
+// Reshape or Flatten of more than unit axes (ShuffleNet's channel
+// shuffle), an Add of a convolution's output and a value computed in
+// NCHW.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Pass.h"
 #include "support/FusedOps.h"
 
+#include <cmath>
 #include <limits>
 #include <unordered_set>
 
@@ -167,6 +172,17 @@ bool isLayoutFree(const ir::Node *n) {
   return n->domain().empty() && ops.count(n->opType());
 }
 
+/// Whether step 2 moves Transpose(p) past `u` too, or cancels it there.
+bool movesLater(const ir::Node *u, const Perm &p) {
+  if (isLayoutFree(u) || u->is("Concat") || u->is("Split") || u->is("Pad"))
+    return true;
+  if (p == toNchwPerm() && (u->is("BatchNormalization") || u->is("MaxPool") || u->is("AveragePool") ||
+                            u->is("GlobalAveragePool") || u->is("GlobalMaxPool")))
+    return true;
+  const Perm *q = permOf(u);
+  return q && inverse(p) == *q;
+}
+
 /// A constant read by a node moved before Transpose(p): itself when it has
 /// one element, or the same data under the shape that Transpose(p) maps to
 /// its (broadcast, rank-4) shape when that keeps its non-unit axes in
@@ -229,12 +245,13 @@ Expected<bool> sinkThrough(ir::Graph &g, ir::Node *n, Erased &erased) {
     if (!v)
       continue;
     if (const Perm *q = permOf(v->producer()); q && *q == p && v->shape().size() == 4) {
-      // Other readers that are elementwise too will move in their turn
-      // (HardSwish as HardSigmoid and Mul reads its input twice).
+      // Other readers that move too will in their turn (HardSwish as
+      // HardSigmoid and Mul reads its input twice; each of DenseNet's
+      // Concats reads every earlier feature map of its block).
       if (v->isGraphOutput())
         return false;
       for (const ir::Node *u : v->users())
-        if (u != n && !isLayoutFree(u))
+        if (u != n && !movesLater(u, p))
           return false;
       inputs[i] = v->producer()->input(0);
       moved.push_back(v);
@@ -360,6 +377,51 @@ Expected<bool> windowPoolOfNhwc(ir::Graph &g, ir::Node *n) {
                 .status());
   g.eraseNode(v->producer());
   const TensorDesc nhwc{DType::F32, permuteShape(y->shape(), toNhwcPerm())};
+  PIPEC_TRY(transposeAfter(g, y, toNchwPerm(), name + "/to_nchw"));
+  y->setType(nhwc);
+  return true;
+}
+
+/// Step 2, an inference BatchNormalization of Transpose(0,3,1,2) with
+/// constant parameters: y = x * s + t on the NHWC value, s = scale /
+/// sqrt(var + epsilon) and t = beta - mean * s per channel ([1, 1, 1, C],
+/// computed in double), then the transpose. The Mul and Add move on like
+/// any elementwise node and fuse-elementwise makes them one loop with what
+/// follows (DenseNet's BatchNorm, ReLU before each convolution).
+Expected<bool> batchNormOfNhwc(ir::Graph &g, ir::Node *n) {
+  if (!n->is("BatchNormalization") || n->numInputs() != 5 || n->numOutputs() != 1 ||
+      attrInt(n->attrs(), "training_mode", 0) != 0 || attrInt(n->attrs(), "spatial", 1) != 1 ||
+      !isF32Rank4(n->output(0)))
+    return false;
+  ir::Value *v = n->input(0);
+  const Perm *p = permOf(v->producer());
+  if (!p || *p != toNchwPerm() || !readOnlyBy(v, n))
+    return false;
+  const int64_t C = v->shape()[1];
+  const float *par[4];
+  for (size_t i = 0; i < 4; ++i) {
+    const ir::Value *c = n->input(i + 1);
+    if (!c || !c->isConstant() || c->constant().dtype() != DType::F32 || c->constant().numel() != C)
+      return false;
+    par[i] = c->constant().data<float>();
+  }
+  const double eps = attrFloat(n->attrs(), "epsilon", 1e-5f);
+  Tensor st(DType::F32, {1, 1, 1, C}), tt(DType::F32, {1, 1, 1, C});
+  for (int64_t c = 0; c < C; ++c) {
+    const double sc = static_cast<double>(par[0][c]) / std::sqrt(static_cast<double>(par[3][c]) + eps);
+    st.data<float>()[c] = static_cast<float>(sc);
+    tt.data<float>()[c] = static_cast<float>(static_cast<double>(par[1][c]) - static_cast<double>(par[2][c]) * sc);
+  }
+  ir::Value *x = v->producer()->input(0), *y = n->output(0);
+  const std::string name = n->name();
+  ir::Value *sv = g.makeConstantValue(name + "/scale", std::move(st));
+  ir::Value *tv = g.makeConstantValue(name + "/shift", std::move(tt));
+  PIPEC_ASSIGN(ir::Node * mul, g.insertNode(n, g.uniqueNodeName(name + "/Mul"), "Mul", "", {x, sv},
+                                            {g.uniqueValueName(name + "/scaled")}));
+  mul->output(0)->setType(x->type());
+  PIPEC_TRY(replaceKeepingName(g, n, "Add", "", {mul->output(0), tv}, {}).status());
+  g.eraseNode(v->producer());
+  const TensorDesc nhwc = x->type();
   PIPEC_TRY(transposeAfter(g, y, toNchwPerm(), name + "/to_nchw"));
   y->setType(nhwc);
   return true;
@@ -496,7 +558,12 @@ public:
         continue;
       }
       PIPEC_ASSIGN(bool pooled, globalPoolOfNhwc(g, n, erased));
-      if (!pooled) {
+      if (!pooled && n->is("BatchNormalization")) {
+        erased.insert(n); // replaced when rewritten
+        PIPEC_ASSIGN(bool rewritten, batchNormOfNhwc(g, n));
+        if (!rewritten)
+          erased.erase(n);
+      } else if (!pooled) {
         erased.insert(n); // replaced when converted
         PIPEC_ASSIGN(bool converted, windowPoolOfNhwc(g, n));
         if (!converted)

@@ -10,7 +10,9 @@ The model has what channels-last rewrites: a convolution with BatchNorm
 (which torch folds into it) and ReLU, a max pool, a depthwise convolution
 with ReLU6 (exported as Relu, then Clip), a 1x1 convolution scaled per
 channel, a residual addition, a channel concatenation with a HardSwish
-branch (HardSigmoid and Mul at opset 13), an average pool (a zero Pad
+branch (HardSigmoid and Mul at opset 13) followed by a BatchNorm and ReLU
+(which no convolution can take: channels-last makes it a per-channel
+multiply-add), an average pool (a zero Pad
 before it) and a global one before a Linear. The export is opset 13 with
 seeded weights and BatchNorm statistics; x.npy is a [4, 3, 16, 16] input and ref.npy torch's output on
 it in float64. --compare prints "match" when piperun's y.npy is within
@@ -36,13 +38,14 @@ class Layout(nn.Module):
         self.pw = nn.Conv2d(16, 16, 1)
         self.scale = nn.Parameter(torch.rand(16, 1, 1) + 0.5)
         self.branch = nn.Conv2d(16, 8, 1)
+        self.bn2 = nn.BatchNorm2d(24)
         self.head = nn.Conv2d(24, 32, 3, padding=1, stride=2)
         self.fc = nn.Linear(32, 10)
 
     def forward(self, x):
         h = F.max_pool2d(F.relu(self.bn(self.stem(x))), 3, 2, 1)
         r = self.pw(F.relu6(self.dw(h))) * self.scale + h
-        c = torch.cat([r, F.hardswish(self.branch(r))], dim=1)
+        c = F.relu(self.bn2(torch.cat([r, F.hardswish(self.branch(r))], dim=1)))
         c = F.relu(self.head(F.avg_pool2d(c, 2)))
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(c, 1), 1))
 
@@ -55,6 +58,10 @@ def build():
         m.bn.running_var.uniform_(0.5, 2.0)
         m.bn.weight.uniform_(0.5, 1.5)
         m.bn.bias.uniform_(-0.5, 0.5)
+        m.bn2.running_mean.uniform_(-0.5, 0.5)
+        m.bn2.running_var.uniform_(0.5, 2.0)
+        m.bn2.weight.uniform_(0.5, 1.5)
+        m.bn2.bias.uniform_(-0.5, 0.5)
     return m.eval()
 
 
