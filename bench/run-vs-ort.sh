@@ -3,7 +3,8 @@
 # same ONNX files, 1 and 2 threads, interleaved rounds (bench/vs_ort.py says
 # how): the GPT-like and MLP models of bench/ort_models.py (torch.onnx
 # exports at opset 13, LayerNorm and GELU decomposed), the samples, and the
-# zoo's resnet18, mobilenet_v2, vit and encoder_post_norm (eval exports).
+# zoo's resnet18, mobilenet_v2, densenet121, shufflenet_v2, vit and
+# encoder_post_norm (eval exports).
 # ONNX Runtime comes from the npm registry: onnxruntime-node ships its CPU
 # libonnxruntime.so inside the package (installed once into ORT_DIR, its
 # install script, which fetches GPU libraries, skipped).

@@ -75,7 +75,7 @@ def models(build, work, which):
         import torch
         import warnings
         from models import ZOO
-        for name in ('resnet18', 'mobilenet_v2', 'vit', 'encoder_post_norm'):
+        for name in ('resnet18', 'mobilenet_v2', 'densenet121', 'shufflenet_v2', 'vit', 'encoder_post_norm'):
             s = ZOO[name]
             torch.manual_seed(0)
             m = s.build().eval()
