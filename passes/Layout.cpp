@@ -570,9 +570,13 @@ public:
           erased.erase(n);
       }
     }
+    // (The folds erase nodes after the convolutions: collect these first.)
+    std::vector<ir::Node *> convs;
     for (ir::Node *n : g.nodes())
       if (n->domain() == "pipec" && n->opType() == "NhwcConv")
-        foldActivation(g, n);
+        convs.push_back(n);
+    for (ir::Node *n : convs)
+      foldActivation(g, n);
     for (ir::Node *n : g.nodes())
       PIPEC_TRY(transposeToReshape(g, n).status());
     g.removeDeadConstants();
