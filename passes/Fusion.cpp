@@ -42,12 +42,10 @@
 //                   Gemm(A, B[, c]) (alpha 1; c a bias [N] at beta 1) or
 //                   MatMul(A, B) with B 2-D, then Add of a bias [N] (either
 //                   order; not after a Gemm with c), then Relu or Gelu
-//                   (approximate "none" or "tanh"), then Add of a residual R
-//                   of the product's shape, at least one of them
-//                   -> pipec:FusedGemm(A, B[, bias][, R]) {transA, transB,
-//                   activation "Relu", "Gelu" or "GeluTanh", residual}: the
-//                   bias, activation and residual run in the GEMM's
-//                   epilogue (oneDNN post-ops,
+//                   (approximate "none" or "tanh"), at least one of them
+//                   -> pipec:FusedGemm(A, B[, bias]) {transA, transB,
+//                   activation "Relu", "Gelu" or "GeluTanh"}: the bias and
+//                   activation run in the GEMM's epilogue (oneDNN post-ops,
 //                   runtime/cpu/kernels/FusedGemm.cpp), Y written once. Like
 //                   fuse-elementwise it runs late: on training graphs after
 //                   autodiff, where a Relu joins (its gradient reads its
@@ -717,28 +715,12 @@ private:
     if (!act.empty()) {
       absorbed.push_back(next);
       attrs["activation"] = Attribute::ofString(act);
-      cur = next->output(0);
-      next = joins(n, cur, keep);
     }
-    // A residual: an Add of a value of Y's shape (a transformer's skip
-    // connection; in the backward, a GEMM's input gradient summed with
-    // another path's).
-    ir::Value *residual = nullptr;
-    if (next && next->is("Add") && next->numInputs() == 2) {
-      ir::Value *other = otherInput(next, cur);
-      if (other && other != cur && isF32(other) && other->type() == cur->type()) {
-        residual = other;
-        absorbed.push_back(next);
-        attrs["residual"] = Attribute::ofInt(1);
-      }
-    }
-    if (!bias && act.empty() && !residual)
+    if (!bias && act.empty())
       return false;
     std::vector<ir::Value *> inputs{n->input(0), n->input(1)};
     if (bias)
       inputs.push_back(bias);
-    if (residual)
-      inputs.push_back(residual);
     ir::Node *root = absorbed.back();
     const std::string name = scopedName(g, n, "FusedGemm");
     // What the fused node keeps of n, read before replaceNode (which frees

@@ -39,22 +39,6 @@ inline Expected<FusedActivation> fusedActivationOf(const AttrMap &attrs) {
   return errorf("unknown activation '", a, "' (Relu, Gelu or GeluTanh)");
 }
 
-/// pipec:FusedGemm's optional operands: a bias [N] (input 2) and, with
-/// `residual` 1, R (the last input, of Y's shape) added after the
-/// activation: Y = act(A' B' + bias) + R.
-struct FusedGemmOperands {
-  bool bias = false, residual = false;
-  size_t residualIndex = 0;
-};
-
-inline FusedGemmOperands fusedGemmOperands(const AttrMap &attrs, size_t numInputs) {
-  FusedGemmOperands o;
-  o.residual = attrInt(attrs, "residual", 0) != 0;
-  o.bias = numInputs == (o.residual ? 4u : 3u);
-  o.residualIndex = o.residual ? numInputs - 1 : 0;
-  return o;
-}
-
 /// pipec:FusedGemm(A, B[, bias]) {transA, transB}: A [..., K] (the leading
 /// axes folded into M; [K, M] with transA, rank 2 only), B [K, N] ([N, K]
 /// with transB); Y [..., N] ([M, N] with transA).

@@ -63,9 +63,8 @@ Status fusedElementwiseRule(const ShapeContext &ctx, Outputs &out) {
   return Status::ok();
 }
 
-/// pipec:FusedGemm(A, B[, bias][, R]) {transA, transB, activation,
-/// residual}: f32, the geometry of support/FusedOps.h, bias [N], R of Y's
-/// shape.
+/// pipec:FusedGemm(A, B[, bias]) {transA, transB, activation}: f32, the
+/// geometry of support/FusedOps.h, bias [N].
 Status fusedGemmRule(const ShapeContext &ctx, Outputs &out) {
   for (size_t i = 0; i < ctx.numInputs(); ++i)
     if (!ctx.hasInput(i) || ctx.inputType(i).dtype != DType::F32)
@@ -75,14 +74,8 @@ Status fusedGemmRule(const ShapeContext &ctx, Outputs &out) {
   auto g = fusedGemmDims(ctx.inputType(0).shape, ctx.inputType(1).shape, ctx.attrs());
   if (!g)
     return ctx.error(g.status().message());
-  const FusedGemmOperands o = fusedGemmOperands(ctx.attrs(), ctx.numInputs());
-  if (o.residual && ctx.numInputs() < 3)
-    return ctx.error("residual 1 needs R as the last input");
-  if (o.bias && ctx.inputType(2).shape != Shape{g->N})
+  if (ctx.numInputs() > 2 && ctx.inputType(2).shape != Shape{g->N})
     return ctx.error(cat("the bias must be f32[", g->N, "], it is ", ctx.inputType(2).str()));
-  if (o.residual && ctx.inputType(o.residualIndex).shape != g->out)
-    return ctx.error(cat("R must be f32", shapeStr(g->out), " (Y's shape), it is ",
-                         ctx.inputType(o.residualIndex).str()));
   out[0] = TensorDesc{DType::F32, g->out};
   return Status::ok();
 }

@@ -220,12 +220,11 @@ public:
 };
 
 /// pipec:FusedGemm: Y = A'B' (cuBLAS), then the epilogue in place: Y +=
-/// bias (a broadcast add), the activation (a unary kernel), Y += R.
+/// bias (a broadcast add) and the activation (a unary kernel).
 class FusedGemmKernel final : public Kernel {
 public:
   Gemm g;
-  bool hasBias = false, hasAct = false, hasResidual = false;
-  size_t residualIndex = 0;
+  bool hasBias = false, hasAct = false;
   UnaryOp act = UnaryOp::Relu;
   body::Broadcast y, bias;
   int64_t outElems = 0;
@@ -236,12 +235,7 @@ public:
     if (hasBias)
       PIPEC_TRY(launchBinary(body::BinaryOp::Add, dst, y, static_cast<const float *>(in[2]), bias, dst, outElems,
                              ctx.stream));
-    if (hasAct)
-      PIPEC_TRY(launchUnary(act, dst, dst, outElems, ctx.stream));
-    if (hasResidual)
-      PIPEC_TRY(launchBinary(body::BinaryOp::Add, dst, y, static_cast<const float *>(in[residualIndex]), y, dst,
-                             outElems, ctx.stream));
-    return Status::ok();
+    return hasAct ? launchUnary(act, dst, dst, outElems, ctx.stream) : Status::ok();
   }
 };
 
@@ -885,14 +879,9 @@ Expected<KernelPtr> makeFusedGemm(const OpDesc &d) {
   const Shape &out = d.outputs[0].shape;
   k->outElems = d.outputs[0].numel();
   k->y = broadcastOf(out, out);
-  const FusedGemmOperands ops = fusedGemmOperands(d.attrs, d.inputs.size());
-  k->hasBias = ops.bias && d.hasInput(2);
+  k->hasBias = d.hasInput(2);
   if (k->hasBias)
     k->bias = broadcastOf(d.inputs[2].shape, out);
-  k->hasResidual = ops.residual;
-  k->residualIndex = ops.residualIndex;
-  if (k->hasResidual && (!d.hasInput(ops.residualIndex) || d.inputs[ops.residualIndex].shape != out))
-    return errorf(d.where(), ": R must have Y's shape ", shapeStr(out));
   k->hasAct = *act != FusedActivation::None;
   k->act = *act == FusedActivation::GeluErf    ? UnaryOp::GeluErf
            : *act == FusedActivation::GeluTanh ? UnaryOp::GeluTanh

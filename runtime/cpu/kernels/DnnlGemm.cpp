@@ -52,9 +52,8 @@ size_t linalgDnnlGemmScratchBytes(const LinalgDnnlGemm &p) {
 }
 
 Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B, float *C,
-                         void *scratch, const float *bias, const float *res) {
-  // The bias and R where the primitive has them, in its argument order.
-  const void *ptrs[5] = {A, B, C, bias ? static_cast<const void *>(bias) : res, res};
+                         void *scratch, const float *bias) {
+  const void *ptrs[4] = {A, B, C, bias}; // the bias where the primitive has one
   if (p.packed.valid()) // B's packed copy is kept while its address stays (inference)
     return p.packed.run(ptrs, static_cast<unsigned char *>(linalgAlign(scratch)));
   return p.prim.run(ptrs, linalgAlign(scratch));
@@ -65,9 +64,8 @@ namespace {
 constexpr double kBatchMaxFlops = 4e6;
 
 /// alpha as an output scale, beta as a sum post-op, the epilogue's
-/// activation as an eltwise post-op after it, then the residual (laid out
-/// as `c`) as a binary add.
-dnnl::primitive_attr gemmAttr(float alpha, float beta, FusedActivation act, const dnnl::memory::desc *residual) {
+/// activation as an eltwise post-op after it.
+dnnl::primitive_attr gemmAttr(float alpha, float beta, FusedActivation act) {
   dnnl::primitive_attr attr = linalgDnnlAttr();
   if (alpha != 1.0f)
     attr.set_output_scales(0, {alpha});
@@ -82,8 +80,6 @@ dnnl::primitive_attr gemmAttr(float alpha, float beta, FusedActivation act, cons
     po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     break;
   }
-  if (residual)
-    po.append_binary(dnnl::algorithm::binary_add, *residual);
   if (po.len() > 0)
     attr.set_post_ops(po);
   return attr;
@@ -91,19 +87,14 @@ dnnl::primitive_attr gemmAttr(float alpha, float beta, FusedActivation act, cons
 
 /// The bias row of an epilogue: [1, N] of a 2-D product.
 dnnl::memory::desc biasDesc(int64_t N) { return linalgDnnlPlain({1, N}); }
-
-/// The argument id of the residual: the last post-op's second source.
-int residualArg(const dnnl::primitive_attr &attr) {
-  return DNNL_ARG_ATTR_MULTIPLE_POST_OP(attr.get_post_ops().len() - 1) | DNNL_ARG_SRC_1;
-}
 } // namespace
 
 LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                       int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                                       float beta, int64_t batch, int64_t sa, int64_t sb,
-                                      int64_t sc, FusedActivation act, bool bias, bool residual) {
+                                      int64_t sc, FusedActivation act, bool bias) {
   const double macs = double(M) * double(N) * double(K);
-  const bool epilogue = bias || residual || act != FusedActivation::None;
+  const bool epilogue = bias || act != FusedActivation::None;
   if (epilogue && batch != 1)
     return nullptr; // the sgemm path's tiles run the epilogue
   if (batch == 1) {
@@ -129,7 +120,7 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
     };
     memory::desc a = desc(M, K, ta, lda, sa), b = desc(K, N, tb, ldb, sb),
                  c = desc(M, N, false, ldc, sc);
-    const primitive_attr attr = gemmAttr(alpha, beta, act, residual ? &c : nullptr);
+    const primitive_attr attr = gemmAttr(alpha, beta, act);
     LinalgOneThread one;
     matmul::primitive_desc pd(bias ? matmul::desc(a, b, biasDesc(N), c) : matmul::desc(a, b, c), attr,
                               linalgDnnlEngine());
@@ -137,8 +128,6 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
     made->prim.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
     if (bias)
       made->prim.args.emplace_back(DNNL_ARG_BIAS, biasDesc(N));
-    if (residual)
-      made->prim.args.emplace_back(residualArg(attr), c);
   } catch (const dnnl::error &) {
     return nullptr;
   }
@@ -147,7 +136,7 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
 
 LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                             int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                                            float beta, FusedActivation act, bool bias, bool residual) {
+                                            float beta, FusedActivation act, bool bias) {
   if (double(M) * double(N) * double(K) < kPackedMinMacs)
     return nullptr;
   auto made = std::make_unique<LinalgDnnlGemm>();
@@ -159,7 +148,7 @@ LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t
     };
     memory::desc a = plain(M, K, ta, lda), b = plain(K, N, tb, ldb), c = plain(M, N, false, ldc);
     memory::desc any({K, N}, f32, memory::format_tag::any);
-    const primitive_attr attr = gemmAttr(alpha, beta, act, residual ? &c : nullptr);
+    const primitive_attr attr = gemmAttr(alpha, beta, act);
     LinalgOneThread one;
     matmul::primitive_desc pd(bias ? matmul::desc(a, any, biasDesc(N), c) : matmul::desc(a, any, c), attr,
                               linalgDnnlEngine());
@@ -167,18 +156,12 @@ LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t
       return nullptr; // oneDNN keeps the plain layout: nothing to gain
     made->packed.main.init<matmul>(pd);
     made->packed.main.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, c}};
-    std::vector<memory::desc> given = {a, b, c};
     if (bias) {
       made->packed.main.args.emplace_back(DNNL_ARG_BIAS, biasDesc(N));
-      given.push_back(biasDesc(N));
+      made->packed.addReorders({a, b, c, biasDesc(N)}, {false, false, true, false});
+    } else {
+      made->packed.addReorders({a, b, c}, {false, false, true});
     }
-    if (residual) {
-      made->packed.main.args.emplace_back(residualArg(attr), c);
-      given.push_back(c);
-    }
-    std::vector<bool> output(given.size(), false);
-    output[2] = true;
-    made->packed.addReorders(given, output);
     made->packed.keepReordered(1);
     if (made->packed.kept != 1)
       return nullptr;

@@ -1,16 +1,15 @@
 //===- runtime/cpu/kernels/FusedGemm.cpp - A GEMM with a bias and activation epilogue ===//
 //
-// pipec:FusedGemm(A, B[, bias][, R]) {transA, transB, activation,
-// residual}, made by fuse-gemm-epilogue (passes/Fusion.cpp) from Gemm or
-// MatMul, a bias Add, a Relu or Gelu and an Add of a residual R of Y's
-// shape: Y = act(A' B' + bias) + R, f32. A is [..., K] (the
+// pipec:FusedGemm(A, B[, bias]) {transA, transB, activation}, made by
+// fuse-gemm-epilogue (passes/Fusion.cpp) from Gemm or MatMul, a bias Add
+// and a Relu or Gelu: Y = act(A' B' + bias), f32. A is [..., K] (the
 // leading axes folded into M; [K, M] with transA, rank 2 only), B is [K, N]
 // ([N, K] with transB), the bias [N].
 //
 // One LinalgBatchedGemm with an epilogue (LinalgCommon.h): where the
 // product runs as a oneDNN matmul (B transposed, or a layer's weights
-// packed in inference) the bias, activation and residual are the
-// primitive's bias, eltwise post-op and binary-add post-op; on the sgemm path each tile of Y gets them right
+// packed in inference) the bias and activation are the primitive's bias
+// and eltwise post-op; on the sgemm path each tile of Y gets them right
 // after its product, while it is in cache. Either way Y is written once
 // instead of three times. The primitive's post-ops round as oneDNN's
 // eltwise kernels do (its GELU approximations are its own), so a fused
@@ -28,32 +27,26 @@ namespace {
 
 class FusedGemmKernel final : public Kernel {
 public:
-  FusedGemmKernel(LinalgBatchedGemm<float> g, size_t residualIndex)
-      : g_(std::move(g)), residualIndex_(residualIndex) {
-    g_.prepare();
-  }
+  explicit FusedGemmKernel(LinalgBatchedGemm<float> g) : g_(std::move(g)) { g_.prepare(); }
   size_t workspaceBytes() const override { return g_.workspaceBytes(); }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     // A step-invariant B (the layer's weights) runs packed in inference.
     return g_.runPrepared(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
                           static_cast<float *>(out[0]), ctx.workspace, !ctx.training,
-                          g_.bias ? static_cast<const float *>(in[2]) : nullptr,
-                          g_.residual ? static_cast<const float *>(in[residualIndex_]) : nullptr);
+                          g_.bias ? static_cast<const float *>(in[2]) : nullptr);
   }
 
 private:
   LinalgBatchedGemm<float> g_;
-  size_t residualIndex_;
 };
 
 } // namespace
 
 Expected<KernelPtr> makeFusedGemmKernel(const OpDesc &d) {
-  const FusedGemmOperands ops = fusedGemmOperands(d.attrs, d.inputs.size());
-  if (d.inputs.size() < (ops.residual ? 3u : 2u) || d.inputs.size() > (ops.residual ? 4u : 3u) ||
-      !d.hasInput(0) || !d.hasInput(1) || d.outputs.size() != 1)
-    return errorf(d.where(), ": expects ", ops.residual ? "3 or 4" : "2 or 3", " inputs and 1 output, got ",
-                  d.inputs.size(), " and ", d.outputs.size());
+  if (d.inputs.size() < 2 || d.inputs.size() > 3 || !d.hasInput(0) || !d.hasInput(1) ||
+      d.outputs.size() != 1)
+    return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(), " and ",
+                  d.outputs.size());
   for (size_t i = 0; i < d.inputs.size(); ++i)
     if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
       return errorf(d.where(), ": input ", i, " is ", d.inputs[i].str(), "; FusedGemm takes f32");
@@ -69,20 +62,16 @@ Expected<KernelPtr> makeFusedGemmKernel(const OpDesc &d) {
   g.M = dims->M;
   g.N = dims->N;
   g.K = dims->K;
-  g.bias = ops.bias && d.hasInput(2);
+  g.bias = d.hasInput(2);
   if (g.bias && d.inputs[2].numel() != g.N)
     return errorf(d.where(), ": the bias ", d.inputs[2].str(), " must have N = ", g.N, " values");
-  g.residual = ops.residual;
-  if (g.residual && (!d.hasInput(ops.residualIndex) || d.inputs[ops.residualIndex].shape != dims->out))
-    return errorf(d.where(), ": R ", d.inputs[ops.residualIndex].str(), " must have Y's shape ",
-                  shapeStr(dims->out));
   g.act = *act;
   g.lda = g.ta ? g.M : g.K;
   g.ldb = g.tb ? g.K : g.N;
   g.ldc = g.N;
   g.aOff = g.bOff = g.cOff = {0};
   g.bStepInvariant = d.isStepInvariant(1);
-  return KernelPtr(new FusedGemmKernel(std::move(g), ops.residualIndex));
+  return KernelPtr(new FusedGemmKernel(std::move(g)));
 }
 
 } // namespace pipec::cpu

@@ -190,12 +190,10 @@ private:
 /// What a GEMM applies to C after its product, block by block while the
 /// block is in cache (pipec:FusedGemm's epilogue): on a rows x cols block
 /// of C (rows ldc apart), `bias` (the block's cols values, or null) added
-/// to every row, then `act`, then `res` (the block of R, rows ldc apart
-/// too, or null) added, each one IEEE operation per element as the unfused
-/// Add and activation kernels do.
+/// to every row, then `act`, each one IEEE
+/// operation per element as the unfused Add and activation kernels do.
 template <typename T>
-void linalgEpilogue(T *c, int64_t rows, int64_t cols, int64_t ldc, const T *bias, FusedActivation act,
-                    const T *res = nullptr) {
+void linalgEpilogue(T *c, int64_t rows, int64_t cols, int64_t ldc, const T *bias, FusedActivation act) {
   auto apply = [&](auto f) {
     for (int64_t i = 0; i < rows; ++i) {
       T *row = c + i * ldc;
@@ -205,16 +203,11 @@ void linalgEpilogue(T *c, int64_t rows, int64_t cols, int64_t ldc, const T *bias
       else
         for (int64_t j = 0; j < cols; ++j)
           row[j] = f(row[j]);
-      if (res) {
-        const T *r = res + i * ldc;
-        for (int64_t j = 0; j < cols; ++j)
-          row[j] = row[j] + r[j];
-      }
     }
   };
   switch (act) {
   case FusedActivation::None:
-    if (bias || res)
+    if (bias)
       apply([](T x) { return x; });
     return;
   case FusedActivation::Relu: return apply([](T x) { return reluOf(x); });
@@ -232,10 +225,9 @@ struct LinalgDnnlGemmDeleter {
 };
 LinalgDnnlGemm *linalgDnnlGemmClone(const LinalgDnnlGemm &p);
 size_t linalgDnnlGemmScratchBytes(const LinalgDnnlGemm &p);
-/// `bias`: the N values of an epilogue prepared with one (else unused);
-/// `res`: R (laid out as C) of an epilogue prepared with a residual.
+/// `bias`: the N values of an epilogue prepared with one (else unused).
 Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B, float *C,
-                         void *scratch, const float *bias = nullptr, const float *res = nullptr);
+                         void *scratch, const float *bias = nullptr);
 /// Multiply-adds from which a GEMM with a step-invariant B runs packed.
 inline constexpr double kPackedMinMacs = 1 << 20;
 /// One GEMM as a oneDNN matmul on B in oneDNN's layout, B reordered only
@@ -246,7 +238,7 @@ inline constexpr double kPackedMinMacs = 1 << 20;
 LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                             int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                                             float beta, FusedActivation act = FusedActivation::None,
-                                            bool bias = false, bool residual = false);
+                                            bool bias = false);
 /// The primitive for a batch of `batch` GEMMs whose operands lie sa, sb and
 /// sc elements apart, or null where it would not be faster than the sgemm
 /// calls or is not one primitive (DnnlGemm.cpp says which). An epilogue
@@ -255,7 +247,7 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
                                       int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                                       float beta, int64_t batch, int64_t sa, int64_t sb,
                                       int64_t sc, FusedActivation act = FusedActivation::None,
-                                      bool bias = false, bool residual = false);
+                                      bool bias = false);
 
 /// Owns a LinalgDnnlGemm; a copy holds a copy of its own (a primitive's
 /// memory objects are bound per object, and copies of a kernel's GEMM may
@@ -302,11 +294,10 @@ template <typename T> struct LinalgBatchedGemm {
   /// B changes only between steps (OpDesc::stepInvariant): prepare() may
   /// prepare one GEMM on B packed once (runPrepared's `packed`).
   bool bStepInvariant = false;
-  /// The epilogue (f32, one GEMM): a bias row (runPrepared's `bias`), an
-  /// activation and a residual R (runPrepared's `res`, laid out as C)
-  /// applied to C after the product.
+  /// The epilogue (f32, one GEMM): a bias row (runPrepared's `bias`) and
+  /// an activation applied to C after the product.
   FusedActivation act = FusedActivation::None;
-  bool bias = false, residual = false;
+  bool bias = false;
 
   /// Tiles of C: tm x tn tiles of mc x nc elements (edge tiles smaller).
   struct Tiling {
@@ -352,8 +343,7 @@ template <typename T> struct LinalgBatchedGemm {
         for (int64_t j = 0; j < tl.tn; ++j) {
           const int64_t nc = std::min(tl.nc, N - j * tl.nc);
           LinalgDnnlGemmHolder h;
-          h.reset(linalgDnnlGemmPreparePacked(ta, tb, M, nc, K, lda, ldb, ldc, alpha, beta, act, bias,
-                                              residual));
+          h.reset(linalgDnnlGemmPreparePacked(ta, tb, M, nc, K, lda, ldb, ldc, alpha, beta, act, bias));
           if (!h.get()) {
             packed_.clear();
             packedWs_.clear();
@@ -381,7 +371,7 @@ template <typename T> struct LinalgBatchedGemm {
       dnnlOffsets_[1] = bOff[0];
       dnnlOffsets_[2] = cOff[0];
       dnnl_.reset(linalgDnnlGemmPrepare(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, batch, sa,
-                                        sb, sc, act, bias, residual));
+                                        sb, sc, act, bias));
     }
   }
 
@@ -397,10 +387,9 @@ template <typename T> struct LinalgBatchedGemm {
   /// reorder of it runs once; in training B changes every step, and its
   /// reorder (0.7 ms of a 1.8 ms 128x1024x1024 step on one thread) costs
   /// more than packing saves, so the plain path runs.
-  /// `biasData`: the epilogue's bias (N values) when `bias` is set;
-  /// `resData`: its R (laid out as C) when `residual` is.
+  /// `biasData`: the epilogue's bias (N values) when `bias` is set.
   Status runPrepared(const T *A, const T *B, T *C, void *workspace, bool packed = false,
-                     const T *biasData = nullptr, const T *resData = nullptr) const {
+                     const T *biasData = nullptr) const {
     if constexpr (std::is_same_v<T, float>) {
       if (packed && !packed_.empty()) {
         const int64_t nc = tiling().nc, blocks = static_cast<int64_t>(packed_.size());
@@ -409,7 +398,7 @@ template <typename T> struct LinalgBatchedGemm {
           return linalgDnnlGemmRun(*packed_[static_cast<size_t>(j)].get(), A + aOff[0],
                                    B + bOff[0] + (tb ? n0 * ldb : n0), C + cOff[0] + n0,
                                    static_cast<unsigned char *>(workspace) + packedWs_[static_cast<size_t>(j)],
-                                   biasData ? biasData + n0 : nullptr, resData ? resData + cOff[0] + n0 : nullptr);
+                                   biasData ? biasData + n0 : nullptr);
         };
         const int threads = omp_get_max_threads();
         if (blocks == 1 || threads == 1) {
@@ -433,17 +422,16 @@ template <typename T> struct LinalgBatchedGemm {
       if (const LinalgDnnlGemm *p = dnnl_.get()) {
         LinalgOneThread one;
         return linalgDnnlGemmRun(*p, A + dnnlOffsets_[0], B + dnnlOffsets_[1],
-                                 C + dnnlOffsets_[2], workspace, biasData,
-                                 resData ? resData + dnnlOffsets_[2] : nullptr);
+                                 C + dnnlOffsets_[2], workspace, biasData);
       }
     }
-    run(A, B, C, biasData, resData);
+    run(A, B, C, biasData);
     return Status::ok();
   }
 
-  /// The sgemm path: the epilogue (act, biasData, resData) runs on each
-  /// tile of C after its product, while the tile is in cache.
-  void run(const T *A, const T *B, T *C, const T *biasData = nullptr, const T *resData = nullptr) const {
+  /// The sgemm path: the epilogue (act, biasData) runs on each tile of C
+  /// after its product, while the tile is in cache.
+  void run(const T *A, const T *B, T *C, const T *biasData = nullptr) const {
     int64_t batch = static_cast<int64_t>(cOff.size());
     if (batch == 0 || M == 0 || N == 0)
       return;
@@ -463,9 +451,8 @@ template <typename T> struct LinalgBatchedGemm {
         linalgGemmLoop<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc);
       else
         linalgGemm<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc, oneDnn);
-      const T *res = residual && resData ? resData + cOff[b] + m0 * ldc + n0 : nullptr;
-      if (act != FusedActivation::None || (bias && biasData) || res)
-        linalgEpilogue<T>(c, m1 - m0, n1 - n0, ldc, bias && biasData ? biasData + n0 : nullptr, act, res);
+      if (act != FusedActivation::None || (bias && biasData))
+        linalgEpilogue<T>(c, m1 - m0, n1 - n0, ldc, bias && biasData ? biasData + n0 : nullptr, act);
     };
     int threads = omp_get_max_threads();
     if (total == 1 || threads == 1 || double(batch) * work < 65536.0) {
