@@ -123,6 +123,16 @@ TEST(CostModel, FusedNodesCountTheirProducts) {
   c = forwardCost(*grad);
   EXPECT_DOUBLE_EQ(c.flops, 8.0 * 16 * 32 * (2.0 * (3 * 8 + 2 * 8) + 10));
   EXPECT_DOUBLE_EQ(c.calls, 40);
+  // channels-last's NhwcConv counts what the Conv it replaces does: X [2,
+  // 8, 8, 16] NHWC, W [32, 16, 3, 3], Y [2, 8, 8, 32].
+  ir::Value *x = *g.addInput("x", TensorDesc{DType::F32, {2, 8, 8, 16}});
+  ir::Value *cw = *g.addConstant("cw", Tensor(DType::F32, {32, 16, 3, 3}));
+  ir::Node *conv = *g.addNode("conv", "NhwcConv", "pipec", {x, cw}, {"cy"},
+                              {{"pads", Attribute::ofInts({1, 1, 1, 1})}});
+  conv->output(0)->setType(TensorDesc{DType::F32, {2, 8, 8, 32}});
+  c = forwardCost(*conv);
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * (2 * 8 * 8 * 32) * (16 * 3 * 3));
+  EXPECT_TRUE(c.gemm);
 }
 
 TEST(Calibrate, SmallRunGivesAValidProfile) {
