@@ -197,7 +197,10 @@ public:
         PIPEC_TRY(parseNode());
       } else if (kw == "output") {
         bump();
+        const Token at = tok_;
         PIPEC_ASSIGN(Value * v, useValue());
+        if (!v) // `none` stands for an omitted optional input only
+          return errorf(source_, ":", at.line, ":", at.col, ": a graph output must name a value, not none");
         g->addOutput(v);
       } else {
         return err(cat("unknown keyword '", kw, "'"));

@@ -145,7 +145,7 @@ private:
   bool hasBias_ = false;
   bool direct_ = false;
   size_t colBytes_ = 0;
-  mutable LinalgBatchedGemm<T> gemm_;
+  LinalgBatchedGemm<T> gemm_;
 };
 
 /// The epilogue's activation on `n` values.
@@ -249,8 +249,8 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = fals
     // where the output has 4 pixels or fewer and the channels come in 16s
     // (ResNet's last stage at 64x64: [16, 512, 2, 2]) oneDNN's direct
     // kernel on 16-channel blocks beat its NHWC one by 1.6x with the
-    // weights out of cache (one thread: 1.6 against 2.6 ms; 1.0 against
-    // 1.2 ms at 4x4, where NHWC won), and the reorders of activations that
+    // weights out of cache (one thread: 1.6 against 2.6 ms; at 4x4 NHWC
+    // won, 1.26 against 1.35 ms), and the reorders of activations that
     // small cost microseconds.
     const bool blocked = nhwc && g.G == 1 && g.C % 16 == 0 && g.M % 16 == 0 && g.outSpatial <= 4;
     auto block16 = [](const std::vector<int64_t> &d) {
