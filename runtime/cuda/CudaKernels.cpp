@@ -47,13 +47,14 @@ Expected<cublasHandle_t> cublasFor(void *stream) {
   return it->second;
 }
 
-/// Every input float32 but the one at `targetInput` (a loss's int64 targets).
-Status needF32(const OpDesc &d, int targetInput = -1) {
+/// Every input float32 but the one at `other`, which must be `otherType`
+/// (a loss's int64 targets, ReduceSum's axes, a mask).
+Status needF32(const OpDesc &d, int other = -1, DType otherType = DType::I64) {
   for (size_t i = 0; i < d.inputs.size(); ++i) {
-    if (static_cast<int>(i) == targetInput) {
-      if (d.inputs[i].dtype != DType::I64)
-        return errorf(d.where(), ": targets are ", dtypeName(d.inputs[i].dtype),
-                      "; the CUDA kernel takes int64 targets");
+    if (static_cast<int>(i) == other) {
+      if (d.inputs[i].dtype != otherType)
+        return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype), "; the CUDA kernel takes ",
+                      dtypeName(otherType), " there");
       continue;
     }
     if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
@@ -899,10 +900,6 @@ Expected<KernelPtr> makeAttention(const OpDesc &d, bool grad) {
   const size_t want = (grad ? 4u : 3u) + (k->mask ? 1u : 0u);
   if (d.inputs.size() != want || d.outputs.size() != (grad ? 3u : 1u))
     return errorf(d.where(), ": expects ", want, " inputs with mask '", attrString(d.attrs, "mask", "none"), "'");
-  for (size_t i = 0; i < d.inputs.size(); ++i)
-    if ((i != 3 || k->mask != 2) && d.inputs[i].dtype != DType::F32)
-      return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype),
-                    "; the CUDA kernels take float32 only");
   auto dims = attentionDims(d.inputs[0].shape, d.inputs[1].shape, d.inputs[2].shape, d.attrs);
   if (!dims)
     return errorf(d.where(), ": ", dims.status().message());
@@ -970,9 +967,14 @@ Expected<KernelPtr> createKernel(const OpDesc &d) {
     return errorf("node '", d.name, "' (op type '", d.opType, "', domain ",
                   d.domain.empty() ? "ai.onnx" : d.domain, ", opset ", d.opset, ") has no CUDA kernel");
   // The losses and gathers check their own types (int64 targets and
-  // indices); ReduceSum's axes and Split's sizes are int64.
+  // indices); ReduceSum's axes and Split's sizes are int64; the masks of
+  // pipec:MaskedSoftmax and of a bool-masked pipec:Attention are bool.
   if (d.opType == "ReduceSum" || d.opType == "Split")
     PIPEC_TRY(needF32(d, d.hasInput(1) ? 1 : -1));
+  else if (d.opType == "MaskedSoftmax")
+    PIPEC_TRY(needF32(d, 1, DType::Bool));
+  else if ((d.opType == "Attention" || d.opType == "AttentionGrad") && attrString(d.attrs, "mask", "none") == "bool")
+    PIPEC_TRY(needF32(d, 3, DType::Bool));
   else if (d.opType != "SoftmaxCrossEntropyLoss" && d.opType != "SoftmaxCrossEntropyLossGrad" &&
            d.opType != "Gather" && d.opType != "GatherGrad")
     PIPEC_TRY(needF32(d));

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh BUNDLE_DIR OUT_DIR
+#
+# The GPU checks, on a machine with an NVIDIA GPU, from the bundle that
+# tools/gpu-bundle.sh made (run it from the repository's root there):
+#   1. gpu.CudaKernelTest: every CUDA kernel against the CPU kernel;
+#   2. tests/lit/e2e/cuda.test's steps: the MLP and GPT-like samples trained
+#      on the GPU at K=1 and K=2 (bitwise alike) and near the CPU run, the
+#      MLP's and GPT's inference outputs near the CPU's, and so those of
+#      torch's exports of an attention and a GELU;
+#   3. training throughput of a GPT-like model on the GPU and on the CPU;
+#   4. compute-sanitizer's memcheck over the kernel test and a training run.
+# Logs go to OUT_DIR; the last line says how many checks failed.
+set -uo pipefail
+bundle=$(cd "${1:?usage: gpu-check.sh BUNDLE_DIR OUT_DIR}" && pwd)
+out=${2:?usage: gpu-check.sh BUNDLE_DIR OUT_DIR}
+mkdir -p "$out"
+root=$(mktemp -d)
+tar -C "$root" -xJf "$bundle/bundle.tar.xz" || { echo "gpu-check: cannot unpack the bundle"; exit 1; }
+
+# cuBLAS and the CUDA runtime from this machine: the toolkit's, else the
+# pip packages'.
+cudadirs=""
+for want in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+  found=$(ls /usr/local/cuda/lib64/$want /usr/local/cuda/targets/x86_64-linux/lib/$want 2>/dev/null | head -1)
+  [ -n "$found" ] || found=$(find / -xdev -name "$want" 2>/dev/null | head -1)
+  [ -n "$found" ] || { echo "gpu-check: no $want on this machine"; exit 1; }
+  cudadirs="$cudadirs:$(dirname "$found")"
+done
+export LD_LIBRARY_PATH="$root/lib$cudadirs"
+if ldd "$root/bin/piperun" 2>&1 | grep -q "not found"; then
+  export LD_LIBRARY_PATH="$root/fallback:$LD_LIBRARY_PATH"
+fi
+ldd "$root/bin/piperun" "$root/bin/CudaKernelTest" > "$out/ldd.txt" 2>&1
+if grep -q "not found" "$out/ldd.txt"; then
+  echo "gpu-check: libraries missing:"; grep "not found" "$out/ldd.txt" | sort -u; exit 1
+fi
+export PATH="$root/bin:$PATH" PIPEC_USER_PROFILE_DIR=/nonexistent
+nvidia-smi -L || echo "gpu-check: nvidia-smi failed"
+grep -m1 "model name" /proc/cpuinfo
+failures=0
+check() {  # check NAME COMMAND...: runs it, logs it, counts a failure
+  local name=$1; shift
+  local t0=$SECONDS
+  if "$@" > "$out/$name.log" 2>&1; then
+    echo "PASS $name ($((SECONDS - t0)) s)"
+  else
+    echo "FAIL $name ($((SECONDS - t0)) s, exit $?): last lines of $name.log:"
+    tail -15 "$out/$name.log"
+    failures=$((failures + 1))
+  fi
+}
+
+check cuda-kernel-test timeout 300 CudaKernelTest --gtest_output=json:"$out/cuda-kernel-test.json"
+grep -E "^\[ +(PASSED|FAILED|SKIPPED) +\]" "$out/cuda-kernel-test.log" | grep -v " ms)$" | head -20
+
+w=$(mktemp -d)
+s="$root/samples"
+close() { "${PYTHON:-python3}" tests/tools/mpi_check.py close "$@"; }
+same_outputs() {  # same_outputs GPU_DIR CPU_DIR TOL: inference outputs
+  "${PYTHON:-python3}" - "$@" <<'EOF'
+import sys, numpy as n, os
+a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+for f in sorted(os.listdir(b)):
+    x, y = n.load(os.path.join(a, f)), n.load(os.path.join(b, f))
+    d = abs(x - y).max() / abs(y).max()
+    print(f, "max rel", d)
+    assert d < tol, f
+EOF
+}
+check mlp-plans sh -c "pipec $s/mlp-train.onnx -b 8 -k 1 -m 4 --train --optimizer sgd:lr=0.05 -o $w/k1.plan -q &&
+  pipec $s/mlp-train.onnx -b 8 -k 2 -m 4 --train --optimizer sgd:lr=0.05 -o $w/k2.plan -q"
+check mlp-gpu-k1 timeout 120 piperun "$w/k1.plan" --device cuda --steps 5 --save "$w/gpu-k1.onnx"
+check mlp-gpu-k2 timeout 120 piperun "$w/k2.plan" --device cuda --steps 5 --save "$w/gpu-k2.onnx"
+check mlp-k1-equals-k2 cmp "$w/gpu-k1.onnx" "$w/gpu-k2.onnx"
+check mlp-cpu timeout 120 piperun "$w/k1.plan" --steps 5 --save "$w/cpu.onnx"
+check mlp-gpu-near-cpu close "$w/gpu-k1.onnx" "$w/cpu.onnx" 1e-4
+check mlp-infer sh -c "pipec samples/mlp.onnx -k 2 -o $w/infer.plan -q &&
+  timeout 120 piperun $w/infer.plan --device cuda --outputs $w/gpu-out &&
+  timeout 120 piperun $w/infer.plan --outputs $w/cpu-out"
+check mlp-infer-near-cpu same_outputs "$w/gpu-out" "$w/cpu-out" 1e-5
+check gpt-plans sh -c "pipec $s/gpt-train.onnx -b 4 -k 1 -m 2 --train --optimizer sgd:lr=0.05 -o $w/gpt-k1.plan -q &&
+  pipec $s/gpt-train.onnx -b 4 -k 2 -m 2 --train --optimizer sgd:lr=0.05 -o $w/gpt-k2.plan -q"
+check gpt-gpu-k1 timeout 120 piperun "$w/gpt-k1.plan" --device cuda --steps 3 --save "$w/gpt-gpu-k1.onnx"
+check gpt-gpu-k2 timeout 120 piperun "$w/gpt-k2.plan" --device cuda --steps 3 --save "$w/gpt-gpu-k2.onnx"
+check gpt-k1-equals-k2 cmp "$w/gpt-gpu-k1.onnx" "$w/gpt-gpu-k2.onnx"
+check gpt-cpu timeout 120 piperun "$w/gpt-k1.plan" --steps 3 --save "$w/gpt-cpu.onnx"
+check gpt-gpu-near-cpu close "$w/gpt-gpu-k1.onnx" "$w/gpt-cpu.onnx" 1e-3
+check gpt-infer sh -c "pipec $s/gpt.onnx -b 4 -k 2 -o $w/gpt-infer.plan -q &&
+  timeout 120 piperun $w/gpt-infer.plan --device cuda --outputs $w/gpt-gpu-out &&
+  timeout 120 piperun $w/gpt-infer.plan --outputs $w/gpt-cpu-out"
+check gpt-infer-near-cpu same_outputs "$w/gpt-gpu-out" "$w/gpt-cpu-out" 1e-4
+if [ -f "$root/models/x.npy" ]; then
+  for m in attention gelu_tanh; do
+    check "$m-export" sh -c "pipec $root/models/$m.onnx -o $w/$m.plan -q &&
+      timeout 120 piperun $w/$m.plan --device cuda --input x=$root/models/x.npy --outputs $w/$m-gpu &&
+      timeout 120 piperun $w/$m.plan --input x=$root/models/x.npy --outputs $w/$m-cpu"
+    check "$m-export-near-cpu" same_outputs "$w/$m-gpu" "$w/$m-cpu" 1e-5
+  done
+fi
+
+# Throughput: a GPT-like model (4 blocks, d 256, seq 128, vocab 1024),
+# batch 32 in 4 micro-batches, K=1, on the GPU and on this machine's CPU.
+check gpt-speed-plan sh -c "pipec-samples gpt --layers 4 --dmodel 256 --heads 4 --seq 128 --vocab 1024 --with-loss -q -o $w/big.onnx &&
+  pipec $w/big.onnx -b 32 -k 1 -m 4 --train -o $w/gpt-speed.plan -q"
+check gpt-speed-gpu timeout 120 piperun "$w/gpt-speed.plan" --device cuda --steps 20
+check gpt-speed-cpu timeout 120 piperun "$w/gpt-speed.plan" --steps 5
+for f in gpt-speed-gpu gpt-speed-cpu; do echo "== $f"; tail -12 "$out/$f.log"; done
+
+# Memory errors: compute-sanitizer's memcheck over the kernel test and two
+# training steps of the MLP at K=2, where the toolkit has it.
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ -n "$sanitizer" ]; then
+  check memcheck-kernels timeout 240 "$sanitizer" --tool memcheck --error-exitcode 1 CudaKernelTest
+  check memcheck-mlp-k2 timeout 120 "$sanitizer" --tool memcheck --error-exitcode 1 piperun "$w/k2.plan" --device cuda --steps 2
+  for f in memcheck-kernels memcheck-mlp-k2; do tail -n 3 "$out/$f.log"; done
+else
+  echo "gpu-check: no compute-sanitizer, memcheck skipped"
+fi
+echo "gpu-check: $failures check(s) failed"
+exit $((failures > 0))
