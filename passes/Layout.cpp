@@ -323,17 +323,32 @@ bool cancelPair(ir::Graph &g, ir::Node *n, Erased &erased) {
   return true;
 }
 
+/// Step 2's operand: the NHWC value x when `n`'s input 0 is
+/// Transpose(x, 0,3,1,2) that `n` alone reads, else null.
+ir::Value *nhwcOperand(const ir::Node *n) {
+  ir::Value *v = n->input(0);
+  const Perm *p = v ? permOf(v->producer()) : nullptr;
+  return p && *p == toNchwPerm() && readOnlyBy(v, n) ? v->producer()->input(0) : nullptr;
+}
+
+/// Step 2's result: y, now computed from NHWC data, takes the NHWC type and
+/// its readers read a Transpose back to NCHW.
+Status retypeAsNhwc(ir::Graph &g, ir::Value *y, const std::string &name) {
+  const TensorDesc nhwc{DType::F32, permuteShape(y->shape(), toNhwcPerm())};
+  PIPEC_TRY(transposeAfter(g, y, toNchwPerm(), name + "/to_nchw"));
+  y->setType(nhwc);
+  return Status::ok();
+}
+
 /// Step 2, GlobalAveragePool / GlobalMaxPool of Transpose(0,3,1,2).
 Expected<bool> globalPoolOfNhwc(ir::Graph &g, ir::Node *n, Erased &erased) {
   const bool avg = n->is("GlobalAveragePool");
   if ((!avg && !n->is("GlobalMaxPool")) || n->numInputs() != 1 || !isF32Rank4(n->output(0)))
     return false;
-  ir::Value *v = n->input(0);
-  const Perm *p = permOf(v->producer());
-  if (!p || *p != toNchwPerm() || !readOnlyBy(v, n))
+  ir::Value *x = nhwcOperand(n);
+  if (!x)
     return false;
-  ir::Value *x = v->producer()->input(0);
-  ir::Value *y = n->output(0);
+  ir::Value *v = n->input(0), *y = n->output(0);
   std::vector<ir::Value *> inputs = {x};
   AttrMap attrs = {{"keepdims", Attribute::ofInt(1)}};
   // Axes are an input of ReduceMean and ReduceMax from opset 18.
@@ -350,9 +365,7 @@ Expected<bool> globalPoolOfNhwc(ir::Graph &g, ir::Node *n, Erased &erased) {
   PIPEC_TRY(replaceKeepingName(g, n, avg ? "ReduceMean" : "ReduceMax", "", inputs, std::move(attrs))
                 .status());
   eraseIfDead(g, v, erased);
-  const TensorDesc nhwc{DType::F32, permuteShape(y->shape(), toNhwcPerm())};
-  PIPEC_TRY(transposeAfter(g, y, toNchwPerm(), name + "/to_nchw"));
-  y->setType(nhwc);
+  PIPEC_TRY(retypeAsNhwc(g, y, name));
   return true;
 }
 
@@ -364,11 +377,10 @@ Expected<bool> windowPoolOfNhwc(ir::Graph &g, ir::Node *n) {
   if ((!avg && !n->is("MaxPool")) || n->numInputs() != 1 || n->numOutputs() != 1 ||
       !isF32Rank4(n->output(0)))
     return false;
-  ir::Value *v = n->input(0);
-  const Perm *p = permOf(v->producer());
-  if (!p || *p != toNchwPerm() || !readOnlyBy(v, n))
+  ir::Value *x = nhwcOperand(n);
+  if (!x)
     return false;
-  ir::Value *x = v->producer()->input(0), *y = n->output(0);
+  ir::Value *v = n->input(0), *y = n->output(0);
   AttrMap attrs = n->attrs();
   attrs.erase("storage_order"); // the order of Indices, which it has not
   const std::string name = n->name();
@@ -376,9 +388,7 @@ Expected<bool> windowPoolOfNhwc(ir::Graph &g, ir::Node *n) {
                                std::move(attrs))
                 .status());
   g.eraseNode(v->producer());
-  const TensorDesc nhwc{DType::F32, permuteShape(y->shape(), toNhwcPerm())};
-  PIPEC_TRY(transposeAfter(g, y, toNchwPerm(), name + "/to_nchw"));
-  y->setType(nhwc);
+  PIPEC_TRY(retypeAsNhwc(g, y, name));
   return true;
 }
 
@@ -393,10 +403,10 @@ Expected<bool> batchNormOfNhwc(ir::Graph &g, ir::Node *n) {
       attrInt(n->attrs(), "training_mode", 0) != 0 || attrInt(n->attrs(), "spatial", 1) != 1 ||
       !isF32Rank4(n->output(0)))
     return false;
-  ir::Value *v = n->input(0);
-  const Perm *p = permOf(v->producer());
-  if (!p || *p != toNchwPerm() || !readOnlyBy(v, n))
+  ir::Value *x = nhwcOperand(n);
+  if (!x)
     return false;
+  ir::Value *v = n->input(0);
   const int64_t C = v->shape()[1];
   const float *par[4];
   for (size_t i = 0; i < 4; ++i) {
@@ -412,7 +422,7 @@ Expected<bool> batchNormOfNhwc(ir::Graph &g, ir::Node *n) {
     st.data<float>()[c] = static_cast<float>(sc);
     tt.data<float>()[c] = static_cast<float>(static_cast<double>(par[1][c]) - static_cast<double>(par[2][c]) * sc);
   }
-  ir::Value *x = v->producer()->input(0), *y = n->output(0);
+  ir::Value *y = n->output(0);
   const std::string name = n->name();
   ir::Value *sv = g.makeConstantValue(name + "/scale", std::move(st));
   ir::Value *tv = g.makeConstantValue(name + "/shift", std::move(tt));
@@ -421,9 +431,7 @@ Expected<bool> batchNormOfNhwc(ir::Graph &g, ir::Node *n) {
   mul->output(0)->setType(x->type());
   PIPEC_TRY(replaceKeepingName(g, n, "Add", "", {mul->output(0), tv}, {}).status());
   g.eraseNode(v->producer());
-  const TensorDesc nhwc = x->type();
-  PIPEC_TRY(transposeAfter(g, y, toNchwPerm(), name + "/to_nchw"));
-  y->setType(nhwc);
+  PIPEC_TRY(retypeAsNhwc(g, y, name));
   return true;
 }
 

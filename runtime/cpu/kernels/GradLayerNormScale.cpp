@@ -37,10 +37,13 @@ public:
     });
     // Column sums over the rows in ascending order, a row at a time so
     // that the loop over columns vectorizes.
-    // (parallelChunks may pass one range of all columns on one thread: the
-    // accumulators cover kBlock columns at a time.)
+    // Chunks of columns for the threads: up to eight of at least 16 columns
+    // (a transformer's 256 columns make eight). parallelChunks may pass one
+    // range of all columns on one thread: the accumulators cover kBlock
+    // columns at a time.
     constexpr int64_t kBlock = 256;
-    parallelChunks(C, kBlock, [&](int64_t lo, int64_t hi) {
+    const int64_t chunk = std::clamp<int64_t>((C / 8 + 15) / 16 * 16, 16, kBlock);
+    parallelChunks(C, chunk, [&](int64_t lo, int64_t hi) {
       double acc[kBlock];
       for (int64_t b = lo; b < hi; b += kBlock) {
         const int64_t n = std::min(kBlock, hi - b);
