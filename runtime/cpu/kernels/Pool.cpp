@@ -406,7 +406,7 @@ public:
     float *x = reinterpret_cast<float *>(ws), *y = reinterpret_cast<float *>(ws + xBytes_);
     linalgTransposeImages(static_cast<const float *>(in[0]), x, N_, g_.inSpatial, C_);
     const void *lin[1] = {x};
-    void *lout[1] = {y};
+    void *lout[2] = {y, nullptr}; // no Indices: the loop never reads lout[1]
     PIPEC_TRY(loop_.run(ctx, lin, lout));
     linalgTransposeImages(y, static_cast<float *>(out[0]), N_, C_, g_.outSpatial);
     return Status::ok();
