@@ -124,10 +124,12 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
     pm.add(passes::createTrainingStatePass(results));
     pm.add(passes::createAutodiffPass(results));
   }
-  // The default pipeline's fuse-gemm-epilogue and fuse-elementwise run
-  // after autodiff on a training graph (fused nodes have no gradient
-  // rule), so that the backward's elementwise trees fuse too.
+  // The default pipeline's keep-attention-probs, fuse-gemm-epilogue and
+  // fuse-elementwise run after autodiff on a training graph (fused nodes
+  // have no gradient rule), so that the backward's elementwise trees fuse
+  // too.
   if (emit.training && !opts.noPasses && opts.passes.empty()) {
+    pm.add(passes::createKeepAttentionProbsPass());
     pm.add(passes::createFuseGemmEpiloguePass(&results));
     pm.add(passes::createFuseElementwisePass(&results));
   }

@@ -67,16 +67,20 @@ NodeCost forwardCost(const ir::Node &n) {
     if (op == "MatMul" && bBatch > 1 && o.size() >= 2)
       c.calls = numel(out) / (static_cast<double>(o[o.size() - 2]) * static_cast<double>(o.back()));
   } else if (n.domain() == "pipec" && (op == "Attention" || op == "AttentionGrad")) {
-    // S = Q KT and O = P V forward; the gradient recomputes S and forms
-    // dV, dP, dQ and dKT (runtime/cpu/kernels/Attention.cpp), one GEMM
-    // call per batch entry.
-    if (auto a = attentionDims(n.input(0)->shape(), n.input(1)->shape(), n.input(2)->shape(), n.attrs())) {
+    // S = Q KT and O = P V forward; the gradient recomputes S (unless the
+    // forward kept P: keep-attention-probs) and forms dV, dP, dQ and dKT
+    // (runtime/cpu/kernels/Attention.cpp), one GEMM call per batch entry.
+    auto kind = attentionMaskOf(n.attrs());
+    if (auto a = attentionDims(n.input(0)->shape(), n.input(1)->shape(), n.input(2)->shape(), n.attrs());
+        a && kind) {
       const double batch = static_cast<double>(a->batch()), s = static_cast<double>(a->s),
                    d = static_cast<double>(a->d), t = static_cast<double>(a->t), dv = static_cast<double>(a->dv);
       const bool grad = op == "AttentionGrad";
-      c.flops = batch * s * t * (grad ? 2.0 * (3.0 * d + 2.0 * dv) + 10.0 : 2.0 * (d + dv) + 5.0);
+      const bool given = grad && n.numInputs() == attentionOperands(*kind) + 2;
+      c.flops = batch * s * t *
+                (given ? 2.0 * (2.0 * d + 2.0 * dv) + 5.0 : grad ? 2.0 * (3.0 * d + 2.0 * dv) + 10.0 : 2.0 * (d + dv) + 5.0);
       c.gemm = true;
-      c.calls = batch * (grad ? 5.0 : 2.0);
+      c.calls = batch * (given ? 4.0 : grad ? 5.0 : 2.0);
     }
   } else if (n.domain() == "pipec" && (op == "ConvGradInput" || op == "ConvGradWeight")) {
     // dX = ConvGradInput(dY, W), dW = ConvGradWeight(X, dY): the forward

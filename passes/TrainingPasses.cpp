@@ -93,6 +93,7 @@ const std::vector<PassInfo> &trainingPasses() {
       {"loss", "attach the loss (--loss) or find the model's (--loss-output); a graph output"},
       {"training-state", "expose BatchNormalization's running statistics as state updates"},
       {"autodiff", "reverse-mode gradients of every parameter, input (B) and weight (W) phases apart"},
+      {"keep-attention-probs", "pipec:Attention keeps its probabilities for its gradient where they are no larger than Q, K and V (default pipeline, after autodiff)"},
       {"recompute", "rematerialize forward values per stage (--recompute), after partitioning"}};
   return infos;
 }

@@ -49,6 +49,10 @@ std::unique_ptr<Pass> createRecomputePass(RecomputeOptions opts, TrainingResults
 std::unique_ptr<Pass> createFuseElementwisePass(const TrainingResults *protect);
 /// fuse-gemm-epilogue (passes/Fusion.cpp) on a training graph, likewise.
 std::unique_ptr<Pass> createFuseGemmEpiloguePass(const TrainingResults *protect);
+/// keep-attention-probs (passes/AttentionProbs.cpp), after autodiff: the
+/// forward pipec:Attention gives its probabilities to the gradient where
+/// they are no larger than Q, KT and V together.
+std::unique_ptr<Pass> createKeepAttentionProbsPass();
 
 /// Flags and descriptions of the training passes.
 const std::vector<PassInfo> &trainingPasses();

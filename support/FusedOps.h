@@ -101,6 +101,14 @@ struct AttentionDims {
   int64_t offset(const Layout &x, int64_t b) const { return b / heads * x.perItem + b % heads * x.perHead; }
 };
 
+/// pipec:Attention(Q, KT, V[, mask]) -> O[, P] and pipec:AttentionGrad(Q,
+/// KT, V[, mask], dO[, P]): the inputs before dO (the mask unless "none").
+/// P, the probabilities [..., s, t] (the scores' shape, batch entries in
+/// order), is the forward's second output where keep-attention-probs
+/// (passes/AttentionProbs.cpp) kept it for the gradient, which then reads
+/// it last instead of recomputing it.
+inline size_t attentionOperands(AttentionMask kind) { return kind == AttentionMask::None ? 3 : 4; }
+
 inline Expected<AttentionDims> attentionDims(const Shape &q, const Shape &k, const Shape &v, const AttrMap &attrs) {
   AttentionDims r;
   r.headsInner = attrInt(attrs, "heads_inner", 0) != 0;

@@ -111,19 +111,42 @@ Expected<TensorDesc> attentionOutput(const ShapeContext &ctx) {
   }
   return TensorDesc{q.dtype, dims->out};
 }
+
+
+/// The probabilities' type: the scores' shape [..., s, t] in Q's type.
+Expected<TensorDesc> attentionProbs(const ShapeContext &ctx) {
+  auto dims = attentionDims(ctx.inputType(0).shape, ctx.inputType(1).shape, ctx.inputType(2).shape, ctx.attrs());
+  if (!dims)
+    return ctx.error(dims.status().message());
+  return TensorDesc{ctx.inputType(0).dtype, dims->scores};
+}
 } // namespace
 
-/// pipec:Attention(Q, KT, V[, mask]) -> O [..., s, dv].
+/// pipec:Attention(Q, KT, V[, mask]) -> O [..., s, dv][, P [..., s, t]].
 Status attentionRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_ASSIGN(out[0], attentionOutput(ctx));
+  if (ctx.numOutputs() == 2) {
+    PIPEC_ASSIGN(out[1], attentionProbs(ctx));
+  }
   return Status::ok();
 }
 
-/// pipec:AttentionGrad(Q, KT, V[, mask], dO) -> dQ, dKT, dV of their inputs' types.
+/// pipec:AttentionGrad(Q, KT, V[, mask], dO[, P]) -> dQ, dKT, dV of their
+/// inputs' types.
 Status attentionGradRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_ASSIGN(TensorDesc o, attentionOutput(ctx));
-  if (ctx.inputType(ctx.numInputs() - 1) != o)
-    return ctx.error(cat("dO is ", ctx.inputType(ctx.numInputs() - 1).str(), ", expected ", o.str()));
+  auto kind = attentionMaskOf(ctx.attrs());
+  const size_t at = attentionOperands(*kind); // attentionOutput checked the kind
+  if (ctx.numInputs() != at + 1 && ctx.numInputs() != at + 2)
+    return ctx.error(cat("expects ", at + 1, " or ", at + 2, " inputs with mask '",
+                         attrString(ctx.attrs(), "mask", "none"), "', got ", ctx.numInputs()));
+  if (ctx.inputType(at) != o)
+    return ctx.error(cat("dO is ", ctx.inputType(at).str(), ", expected ", o.str()));
+  if (ctx.numInputs() == at + 2) {
+    PIPEC_ASSIGN(TensorDesc p, attentionProbs(ctx));
+    if (ctx.inputType(at + 1) != p)
+      return ctx.error(cat("P is ", ctx.inputType(at + 1).str(), ", expected ", p.str()));
+  }
   for (size_t i = 0; i < 3; ++i)
     out[i] = ctx.inputType(i);
   return Status::ok();

@@ -250,6 +250,7 @@ public:
   int mask = 0;    ///< 0 none, 1 add, 2 bool
   float scale = 1.0f, fill = -INFINITY;
   bool fillWhen = true, grad = false;
+  bool probs = false; ///< P is the forward's output 1, the gradient's last input
   body::Broadcast same, maskBc;
   using Layout = AttentionDims::Layout;
 
@@ -310,9 +311,19 @@ public:
     const void *m = mask ? in[3] : nullptr;
     const int64_t n = g.batch() * g.s * g.t;
     float *w0 = static_cast<float *>(ctx.workspace), *w1 = w0 + n, *w2 = w1 + n;
-    PIPEC_ASSIGN(float *p, probabilities(ctx.stream, qp, kp, m, w0, w1));
-    if (!grad) // O = P V
+    const float *p = nullptr;
+    if (grad && probs) {
+      p = static_cast<const float *>(in[mask ? 5 : 4]);
+    } else {
+      PIPEC_ASSIGN(float *made, probabilities(ctx.stream, qp, kp, m, w0, w1));
+      p = made;
+    }
+    if (!grad) { // O = P V, and P itself where it is kept
+      if (probs && cudaMemcpyAsync(out[1], p, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess)
+        return Status::error("cudaMemcpyAsync of the attention probabilities failed");
       return gemm(ctx.stream, false, false, g.s, g.dv, g.t, scores(p), {vp, g.v}, {static_cast<float *>(out[0]), g.o});
+    }
     const auto *dO = static_cast<const float *>(in[mask ? 4 : 3]);
     float *dQ = static_cast<float *>(out[0]), *dK = static_cast<float *>(out[1]), *dV = static_cast<float *>(out[2]);
     float *dP = p == w0 ? w1 : w0;
@@ -897,9 +908,15 @@ Expected<KernelPtr> makeAttention(const OpDesc &d, bool grad) {
   if (!kind)
     return errorf(d.where(), ": ", kind.status().message());
   k->mask = *kind == AttentionMask::Add ? 1 : *kind == AttentionMask::Bool ? 2 : 0;
-  const size_t want = (grad ? 4u : 3u) + (k->mask ? 1u : 0u);
-  if (d.inputs.size() != want || d.outputs.size() != (grad ? 3u : 1u))
-    return errorf(d.where(), ": expects ", want, " inputs with mask '", attrString(d.attrs, "mask", "none"), "'");
+  // The probabilities: the forward's second output, the gradient's input
+  // after dO (keep-attention-probs), where they are there.
+  const size_t want = attentionOperands(*kind) + (grad ? 1u : 0u);
+  k->probs = grad ? d.inputs.size() == want + 1 : d.outputs.size() == 2;
+  if (d.inputs.size() != want + (grad && k->probs ? 1u : 0u) ||
+      d.outputs.size() != (grad ? 3u : k->probs ? 2u : 1u))
+    return errorf(d.where(), ": expects ", want, grad ? " or " + std::to_string(want + 1) : std::string(),
+                  " inputs with mask '", attrString(d.attrs, "mask", "none"), "' and ", grad ? "3" : "1 or 2",
+                  " outputs");
   auto dims = attentionDims(d.inputs[0].shape, d.inputs[1].shape, d.inputs[2].shape, d.attrs);
   if (!dims)
     return errorf(d.where(), ": ", dims.status().message());

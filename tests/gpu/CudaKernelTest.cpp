@@ -328,6 +328,20 @@ TEST(CudaKernels, FusedOpsAgainstCpu) {
       cpu::OpDesc g = makeDesc("AttentionGrad", descs, {tq.desc(), tk.desc(), tv.desc()}, "pipec");
       g.attrs = f.attrs;
       EXPECT_LE(compareWithCpu(g, in), 1e-5) << "AttentionGrad " << kind << " heads_inner " << inner;
+      // keep-attention-probs: the forward also writes P [2, 3, 8, 8]; the
+      // gradient reads it (the CPU's P, as the plan would hand it over).
+      const TensorDesc probs{DType::F32, {2, 3, 8, 8}};
+      std::vector<Tensor> fwdIn(in.begin(), in.end() - 1);
+      cpu::OpDesc fp = f;
+      fp.outputs.push_back(probs);
+      EXPECT_LE(compareWithCpu(fp, fwdIn), 1e-5) << "Attention with P " << kind << " heads_inner " << inner;
+      auto p = cpu::evaluate(fp, fwdIn);
+      ASSERT_TRUE(p.isOk()) << p.status().message();
+      in.push_back((*p)[1]);
+      descs.push_back(probs);
+      cpu::OpDesc gp = makeDesc("AttentionGrad", descs, {tq.desc(), tk.desc(), tv.desc()}, "pipec");
+      gp.attrs = f.attrs;
+      EXPECT_LE(compareWithCpu(gp, in), 1e-5) << "AttentionGrad given P " << kind << " heads_inner " << inner;
     }
 }
 

@@ -97,7 +97,8 @@ TEST(CostModel, RooflineAndMeasuredTimes) {
 
 // The fused nodes count their GEMMs: pipec:FusedGemm as its product,
 // pipec:Attention as its two products per batch entry and the softmax,
-// pipec:AttentionGrad as its five products and the rows.
+// pipec:AttentionGrad as its five products and the rows (four with the
+// forward's probabilities).
 TEST(CostModel, FusedNodesCountTheirProducts) {
   ir::Graph g;
   g.setOpset("", 17);
@@ -123,6 +124,14 @@ TEST(CostModel, FusedNodesCountTheirProducts) {
   c = forwardCost(*grad);
   EXPECT_DOUBLE_EQ(c.flops, 8.0 * 16 * 32 * (2.0 * (3 * 8 + 2 * 8) + 10));
   EXPECT_DOUBLE_EQ(c.calls, 40);
+  // With the forward's P (keep-attention-probs): four products, no
+  // recomputed softmax.
+  ir::Value *p = *g.addNodeOutput(att, "p");
+  p->setType(TensorDesc{DType::F32, {2, 4, 16, 32}});
+  ir::Node *given = *g.addNode("attp", "AttentionGrad", "pipec", {q, kt, v, att->output(0), p}, {"dq2", "dkt2", "dv2"}, {});
+  c = forwardCost(*given);
+  EXPECT_DOUBLE_EQ(c.flops, 8.0 * 16 * 32 * (2.0 * (2 * 8 + 2 * 8) + 5));
+  EXPECT_DOUBLE_EQ(c.calls, 32);
   // channels-last's NhwcConv counts what the Conv it replaces does: X [2,
   // 8, 8, 16] NHWC, W [32, 16, 3, 3], Y [2, 8, 8, 32].
   ir::Value *x = *g.addInput("x", TensorDesc{DType::F32, {2, 8, 8, 16}});

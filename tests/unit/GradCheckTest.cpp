@@ -17,6 +17,7 @@
 #include "passes/Loss.h"
 #include "passes/NodeEval.h"
 #include "passes/ShapeInference.h"
+#include "passes/TrainingPasses.h"
 
 #include <gtest/gtest.h>
 
@@ -126,7 +127,10 @@ struct CheckResult {
 
 /// Adds loss = ReduceSum(Y * R), differentiates and compares with central
 /// differences. Returns the largest errors.
-CheckResult gradCheck(const std::string &label, Builder &b, ir::Value *y, double rtol = 1e-5) {
+/// With `keepAttentionProbs`, keep-attention-probs runs after autodiff
+/// (and must rewrite something): the gradient then reads the forward's P.
+CheckResult gradCheck(const std::string &label, Builder &b, ir::Value *y, double rtol = 1e-5,
+                      bool keepAttentionProbs = false) {
   CheckResult res;
   ir::Graph &g = b.g;
   ir::Value *loss = y;
@@ -157,6 +161,12 @@ CheckResult gradCheck(const std::string &label, Builder &b, ir::Value *y, double
   if (!env.isOk())
     return res;
   EXPECT_FALSE(grads->empty()) << label;
+  if (keepAttentionProbs) {
+    auto changed = passes::createKeepAttentionProbsPass()->run(g);
+    EXPECT_TRUE(changed.isOk() && *changed) << label << ": keep-attention-probs changed nothing";
+    st = passes::inferShapes(g);
+    EXPECT_TRUE(st.isOk()) << label << ": " << st.message();
+  }
   auto lossAt = [&]() {
     auto e = evaluateGraph(g, true);
     EXPECT_TRUE(e.isOk()) << e.status().message();
@@ -609,6 +619,22 @@ TEST(GradCheck, Attention) {
     }
     ir::Value *y = b.node("Attention", in, a, 1, "pipec")[0];
     gradCheck(cat("Attention mask ", kind), b, y);
+  }
+  // The gradient reading the forward's probabilities (keep-attention-probs).
+  for (const char *kind : {"none", "bool"}) {
+    Builder b(seed++);
+    std::vector<ir::Value *> in{b.param("Q", {2, 3, 4, 5}), b.param("KT", {2, 3, 5, 6}), b.param("V", {2, 3, 6, 2})};
+    AttrMap a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}});
+    if (std::string(kind) == "bool") {
+      std::vector<int> m;
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 6; ++j)
+          m.push_back(j > i + 1 ? 1 : 0);
+      in.push_back(b.bools("M", m, {4, 6}));
+      a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}, {"fill", F(-INFINITY)}, {"fill_when", I(1)}});
+    }
+    ir::Value *y = b.node("Attention", in, a, 1, "pipec")[0];
+    gradCheck(cat("Attention kept P mask ", kind), b, y, 1e-5, true);
   }
   // heads_inner: Q [n, s, h, d], K [n, t, h, d], V [n, t, h, dv] -> O [n, s, h, dv].
   for (const char *kind : {"none", "bool"}) {

@@ -324,6 +324,75 @@ TEST(LinalgKernels, FusedGemmEqualsItsUnfusedNodes) {
 // (runtime/cpu/kernels/DnnlGemm.cpp): its bits may not depend on where the
 // operands lie nor on the thread count, and with ExecContext::accumulate it
 // adds to what Y holds.
+// keep-attention-probs (passes/AttentionProbs.cpp): pipec:Attention's
+// second output P is the probabilities the gradient would recompute, so
+// AttentionGrad given P gives bitwise what it gives without; both layouts,
+// every mask kind, 1 and 2 threads.
+TEST(LinalgKernels, AttentionGradGivenTheForwardsProbabilitiesIsBitwiseTheSame) {
+  for (bool inner : {false, true})
+    for (const char *kind : {"none", "add", "bool"}) {
+      const Shape q = inner ? Shape{2, 16, 3, 8} : Shape{2, 3, 16, 8};
+      const Shape k = inner ? Shape{2, 12, 3, 8} : Shape{2, 3, 8, 12};
+      const Shape v = inner ? Shape{2, 12, 3, 4} : Shape{2, 3, 12, 4};
+      const Shape o = inner ? Shape{2, 16, 3, 4} : Shape{2, 3, 16, 4};
+      const Shape scores{2, 3, 16, 12};
+      std::vector<Tensor> in{randomF32(q, 301), randomF32(k, 302), randomF32(v, 303)};
+      AttrMap attrs{{"scale", Attribute::ofFloat(0.35f)}, {"mask", Attribute::ofString(kind)},
+                    {"heads_inner", Attribute::ofInt(inner)}};
+      if (std::string(kind) == "add") {
+        in.push_back(randomF32({16, 12}, 304));
+      } else if (std::string(kind) == "bool") {
+        Tensor m(DType::Bool, {16, 12});
+        for (int i = 0; i < 16; ++i)
+          for (int j = 0; j < 12; ++j)
+            m.data<uint8_t>()[i * 12 + j] = j > i ? 1 : 0;
+        in.push_back(m);
+        attrs["fill"] = Attribute::ofFloat(-INFINITY);
+      }
+      std::vector<TensorDesc> descs;
+      for (const Tensor &t : in)
+        descs.push_back(t.desc());
+      const std::string what = std::string(kind) + (inner ? " heads_inner" : "");
+      auto node = [&](const char *op, std::vector<TensorDesc> ins, std::vector<TensorDesc> outs) {
+        OpDesc d = makeDesc(op, std::move(ins), std::move(outs), attrs);
+        d.domain = "pipec";
+        return d;
+      };
+      std::vector<Tensor> fwd = eval(node("Attention", descs, {{DType::F32, o}, {DType::F32, scores}}), in);
+      ASSERT_EQ(fwd.size(), 2u) << what;
+      // P is a softmax: rows sum to 1.
+      for (int64_t r = 0; r < fwd[1].numel() / 12; ++r) {
+        double sum = 0;
+        for (int64_t j = 0; j < 12; ++j)
+          sum += fwd[1].data<float>()[r * 12 + j];
+        EXPECT_NEAR(sum, 1.0, 1e-6) << what << " row " << r;
+      }
+      std::vector<Tensor> one = eval(node("Attention", descs, {{DType::F32, o}}), in);
+      ASSERT_EQ(one.size(), 1u);
+      EXPECT_TRUE(one[0].identical(fwd[0])) << what;
+      in.push_back(randomF32(o, 305));
+      descs.push_back(in.back().desc());
+      OpDesc recompute = node("AttentionGrad", descs, {in[0].desc(), in[1].desc(), in[2].desc()});
+      std::vector<Tensor> a = eval(recompute, in);
+      in.push_back(fwd[1]);
+      descs.push_back(fwd[1].desc());
+      OpDesc given = node("AttentionGrad", descs, {in[0].desc(), in[1].desc(), in[2].desc()});
+      std::vector<Tensor> b = eval(given, in);
+      ASSERT_EQ(a.size(), 3u);
+      ASSERT_EQ(b.size(), 3u);
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_TRUE(a[i].identical(b[i])) << what << " output " << i;
+      EXPECT_TRUE(sameWithThreads(given, in)) << what;
+      // A P of the wrong shape is refused.
+      descs.back() = TensorDesc{DType::F32, {2, 3, 12, 16}};
+      in.back() = Tensor(DType::F32, {2, 3, 12, 16});
+      EXPECT_NE(evalError(node("AttentionGrad", descs, {in[0].desc(), in[1].desc(), in[2].desc()}), in)
+                    .find("P is"),
+                std::string::npos)
+          << what;
+    }
+}
+
 TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
   struct Shape3 {
     int64_t M, N, K;

@@ -22,8 +22,10 @@
 // scores and probabilities of the unfused graph (two [..., s, t] tensors,
 // written and read three times) cost no memory traffic.
 //
-// pipec:AttentionGrad(Q, KT, V[, mask], dO) -> dQ, dKT, dV recomputes P
-// the same way (nothing of the forward is kept but its inputs) and then
+// pipec:AttentionGrad(Q, KT, V[, mask], dO[, P]) -> dQ, dKT, dV reads P
+// where the forward wrote it as its second output (keep-attention-probs,
+// passes/AttentionProbs.cpp: where P takes no more memory than Q, KT and
+// V), else recomputes it the same way, bit for bit; and then
 //   dV = P^T dO,  dP = dO V^T,  dS = scale * P (dP - rowsum(dP P)),
 //   dQ = dS KT^T,  dKT = Q^T dS;
 // masked probabilities are exactly 0 (fills of -1e30 or below), so dS is
@@ -105,14 +107,15 @@ template <typename F> void perBatch(const AttentionShape &a, F &&f) {
 
 template <typename T> class AttentionKernel final : public Kernel {
 public:
-  explicit AttentionKernel(AttentionShape a) : a_(std::move(a)) {}
+  AttentionKernel(AttentionShape a, bool keepProbs) : a_(std::move(a)), keepProbs_(keepProbs) {}
   Status run(ExecContext &, const void *const *in, void *const *out) override {
     const T *q = static_cast<const T *>(in[0]), *kT = static_cast<const T *>(in[1]),
             *v = static_cast<const T *>(in[2]);
     const void *mask = a_.mask == AttentionMask::None ? nullptr : in[3];
     T *o = static_cast<T *>(out[0]);
+    T *keep = keepProbs_ ? static_cast<T *>(out[1]) : nullptr; // P [batch, s, t]
     perBatch(a_, [&](int64_t b) {
-      T *p = threadBuffer<T>(0, static_cast<size_t>(a_.s * a_.t));
+      T *p = keep ? keep + b * a_.s * a_.t : threadBuffer<T>(0, static_cast<size_t>(a_.s * a_.t));
       probabilities(a_, q, kT, mask, b, p);
       linalgGemm<T>(false, false, a_.s, a_.dv, a_.t, T(1), p, a_.t, v + a_.offset(a_.v, b), a_.v.ld, T(0),
                     o + a_.offset(a_.o, b), a_.o.ld);
@@ -122,31 +125,38 @@ public:
 
 private:
   AttentionShape a_;
+  bool keepProbs_; ///< P is output 1
 };
 
 template <typename T> class AttentionGradKernel final : public Kernel {
 public:
-  explicit AttentionGradKernel(AttentionShape a) : a_(std::move(a)) {}
+  AttentionGradKernel(AttentionShape a, bool givenProbs) : a_(std::move(a)), givenProbs_(givenProbs) {}
   Status run(ExecContext &, const void *const *in, void *const *out) override {
     const T *q = static_cast<const T *>(in[0]), *kT = static_cast<const T *>(in[1]),
             *v = static_cast<const T *>(in[2]);
     const bool masked = a_.mask != AttentionMask::None;
     const void *mask = masked ? in[3] : nullptr;
     const T *dO = static_cast<const T *>(in[masked ? 4 : 3]);
+    const T *given = givenProbs_ ? static_cast<const T *>(in[masked ? 5 : 4]) : nullptr;
     T *dQ = static_cast<T *>(out[0]), *dKT = static_cast<T *>(out[1]), *dV = static_cast<T *>(out[2]);
     const AttentionShape &a = a_;
     const T scale = static_cast<T>(a.scale);
     perBatch(a, [&](int64_t b) {
-      T *p = threadBuffer<T>(0, static_cast<size_t>(a.s * a.t));
+      const T *p = given ? given + b * a.s * a.t : nullptr;
+      if (!p) {
+        T *buf = threadBuffer<T>(0, static_cast<size_t>(a.s * a.t));
+        probabilities(a, q, kT, mask, b, buf);
+        p = buf;
+      }
       T *dp = threadBuffer<T>(1, static_cast<size_t>(a.s * a.t));
-      probabilities(a, q, kT, mask, b, p);
       const T *dOb = dO + a.offset(a.o, b), *vb = v + a.offset(a.v, b);
       // dV = P^T dO, dP = dO V^T.
       linalgGemm<T>(true, false, a.t, a.dv, a.s, T(1), p, a.t, dOb, a.o.ld, T(0), dV + a.offset(a.v, b), a.v.ld);
       linalgGemm<T>(false, true, a.s, a.t, a.dv, T(1), dOb, a.o.ld, vb, a.v.ld, T(0), dp, a.t);
       // dS = scale * P (dP - sum_j dP P), in place of dP.
       for (int64_t i = 0; i < a.s; ++i) {
-        T *pr = p + i * a.t, *gr = dp + i * a.t;
+        const T *pr = p + i * a.t;
+        T *gr = dp + i * a.t;
         const T dot = static_cast<T>(laneSum(a.t, [&](int64_t j) { return double(gr[j]) * double(pr[j]); }));
         for (int64_t j = 0; j < a.t; ++j)
           gr[j] = scale * (pr[j] * (gr[j] - dot));
@@ -164,21 +174,22 @@ public:
 
 private:
   AttentionShape a_;
+  bool givenProbs_; ///< P is the input after dO
 };
 
 /// Reads and checks the shapes and attributes of a node whose first three
 /// inputs are Q, KT (or K), V and whose mask (if any) is input 3
 /// (support/FusedOps.h).
-Expected<AttentionShape> attentionShape(const OpDesc &d, size_t numInputsWithoutMask) {
+Expected<AttentionShape> attentionShape(const OpDesc &d, bool grad) {
   AttentionShape a;
   auto kind = attentionMaskOf(d.attrs);
   if (!kind)
     return errorf(d.where(), ": ", kind.status().message());
   a.mask = *kind;
-  const size_t want = numInputsWithoutMask + (a.mask == AttentionMask::None ? 0 : 1);
-  if (d.inputs.size() != want)
-    return errorf(d.where(), ": expects ", want, " inputs with mask '", attrString(d.attrs, "mask", "none"),
-                  "', got ", d.inputs.size());
+  const size_t want = attentionOperands(a.mask) + (grad ? 1 : 0);
+  if (d.inputs.size() != want && (!grad || d.inputs.size() != want + 1))
+    return errorf(d.where(), ": expects ", want, grad ? " or " + std::to_string(want + 1) : std::string(),
+                  " inputs with mask '", attrString(d.attrs, "mask", "none"), "', got ", d.inputs.size());
   for (size_t i = 0; i < d.inputs.size(); ++i)
     if (!d.hasInput(i))
       return errorf(d.where(), ": input ", i, " is missing");
@@ -208,28 +219,35 @@ Expected<AttentionShape> attentionShape(const OpDesc &d, size_t numInputsWithout
 } // namespace
 
 Expected<KernelPtr> makeAttentionKernel(const OpDesc &d) {
-  PIPEC_ASSIGN(AttentionShape a, attentionShape(d, 3));
+  PIPEC_ASSIGN(AttentionShape a, attentionShape(d, false));
   const Shape &o = a.out;
-  if (d.outputs.size() != 1)
-    return errorf(d.where(), ": expects 1 output, got ", d.outputs.size());
+  if (d.outputs.size() != 1 && d.outputs.size() != 2)
+    return errorf(d.where(), ": expects 1 or 2 outputs (O, P), got ", d.outputs.size());
   PIPEC_TRY(checkOutput(d, 0, d.inputs[0].dtype, o));
+  const bool keep = d.outputs.size() == 2;
+  if (keep)
+    PIPEC_TRY(checkOutput(d, 1, d.inputs[0].dtype, a.scores));
   return dispatchKernel<kFloats>(d, d.inputs[0].dtype, "input", [&]<typename T>(TypeTag<T>) -> Expected<KernelPtr> {
-    return KernelPtr(new AttentionKernel<T>(a));
+    return KernelPtr(new AttentionKernel<T>(a, keep));
   });
 }
 
 Expected<KernelPtr> makeAttentionGradKernel(const OpDesc &d) {
-  PIPEC_ASSIGN(AttentionShape a, attentionShape(d, 4));
+  PIPEC_ASSIGN(AttentionShape a, attentionShape(d, true));
   if (d.outputs.size() != 3)
     return errorf(d.where(), ": expects 3 outputs (dQ, dKT, dV), got ", d.outputs.size());
-  const size_t dOAt = d.inputs.size() - 1;
+  const size_t dOAt = attentionOperands(a.mask);
+  const bool given = d.inputs.size() == dOAt + 2;
   const Shape &o = a.out;
   if (d.inputs[dOAt].shape != o || d.inputs[dOAt].dtype != d.inputs[0].dtype)
     return errorf(d.where(), ": dO is ", d.inputs[dOAt].str(), ", expected the output's shape ", shapeStr(o));
+  if (given && (d.inputs[dOAt + 1].shape != a.scores || d.inputs[dOAt + 1].dtype != d.inputs[0].dtype))
+    return errorf(d.where(), ": P is ", d.inputs[dOAt + 1].str(), ", expected the scores' shape ",
+                  shapeStr(a.scores));
   for (size_t i = 0; i < 3; ++i)
     PIPEC_TRY(checkOutput(d, i, d.inputs[i].dtype, d.inputs[i].shape));
   return dispatchKernel<kFloats>(d, d.inputs[0].dtype, "input", [&]<typename T>(TypeTag<T>) -> Expected<KernelPtr> {
-    return KernelPtr(new AttentionGradKernel<T>(a));
+    return KernelPtr(new AttentionGradKernel<T>(a, given));
   });
 }
 
