@@ -212,7 +212,7 @@ Status lossGradRule(const ShapeContext &ctx, Outputs &out) {
 }
 
 Status layerNormGradRule(const ShapeContext &ctx, Outputs &out) {
-  // dY, X, scale -> dX.
+  // dY, X, scale -> dX[, dScale, dBias] (the last two shaped as the scale).
   PIPEC_TRY(expectFloat(ctx, 0));
   PIPEC_TRY(expectSameType(ctx, 0, 1));
   PIPEC_TRY(expectSameDType(ctx, {0, 2}));
@@ -222,7 +222,11 @@ Status layerNormGradRule(const ShapeContext &ctx, Outputs &out) {
   if (numElements(ctx.inputType(2).shape) != numElements(norm))
     return ctx.error(cat("scale ", ctx.inputType(2).str(), " does not match the normalized shape ",
                          shapeStr(norm)));
+  if (ctx.numOutputs() == 2)
+    return ctx.error("expects dX, or dX, dScale and dBias");
   out[0] = x;
+  for (size_t i = 1; i < ctx.numOutputs(); ++i)
+    out[i] = ctx.inputType(2);
   return Status::ok();
 }
 

@@ -99,6 +99,16 @@ Status layerNormGrad(GradContext &c) {
     axis += rank;
   AttrMap a = {{"axis", Attribute::ofInt(axis)},
                {"epsilon", Attribute::ofFloat(attrFloat(c.attrs(), "epsilon", 1e-5f))}};
+  // X, scale and bias (of the scale's shape) all trained: one node gives
+  // the three in one pass over dY and X (runtime/cpu/kernels/GradLayerNorm.cpp).
+  if (c.needsGrad(0) && c.needsGrad(1) && c.needsGrad(2) && c.input(2) &&
+      c.input(2)->type() == c.input(1)->type()) {
+    PIPEC_ASSIGN(std::vector<ir::Value *> g,
+                 c.emitN("LayerNormalizationGrad", {dy, x, c.input(1)}, 3, a, "pipec"));
+    for (size_t i = 0; i < 3; ++i)
+      c.setGrad(i, g[i]);
+    return Status::ok();
+  }
   if (c.needsGrad(0)) {
     PIPEC_ASSIGN(ir::Value * g, c.emitPipec("LayerNormalizationGrad", {dy, x, c.input(1)}, a));
     c.setGrad(0, g);

@@ -619,12 +619,36 @@ Expected<KernelPtr> makeLayerNorm(const OpDesc &d) {
                                           static_cast<body::RowStats *>(ctx.workspace), ctx.stream);
         },
         static_cast<size_t>(rows) * sizeof(body::RowStats));
-  if (grad)
+  if (grad && d.outputs.size() == 3) {
+    // dX, dScale and dBias (autodiff's form when all three train): the dX
+    // and scale-gradient kernels, then dY's column sums.
+    body::Reduction columns;
+    columns.keptRank = 1;
+    columns.keptDims[0] = cols;
+    columns.keptStrides[0] = 1;
+    columns.reducedRank = 1;
+    columns.reducedDims[0] = rows;
+    columns.reducedStrides[0] = cols;
+    columns.reducedCount = rows;
+    return launchKernel(
+        [=](ExecContext &ctx, const void *const *in, void *const *out) {
+          const auto *dy = static_cast<const float *>(in[0]), *xp = static_cast<const float *>(in[1]);
+          PIPEC_TRY(launchLayerNormGrad(dy, xp, static_cast<const float *>(in[2]), static_cast<float *>(out[0]), rows,
+                                        cols, eps, ctx.stream));
+          PIPEC_TRY(launchLayerNormScaleGrad(dy, xp, static_cast<float *>(out[1]), rows, cols, eps,
+                                             static_cast<body::RowStats *>(ctx.workspace), ctx.stream));
+          return launchReduceSum(dy, static_cast<float *>(out[2]), cols, columns, ctx.stream);
+        },
+        static_cast<size_t>(rows) * sizeof(body::RowStats));
+  }
+  if (grad && d.outputs.size() == 1)
     return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
       return launchLayerNormGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
                                  static_cast<const float *>(in[2]), static_cast<float *>(out[0]), rows, cols, eps,
                                  ctx.stream);
     });
+  if (grad)
+    return errorf(d.where(), ": expects dX, or dX, dScale and dBias");
   if (d.outputs.size() > 1)
     return errorf(d.where(), ": the Mean and InvStdDev outputs are not implemented in the CUDA kernel");
   if (d.inputs[1].numel() != cols || (d.hasInput(2) && d.inputs[2].numel() != cols))

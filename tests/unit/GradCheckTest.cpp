@@ -665,6 +665,21 @@ TEST(GradCheck, LayerNormalization) {
                         attrs({{"axis", I(axis)}, {"epsilon", F(1e-5f)}}));
     gradCheck(cat("LayerNormalization axis ", axis), b, y);
   }
+  // X, scale and bias all trained: one LayerNormalizationGrad with three
+  // outputs (checked above); X fixed: LayerNormalizationScaleGrad and a
+  // ReduceSum; 40 rows: two row blocks of the fused node's column sums.
+  {
+    Builder b(seed++);
+    ir::Value *y = b.op("LayerNormalization", {b.data("X", {2, 3, 4}), b.param("scale", {4}), b.param("bias", {4})},
+                        attrs({{"axis", I(-1)}, {"epsilon", F(1e-5f)}}));
+    gradCheck("LayerNormalization of data", b, y);
+  }
+  {
+    Builder b(seed++);
+    ir::Value *y = b.op("LayerNormalization", {b.param("X", {40, 3}), b.param("scale", {3}), b.param("bias", {3})},
+                        attrs({{"axis", I(-1)}, {"epsilon", F(1e-5f)}}));
+    gradCheck("LayerNormalization 40 rows", b, y);
+  }
 }
 
 TEST(GradCheck, Gelu) {

@@ -8,10 +8,20 @@
 // Rows are independent tasks, each summed in laneSum's fixed order:
 // thread-count independent.
 //
+// With three outputs (autodiff's form when X, scale and bias all need
+// gradients) the same pass over the rows also gives
+//   dScale = sum over rows of dY * xhat,   dBias = sum over rows of dY,
+// the work of LayerNormalizationScaleGrad and a ReduceSum, without reading
+// dY and X twice more and recomputing the statistics. The rows go in
+// blocks whose size depends on the shape alone (at least 32 rows, at most
+// 64 blocks); each block sums its rows in order in double, then the
+// blocks are added in order: thread-count independent too.
+//
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
 #include "runtime/cpu/kernels/LinalgCommon.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace pipec::cpu {
@@ -21,15 +31,23 @@ using namespace ew;
 
 template <typename T> class LayerNormGradKernel final : public Kernel {
 public:
-  LayerNormGradKernel(int64_t rows, int64_t cols, double eps)
-      : rows_(rows), cols_(cols), eps_(eps) {}
-  Status run(ExecContext &, const void *const *in, void *const *out) override {
+  LayerNormGradKernel(int64_t rows, int64_t cols, double eps, bool params)
+      : rows_(rows), cols_(cols), eps_(eps), params_(params) {
+    blockRows_ = std::max<int64_t>(32, (rows_ + 63) / 64);
+    blocks_ = (rows_ + blockRows_ - 1) / blockRows_;
+  }
+  size_t workspaceBytes() const override {
+    return params_ ? static_cast<size_t>(blocks_ * cols_) * 2 * sizeof(double) + 64 : 0;
+  }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     const T *dy = static_cast<const T *>(in[0]);
     const T *x = static_cast<const T *>(in[1]);
     const T *scale = static_cast<const T *>(in[2]);
     T *dx = static_cast<T *>(out[0]);
     const int64_t C = cols_;
-    parallelTasks(rows_, rows_ * C, [&](int64_t r) {
+    // Row r's dX; with `acc`, also dY * xhat into acc[0, C) and dY into
+    // acc[C, 2C).
+    auto row = [&](int64_t r, double *acc) {
       const T *xr = x + r * C, *gr = dy + r * C;
       T *o = dx + r * C;
       const double mean = linalgSum(xr, C) / static_cast<double>(C);
@@ -48,6 +66,39 @@ public:
         const double xhat = (xr[i] - mean) * rstd;
         o[i] = static_cast<T>(rstd * (g - mg - xhat * mgx));
       }
+      if (acc) {
+        double *__restrict ds = acc, *__restrict db = acc + C;
+        for (int64_t i = 0; i < C; ++i) {
+          const double g = static_cast<double>(gr[i]);
+          ds[i] += g * ((xr[i] - mean) * rstd);
+          db[i] += g;
+        }
+      }
+    };
+    if (!params_) {
+      parallelTasks(rows_, rows_ * C, [&](int64_t r) { row(r, nullptr); });
+      return Status::ok();
+    }
+    if (!ctx.workspace)
+      return Status::error("LayerNormalizationGrad run without its workspace");
+    double *part = reinterpret_cast<double *>(linalgAlign(ctx.workspace));
+    parallelTasks(blocks_, rows_ * C, [&](int64_t b) {
+      double *acc = part + b * 2 * C;
+      std::fill(acc, acc + 2 * C, 0.0);
+      for (int64_t r = b * blockRows_; r < std::min(rows_, (b + 1) * blockRows_); ++r)
+        row(r, acc);
+    });
+    T *ds = static_cast<T *>(out[1]), *db = static_cast<T *>(out[2]);
+    parallelChunks(C, std::max<int64_t>(16, (C / 8 + 15) / 16 * 16), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        double s = 0, t = 0;
+        for (int64_t b = 0; b < blocks_; ++b) {
+          s += part[b * 2 * C + i];
+          t += part[b * 2 * C + C + i];
+        }
+        ds[i] = static_cast<T>(s);
+        db[i] = static_cast<T>(t);
+      }
     });
     return Status::ok();
   }
@@ -55,11 +106,15 @@ public:
 private:
   int64_t rows_, cols_;
   double eps_;
+  bool params_; ///< dScale and dBias too
+  int64_t blockRows_ = 1, blocks_ = 0;
 };
 } // namespace
 
 Expected<KernelPtr> makeLayerNormalizationGradKernel(const OpDesc &d) {
-  PIPEC_TRY(checkArity(d, 3, 3, 1, 1));
+  PIPEC_TRY(checkArity(d, 3, 3, 1, 3));
+  if (d.outputs.size() == 2)
+    return errorf(d.where(), ": expects dX, or dX, dScale and dBias");
   const TensorDesc &x = d.inputs[1];
   if (d.inputs[0] != x)
     return errorf(d.where(), ": dY is ", d.inputs[0].str(), " but X is ", x.str());
@@ -70,10 +125,14 @@ Expected<KernelPtr> makeLayerNormalizationGradKernel(const OpDesc &d) {
     (i < axis ? rows : cols) *= x.shape[static_cast<size_t>(i)];
   if (d.inputs[2].dtype != x.dtype || d.inputs[2].numel() != cols)
     return errorf(d.where(), ": scale ", d.inputs[2].str(), " must hold ", cols, " elements");
+  const bool params = d.outputs.size() == 3;
+  for (size_t i = 1; i < d.outputs.size(); ++i)
+    if (d.outputs[i].dtype != x.dtype || d.outputs[i].numel() != cols)
+      return errorf(d.where(), ": output ", i, " must hold ", cols, " elements of ", dtypeName(x.dtype));
   const double eps = attrFloat(d.attrs, "epsilon", 1e-5f);
   return dispatchKernel<kFloats>(d, x.dtype, "input",
                                  [&]<typename T>(TypeTag<T>) -> Expected<KernelPtr> {
-                                   return KernelPtr(new LayerNormGradKernel<T>(rows, cols, eps));
+                                   return KernelPtr(new LayerNormGradKernel<T>(rows, cols, eps, params));
                                  });
 }
 
