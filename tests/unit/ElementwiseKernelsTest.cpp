@@ -287,6 +287,9 @@ TEST(Reduce, GeometriesMatchNaiveReference) {
       {{4, 5, 6}, {1}},       {{3, 4, 5, 6}, {1, 3}}, {{3, 4, 5, 6}, {0, 2}},
       {{2, 1, 3}, {1}},       {{300000}, {0}},        {{2, 70000}, {1}},
       {{5}, {}},              {{2, 3, 200}, {0, 1, 2}},
+      // One kept run over 64 rows or more: blocks of rows (a bias
+      // gradient), rows over one and two reduced dims.
+      {{200, 100}, {0}},      {{3, 70, 80}, {0, 1}},  {{64, 64}, {0}},
   };
   for (const Case &c : cases) {
     Tensor x = randomF32(c.shape, 11);
@@ -354,6 +357,9 @@ TEST(ThreadInvariance, ReductionsSoftmaxAndElementwise) {
   expectThreadInvariant(reduce("ReduceMean", mat, {1}, {512, 1}), {mat});
   expectThreadInvariant(reduce("ReduceLogSumExp", t4, {1, 3}, {16, 1, 8, 1}), {t4});
   expectThreadInvariant(reduce("ReduceL2", t4, {0, 2}, {1, 64, 1, 64}), {t4});
+  Tensor rows = randomF32({3, 70, 80}, 24);
+  expectThreadInvariant(reduce("ReduceLogSumExp", rows, {0, 1}, {1, 1, 80}), {rows});
+  expectThreadInvariant(reduce("ReduceMax", rows, {0, 1}, {1, 1, 80}), {rows});
   for (const char *op : {"Softmax", "LogSoftmax"}) {
     OpDesc d = makeDesc(op, {t4.desc()}, {t4.desc()}, 13);
     d.attrs["axis"] = Attribute::ofInt(1);

@@ -13,7 +13,9 @@
 // When the innermost run is reduced, each output folds contiguous runs (in 8
 // lanes so GCC vectorizes; long single runs in fixed blocks of kChunk whose
 // partials are combined in block order); otherwise tiles of up to kTile
-// outputs advance together over the reduced elements. Every output's
+// outputs advance together over the reduced elements, or, for one kept run
+// over many rows, fixed blocks of rows sum into partial rows combined in
+// block order. Every output's
 // accumulation order is fixed by the geometry alone: results are bitwise the
 // same for any thread count. Floats accumulate in their own type; integers
 // in 64 bits (wrapping), except L2 and LogSumExp (double).
@@ -230,8 +232,23 @@ private:
     return isShifted<Op>() ? align(static_cast<size_t>(g_.numOut) * sizeof(T)) : 0;
   }
   size_t partialBytes() const {
-    return align(static_cast<size_t>(g_.numOut * g_.blocks) *
-                 std::max(sizeof(Acc), sizeof(typename RShift<T>::Acc)));
+    const int64_t n = rowBlocks() ? rowBlocks() * g_.inner : g_.numOut * g_.blocks;
+    return align(static_cast<size_t>(n) * std::max(sizeof(Acc), sizeof(typename RShift<T>::Acc)));
+  }
+
+  /// One kept run reduced over many rows (a bias gradient: [rows, N] summed
+  /// over the rows): the rows go in fixed blocks, each task streaming its
+  /// block's rows in order into a partial row, and the partials are then
+  /// combined in block order. The 64-output tiles below would read 256
+  /// bytes a row, a row apart: 1024 columns put every read on another
+  /// page, about half the memory bandwidth. Blocks of at least 32 rows, at
+  /// most 16 of them; none for fewer than 64 rows or a run over 64K.
+  int64_t rowBlockRows() const { return std::max<int64_t>(32, (g_.redOuter + 15) / 16); }
+  int64_t rowBlocks() const {
+    const Geometry &g = g_;
+    if (g.innerReduced || g.inner < kTile || g.inner > 65536 || g.numOut != g.inner || g.redOuter < 64)
+      return 0;
+    return (g.redOuter + rowBlockRows() - 1) / rowBlockRows();
   }
 
   /// Folds `n` contiguous elements in kLanes lanes, combined as a tree.
@@ -290,6 +307,41 @@ private:
           advance(idx.data(), off, g.redShape, g.redStrides);
         }
         y[o] = O::finish(a, g.count, s);
+      });
+      return;
+    }
+    if (const int64_t blocks = rowBlocks()) {
+      A *part = reinterpret_cast<A *>(partialWs);
+      const int64_t rows = rowBlockRows(), n = g.inner;
+      parallelTasks(blocks, total, [&](int64_t b) {
+        A *__restrict a = part + b * n;
+        for (int64_t k = 0; k < n; ++k)
+          a[k] = O::init();
+        std::array<int64_t, kMaxRank> idx{};
+        int64_t r0 = b * rows, off = offsetOf(r0, g.redShape, g.redStrides);
+        for (int64_t d = static_cast<int64_t>(g.redShape.size()) - 1, i = r0; d >= 0; --d) {
+          idx[static_cast<size_t>(d)] = i % g.redShape[static_cast<size_t>(d)];
+          i /= g.redShape[static_cast<size_t>(d)];
+        }
+        for (int64_t r = r0; r < std::min(g.redOuter, r0 + rows); ++r) {
+          const T *__restrict p = x + off;
+          if (shift) {
+            for (int64_t k = 0; k < n; ++k)
+              a[k] = O::combine(a[k], O::map(p[k], shift[k]));
+          } else {
+            for (int64_t k = 0; k < n; ++k)
+              a[k] = O::combine(a[k], O::map(p[k], T(0)));
+          }
+          advance(idx.data(), off, g.redShape, g.redStrides);
+        }
+      });
+      parallelChunks(n, kTile, [&](int64_t lo, int64_t hi) {
+        for (int64_t k = lo; k < hi; ++k) {
+          A a = O::init();
+          for (int64_t b = 0; b < blocks; ++b)
+            a = O::combine(a, part[b * n + k]);
+          y[k] = O::finish(a, g.count, shiftOf(k));
+        }
       });
       return;
     }
