@@ -303,16 +303,19 @@ template <typename T> struct LinalgBatchedGemm {
   struct Tiling {
     int64_t tm = 1, tn = 1, mc = 0, nc = 0;
   };
-  /// About one tile per 32 MFLOP, at most 8, at least 256 rows and columns
-  /// each; where that leaves an odd count short of the target (a layer's
-  /// 256 x 256 or 256 x 768 weight gradient: 1 or 3 tiles, one thread idle
-  /// for a third to a half of the product on two), 128 rows and columns
-  /// each. One thread runs 128-wide tiles as fast (256 x 768 x 1024 with A
+  /// About one tile per 32 MFLOP, an even number from 32 MFLOP on (an odd
+  /// count leaves one of two threads idle for a third to a half of the
+  /// product), at most 8, at least 256 rows and columns each; where that
+  /// leaves an odd count short of the target (a layer's 256 x 256 or
+  /// 256 x 768 weight gradient: 1 or 3 tiles), 128 rows and columns each.
+  /// One thread runs 128-wide tiles as fast (256 x 768 x 1024 with A
   /// transposed: 1.61 ms in 8 tiles, 1.66 ms in 3). The tiling depends on
   /// the shape alone, never on the thread count.
   Tiling tiling() const {
     double work = 2.0 * double(M) * double(N) * double(K);
     int64_t target = static_cast<int64_t>(std::clamp(work / 32e6, 1.0, 8.0));
+    if (target % 2 == 1 && work >= 32e6)
+      ++target;
     Tiling t;
     if (M == 0 || N == 0)
       return t;
