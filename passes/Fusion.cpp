@@ -33,7 +33,9 @@
 //                   "add" or "bool", fill, fill_when}: the scores live in a
 //                   per-thread buffer, never in the arena; its gradient is
 //                   one pipec:AttentionGrad that recomputes them
-//                   (runtime/cpu/kernels/Attention.cpp). The heads'
+//                   (runtime/cpu/kernels/Attention.cpp; or reads the
+//                   probabilities the forward kept: keep-attention-probs,
+//                   passes/AttentionProbs.cpp). The heads'
 //                   transposes around it (Q, V [n, t, h, d] -> [n, h, t, d],
 //                   K -> [n, h, d, t], O back to [n, s, h, dv]), all four
 //                   read by it alone, are absorbed (heads_inner 1). Runs
