@@ -112,7 +112,6 @@ Expected<TensorDesc> attentionOutput(const ShapeContext &ctx) {
   return TensorDesc{q.dtype, dims->out};
 }
 
-
 /// The probabilities' type: the scores' shape [..., s, t] in Q's type.
 Expected<TensorDesc> attentionProbs(const ShapeContext &ctx) {
   auto dims = attentionDims(ctx.inputType(0).shape, ctx.inputType(1).shape, ctx.inputType(2).shape, ctx.attrs());

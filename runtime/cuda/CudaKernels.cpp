@@ -392,6 +392,35 @@ private:
   int64_t n_, c_, d_;
 };
 
+/// The geometry of summing a row-major tensor of shape `s` over the axes
+/// `reduced` marks (rank at most body::kMaxRank).
+body::Reduction reductionOf(const Shape &s, const std::vector<bool> &reduced) {
+  body::Reduction r;
+  const int rank = static_cast<int>(s.size());
+  int64_t stride = 1;
+  std::vector<int64_t> strides(static_cast<size_t>(rank));
+  for (int a = rank - 1; a >= 0; --a) {
+    strides[a] = stride;
+    stride *= s[a];
+  }
+  for (int a = 0; a < rank; ++a) {
+    if (reduced[a]) {
+      r.reducedDims[r.reducedRank] = s[a];
+      r.reducedStrides[r.reducedRank++] = strides[a];
+      r.reducedCount *= s[a];
+    } else {
+      r.keptDims[r.keptRank] = s[a];
+      r.keptStrides[r.keptRank++] = strides[a];
+    }
+  }
+  if (r.keptRank == 0) { // one output element
+    r.keptDims[0] = 1;
+    r.keptStrides[0] = 0;
+    r.keptRank = 1;
+  }
+  return r;
+}
+
 Expected<KernelPtr> makeReduceSum(const OpDesc &d) {
   const Shape &s = d.inputs[0].shape;
   const int rank = static_cast<int>(s.size());
@@ -417,29 +446,7 @@ Expected<KernelPtr> makeReduceSum(const OpDesc &d) {
       return errorf(d.where(), ": axis out of range for ", shapeStr(s));
     reduced[static_cast<size_t>(a)] = true;
   }
-  body::Reduction r;
-  int64_t stride = 1;
-  std::vector<int64_t> strides(static_cast<size_t>(rank));
-  for (int a = rank - 1; a >= 0; --a) {
-    strides[a] = stride;
-    stride *= s[a];
-  }
-  for (int a = 0; a < rank; ++a) {
-    if (reduced[a]) {
-      r.reducedDims[r.reducedRank] = s[a];
-      r.reducedStrides[r.reducedRank++] = strides[a];
-      r.reducedCount *= s[a];
-    } else {
-      r.keptDims[r.keptRank] = s[a];
-      r.keptStrides[r.keptRank++] = strides[a];
-    }
-  }
-  if (r.keptRank == 0) { // one output element
-    r.keptDims[0] = 1;
-    r.keptStrides[0] = 0;
-    r.keptRank = 1;
-  }
-  return KernelPtr(new ReduceSumKernel(r, d.outputs[0].numel()));
+  return KernelPtr(new ReduceSumKernel(reductionOf(s, reduced), d.outputs[0].numel()));
 }
 
 Expected<KernelPtr> makeSce(const OpDesc &d) {
@@ -622,14 +629,7 @@ Expected<KernelPtr> makeLayerNorm(const OpDesc &d) {
   if (grad && d.outputs.size() == 3) {
     // dX, dScale and dBias (autodiff's form when all three train): the dX
     // and scale-gradient kernels, then dY's column sums.
-    body::Reduction columns;
-    columns.keptRank = 1;
-    columns.keptDims[0] = cols;
-    columns.keptStrides[0] = 1;
-    columns.reducedRank = 1;
-    columns.reducedDims[0] = rows;
-    columns.reducedStrides[0] = cols;
-    columns.reducedCount = rows;
+    const body::Reduction columns = reductionOf({rows, cols}, {true, false});
     return launchKernel(
         [=](ExecContext &ctx, const void *const *in, void *const *out) {
           const auto *dy = static_cast<const float *>(in[0]), *xp = static_cast<const float *>(in[1]);

@@ -603,50 +603,34 @@ TEST(GradCheck, MaskedSoftmax) {
 // heads, and with a causal bool mask (every row keeps its first key).
 TEST(GradCheck, Attention) {
   int seed = 155;
-  for (const char *kind : {"none", "add", "bool"}) {
-    Builder b(seed++);
-    std::vector<ir::Value *> in{b.param("Q", {2, 3, 4, 5}), b.param("KT", {2, 3, 5, 6}), b.param("V", {2, 3, 6, 2})};
-    AttrMap a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}});
-    if (std::string(kind) == "add") {
-      in.push_back(b.data("M", {1, 4, 6}));
-    } else if (std::string(kind) == "bool") {
-      std::vector<int> m;
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 6; ++j)
-          m.push_back(j > i + 1 ? 1 : 0);
-      in.push_back(b.bools("M", m, {4, 6}));
-      a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}, {"fill", F(-INFINITY)}, {"fill_when", I(1)}});
+  // Every row of the [4, 6] scores keeps its first two keys.
+  std::vector<int> causal;
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 6; ++j)
+      causal.push_back(j > i + 1 ? 1 : 0);
+  // Also with the gradient reading the forward's probabilities
+  // (keep-attention-probs).
+  for (bool keepProbs : {false, true})
+    for (const char *kind : {"none", "add", "bool"}) {
+      Builder b(seed++);
+      std::vector<ir::Value *> in{b.param("Q", {2, 3, 4, 5}), b.param("KT", {2, 3, 5, 6}), b.param("V", {2, 3, 6, 2})};
+      AttrMap a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}});
+      if (std::string(kind) == "add") {
+        in.push_back(b.data("M", {1, 4, 6}));
+      } else if (std::string(kind) == "bool") {
+        in.push_back(b.bools("M", causal, {4, 6}));
+        a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}, {"fill", F(-INFINITY)}, {"fill_when", I(1)}});
+      }
+      ir::Value *y = b.node("Attention", in, a, 1, "pipec")[0];
+      gradCheck(cat("Attention ", keepProbs ? "kept P mask " : "mask ", kind), b, y, 1e-5, keepProbs);
     }
-    ir::Value *y = b.node("Attention", in, a, 1, "pipec")[0];
-    gradCheck(cat("Attention mask ", kind), b, y);
-  }
-  // The gradient reading the forward's probabilities (keep-attention-probs).
-  for (const char *kind : {"none", "bool"}) {
-    Builder b(seed++);
-    std::vector<ir::Value *> in{b.param("Q", {2, 3, 4, 5}), b.param("KT", {2, 3, 5, 6}), b.param("V", {2, 3, 6, 2})};
-    AttrMap a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}});
-    if (std::string(kind) == "bool") {
-      std::vector<int> m;
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 6; ++j)
-          m.push_back(j > i + 1 ? 1 : 0);
-      in.push_back(b.bools("M", m, {4, 6}));
-      a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}, {"fill", F(-INFINITY)}, {"fill_when", I(1)}});
-    }
-    ir::Value *y = b.node("Attention", in, a, 1, "pipec")[0];
-    gradCheck(cat("Attention kept P mask ", kind), b, y, 1e-5, true);
-  }
   // heads_inner: Q [n, s, h, d], K [n, t, h, d], V [n, t, h, dv] -> O [n, s, h, dv].
   for (const char *kind : {"none", "bool"}) {
     Builder b(seed++);
     std::vector<ir::Value *> in{b.param("Q", {2, 4, 3, 5}), b.param("K", {2, 6, 3, 5}), b.param("V", {2, 6, 3, 2})};
     AttrMap a = attrs({{"scale", F(0.6)}, {"mask", S(kind)}, {"heads_inner", I(1)}});
     if (std::string(kind) == "bool") {
-      std::vector<int> m;
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 6; ++j)
-          m.push_back(j > i + 1 ? 1 : 0);
-      in.push_back(b.bools("M", m, {4, 6}));
+      in.push_back(b.bools("M", causal, {4, 6}));
       a["fill"] = F(-INFINITY);
       a["fill_when"] = I(1);
     }

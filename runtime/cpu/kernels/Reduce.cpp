@@ -317,11 +317,15 @@ private:
         A *__restrict a = part + b * n;
         for (int64_t k = 0; k < n; ++k)
           a[k] = O::init();
+        // Row r0's multi-index over the reduced dims and its offset.
         std::array<int64_t, kMaxRank> idx{};
-        int64_t r0 = b * rows, off = offsetOf(r0, g.redShape, g.redStrides);
+        const int64_t r0 = b * rows;
+        int64_t off = 0;
         for (int64_t d = static_cast<int64_t>(g.redShape.size()) - 1, i = r0; d >= 0; --d) {
-          idx[static_cast<size_t>(d)] = i % g.redShape[static_cast<size_t>(d)];
-          i /= g.redShape[static_cast<size_t>(d)];
+          const auto u = static_cast<size_t>(d);
+          idx[u] = i % g.redShape[u];
+          off += idx[u] * g.redStrides[u];
+          i /= g.redShape[u];
         }
         for (int64_t r = r0; r < std::min(g.redOuter, r0 + rows); ++r) {
           const T *__restrict p = x + off;
