@@ -798,6 +798,30 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   // step s), into the other version; the step's instructions before it
   // read W(s-1), the next step's W(s). No collective: the gradient norm's
   // slots are added up once every device has updated (flush(), train()).
+  // Distributed: after device d's update, the devices that read a
+  // parameter updated elsewhere take its new value.
+  auto syncSharedWeights = [&](int d) -> Status {
+    if (!syncWeights)
+      return Status::ok();
+    // Every device is past its last read of this step's weights at its
+    // OPTIMIZER instruction: the updater sends, the other holders take.
+    const uint32_t kind = static_cast<uint32_t>(SessionMessage::SharedWeight);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      ParamState &ps = params_[i];
+      const size_t bytes = static_cast<size_t>(ps.n) * sizeof(float);
+      if (ps.device == d)
+        for (int h : otherHolders_[i])
+          PIPEC_TRY(tr->send(d, h, sessionTag(kind, static_cast<uint32_t>(i)), ps.data, bytes));
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      ParamState &ps = params_[i];
+      const auto &others = otherHolders_[i];
+      if (ps.device != d && std::find(others.begin(), others.end(), d) != others.end())
+        PIPEC_TRY(tr->recv(d, ps.device, sessionTag(kind, static_cast<uint32_t>(i)), ps.data,
+                           static_cast<size_t>(ps.n) * sizeof(float)));
+    }
+    return Status::ok();
+  };
   const uint64_t call = steps_;
   auto optimizeNoFlush = [&](int d, bool previousStep) -> Status {
     if (previousStep && call == 0)
@@ -810,15 +834,16 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       ParamState &ps = params_[i];
       if (ps.device != d)
         continue;
-      if (M > 1)
-        train::scaleGrad(ps.accum.data(), ps.n, 1.0f / static_cast<float>(M));
-      squares[i] = train::gradSquaredSum(ps.accum.data(), ps.n);
+      // The mean over micro-batches, the squared sum, the copy into the
+      // other version and the update: one pass, chunk by chunk.
       const int64_t v = static_cast<int64_t>(s);
-      std::memcpy(ps.version(v + 1), ps.version(v), static_cast<size_t>(ps.n) * sizeof(float));
       std::vector<float *> state;
       for (auto &st : ps.state)
         state.push_back(st.data());
-      PIPEC_TRY(optimizer_->step(number, stepLr, ps.version(v + 1), ps.accum.data(), state, ps.n));
+      PIPEC_ASSIGN(squares[i], optimizer_->scaleSquareAndStep(
+                                   number, stepLr, ps.version(v + 1), ps.accum.data(),
+                                   M > 1 ? 1.0f / static_cast<float>(M) : 1.0f, state, ps.n,
+                                   ps.version(v)));
     }
     return Status::ok();
   };
@@ -852,6 +877,22 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     // The loss of a step is the mean of the micro-batch losses, so its
     // gradient is the mean of theirs.
     const float invM = 1.0f / static_cast<float>(MT);
+    if (!collective && !(clip > 0) && !opts_.skipNonFinite && !gradientsOnly_) {
+      // Nothing waits for the norm: the mean, the squared sum and the
+      // update in one pass over each gradient, chunk by chunk while it is
+      // in cache (bitwise the three passes below).
+      for (size_t i = 0; i < params_.size(); ++i) {
+        ParamState &ps = params_[i];
+        if (ps.device != d)
+          continue;
+        std::vector<float *> state;
+        for (auto &s : ps.state)
+          state.push_back(s.data());
+        PIPEC_ASSIGN(sq[i], optimizer_->scaleSquareAndStep(stepNumber, lr, ps.data, ps.accum.data(),
+                                                          MT > 1 ? invM : 1.0f, state, ps.n));
+      }
+      return syncSharedWeights(d);
+    }
     std::vector<double> mine(collective ? params_.size() : 0, 0.0);
     for (size_t i = 0; i < params_.size(); ++i) {
       ParamState &ps = params_[i];
@@ -911,26 +952,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
         state.push_back(s.data());
       PIPEC_TRY(optimizer_->step(stepNumber, lr, ps.data, ps.accum.data(), state, ps.n));
     }
-    if (syncWeights) {
-      // Every device is past its last read of this step's weights at its
-      // OPTIMIZER instruction: the updater sends, the other holders take.
-      const uint32_t kind = static_cast<uint32_t>(SessionMessage::SharedWeight);
-      for (size_t i = 0; i < params_.size(); ++i) {
-        ParamState &ps = params_[i];
-        const size_t bytes = static_cast<size_t>(ps.n) * sizeof(float);
-        if (ps.device == d)
-          for (int h : otherHolders_[i])
-            PIPEC_TRY(tr->send(d, h, sessionTag(kind, static_cast<uint32_t>(i)), ps.data, bytes));
-      }
-      for (size_t i = 0; i < params_.size(); ++i) {
-        ParamState &ps = params_[i];
-        const auto &others = otherHolders_[i];
-        if (ps.device != d && std::find(others.begin(), others.end(), d) != others.end())
-          PIPEC_TRY(tr->recv(d, ps.device, sessionTag(kind, static_cast<uint32_t>(i)), ps.data,
-                             static_cast<size_t>(ps.n) * sizeof(float)));
-      }
-    }
-    return Status::ok();
+    return syncSharedWeights(d);
   };
   cpu::ExecContext ctx;
   ctx.seed = opts_.seed;

@@ -9,6 +9,30 @@
 
 namespace pipec::train {
 
+double chunkSquaredSum(const float *x, int64_t len) {
+  // Eight lanes (element i of the chunk goes to lane i mod 8) added in a
+  // fixed order: the compiler may not reassociate (no -ffast-math), so the
+  // sum is the same for every build and thread count, and the lanes
+  // vectorize where one chain of dependent additions would not.
+  constexpr int kLanes = 8;
+  double lane[kLanes] = {};
+  const float *__restrict in = x;
+  int64_t i = 0;
+  for (; i + kLanes <= len; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      double v = in[i + j];
+      lane[j] += v * v;
+    }
+  for (int j = 0; i < len; ++i, ++j) {
+    double v = in[i];
+    lane[j] += v * v;
+  }
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j)
+      lane[j] += lane[j + w];
+  return lane[0];
+}
+
 double gradSquaredSum(const float *g, int64_t n) {
   if (n <= 0)
     return 0.0;
@@ -16,28 +40,7 @@ double gradSquaredSum(const float *g, int64_t n) {
   std::vector<double> partial(static_cast<size_t>(chunks));
   parallelFor(chunks, chunks > 1, [&](int64_t c) {
     int64_t lo = c * kTrainChunk, hi = std::min(n, lo + kTrainChunk);
-    // Eight lanes (element i of the chunk goes to lane i mod 8) added in a
-    // fixed order: the compiler may not reassociate (no -ffast-math), so the
-    // sum is the same for every build and thread count, and the lanes
-    // vectorize where one chain of dependent additions would not.
-    constexpr int kLanes = 8;
-    double lane[kLanes] = {};
-    const float *__restrict x = g + lo;
-    const int64_t len = hi - lo;
-    int64_t i = 0;
-    for (; i + kLanes <= len; i += kLanes)
-      for (int j = 0; j < kLanes; ++j) {
-        double v = x[i + j];
-        lane[j] += v * v;
-      }
-    for (int j = 0; i < len; ++i, ++j) {
-      double v = x[i];
-      lane[j] += v * v;
-    }
-    for (int w = kLanes / 2; w >= 1; w /= 2)
-      for (int j = 0; j < w; ++j)
-        lane[j] += lane[j + w];
-    partial[static_cast<size_t>(c)] = lane[0];
+    partial[static_cast<size_t>(c)] = chunkSquaredSum(g + lo, hi - lo);
   });
   double total = 0.0;
   for (double s : partial)

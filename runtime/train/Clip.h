@@ -32,6 +32,11 @@ struct GradRef {
 /// Sum of squares of one gradient, in double, in the fixed chunk order.
 double gradSquaredSum(const float *g, int64_t n);
 
+/// The squared sum of one chunk (at most kTrainChunk elements starting at a
+/// chunk boundary) as gradSquaredSum() adds it: gradSquaredSum() is the sum
+/// of its chunks' in chunk order.
+double chunkSquaredSum(const float *x, int64_t len);
+
 /// Multiplies `n` elements by `scale` (float), in parallel chunks.
 void scaleGrad(float *g, int64_t n, float scale);
 

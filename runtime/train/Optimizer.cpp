@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/train/Optimizer.h"
 
+#include "runtime/train/Clip.h"
 #include "runtime/train/Spec.h"
 #include "support/Parallel.h"
 
@@ -334,6 +335,33 @@ Expected<Optimizer> Optimizer::create(const OptimizerConfig &config) {
 
 Status Optimizer::step(int64_t step, float lr, float *param, const float *grad,
                        const std::vector<float *> &state, int64_t n) const {
+  return update(step, lr, param, grad, state, n, nullptr);
+}
+
+Expected<double> Optimizer::scaleSquareAndStep(int64_t step, float lr, float *param, float *grad,
+                                               float gradScale, const std::vector<float *> &state,
+                                               int64_t n, const float *copyFrom) const {
+  if (n > 0 && !grad)
+    return errorf(cfg_.kind, " step ", step, ": null gradient");
+  const int64_t chunks = (n + kTrainChunk - 1) / kTrainChunk;
+  std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(chunks, 0)), 0.0);
+  PIPEC_TRY(update(step, lr, param, grad, state, n, [&](int64_t lo, int64_t hi) {
+    if (copyFrom)
+      std::copy(copyFrom + lo, copyFrom + hi, param + lo);
+    if (gradScale != 1.0f)
+      for (int64_t i = lo; i < hi; ++i)
+        grad[i] = grad[i] * gradScale;
+    partial[static_cast<size_t>(lo / kTrainChunk)] = chunkSquaredSum(grad + lo, hi - lo);
+  }));
+  double total = 0.0;
+  for (double s : partial)
+    total += s;
+  return total;
+}
+
+Status Optimizer::update(int64_t step, float lr, float *param, const float *grad,
+                         const std::vector<float *> &state, int64_t n,
+                         const std::function<void(int64_t, int64_t)> &prologue) const {
   if (step < 1)
     return errorf(cfg_.kind, " step: the step number is 1-based, got ", step);
   if (!std::isfinite(lr) || lr < 0)
@@ -359,7 +387,11 @@ Status Optimizer::step(int64_t step, float lr, float *param, const float *grad,
                  static_cast<float>(cfg_.momentum), static_cast<float>(1.0 - cfg_.dampening)};
     SgdFn fn = pickSgd(wd != 0, cfg_.momentum != 0, step == 1, cfg_.nesterov);
     float *buf = state.empty() ? nullptr : state[0];
-    forChunks(n, [&](int64_t lo, int64_t hi) { fn(s, param, grad, buf, lo, hi); });
+    forChunks(n, [&](int64_t lo, int64_t hi) {
+      if (prologue)
+        prologue(lo, hi);
+      fn(s, param, grad, buf, lo, hi);
+    });
     return Status::ok();
   }
   case Kind::Adam:
@@ -382,6 +414,8 @@ Status Optimizer::step(int64_t step, float lr, float *param, const float *grad,
     AdamFn fn = pickAdam(!decoupled && wd != 0, decoupled && wd != 0, cfg_.amsgrad);
     float *vmax = cfg_.amsgrad ? state[2] : nullptr;
     forChunks(n, [&](int64_t lo, int64_t hi) {
+      if (prologue)
+        prologue(lo, hi);
       fn(s, param, grad, state[0], state[1], vmax, lo, hi);
     });
     return Status::ok();
@@ -401,6 +435,8 @@ Status Optimizer::step(int64_t step, float lr, float *param, const float *grad,
     float *buf = momentum ? state[1] : nullptr;
     float *gavg = cfg_.centered ? state.back() : nullptr;
     forChunks(n, [&](int64_t lo, int64_t hi) {
+      if (prologue)
+        prologue(lo, hi);
       fn(s, param, grad, state[0], buf, gavg, lo, hi);
     });
     return Status::ok();

@@ -25,6 +25,7 @@
 #include "support/Error.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -109,9 +110,27 @@ public:
   Status step(int64_t step, float lr, float *param, const float *grad,
               const std::vector<float *> &state, int64_t n) const;
 
+  /// The gradient's last pass of a step in one: each chunk of `grad` is
+  /// multiplied by `gradScale` in place (scaleGrad; skipped at 1), its
+  /// squared sum taken (returned: bitwise gradSquaredSum() of the scaled
+  /// gradient), and `param` updated as step() would, while the chunk is in
+  /// cache. `copyFrom`, when given, is the parameter's value to update
+  /// (copied into `param` chunk by chunk first: 2BW's other version). For a
+  /// step that needs no global norm before its update (no clipping, no
+  /// skipping of non-finite steps): one read of the gradient instead of
+  /// three.
+  Expected<double> scaleSquareAndStep(int64_t step, float lr, float *param, float *grad,
+                                      float gradScale, const std::vector<float *> &state,
+                                      int64_t n, const float *copyFrom = nullptr) const;
+
 private:
   enum class Kind { Sgd, Adam, AdamW, RmsProp };
   Optimizer() = default;
+  /// step(), with `prologue(lo, hi)` run on each chunk before its update
+  /// when given.
+  Status update(int64_t step, float lr, float *param, const float *grad,
+                const std::vector<float *> &state, int64_t n,
+                const std::function<void(int64_t, int64_t)> &prologue) const;
 
   OptimizerConfig cfg_;
   Kind kind_ = Kind::Adam;

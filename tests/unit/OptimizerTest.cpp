@@ -478,6 +478,52 @@ TEST(OptimizerTest, BitwiseIndependentOfThreadCount) {
 
 // --- Schedules -----------------------------------------------------------------
 
+// The one-pass form the runtime uses when nothing waits for the norm: the
+// gradient scaled in place, its squared sum and the update (from a copy of
+// the parameter, as 2BW's other version) are bitwise the three passes.
+TEST(OptimizerTest, ScaleSquareAndStepIsBitwiseTheThreePasses) {
+  const int64_t n = 3 * kTrainChunk + 77;
+  for (const std::string &spec : {"sgd:lr=0.1,momentum=0.9,nesterov=true,wd=1e-4",
+                                  "adam:wd=0.01,amsgrad=true", "adamw:lr=1e-3",
+                                  "rmsprop:momentum=0.5,centered=true,wd=0.1"}) {
+    Optimizer o = *Optimizer::create(*parseOptimizer(spec));
+    for (float scale : {1.0f, 0.25f, 1.0f / 3.0f}) {
+      for (bool copy : {false, true}) {
+        std::vector<float> p1 = initialParams(static_cast<size_t>(n)), p2 = p1;
+        std::vector<std::vector<float>> s1(o.stateTensors(), std::vector<float>(static_cast<size_t>(n)));
+        std::vector<std::vector<float>> s2 = s1;
+        std::vector<float *> ptr1, ptr2;
+        for (size_t i = 0; i < s1.size(); ++i) {
+          ptr1.push_back(s1[i].data());
+          ptr2.push_back(s2[i].data());
+        }
+        for (int64_t t = 1; t <= 3; ++t) {
+          std::vector<float> g1 = gradAt(t, static_cast<size_t>(n)), g2 = g1;
+          const std::vector<float> before = p1;
+          if (scale != 1.0f)
+            scaleGrad(g1.data(), n, scale);
+          const double sum1 = gradSquaredSum(g1.data(), n);
+          ASSERT_TRUE(o.step(t, 1e-2f, p1.data(), g1.data(), ptr1, n).isOk());
+          if (copy) // the other version: whatever it held is overwritten
+            std::fill(p2.begin(), p2.end(), -7.0f);
+          Expected<double> sum2 = o.scaleSquareAndStep(t, 1e-2f, p2.data(), g2.data(), scale, ptr2, n,
+                                                       copy ? before.data() : nullptr);
+          ASSERT_TRUE(sum2.isOk()) << sum2.status().message();
+          EXPECT_EQ(std::memcmp(&sum1, &*sum2, sizeof sum1), 0) << spec << " step " << t;
+          EXPECT_EQ(std::memcmp(g1.data(), g2.data(), g1.size() * 4), 0) << spec << " step " << t;
+        }
+        EXPECT_EQ(std::memcmp(p1.data(), p2.data(), p1.size() * 4), 0) << spec << " scale " << scale;
+        for (size_t i = 0; i < s1.size(); ++i)
+          EXPECT_EQ(std::memcmp(s1[i].data(), s2[i].data(), s1[i].size() * 4), 0) << spec;
+      }
+    }
+  }
+  Optimizer o = *Optimizer::create(*parseOptimizer("adam"));
+  std::vector<float> p(4), m(4), v(4);
+  EXPECT_FALSE(o.scaleSquareAndStep(1, 1e-3f, p.data(), nullptr, 1.0f, {m.data(), v.data()}, 4).isOk());
+  EXPECT_FALSE(o.scaleSquareAndStep(0, 1e-3f, p.data(), p.data(), 1.0f, {m.data(), v.data()}, 4).isOk());
+}
+
 TEST(ScheduleTest, ClosedForms) {
   const double lr = 1e-3;
   Expected<LrSchedule> s = parseLrSchedule("constant", lr);
