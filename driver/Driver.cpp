@@ -30,6 +30,7 @@ Status addPipeline(passes::PassManager &pm, const CompileOptions &opts, bool tra
   if (opts.passes.empty() && !training) {
     PIPEC_TRY(pm.add("fold-batchnorm"));
     PIPEC_TRY(pm.add("channels-last"));
+    PIPEC_TRY(pm.add("pack-qkv"));
     PIPEC_TRY(pm.add("fuse-gemm-epilogue"));
     PIPEC_TRY(pm.add("fuse-elementwise"));
   }
@@ -124,11 +125,12 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
     pm.add(passes::createTrainingStatePass(results));
     pm.add(passes::createAutodiffPass(results));
   }
-  // The default pipeline's keep-attention-probs, fuse-gemm-epilogue and
-  // fuse-elementwise run after autodiff on a training graph (fused nodes
-  // have no gradient rule), so that the backward's elementwise trees fuse
-  // too.
+  // The default pipeline's pack-qkv, keep-attention-probs,
+  // fuse-gemm-epilogue and fuse-elementwise run after autodiff on a
+  // training graph (fused nodes have no gradient rule), so that the
+  // backward's elementwise trees fuse too.
   if (emit.training && !opts.noPasses && opts.passes.empty()) {
+    PIPEC_TRY(pm.add("pack-qkv"));
     pm.add(passes::createKeepAttentionProbsPass());
     pm.add(passes::createFuseGemmEpiloguePass(&results));
     pm.add(passes::createFuseElementwisePass(&results));

@@ -40,9 +40,16 @@ bool isDataMovement(const std::string &op) {
 
 NodeCost forwardCost(const ir::Node &n) {
   NodeCost c;
-  for (const ir::Value *v : n.inputs())
-    if (v)
+  // A value read twice (pipec:Attention's packed QKV, Mul(x, x)) is read
+  // from memory once.
+  for (size_t i = 0; i < n.numInputs(); ++i) {
+    const ir::Value *v = n.input(i);
+    bool seen = false;
+    for (size_t j = 0; j < i && !seen; ++j)
+      seen = n.input(j) == v;
+    if (v && !seen)
       c.bytesRead += static_cast<double>(v->type().bytes());
+  }
   for (const ir::Value *v : n.outputs())
     c.bytesWritten += static_cast<double>(v->type().bytes());
   const std::string &op = n.opType();

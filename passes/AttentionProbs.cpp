@@ -70,7 +70,13 @@ public:
       if (!dims)
         continue;
       const TensorDesc probs{n->input(0)->type().dtype, dims->scores};
-      if (static_cast<double>(probs.bytes()) > bytes(n->input(0)) + bytes(n->input(1)) + bytes(n->input(2)))
+      // Q, K and V's bytes, each value once (packed_qkv: one tensor).
+      double qkv = bytes(n->input(0));
+      if (n->input(1) != n->input(0))
+        qkv += bytes(n->input(1));
+      if (n->input(2) != n->input(0) && n->input(2) != n->input(1))
+        qkv += bytes(n->input(2));
+      if (static_cast<double>(probs.bytes()) > qkv)
         continue;
       if (f->numOutputs() == 1) {
         PIPEC_ASSIGN(ir::Value * p, g.addNodeOutput(f, g.uniqueValueName(f->output(0)->name() + "/probs")));

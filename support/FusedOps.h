@@ -85,20 +85,30 @@ inline Expected<AttentionMask> attentionMaskOf(const AttrMap &attrs) {
 /// heads_inner, Q [n, s, h, d], K [n, t, h, d] (not KT), V [n, t, h, dv]
 /// and O [n, s, h, dv]. Batch entry b is head b % heads of item b / heads
 /// (heads inner), or the b-th contiguous matrix (one item).
+///
+/// With packed_qkv (and heads_inner; made by pack-qkv, passes/PackQkv.cpp)
+/// Q, K and V are one tensor [n, s, 3 h d] read three times, the thirds of
+/// its last axis (a projection's output split in three, as
+/// torch.nn.functional's attention and nanoGPT-style models do), `heads` h;
+/// t = s, dv = d. The gradient's one output is then dQKV, of the input's
+/// shape.
 struct AttentionDims {
-  bool headsInner = false;
+  bool headsInner = false, packed = false;
   int64_t items = 1, heads = 1, s = 0, d = 0, t = 0, dv = 0;
   Shape scores; ///< the logical scores [..., s, t] ([n, h, s, t]) a mask broadcasts to
   Shape out;    ///< O as the node writes it
-  /// Where an operand's matrix of a batch entry lies: an item's first
-  /// element, a head's step, the rows' leading dimension.
+  /// Where an operand's matrix of a batch entry lies: the operand's first
+  /// element (its third of a packed QKV), an item's step, a head's step,
+  /// the rows' leading dimension.
   struct Layout {
-    int64_t perItem = 0, perHead = 0, ld = 0;
+    int64_t perItem = 0, perHead = 0, ld = 0, base = 0;
   };
   Layout q, k, v, o; ///< Q [s, d], KT [d, t] (K [t, d] heads inner), V [t, dv], O [s, dv]
   int64_t batch() const { return items * heads; }
   /// The first element of batch entry b's matrix of an operand.
-  int64_t offset(const Layout &x, int64_t b) const { return b / heads * x.perItem + b % heads * x.perHead; }
+  int64_t offset(const Layout &x, int64_t b) const {
+    return x.base + b / heads * x.perItem + b % heads * x.perHead;
+  }
 };
 
 /// pipec:Attention(Q, KT, V[, mask]) -> O[, P] and pipec:AttentionGrad(Q,
@@ -112,7 +122,26 @@ inline size_t attentionOperands(AttentionMask kind) { return kind == AttentionMa
 inline Expected<AttentionDims> attentionDims(const Shape &q, const Shape &k, const Shape &v, const AttrMap &attrs) {
   AttentionDims r;
   r.headsInner = attrInt(attrs, "heads_inner", 0) != 0;
+  r.packed = attrInt(attrs, "packed_qkv", 0) != 0;
   const size_t n = q.size();
+  if (r.packed) {
+    const int64_t h = attrInt(attrs, "heads", 0);
+    if (!r.headsInner || n != 3 || k != q || v != q || h < 1 || q[2] % (3 * h) != 0)
+      return errorf("packed_qkv needs heads_inner, heads >= 1 and Q, K and V one [n, s, 3 heads d] tensor, got ",
+                    shapeStr(q), ", ", shapeStr(k), " and ", shapeStr(v), " with heads ", h);
+    r.items = q[0];
+    r.heads = h;
+    r.s = r.t = q[1];
+    r.d = r.dv = q[2] / (3 * h);
+    r.scores = {q[0], h, r.s, r.t};
+    const int64_t hd = h * r.d, row = 3 * hd;
+    r.q = {r.s * row, r.d, row, 0};
+    r.k = {r.s * row, r.d, row, hd};
+    r.v = {r.s * row, r.d, row, 2 * hd};
+    r.o = {r.s * hd, r.d, hd, 0};
+    r.out = {q[0], r.s, h, r.d};
+    return r;
+  }
   if (r.headsInner) {
     if (n != 4 || k.size() != 4 || v.size() != 4 || k[0] != q[0] || v[0] != q[0] || k[2] != q[2] || v[2] != q[2] ||
         k[3] != q[3] || v[1] != k[1])
@@ -126,10 +155,10 @@ inline Expected<AttentionDims> attentionDims(const Shape &q, const Shape &k, con
     r.dv = v[3];
     r.scores = {q[0], q[2], q[1], r.t};
     // [n, rows, heads, cols]: each head's rows heads x cols apart.
-    r.q = {r.s * r.heads * r.d, r.d, r.heads * r.d};
-    r.k = {r.t * r.heads * r.d, r.d, r.heads * r.d};
-    r.v = {r.t * r.heads * r.dv, r.dv, r.heads * r.dv};
-    r.o = {r.s * r.heads * r.dv, r.dv, r.heads * r.dv};
+    r.q = {r.s * r.heads * r.d, r.d, r.heads * r.d, 0};
+    r.k = {r.t * r.heads * r.d, r.d, r.heads * r.d, 0};
+    r.v = {r.t * r.heads * r.dv, r.dv, r.heads * r.dv, 0};
+    r.o = {r.s * r.heads * r.dv, r.dv, r.heads * r.dv, 0};
   } else {
     if (n < 2 || k.size() != n || v.size() != n || !std::equal(q.begin(), q.end() - 2, k.begin()) ||
         !std::equal(q.begin(), q.end() - 2, v.begin()) || k[n - 2] != q[n - 1] || v[n - 2] != k[n - 1])
@@ -143,10 +172,10 @@ inline Expected<AttentionDims> attentionDims(const Shape &q, const Shape &k, con
     r.scores = Shape(q.begin(), q.end() - 1);
     r.scores.push_back(r.t);
     // One item of contiguous matrices.
-    r.q = {0, r.s * r.d, r.d};
-    r.k = {0, r.d * r.t, r.t};
-    r.v = {0, r.t * r.dv, r.dv};
-    r.o = {0, r.s * r.dv, r.dv};
+    r.q = {0, r.s * r.d, r.d, 0};
+    r.k = {0, r.d * r.t, r.t, 0};
+    r.v = {0, r.t * r.dv, r.dv, 0};
+    r.o = {0, r.s * r.dv, r.dv, 0};
   }
   r.out = Shape(q.begin(), q.end() - 1);
   r.out.push_back(r.dv);

@@ -131,7 +131,7 @@ Status attentionRule(const ShapeContext &ctx, Outputs &out) {
 }
 
 /// pipec:AttentionGrad(Q, KT, V[, mask], dO[, P]) -> dQ, dKT, dV of their
-/// inputs' types.
+/// inputs' types; with packed_qkv -> dQKV, the one input's type.
 Status attentionGradRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_ASSIGN(TensorDesc o, attentionOutput(ctx));
   auto kind = attentionMaskOf(ctx.attrs());
@@ -146,7 +146,11 @@ Status attentionGradRule(const ShapeContext &ctx, Outputs &out) {
     if (ctx.inputType(at + 1) != p)
       return ctx.error(cat("P is ", ctx.inputType(at + 1).str(), ", expected ", p.str()));
   }
-  for (size_t i = 0; i < 3; ++i)
+  const size_t outputs = attrInt(ctx.attrs(), "packed_qkv", 0) != 0 ? 1 : 3;
+  if (ctx.numOutputs() != outputs)
+    return ctx.error(cat("expects ", outputs, outputs == 1 ? " output (dQKV)" : " outputs (dQ, dKT, dV)", ", got ",
+                         ctx.numOutputs()));
+  for (size_t i = 0; i < outputs; ++i)
     out[i] = ctx.inputType(i);
   return Status::ok();
 }

@@ -262,7 +262,7 @@ public:
     const float *p;
     Layout l;
   };
-  Op scores(const float *w) const { return {w, {g.heads * g.s * g.t, g.s * g.t, g.t}}; }
+  Op scores(const float *w) const { return {w, {g.heads * g.s * g.t, g.s * g.t, g.t, 0}}; }
 
   /// C[e] = op(A[e]) op(B[e]) for every batch entry, [m, n] from [m, k]
   /// and [k, n] (before the ops): per item, one strided batch over its
@@ -282,8 +282,8 @@ public:
     p.ldB = b.l.ld;
     p.ldY = c.l.ld;
     for (int64_t i = 0; i < g.items; ++i)
-      PIPEC_TRY(p.run(stream, a.p + i * a.l.perItem, b.p + i * b.l.perItem, const_cast<float *>(c.p) + i * c.l.perItem,
-                      0.0f));
+      PIPEC_TRY(p.run(stream, a.p + a.l.base + i * a.l.perItem, b.p + b.l.base + i * b.l.perItem,
+                      const_cast<float *>(c.p) + c.l.base + i * c.l.perItem, 0.0f));
     return Status::ok();
   }
 
@@ -325,7 +325,9 @@ public:
       return gemm(ctx.stream, false, false, g.s, g.dv, g.t, scores(p), {vp, g.v}, {static_cast<float *>(out[0]), g.o});
     }
     const auto *dO = static_cast<const float *>(in[mask ? 4 : 3]);
-    float *dQ = static_cast<float *>(out[0]), *dK = static_cast<float *>(out[1]), *dV = static_cast<float *>(out[2]);
+    // Packed: dQ, dK and dV are the thirds of dQKV (their layouts' bases).
+    float *dQ = static_cast<float *>(out[0]), *dK = static_cast<float *>(out[g.packed ? 0 : 1]),
+          *dV = static_cast<float *>(out[g.packed ? 0 : 2]);
     float *dP = p == w0 ? w1 : w0;
     PIPEC_TRY(gemm(ctx.stream, true, false, g.t, g.dv, g.s, scores(p), {dO, g.o}, {dV, g.v})); // dV = P^T dO
     PIPEC_TRY(gemm(ctx.stream, false, true, g.s, g.t, g.dv, {dO, g.o}, {vp, g.v}, scores(dP))); // dP = dO V^T
@@ -936,11 +938,12 @@ Expected<KernelPtr> makeAttention(const OpDesc &d, bool grad) {
   // after dO (keep-attention-probs), where they are there.
   const size_t want = attentionOperands(*kind) + (grad ? 1u : 0u);
   k->probs = grad ? d.inputs.size() == want + 1 : d.outputs.size() == 2;
+  const bool packed = attrInt(d.attrs, "packed_qkv", 0) != 0;
   if (d.inputs.size() != want + (grad && k->probs ? 1u : 0u) ||
-      d.outputs.size() != (grad ? 3u : k->probs ? 2u : 1u))
+      d.outputs.size() != (grad ? (packed ? 1u : 3u) : k->probs ? 2u : 1u))
     return errorf(d.where(), ": expects ", want, grad ? " or " + std::to_string(want + 1) : std::string(),
-                  " inputs with mask '", attrString(d.attrs, "mask", "none"), "' and ", grad ? "3" : "1 or 2",
-                  " outputs");
+                  " inputs with mask '", attrString(d.attrs, "mask", "none"), "' and ",
+                  grad ? (packed ? "1" : "3") : "1 or 2", " outputs");
   auto dims = attentionDims(d.inputs[0].shape, d.inputs[1].shape, d.inputs[2].shape, d.attrs);
   if (!dims)
     return errorf(d.where(), ": ", dims.status().message());

@@ -348,6 +348,28 @@ TEST(CudaKernels, FusedOpsAgainstCpu) {
       cpu::OpDesc gp = makeDesc("AttentionGrad", descs, {tq.desc(), tk.desc(), tv.desc()}, "pipec");
       gp.attrs = f.attrs;
       EXPECT_LE(compareWithCpu(gp, in), 1e-5) << "AttentionGrad given P " << kind << " heads_inner " << inner;
+      if (!inner)
+        continue;
+      // pack-qkv: Q, K and V the thirds of one [2, 8, 3 x 3 x 16] tensor,
+      // the gradient's one output dQKV.
+      Tensor qkv = randomF32({2, 8, 144}, 68);
+      std::vector<Tensor> pin{qkv, qkv, qkv};
+      if (std::string(kind) != "none")
+        pin.push_back(in[3]);
+      std::vector<TensorDesc> pdescs;
+      for (const Tensor &t : pin)
+        pdescs.push_back(t.desc());
+      cpu::OpDesc pf = makeDesc("Attention", pdescs, {{DType::F32, {2, 8, 3, 16}}}, "pipec");
+      pf.attrs = f.attrs;
+      pf.attrs["packed_qkv"] = Attribute::ofInt(1);
+      pf.attrs["heads"] = Attribute::ofInt(3);
+      EXPECT_LE(compareWithCpu(pf, pin), 1e-5) << "packed Attention " << kind;
+      Tensor pdO = randomF32({2, 8, 3, 16}, 69);
+      pin.push_back(pdO);
+      pdescs.push_back(pdO.desc());
+      cpu::OpDesc pg = makeDesc("AttentionGrad", pdescs, {qkv.desc()}, "pipec");
+      pg.attrs = pf.attrs;
+      EXPECT_LE(compareWithCpu(pg, pin), 1e-5) << "packed AttentionGrad " << kind;
     }
 }
 

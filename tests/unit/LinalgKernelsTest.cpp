@@ -393,6 +393,104 @@ TEST(LinalgKernels, AttentionGradGivenTheForwardsProbabilitiesIsBitwiseTheSame) 
     }
 }
 
+// pack-qkv (passes/PackQkv.cpp): Attention and AttentionGrad reading Q, K
+// and V as the thirds of one [n, s, 3 h d] tensor (and writing dQKV) give
+// bitwise what the unpacked nodes give on the split parts; every mask
+// kind, with and without P, 1 and 2 threads. Shapes that do not pack are
+// refused.
+TEST(LinalgKernels, PackedQkvAttentionIsBitwiseTheSplitOne) {
+  const int64_t n = 2, s = 12, h = 3, d = 8, hd = h * d;
+  for (const char *kind : {"none", "add", "bool"})
+    for (bool probs : {false, true}) {
+      const Tensor X = randomF32({n, s, 3 * hd}, 311);
+      // The three parts as [n, s, h, d] tensors (Split, then Reshape).
+      std::vector<Tensor> parts;
+      for (int p = 0; p < 3; ++p) {
+        Tensor t(DType::F32, {n, s, h, d});
+        for (int64_t r = 0; r < n * s; ++r)
+          for (int64_t c = 0; c < hd; ++c)
+            t.data<float>()[r * hd + c] = X.data<float>()[r * 3 * hd + p * hd + c];
+        parts.push_back(t);
+      }
+      AttrMap attrs{{"scale", Attribute::ofFloat(0.35f)}, {"mask", Attribute::ofString(kind)},
+                    {"heads_inner", Attribute::ofInt(1)}};
+      std::vector<Tensor> extra; // the mask
+      if (std::string(kind) == "add") {
+        extra.push_back(randomF32({s, s}, 314));
+      } else if (std::string(kind) == "bool") {
+        Tensor m(DType::Bool, {s, s});
+        for (int i = 0; i < s; ++i)
+          for (int j = 0; j < s; ++j)
+            m.data<uint8_t>()[i * s + j] = j > i ? 1 : 0;
+        extra.push_back(m);
+        attrs["fill"] = Attribute::ofFloat(-INFINITY);
+      }
+      AttrMap packedAttrs = attrs;
+      packedAttrs["packed_qkv"] = Attribute::ofInt(1);
+      packedAttrs["heads"] = Attribute::ofInt(h);
+      const std::string what = std::string(kind) + (probs ? " with P" : "");
+      auto node = [&](const char *op, const AttrMap &at, const std::vector<Tensor> &ins,
+                      std::vector<TensorDesc> outs) {
+        std::vector<TensorDesc> descs;
+        for (const Tensor &t : ins)
+          descs.push_back(t.desc());
+        OpDesc dd = makeDesc(op, std::move(descs), std::move(outs), at);
+        dd.domain = "pipec";
+        return dd;
+      };
+      const TensorDesc o{DType::F32, {n, s, h, d}}, scores{DType::F32, {n, h, s, s}};
+      std::vector<Tensor> plainIn = parts, packedIn{X, X, X};
+      for (const Tensor &t : extra) {
+        plainIn.push_back(t);
+        packedIn.push_back(t);
+      }
+      std::vector<TensorDesc> fwdOuts{o};
+      if (probs)
+        fwdOuts.push_back(scores);
+      std::vector<Tensor> a = eval(node("Attention", attrs, plainIn, fwdOuts), plainIn);
+      const OpDesc packedFwd = node("Attention", packedAttrs, packedIn, fwdOuts);
+      std::vector<Tensor> b = eval(packedFwd, packedIn);
+      ASSERT_EQ(a.size(), fwdOuts.size()) << what;
+      ASSERT_EQ(b.size(), fwdOuts.size()) << what;
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_TRUE(a[i].identical(b[i])) << what << " forward output " << i;
+      EXPECT_TRUE(sameWithThreads(packedFwd, packedIn)) << what;
+      const Tensor dO = randomF32(o.shape, 315);
+      plainIn.push_back(dO);
+      packedIn.push_back(dO);
+      if (probs) {
+        plainIn.push_back(a[1]);
+        packedIn.push_back(b[1]);
+      }
+      std::vector<Tensor> ga =
+          eval(node("AttentionGrad", attrs, plainIn, {parts[0].desc(), parts[1].desc(), parts[2].desc()}), plainIn);
+      const OpDesc packedGrad = node("AttentionGrad", packedAttrs, packedIn, {X.desc()});
+      std::vector<Tensor> gb = eval(packedGrad, packedIn);
+      ASSERT_EQ(ga.size(), 3u) << what;
+      ASSERT_EQ(gb.size(), 1u) << what;
+      // dQKV's thirds are dQ, dK and dV.
+      bool same = true;
+      for (int p = 0; p < 3; ++p)
+        for (int64_t r = 0; r < n * s; ++r)
+          same = same && std::memcmp(gb[0].data<float>() + r * 3 * hd + p * hd, ga[p].data<float>() + r * hd,
+                                     static_cast<size_t>(hd) * sizeof(float)) == 0;
+      EXPECT_TRUE(same) << what;
+      EXPECT_TRUE(sameWithThreads(packedGrad, packedIn)) << what;
+      // The unpacked gradient's three outputs, or a width that is not
+      // 3 x heads x d, are refused.
+      EXPECT_NE(evalError(node("AttentionGrad", packedAttrs, packedIn, {X.desc(), X.desc(), X.desc()}), packedIn)
+                    .find("expects 1 output"),
+                std::string::npos)
+          << what;
+      AttrMap wrongHeads = packedAttrs;
+      wrongHeads["heads"] = Attribute::ofInt(5);
+      std::vector<Tensor> wrongIn{X, X, X};
+      wrongIn.insert(wrongIn.end(), extra.begin(), extra.end());
+      EXPECT_NE(evalError(node("Attention", wrongHeads, wrongIn, {o}), wrongIn).find("packed_qkv"), std::string::npos)
+          << what;
+    }
+}
+
 TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
   struct Shape3 {
     int64_t M, N, K;

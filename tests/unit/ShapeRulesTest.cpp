@@ -723,3 +723,24 @@ TEST(ShapeRules, OnnxNodeTests) {
   EXPECT_GT(passed, 500);
   EXPECT_EQ(failed, 0);
 }
+
+// pipec:Attention with packed_qkv (pack-qkv): Q, K and V one [n, s, 3 h d]
+// tensor; O [n, s, h, d], P [n, h, s, s], the gradient's one output dQKV.
+TEST(ShapeRules, PackedQkvAttention) {
+  const std::string in = "opset \"pipec\" 1\ninput %x: f32[2,5,24]\ninput %do: f32[2,5,2,4]\n";
+  const std::string attrs = "{heads = 2, heads_inner = 1, packed_qkv = 1, scale = 0.5}";
+  Inferred r = infer(in + "node \"a\" pipec:Attention(%x, %x, %x) " + attrs + " -> %o: ?, %p: ?\n" +
+                     "node \"g\" pipec:AttentionGrad(%x, %x, %x, %do) " + attrs + " -> %dx: ?\noutput %o\noutput %dx");
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(r.type("o"), "f32[2,5,2,4]");
+  EXPECT_EQ(r.type("p"), "f32[2,2,5,5]");
+  EXPECT_EQ(r.type("dx"), "f32[2,5,24]");
+  // Three outputs, a width that is not 3 x heads x d, or no heads_inner.
+  EXPECT_TRUE(has(err(in + "node \"g\" pipec:AttentionGrad(%x, %x, %x, %do) " + attrs +
+                      " -> %a: ?, %b: ?, %c: ?"),
+                  "expects 1 output (dQKV)"));
+  EXPECT_TRUE(has(err(in + "node \"a\" pipec:Attention(%x, %x, %x) {heads = 5, heads_inner = 1, packed_qkv = 1} -> %o: ?"),
+                  "packed_qkv needs heads_inner"));
+  EXPECT_TRUE(has(err(in + "node \"a\" pipec:Attention(%x, %x, %x) {heads = 2, packed_qkv = 1} -> %o: ?"),
+                  "packed_qkv needs heads_inner"));
+}

@@ -14,7 +14,11 @@
 // With heads_inner = 1 the heads' transposes around it are absorbed: Q,
 // K and V come as [n, s, h, d], [n, t, h, d] (K, not KT) and [n, t, h, dv],
 // O goes out as [n, s, h, dv], each head's matrix read and written in
-// place with its rows h x d apart (the products' leading dimensions).
+// place with its rows h x d apart (the products' leading dimensions). With
+// packed_qkv as well (pack-qkv) Q, K and V are the thirds of one
+// [n, s, 3 h d] tensor, rows 3 h d apart, and the gradient writes dQ, dK
+// and dV into the thirds of one dQKV: the Split before and the Concat
+// after are gone.
 //
 // The mask broadcasts to [..., s, t] (right-aligned). Each batch entry
 // (the leading axes, equal on Q, KT and V) is one task: its s x t scores
@@ -138,7 +142,9 @@ public:
     const void *mask = masked ? in[3] : nullptr;
     const T *dO = static_cast<const T *>(in[masked ? 4 : 3]);
     const T *given = givenProbs_ ? static_cast<const T *>(in[masked ? 5 : 4]) : nullptr;
-    T *dQ = static_cast<T *>(out[0]), *dKT = static_cast<T *>(out[1]), *dV = static_cast<T *>(out[2]);
+    // Packed: dQ, dK and dV are the thirds of dQKV (their layouts' bases).
+    T *dQ = static_cast<T *>(out[0]), *dKT = static_cast<T *>(out[a_.packed ? 0 : 1]),
+      *dV = static_cast<T *>(out[a_.packed ? 0 : 2]);
     const AttentionShape &a = a_;
     const T scale = static_cast<T>(a.scale);
     perBatch(a, [&](int64_t b) {
@@ -234,8 +240,10 @@ Expected<KernelPtr> makeAttentionKernel(const OpDesc &d) {
 
 Expected<KernelPtr> makeAttentionGradKernel(const OpDesc &d) {
   PIPEC_ASSIGN(AttentionShape a, attentionShape(d, true));
-  if (d.outputs.size() != 3)
-    return errorf(d.where(), ": expects 3 outputs (dQ, dKT, dV), got ", d.outputs.size());
+  const size_t outputs = a.packed ? 1 : 3;
+  if (d.outputs.size() != outputs)
+    return errorf(d.where(), ": expects ", outputs, outputs == 1 ? " output (dQKV)" : " outputs (dQ, dKT, dV)",
+                  ", got ", d.outputs.size());
   const size_t dOAt = attentionOperands(a.mask);
   const bool given = d.inputs.size() == dOAt + 2;
   const Shape &o = a.out;
@@ -244,7 +252,7 @@ Expected<KernelPtr> makeAttentionGradKernel(const OpDesc &d) {
   if (given && (d.inputs[dOAt + 1].shape != a.scores || d.inputs[dOAt + 1].dtype != d.inputs[0].dtype))
     return errorf(d.where(), ": P is ", d.inputs[dOAt + 1].str(), ", expected the scores' shape ",
                   shapeStr(a.scores));
-  for (size_t i = 0; i < 3; ++i)
+  for (size_t i = 0; i < outputs; ++i)
     PIPEC_TRY(checkOutput(d, i, d.inputs[i].dtype, d.inputs[i].shape));
   return dispatchKernel<kFloats>(d, d.inputs[0].dtype, "input", [&]<typename T>(TypeTag<T>) -> Expected<KernelPtr> {
     return KernelPtr(new AttentionGradKernel<T>(a, given));
