@@ -63,8 +63,10 @@ Status maskedSoftmaxGrad(GradContext &c) {
 }
 // pipec:Attention(Q, KT, V[, mask]) (fuse-attention): one
 // pipec:AttentionGrad(Q, KT, V[, mask], dO) recomputes the probabilities
-// from the inputs (the forward keeps no scores) and gives dQ, dKT and dV
-// (runtime/cpu/kernels/Attention.cpp). A bool mask's fill must make its
+// from the inputs (the forward keeps no scores) and gives dQ, dKT and dV,
+// or with packed_qkv the one dQKV (runtime/cpu/kernels/Attention.cpp;
+// pack-qkv packs after autodiff, but a pipeline given with --passes may
+// pack before). A bool mask's fill must make its
 // probabilities exactly 0, as for MaskedSoftmax.
 Status attentionGrad(GradContext &c) {
   auto kind = attentionMaskOf(c.attrs());
@@ -81,6 +83,13 @@ Status attentionGrad(GradContext &c) {
   if (masked)
     in.push_back(c.input(3));
   in.push_back(c.outGrad(0));
+  if (attrInt(c.attrs(), "packed_qkv", 0) != 0) {
+    // Q, K and V are one tensor read three times (pack-qkv): its gradient
+    // is the one output dQKV, given to it once.
+    PIPEC_ASSIGN(ir::Value * g, c.emitPipec("AttentionGrad", in, c.attrs()));
+    c.setGrad(0, g);
+    return Status::ok();
+  }
   PIPEC_ASSIGN(std::vector<ir::Value *> g, c.emitN("AttentionGrad", in, 3, c.attrs(), "pipec"));
   for (size_t i = 0; i < 3; ++i)
     if (c.needsGrad(i))
