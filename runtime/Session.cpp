@@ -794,10 +794,6 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   std::vector<double> sq(params_.size(), 0.0);
   const int64_t stepNumber = static_cast<int64_t>(steps_) + 1;
   const float lr = training ? lrSchedule_.lrAt(stepNumber) : 0.0f;
-  // 2bw: device d's update of step s, W(s+1) = W(s) - update(gradient of
-  // step s), into the other version; the step's instructions before it
-  // read W(s-1), the next step's W(s). No collective: the gradient norm's
-  // slots are added up once every device has updated (flush(), train()).
   // Distributed: after device d's update, the devices that read a
   // parameter updated elsewhere take its new value.
   auto syncSharedWeights = [&](int d) -> Status {
@@ -822,6 +818,10 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     }
     return Status::ok();
   };
+  // 2bw: device d's update of step s, W(s+1) = W(s) - update(gradient of
+  // step s), into the other version; the step's instructions before it
+  // read W(s-1), the next step's W(s). No collective: the gradient norm's
+  // slots are added up once every device has updated (flush(), train()).
   const uint64_t call = steps_;
   auto optimizeNoFlush = [&](int d, bool previousStep) -> Status {
     if (previousStep && call == 0)
