@@ -260,6 +260,7 @@ TEST(LinalgKernels, FusedGemmEqualsItsUnfusedNodes) {
   const Case cases[] = {{{2, 16, 64}, 48, false, true, true},     // sgemm tiles
                         {{32, 256}, 64, true, true, false},       // oneDNN matmul
                         {{128, 1024}, 256, true, false, false},   // packed (inference)
+                        {{128, 256}, 1024, true, true, false},    // a matmul per tile
                         {{600, 512}, 512, false, false, true}};   // sgemm, several tiles
   for (const Case &c : cases)
     for (const char *act : {"", "Relu", "Gelu", "GeluTanh"})
@@ -320,10 +321,6 @@ TEST(LinalgKernels, FusedGemmEqualsItsUnfusedNodes) {
       }
 }
 
-// Gemm with transB at a micro-batch's sizes runs as a prepared oneDNN matmul
-// (runtime/cpu/kernels/DnnlGemm.cpp): its bits may not depend on where the
-// operands lie nor on the thread count, and with ExecContext::accumulate it
-// adds to what Y holds.
 // keep-attention-probs (passes/AttentionProbs.cpp): pipec:Attention's
 // second output P is the probabilities the gradient would recompute, so
 // AttentionGrad given P gives bitwise what it gives without; both layouts,
@@ -491,12 +488,17 @@ TEST(LinalgKernels, PackedQkvAttentionIsBitwiseTheSplitOne) {
     }
 }
 
+// Gemm with transB at a micro-batch's sizes runs as a prepared oneDNN matmul
+// (runtime/cpu/kernels/DnnlGemm.cpp), in several tiles one per tile
+// (128x1024x256): its bits may not depend on where the operands lie nor on
+// the thread count, and with ExecContext::accumulate it adds to what Y
+// holds.
 TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
   struct Shape3 {
     int64_t M, N, K;
   };
   for (const Shape3 &sh : {Shape3{32, 64, 256}, Shape3{16, 64, 256}, Shape3{32, 64, 192},
-                           Shape3{64, 10, 784}})
+                           Shape3{64, 10, 784}, Shape3{128, 1024, 256}})
     for (bool ta : {false, true}) {
       const int64_t M = sh.M, N = sh.N, K = sh.K;
       const std::string what = cat(M, "x", N, "x", K, " ta=", ta);

@@ -359,6 +359,9 @@ template <typename T> struct LinalgBatchedGemm {
     dnnl_.reset(nullptr);
     packed_.clear();
     packedWs_.clear();
+    tilePrims_.clear();
+    tileWs_.clear();
+    packedWsBytes_ = tileWsBytes_ = 0;
     if constexpr (std::is_same_v<T, float>) {
       const int64_t batch = static_cast<int64_t>(cOff.size());
       // One GEMM on step-invariant B whose tiles span all rows: a packed
@@ -380,6 +383,33 @@ template <typename T> struct LinalgBatchedGemm {
           packed_.push_back(std::move(h));
         }
         packedWsBytes_ = ws;
+      }
+      // One GEMM of several tiles with B transposed: a plain-layout
+      // primitive per tile (oneDNN's brgemm matmul; DnnlGemm.cpp), each
+      // with its own scratch, since tiles run on different threads at once.
+      // It writes a dense tile (oneDNN 2.7 takes brgemm only for a dense
+      // destination; a tile of a wider C runs as its sgemm) that is then
+      // copied into C.
+      if (oneDnn && tb && batch == 1 && M > 0 && N > 0 && K > 0 && !oneTile()) {
+        size_t ws = 0;
+        for (int64_t t = 0; t < tl.tm * tl.tn; ++t) {
+          const int64_t m0 = t / tl.tn * tl.mc, n0 = t % tl.tn * tl.nc;
+          const int64_t rows = std::min(tl.mc, M - m0), cols = std::min(tl.nc, N - n0);
+          LinalgDnnlGemmHolder h;
+          h.reset(linalgDnnlGemmPrepare(ta, tb, rows, cols, K, lda, ldb, cols, alpha, beta, 1, 0, 0, 0,
+                                        act, bias));
+          if (!h.get()) {
+            tilePrims_.clear();
+            tileWs_.clear();
+            ws = 0;
+            break;
+          }
+          tileWs_.push_back(ws);
+          ws += linalgRoundUp(static_cast<size_t>(rows * cols) * sizeof(float)) +
+                (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
+          tilePrims_.push_back(std::move(h));
+        }
+        tileWsBytes_ = ws;
       }
       if (!oneDnn || batch == 0 || M == 0 || N == 0 || K == 0 || !oneTile())
         return;
@@ -403,7 +433,8 @@ template <typename T> struct LinalgBatchedGemm {
 
   /// Scratch memory runPrepared() needs (its `workspace`, 64-byte aligned).
   size_t workspaceBytes() const {
-    return std::max(packedWsBytes_, dnnl_.get() ? linalgDnnlGemmScratchBytes(*dnnl_.get()) : size_t(0));
+    return std::max({packedWsBytes_, tileWsBytes_,
+                     dnnl_.get() ? linalgDnnlGemmScratchBytes(*dnnl_.get()) : size_t(0)});
   }
 
   /// run(), through the prepared primitive when there is one, on one
@@ -451,21 +482,31 @@ template <typename T> struct LinalgBatchedGemm {
                                  C + dnnlOffsets_[2], workspace, biasData);
       }
     }
-    run(A, B, C, biasData);
-    return Status::ok();
+    return runTiles(A, B, C, biasData, workspace);
   }
 
   /// The sgemm path: the epilogue (act, biasData) runs on each tile of C
   /// after its product, while the tile is in cache.
   void run(const T *A, const T *B, T *C, const T *biasData = nullptr) const {
+    (void)runTiles(A, B, C, biasData, nullptr); // no primitive: cannot fail
+  }
+
+private:
+  /// run(), with the tiles' primitives (prepare()) where `workspace` is
+  /// given: those run the epilogue as post-ops.
+  Status runTiles(const T *A, const T *B, T *C, const T *biasData, void *workspace) const {
     int64_t batch = static_cast<int64_t>(cOff.size());
     if (batch == 0 || M == 0 || N == 0)
-      return;
+      return Status::ok();
     double work = 2.0 * double(M) * double(N) * double(K);
     const Tiling tl = tiling();
     const int64_t tm = tl.tm, tn = tl.tn, mc = tl.mc, nc = tl.nc;
     int64_t perGemm = tm * tn, total = batch * perGemm;
     bool tiny = work <= 2048.0;
+    const bool prims = workspace && !tilePrims_.empty();
+    std::vector<Status> failed;
+    if (prims)
+      failed.assign(static_cast<size_t>(total), Status::ok());
     auto tile = [&](int64_t t) {
       int64_t b = t / perGemm, r = t % perGemm;
       int64_t m0 = r / tn * mc, n0 = r % tn * nc;
@@ -473,6 +514,25 @@ template <typename T> struct LinalgBatchedGemm {
       const T *a = A + aOff[b] + (ta ? m0 : m0 * lda);
       const T *bm = B + bOff[b] + (tb ? n0 * ldb : n0);
       T *c = C + cOff[b] + m0 * ldc + n0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (prims) {
+          const size_t i = static_cast<size_t>(t);
+          // The tile's product in a dense buffer (with beta, C's tile is
+          // copied in for the sum post-op), then copied into C.
+          const int64_t rows = m1 - m0, cols = n1 - n0;
+          float *dense = reinterpret_cast<float *>(linalgAlign(static_cast<unsigned char *>(workspace) + tileWs_[i]));
+          if (beta != 0.0f)
+            for (int64_t m = 0; m < rows; ++m)
+              std::copy(c + m * ldc, c + m * ldc + cols, dense + m * cols);
+          failed[i] = linalgDnnlGemmRun(*tilePrims_[i].get(), a, bm, dense,
+                                        reinterpret_cast<unsigned char *>(dense) +
+                                            linalgRoundUp(static_cast<size_t>(rows * cols) * sizeof(float)),
+                                        bias && biasData ? biasData + n0 : nullptr);
+          for (int64_t m = 0; m < rows; ++m)
+            std::copy(dense + m * cols, dense + (m + 1) * cols, c + m * ldc);
+          return;
+        }
+      }
       if (tiny)
         linalgGemmLoop<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc);
       else
@@ -486,21 +546,23 @@ template <typename T> struct LinalgBatchedGemm {
       LinalgOneThread one;
       for (int64_t t = 0; t < total; ++t)
         tile(t);
-      return;
-    }
-    int team = static_cast<int>(std::min<int64_t>(threads, total));
+    } else {
+      int team = static_cast<int>(std::min<int64_t>(threads, total));
 #pragma omp parallel num_threads(team)
-    {
-      // Per-task setting: BLAS calls inside run on this thread only, even
-      // when the team has one thread and the region is inactive.
-      omp_set_num_threads(1);
+      {
+        // Per-task setting: BLAS calls inside run on this thread only, even
+        // when the team has one thread and the region is inactive.
+        omp_set_num_threads(1);
 #pragma omp for schedule(static)
-      for (int64_t t = 0; t < total; ++t)
-        tile(t);
+        for (int64_t t = 0; t < total; ++t)
+          tile(t);
+      }
     }
+    for (Status &s : failed)
+      PIPEC_TRY(std::move(s));
+    return Status::ok();
   }
 
-private:
   static int64_t roundUp16(int64_t v) { return (v + 15) / 16 * 16; }
   LinalgDnnlGemmHolder dnnl_;
   int64_t dnnlOffsets_[3] = {0, 0, 0};
@@ -508,6 +570,11 @@ private:
   std::vector<LinalgDnnlGemmHolder> packed_;
   std::vector<size_t> packedWs_;
   size_t packedWsBytes_ = 0;
+  /// Plain-layout primitives per tile of a tiled GEMM with B transposed,
+  /// and their workspace offsets.
+  std::vector<LinalgDnnlGemmHolder> tilePrims_;
+  std::vector<size_t> tileWs_;
+  size_t tileWsBytes_ = 0;
 };
 
 /// Broadcasts batch shapes `a` and `b` (numpy rules, right-aligned) into
