@@ -30,8 +30,8 @@ Status addPipeline(passes::PassManager &pm, const CompileOptions &opts, bool tra
   if (opts.passes.empty() && !training) {
     PIPEC_TRY(pm.add("fold-batchnorm"));
     PIPEC_TRY(pm.add("channels-last"));
-    PIPEC_TRY(pm.add("pack-qkv"));
     PIPEC_TRY(pm.add("fuse-gemm-epilogue"));
+    PIPEC_TRY(pm.add("pack-qkv")); // after the epilogues: a projection is one node
     PIPEC_TRY(pm.add("fuse-elementwise"));
   }
   return Status::ok();

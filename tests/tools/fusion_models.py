@@ -9,6 +9,9 @@ writes, at opset 13, with seeded weights:
                    written-out tanh GELU (torch.pow(x, 3)), Linear
   attention.onnx   causal self-attention: scores * 1/sqrt(d), masked_fill
                    with -inf, softmax, as GPT-style models export it
+  mha.onnx         torch.nn.MultiheadAttention (batch first, 2 heads) as
+                   self-attention: the sequence-first block torchvision's
+                   ViT and transformer encoders export
 and x.npy, a [2, 8, 16] input both take.
 """
 import math
@@ -52,12 +55,21 @@ class Attention(nn.Module):
         return self.proj(y)
 
 
+class Mha(nn.Module):
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d, heads, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
 def main():
     out = sys.argv[1]
     torch.manual_seed(3)
     x = torch.randn(2, 8, 16)
     np.save(os.path.join(out, 'x.npy'), x.numpy())
-    for name, m in (('gelu_tanh', GeluTanh()), ('attention', Attention())):
+    for name, m in (('gelu_tanh', GeluTanh()), ('attention', Attention()), ('mha', Mha())):
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
             torch.onnx.export(m.eval(), (x,), os.path.join(out, name + '.onnx'), opset_version=13,

@@ -60,7 +60,11 @@ def run_node(node, v, a):
     if op == "Add": return [i[0] + i[1]]
     if op == "Sub": return [i[0] - i[1]]
     if op == "Mul": return [i[0] * i[1]]
-    if op == "Div": return [i[0] / i[1]]
+    if op == "Div":
+        if np.issubdtype(np.result_type(i[0], i[1]), np.integer):  # truncates, like C
+            q = np.abs(i[0]) // np.abs(i[1])
+            return [(np.sign(i[0]) * np.sign(i[1]) * q).astype(np.result_type(i[0], i[1]))]
+        return [i[0] / i[1]]
     if op == "MatMul": return [np.matmul(i[0], i[1])]
     if op == "Relu": return [np.maximum(i[0], 0)]
     if op == "Tanh": return [np.tanh(i[0])]
