@@ -490,7 +490,8 @@ TEST(LinalgKernels, PackedQkvAttentionIsBitwiseTheSplitOne) {
 
 // Gemm with transB at a micro-batch's sizes runs as a prepared oneDNN matmul
 // (runtime/cpu/kernels/DnnlGemm.cpp), in several tiles one per tile
-// (128x1024x256): its bits may not depend on where the operands lie nor on
+// (128x1024x256 through a dense buffer, 1024x128x256 on whole rows of C):
+// its bits may not depend on where the operands lie nor on
 // the thread count, and with ExecContext::accumulate it adds to what Y
 // holds.
 TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
@@ -498,7 +499,7 @@ TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
     int64_t M, N, K;
   };
   for (const Shape3 &sh : {Shape3{32, 64, 256}, Shape3{16, 64, 256}, Shape3{32, 64, 192},
-                           Shape3{64, 10, 784}, Shape3{128, 1024, 256}})
+                           Shape3{64, 10, 784}, Shape3{128, 1024, 256}, Shape3{1024, 128, 256}})
     for (bool ta : {false, true}) {
       const int64_t M = sh.M, N = sh.N, K = sh.K;
       const std::string what = cat(M, "x", N, "x", K, " ta=", ta);

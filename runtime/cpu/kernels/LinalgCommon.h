@@ -230,6 +230,9 @@ Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B
                          void *scratch, const float *bias = nullptr);
 /// Multiply-adds from which a GEMM with a step-invariant B runs packed.
 inline constexpr double kPackedMinMacs = 1 << 20;
+/// The largest dense buffer a tile's primitive writes before its copy into
+/// C (LinalgBatchedGemm::prepare): the workspace holds one per tile.
+inline constexpr size_t kTileBufferBytes = size_t(1) << 20;
 /// One GEMM as a oneDNN matmul on B in oneDNN's layout, B reordered only
 /// when its address changes (inference weights: once); null where oneDNN
 /// keeps B's plain layout or the product is small (DnnlGemm.cpp). An
@@ -387,17 +390,21 @@ template <typename T> struct LinalgBatchedGemm {
       // One GEMM of several tiles with B transposed: a plain-layout
       // primitive per tile (oneDNN's brgemm matmul; DnnlGemm.cpp), each
       // with its own scratch, since tiles run on different threads at once.
-      // It writes a dense tile (oneDNN 2.7 takes brgemm only for a dense
-      // destination; a tile of a wider C runs as its sgemm) that is then
-      // copied into C.
+      // oneDNN 2.7 takes brgemm only for a dense destination (a tile of a
+      // wider C runs as its sgemm), so a tile narrower than C's rows is
+      // written into a dense buffer of at most kTileBufferBytes and then
+      // copied into C; larger ones keep the sgemm path.
       if (oneDnn && tb && batch == 1 && M > 0 && N > 0 && K > 0 && !oneTile()) {
         size_t ws = 0;
         for (int64_t t = 0; t < tl.tm * tl.tn; ++t) {
           const int64_t m0 = t / tl.tn * tl.mc, n0 = t % tl.tn * tl.nc;
           const int64_t rows = std::min(tl.mc, M - m0), cols = std::min(tl.nc, N - n0);
+          const bool direct = cols == ldc;
+          const size_t buffer = direct ? 0 : linalgRoundUp(static_cast<size_t>(rows * cols) * sizeof(float));
           LinalgDnnlGemmHolder h;
-          h.reset(linalgDnnlGemmPrepare(ta, tb, rows, cols, K, lda, ldb, cols, alpha, beta, 1, 0, 0, 0,
-                                        act, bias));
+          if (buffer <= kTileBufferBytes)
+            h.reset(linalgDnnlGemmPrepare(ta, tb, rows, cols, K, lda, ldb, direct ? ldc : cols, alpha, beta, 1,
+                                          0, 0, 0, act, bias));
           if (!h.get()) {
             tilePrims_.clear();
             tileWs_.clear();
@@ -405,8 +412,7 @@ template <typename T> struct LinalgBatchedGemm {
             break;
           }
           tileWs_.push_back(ws);
-          ws += linalgRoundUp(static_cast<size_t>(rows * cols) * sizeof(float)) +
-                (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
+          ws += buffer + (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
           tilePrims_.push_back(std::move(h));
         }
         tileWsBytes_ = ws;
@@ -517,17 +523,23 @@ private:
       if constexpr (std::is_same_v<T, float>) {
         if (prims) {
           const size_t i = static_cast<size_t>(t);
-          // The tile's product in a dense buffer (with beta, C's tile is
-          // copied in for the sum post-op), then copied into C.
+          const float *tileBias = bias && biasData ? biasData + n0 : nullptr;
+          unsigned char *ws = static_cast<unsigned char *>(workspace) + tileWs_[i];
           const int64_t rows = m1 - m0, cols = n1 - n0;
-          float *dense = reinterpret_cast<float *>(linalgAlign(static_cast<unsigned char *>(workspace) + tileWs_[i]));
+          if (cols == ldc) { // C's rows whole: dense already
+            failed[i] = linalgDnnlGemmRun(*tilePrims_[i].get(), a, bm, c, ws, tileBias);
+            return;
+          }
+          // The product in the dense buffer (with beta, C's tile is copied
+          // in for the sum post-op), then copied into C.
+          float *dense = reinterpret_cast<float *>(linalgAlign(ws));
           if (beta != 0.0f)
             for (int64_t m = 0; m < rows; ++m)
               std::copy(c + m * ldc, c + m * ldc + cols, dense + m * cols);
-          failed[i] = linalgDnnlGemmRun(*tilePrims_[i].get(), a, bm, dense,
-                                        reinterpret_cast<unsigned char *>(dense) +
-                                            linalgRoundUp(static_cast<size_t>(rows * cols) * sizeof(float)),
-                                        bias && biasData ? biasData + n0 : nullptr);
+          failed[i] = linalgDnnlGemmRun(
+              *tilePrims_[i].get(), a, bm, dense,
+              reinterpret_cast<unsigned char *>(dense) + linalgRoundUp(static_cast<size_t>(rows * cols) * sizeof(float)),
+              tileBias);
           for (int64_t m = 0; m < rows; ++m)
             std::copy(dense + m * cols, dense + (m + 1) * cols, c + m * ldc);
           return;
