@@ -346,8 +346,10 @@ private:
   static Status packSequenceFirst(ir::Graph &g, ir::Node *attn, const SequenceFirst &f) {
     const int64_t D = f.h * f.d, F = f.outProj->output(0)->shape()[1];
     ir::Value *X = f.seqFirst->input(0);
-    const DType dt = attn->output(0)->type().dtype;
-    auto typed = [&](ir::Node *n, Shape shape) { n->output(0)->setType(TensorDesc{dt, std::move(shape)}); };
+    // Each new value has the dtype of the one it stands for.
+    auto typed = [&](ir::Node *n, const ir::Node *was, Shape shape) {
+      n->output(0)->setType(TensorDesc{was->output(0)->type().dtype, std::move(shape)});
+    };
     auto rename = [&](ir::Node *n) { return g.renameNode(n, g.uniqueNodeName(n->name() + ".seqfirst")); };
     // The projection on X's rows: P' [n, s, 3D].
     ir::Node *proj = f.inProj;
@@ -359,7 +361,7 @@ private:
                  g.insertNode(proj, projName, proj->opType(), proj->domain(), in,
                               {g.uniqueValueName(proj->output(0)->name() + ".packed")}, proj->attrs()));
     packedProj->setPhase(proj->phase());
-    typed(packedProj, {f.n, f.s, 3 * D});
+    typed(packedProj, proj, {f.n, f.s, 3 * D});
     // The attention on it: O' [n, s, h, d].
     AttrMap attrs = attn->attrs();
     attrs["heads_inner"] = Attribute::ofInt(1);
@@ -372,7 +374,7 @@ private:
     PIPEC_ASSIGN(ir::Node * packed, g.insertNode(f.outTranspose, attnName, "Attention", "pipec", {Pp, Pp, Pp},
                                                  {g.uniqueValueName(attn->output(0)->name() + ".packed")}, attrs));
     packed->setPhase(attn->phase());
-    typed(packed, {f.n, f.s, f.h, f.d});
+    typed(packed, attn, {f.n, f.s, f.h, f.d});
     // Its rows [n s, D] into the output projection, back as [n, s, F]
     // (where the projection was: its other operands may be computed late).
     ir::Node *op = f.outProj;
@@ -384,7 +386,7 @@ private:
                                                "Reshape", "", {packed->output(0), rowsShape},
                                                {g.uniqueValueName(f.outReshape->output(0)->name() + ".packed")}));
     rows->setPhase(f.outReshape->phase());
-    typed(rows, {f.n * f.s, D});
+    typed(rows, f.outReshape, {f.n * f.s, D});
     const std::string opName = op->name();
     PIPEC_TRY(rename(op));
     std::vector<ir::Value *> oin(op->inputs().begin(), op->inputs().end());
@@ -393,7 +395,7 @@ private:
                                                   {g.uniqueValueName(op->output(0)->name() + ".packed")},
                                                   op->attrs()));
     outProj->setPhase(op->phase());
-    typed(outProj, {f.n * f.s, F});
+    typed(outProj, op, {f.n * f.s, F});
     PIPEC_ASSIGN(ir::Value * viewShape, shapeConst(f.outView->name() + "/batch_first", {f.n, f.s, F}));
     ir::Value *Y = f.batchFirst->output(0);
     const std::string yName = Y->name();
