@@ -169,8 +169,8 @@ bool transposes(const ir::Node *n, const std::vector<int64_t> &perm) {
   return n && n->is("Transpose") && attrInts(n->attrs(), "perm", {}) == perm;
 }
 
-/// The producer of `v` if it is `v`'s only reader's input and of op `op`,
-/// and `v` is read by `user` alone.
+/// The producer of `v` if it is an `op` node and `user` is `v`'s only
+/// reader.
 ir::Node *producerFor(const ir::Value *v, const ir::Node *user, const char *op) {
   ir::Node *p = v ? v->producer() : nullptr;
   return p && p->is(op) && soleUser(v) == user ? p : nullptr;
@@ -282,7 +282,7 @@ bool sequenceFirst(ir::Node *attn, SequenceFirst &f) {
     return false;
   f.outProj = soleUser(f.outReshape->output(0));
   if (!f.outProj || f.outProj->numOutputs() != 1 || f.outProj->input(0) != f.outReshape->output(0) ||
-      f.outProj->numInputs() < 2 || f.outProj->input(1) == f.outReshape->output(0) ||
+      f.outProj->numInputs() < 2 ||
       !((f.outProj->domain() == "pipec" && f.outProj->opType() == "FusedGemm") || f.outProj->is("Gemm") ||
         f.outProj->is("MatMul")) ||
       attrInt(f.outProj->attrs(), "transA", 0) != 0)
@@ -295,7 +295,7 @@ bool sequenceFirst(ir::Node *attn, SequenceFirst &f) {
       f.outView->output(0)->shape() != Shape{f.s, f.n, y[1]})
     return false;
   f.batchFirst = soleUser(f.outView->output(0));
-  return transposes(f.batchFirst, {1, 0, 2}) && f.batchFirst->input(0) == f.outView->output(0);
+  return transposes(f.batchFirst, {1, 0, 2});
 }
 
 class PackQkvPass final : public Pass {
@@ -400,7 +400,7 @@ private:
     ir::Value *Y = f.batchFirst->output(0);
     const std::string yName = Y->name();
     PIPEC_TRY(g.renameValue(Y, g.uniqueValueName(yName + ".seqfirst")));
-    PIPEC_ASSIGN(ir::Node * view, g.insertNode(op, g.uniqueNodeName(f.batchFirst->name() + ".packed"), "Reshape", "",
+    PIPEC_ASSIGN(ir::Node * view, g.insertNode(op, g.uniqueNodeName(f.outView->name() + ".packed"), "Reshape", "",
                                                {outProj->output(0), viewShape}, {yName}));
     view->setPhase(f.batchFirst->phase());
     view->output(0)->setType(Y->type());

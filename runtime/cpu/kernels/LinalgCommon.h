@@ -24,6 +24,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -510,9 +511,7 @@ private:
     int64_t perGemm = tm * tn, total = batch * perGemm;
     bool tiny = work <= 2048.0;
     const bool prims = workspace && !tilePrims_.empty();
-    std::vector<Status> failed;
-    if (prims)
-      failed.assign(static_cast<size_t>(total), Status::ok());
+    std::array<Status, 8> failed; // per tile of one GEMM (tiling(): at most 8) where prims
     auto tile = [&](int64_t t) {
       int64_t b = t / perGemm, r = t % perGemm;
       int64_t m0 = r / tn * mc, n0 = r % tn * nc;
