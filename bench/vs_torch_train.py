@@ -10,7 +10,8 @@ process), interleaved (pipec, torch; threads 1 then 2), ROUNDS rounds. Each
 run reports its median step; the table has the median over rounds, pipec's
 speed relative to PyTorch's at the same thread count (median over rounds
 of the round's ratio), and for the MLP the GEMM-bound limit: the step's
-GEMM FLOPs (forward, input and weight gradients: 3 x 2 B in out per layer)
+GEMM FLOPs (forward, input and weight gradients, 2 B in out each, except
+the first layer's input gradient, which neither pipec nor PyTorch computes)
 at the peak FP32 rate `pipec --calibrate` measured (profile this-cpu) times
 the threads.
 """
@@ -59,7 +60,9 @@ def run(args):
 
 
 def mlp_gemm_flops(batch, width=1024, layers=8):
-    return 3 * 2.0 * batch * width * width * layers
+    # Per layer: the forward GEMM, the weight gradient and the input
+    # gradient; the input x needs no gradient.
+    return (3 * layers - 1) * 2.0 * batch * width * width
 
 
 def main():
