@@ -4,12 +4,14 @@
 // do not cover: broadcasting patterns against a naive reference, results
 // bitwise independent of the OpenMP thread count, Dropout's counter-based
 // masks, integer and cast corner cases, errors (not crashes) on bad
-// descriptions, and the accuracy of the float exp, tanh and erf
-// approximations (VecMath.h) against double-precision libm.
+// descriptions, the accuracy of the float exp, tanh and erf
+// approximations (VecMath.h) against double-precision libm, and the
+// softmax row (SoftmaxRow.h) against its portable form.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/kernels/ElementwiseRandom.h"
+#include "runtime/cpu/kernels/SoftmaxRow.h"
 #include "runtime/cpu/kernels/VecMath.h"
 
 #include <gtest/gtest.h>
@@ -621,6 +623,58 @@ double expRef(double x) { return std::exp(x); }
 double tanhRef(double x) { return std::tanh(x); }
 
 } // namespace
+
+// softmaxRow (AVX-512 registers where the build has them) is bitwise
+// softmaxRowGeneric, the lanes-and-tree loops every other target runs:
+// every length from 1 to 300 (full registers and every tail), in place
+// and not, Softmax and LogSoftmax, on rows with ties, signed zeros,
+// infinities, NaNs and entries far enough below the maximum to underflow.
+// A NaN is any NaN: which operand's sign and payload an x86 operation
+// passes on depends on the order the compiler put them in.
+TEST(SoftmaxRow, IsBitwiseThePortableRow) {
+  auto same = [](const std::vector<float> &a, const std::vector<float> &b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!(std::isnan(a[i]) && std::isnan(b[i])) && std::memcmp(&a[i], &b[i], 4) != 0)
+        return false;
+    return true;
+  };
+  std::mt19937 g(11);
+  std::uniform_real_distribution<float> u(-30.f, 30.f);
+  const float specials[] = {0.0f, -0.0f, HUGE_VALF, -HUGE_VALF, NAN, 88.0f, -120.0f, 1e-40f};
+  int compared = 0;
+  for (int64_t n = 1; n <= 300; ++n)
+    for (int variant = 0; variant < 4; ++variant) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float &v : x)
+        v = u(g);
+      if (variant == 1) // ties: the maximum several times, in different lanes
+        for (int64_t i = 0; i < n; i += 5)
+          x[static_cast<size_t>(i)] = 30.0f;
+      if (variant >= 2) // one or two special values at random places
+        for (int k = 0; k < variant - 1; ++k)
+          x[static_cast<size_t>(g() % static_cast<uint32_t>(n))] = specials[g() % 8];
+      std::vector<float> ref(x.size()), got(x.size()), inPlace = x, logRef(x.size()), logGot(x.size());
+      softmaxRowGeneric<float, false>(x.data(), ref.data(), n);
+      softmaxRow<float, false>(x.data(), got.data(), n);
+      softmaxRow<float, false>(inPlace.data(), inPlace.data(), n);
+      softmaxRowGeneric<float, true>(x.data(), logRef.data(), n);
+      softmaxRow<float, true>(x.data(), logGot.data(), n);
+      ASSERT_TRUE(same(ref, got)) << "n " << n << " variant " << variant;
+      ASSERT_TRUE(same(ref, inPlace)) << "n " << n << " variant " << variant << " in place";
+      ASSERT_TRUE(same(logRef, logGot)) << "n " << n << " variant " << variant << " log";
+      ++compared;
+    }
+  EXPECT_EQ(compared, 1200);
+  // The row is a distribution: a plain row sums to 1 within rounding.
+  std::vector<float> x(77), y(77);
+  for (float &v : x)
+    v = u(g);
+  softmaxRow<float, false>(x.data(), y.data(), 77);
+  double total = 0;
+  for (float v : y)
+    total += v;
+  EXPECT_NEAR(total, 1.0, 1e-5);
+}
 
 TEST(VecMath, ExpApproxIsWithinOneUlpOfDoubleExp) {
   // Measured over all 2^32 floats: at most 1.009 ulp where exp(x) is a
