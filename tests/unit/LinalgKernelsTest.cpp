@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cpu/kernels/LinalgCommon.h"
 
 #include <cblas.h>
 #include <gtest/gtest.h>
@@ -542,6 +543,75 @@ TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
             if (!(std::fabs(g - 3 * s) <= 3e-5 * 3 * mag + 1e-6)) {
               ADD_FAILURE() << what << " shift " << shift << ": element " << m << "," << n
                             << " got " << g << " want " << 3 * s;
+              ++bad;
+            }
+          }
+      }
+    }
+}
+
+// An inference GEMM cut across rows (step-invariant B, more than one tile
+// down M) runs as blocks of whole rows, each one primitive on B packed once
+// by the first (LinalgBatchedGemm::prepare): within float rounding of a
+// float64 product, GELU as the epilogue computes it, B plain or
+// transposed, the same bits on one and two threads, B packed again when
+// its address changes, and a last block of fewer rows (1030 = 3 x 258 +
+// 256) sharing the first one's copy of B.
+TEST(LinalgKernels, PackedRowBlocksMatchTheProduct) {
+  struct Case {
+    int64_t M, N, K;
+    bool tb;
+  };
+  for (const Case &c : {Case{1024, 1024, 256, false}, Case{1030, 1024, 256, false}, Case{600, 512, 512, true}})
+    for (FusedActivation act : {FusedActivation::None, FusedActivation::GeluErf}) {
+      const std::string what = cat(c.M, "x", c.N, "x", c.K, " tb=", c.tb, " gelu=", act != FusedActivation::None);
+      Tensor A = randomF32({c.M, c.K}, static_cast<uint32_t>(c.M + c.K));
+      const Shape bs = c.tb ? Shape{c.N, c.K} : Shape{c.K, c.N};
+      Tensor B1 = randomF32(bs, static_cast<uint32_t>(7 * c.N)), B2 = randomF32(bs, 99u);
+      Tensor bias = randomF32({c.N}, 5u);
+      LinalgBatchedGemm<float> g;
+      g.tb = c.tb;
+      g.M = c.M;
+      g.N = c.N;
+      g.K = c.K;
+      g.lda = c.K;
+      g.ldb = c.tb ? c.K : c.N;
+      g.ldc = c.N;
+      g.aOff = g.bOff = g.cOff = {0};
+      g.bStepInvariant = true;
+      g.act = act;
+      g.bias = true;
+      g.prepare();
+      ASSERT_GT(g.packedRowBlock(), 0) << what;
+      ASSERT_LT(g.packedRowBlock(), c.M) << what;
+      std::vector<unsigned char> ws(g.workspaceBytes() + 64);
+      auto product = [&](const Tensor &B, int threads) {
+        std::vector<float> y(static_cast<size_t>(c.M * c.N));
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        Status s = g.runPrepared(A.data<float>(), B.data<float>(), y.data(), linalgAlign(ws.data()), true,
+                                 bias.data<float>());
+        omp_set_num_threads(before);
+        EXPECT_TRUE(s.isOk()) << what << ": " << s.message();
+        return y;
+      };
+      for (const Tensor *B : {&B1, &B2, &B1}) {
+        std::vector<float> one = product(*B, 1), two = product(*B, 2);
+        EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * 4), 0) << what;
+        int bad = 0;
+        for (int64_t m = 0; m < c.M && bad < 5; m += 7)
+          for (int64_t n = 0; n < c.N && bad < 5; n += 3) {
+            double s = bias.getDouble(n), mag = std::fabs(s);
+            for (int64_t k = 0; k < c.K; ++k) {
+              const double x = A.getDouble(m * c.K + k) * B->getDouble(c.tb ? n * c.K + k : k * c.N + n);
+              s += x;
+              mag += std::fabs(x);
+            }
+            const float pre = static_cast<float>(s);
+            const double want = act == FusedActivation::None ? s : double(geluErfOf(pre));
+            if (!(std::fabs(one[static_cast<size_t>(m * c.N + n)] - want) <= 2e-6 * mag + 1e-6)) {
+              ADD_FAILURE() << what << ": element " << m << "," << n << " got "
+                            << one[static_cast<size_t>(m * c.N + n)] << " want " << want;
               ++bad;
             }
           }

@@ -228,6 +228,48 @@ struct LinalgDnnlBlocked {
     if (i >= 0 && static_cast<size_t>(i) < reorders.size() && reorders[i].valid() && !isOutput[i])
       kept = i;
   }
+  /// The kept input's reordered copy, made now unless it is current
+  /// (`src`: the input in its plain layout): for runs that take it as an
+  /// input already in the chosen layout (run's `chosenLayout`), this
+  /// primitive's or a follower's.
+  Status hold(const void *src, unsigned char *ws, uint64_t step, const void **held) const {
+    if (kept < 0)
+      return errorf("oneDNN primitive: no reordered input is kept");
+    if (held_.empty())
+      held_.resize(heldBytes() + 64);
+    void *dst = linalgAlign(held_.data());
+    if (heldFrom_ != src || heldStep_ != step) {
+      const void *r[2] = {src, dst};
+      heldFrom_ = nullptr; // a failed reorder leaves no valid copy
+      PIPEC_TRY(reorders[static_cast<size_t>(kept)].run(r, ws + scratchOffset));
+      heldFrom_ = src;
+      heldStep_ = step;
+    }
+    *held = dst;
+    return Status::ok();
+  }
+  /// Keeps nothing: the input that keepReordered held comes from another
+  /// primitive's hold() (a follower shares the leader's copy).
+  void follow() {
+    if (kept >= 0)
+      reorders[static_cast<size_t>(kept)] = LinalgDnnlPrim();
+    kept = -1;
+    held_.clear();
+    held_.shrink_to_fit();
+    heldFrom_ = nullptr;
+    // The workspace laid out again without the input's buffer.
+    size_t at = 0, scratch = main.scratchBytes;
+    for (size_t i = 0; i < reorders.size(); ++i) {
+      if (!reorders[i].valid() && !tiles[i].first)
+        continue;
+      bufOffset[i] = at;
+      at += linalgRoundUp(main.args[i].second.get_size());
+      scratch = std::max(scratch, reorders[i].scratchBytes);
+    }
+    scratchOffset = at;
+    bytes = at + linalgRoundUp(scratch);
+  }
+
   /// Bytes held between runs by keepReordered.
   size_t heldBytes() const {
     return kept >= 0 ? linalgRoundUp(main.args[static_cast<size_t>(kept)].second.get_size()) : 0;

@@ -174,4 +174,31 @@ LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t
   return made.release();
 }
 
+LinalgDnnlGemm *linalgDnnlGemmFollower(const LinalgDnnlGemm &leader, bool ta, bool tb, int64_t M, int64_t N,
+                                       int64_t K, int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta,
+                                       FusedActivation act, bool bias) {
+  if (!leader.packed.valid() || leader.packed.kept != 1)
+    return nullptr;
+  std::unique_ptr<LinalgDnnlGemm> f(
+      linalgDnnlGemmPreparePacked(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, act, bias));
+  // B's blocked layout may depend on M: only the leader's layout is shared.
+  if (!f || f->packed.main.args[1].second != leader.packed.main.args[1].second)
+    return nullptr;
+  f->packed.follow();
+  return f.release();
+}
+
+Status linalgDnnlGemmHold(const LinalgDnnlGemm &leader, const float *B, void *scratch, const float **held) {
+  const void *h = nullptr;
+  PIPEC_TRY(leader.packed.hold(B, linalgAlign(scratch), 0, &h));
+  *held = static_cast<const float *>(h);
+  return Status::ok();
+}
+
+Status linalgDnnlGemmRunOnHeld(const LinalgDnnlGemm &p, const float *A, const float *heldB, float *C,
+                               void *scratch, const float *bias) {
+  const void *ptrs[4] = {A, heldB, C, bias};
+  return p.packed.run(ptrs, linalgAlign(scratch), 1u << 1);
+}
+
 } // namespace pipec::cpu
