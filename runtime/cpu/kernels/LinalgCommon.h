@@ -407,11 +407,12 @@ template <typename T> struct LinalgBatchedGemm {
       // are tiles, each a dense destination (oneDNN's brgemm), run by one
       // primitive each that reads B in the blocked layout the first one
       // holds (one copy of B). A GELU runs after each block as the sgemm
-      // tiles' epilogue computes it; oneDNN's post-op cost more. Measured
-      // alone on one thread, 1024x1024x256 with bias and GELU erf: 2537 us
-      // in 512 x 512 sgemm tiles, 2332 in 256-row blocks with the post-op,
-      // 2030 with the bias alone.
-      // (oneDNN keeps B's plain layout where A is transposed.)
+      // tiles' epilogue computes it: oneDNN's post-op cost more (2332 us
+      // against 2030 without, on the blocks below). Timed alone on one
+      // thread, 1024x1024x256 with bias and GELU erf: 2639 us in 512 x 512
+      // sgemm tiles, 2271 in four 256-row blocks (docs/cpu-linalg-kernels.md
+      // has the other shapes). oneDNN keeps B's plain layout where A is
+      // transposed: those keep the tiles.
       if (oneDnn && bStepInvariant && batch == 1 && M > 0 && N > 0 && K > 0 && tl.tm > 1 && ldc == N && !ta &&
           packed_.empty()) {
         const int64_t mc = (M + tl.tm * tl.tn - 1) / (tl.tm * tl.tn);
