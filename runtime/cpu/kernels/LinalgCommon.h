@@ -231,6 +231,13 @@ Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B
                          void *scratch, const float *bias = nullptr);
 /// Multiply-adds from which a GEMM with a step-invariant B runs packed.
 inline constexpr double kPackedMinMacs = 1 << 20;
+/// The fewest rows a packed GEMM's blocks of whole rows may have
+/// (LinalgBatchedGemm::prepare); below, it is cut into blocks of columns.
+/// Each block reads all of B: the MLP's 128x1024x1024 layers in two blocks
+/// of 64 rows ran 6% slower on one thread and 12% on two than in blocks
+/// of columns (inference, interleaved, 2026-11-27), its 4 MB weights
+/// coming from memory twice.
+inline constexpr int64_t kPackedBlockRows = 128;
 /// The largest dense buffer a tile's primitive writes before its copy into
 /// C (LinalgBatchedGemm::prepare): the workspace holds one per tile.
 inline constexpr size_t kTileBufferBytes = size_t(1) << 20;
@@ -382,49 +389,36 @@ template <typename T> struct LinalgBatchedGemm {
     packedWsBytes_ = tileWsBytes_ = 0;
     if constexpr (std::is_same_v<T, float>) {
       const int64_t batch = static_cast<int64_t>(cOff.size());
-      // One GEMM on step-invariant B whose tiles span all rows: a packed
-      // primitive per column block, each holding its block of B.
+      // One GEMM on step-invariant B (a layer's weights in inference), in
+      // oneDNN's blocked layout, packed once. Where the tiling cuts the
+      // rows (tm > 1), C's rows are whole (ldc == N) and the tiles would
+      // hold at least kPackedBlockRows rows each as blocks of whole rows:
+      // as many blocks of whole rows as there are tiles, each a dense
+      // destination (oneDNN's brgemm), run by one primitive each that
+      // reads B in the blocked layout the first one holds (one copy of B;
+      // each block rereads all of B, so blocks have at least
+      // kPackedBlockRows rows: 32 multiply-adds a byte of B). A GELU
+      // runs after each block as the sgemm tiles' epilogue computes it:
+      // oneDNN's post-op cost more (2332 us against 2030 without, on the
+      // blocks below). Timed alone on one thread, 1024x1024x256 with bias
+      // and GELU erf: 2639 us in 512 x 512 sgemm tiles, 2271 in four
+      // 256-row blocks (docs/cpu-linalg-kernels.md has the other shapes).
+      // oneDNN keeps B's plain layout where A is transposed: those keep the
+      // tiles.
       const Tiling tl = tiling();
-      if (oneDnn && bStepInvariant && batch == 1 && M > 0 && N > 0 && K > 0 && tl.tm == 1) {
-        size_t ws = 0;
-        for (int64_t j = 0; j < tl.tn; ++j) {
-          const int64_t nc = std::min(tl.nc, N - j * tl.nc);
-          LinalgDnnlGemmHolder h;
-          h.reset(linalgDnnlGemmPreparePacked(ta, tb, M, nc, K, lda, ldb, ldc, alpha, beta, act, bias));
-          if (!h.get()) {
-            packed_.clear();
-            packedWs_.clear();
-            break;
-          }
-          packedWs_.push_back(ws);
-          ws += (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
-          packed_.push_back(std::move(h));
-        }
-        packedWsBytes_ = ws;
-      }
-      // The same cut across rows as well (tm > 1) where C's rows are whole
-      // (ldc == N): as many blocks of rows spanning every column as there
-      // are tiles, each a dense destination (oneDNN's brgemm), run by one
-      // primitive each that reads B in the blocked layout the first one
-      // holds (one copy of B). A GELU runs after each block as the sgemm
-      // tiles' epilogue computes it: oneDNN's post-op cost more (2332 us
-      // against 2030 without, on the blocks below). Timed alone on one
-      // thread, 1024x1024x256 with bias and GELU erf: 2639 us in 512 x 512
-      // sgemm tiles, 2271 in four 256-row blocks (docs/cpu-linalg-kernels.md
-      // has the other shapes). oneDNN keeps B's plain layout where A is
-      // transposed: those keep the tiles.
-      if (oneDnn && bStepInvariant && batch == 1 && M > 0 && N > 0 && K > 0 && tl.tm > 1 && ldc == N && !ta &&
-          packed_.empty()) {
-        const int64_t mc = (M + tl.tm * tl.tn - 1) / (tl.tm * tl.tn);
+      const int64_t count = tl.tm * tl.tn, mc = (M + count - 1) / count;
+      const bool packable = oneDnn && bStepInvariant && batch == 1 && M > 0 && N > 0 && K > 0;
+      if (packable && tl.tm > 1 && ldc == N && !ta && mc >= kPackedBlockRows) {
         const bool ours = act == FusedActivation::GeluErf || act == FusedActivation::GeluTanh;
         const FusedActivation primAct = ours ? FusedActivation::None : act;
         size_t ws = 0;
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
           const int64_t rows = std::min(mc, M - m0);
           LinalgDnnlGemmHolder h;
-          h.reset(m0 == 0 ? linalgDnnlGemmPreparePacked(false, tb, rows, N, K, lda, ldb, ldc, alpha, beta, primAct, bias)
-                          : linalgDnnlGemmFollower(*packed_[0].get(), false, tb, rows, N, K, lda, ldb, ldc, alpha,
-                                                   beta, primAct, bias));
+          h.reset(m0 == 0 ? linalgDnnlGemmPreparePacked(false, tb, rows, N, K, lda, ldb, ldc, alpha,
+                                                        beta, primAct, bias)
+                          : linalgDnnlGemmFollower(*packed_[0].get(), false, tb, rows, N, K, lda,
+                                                   ldb, ldc, alpha, beta, primAct, bias));
           if (!h.get()) {
             packed_.clear();
             packedWs_.clear();
@@ -441,6 +435,27 @@ template <typename T> struct LinalgBatchedGemm {
         }
         packedWsBytes_ = ws;
       }
+      // Else, where the tiles span all rows: a packed primitive per column
+      // block, each holding its block of B. (Blocks of 64 whole rows, the
+      // MLP's 128x1024x1024 in two, ran slower: kPackedBlockRows.)
+      if (packable && packed_.empty() && tl.tm == 1) {
+        size_t ws = 0;
+        for (int64_t j = 0; j < tl.tn; ++j) {
+          const int64_t nc = std::min(tl.nc, N - j * tl.nc);
+          LinalgDnnlGemmHolder h;
+          h.reset(
+              linalgDnnlGemmPreparePacked(ta, tb, M, nc, K, lda, ldb, ldc, alpha, beta, act, bias));
+          if (!h.get()) {
+            packed_.clear();
+            packedWs_.clear();
+            break;
+          }
+          packedWs_.push_back(ws);
+          ws += (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
+          packed_.push_back(std::move(h));
+        }
+        packedWsBytes_ = ws;
+      }
       // One GEMM of several tiles with B transposed: a plain-layout
       // primitive per tile (oneDNN's brgemm matmul; DnnlGemm.cpp), each
       // with its own scratch, since tiles run on different threads at once.
@@ -454,11 +469,12 @@ template <typename T> struct LinalgBatchedGemm {
           const int64_t m0 = t / tl.tn * tl.mc, n0 = t % tl.tn * tl.nc;
           const int64_t rows = std::min(tl.mc, M - m0), cols = std::min(tl.nc, N - n0);
           const bool direct = cols == ldc;
-          const size_t buffer = direct ? 0 : linalgRoundUp(static_cast<size_t>(rows * cols) * sizeof(float));
+          const size_t buffer =
+              direct ? 0 : linalgRoundUp(static_cast<size_t>(rows * cols) * sizeof(float));
           LinalgDnnlGemmHolder h;
           if (buffer <= kTileBufferBytes)
-            h.reset(linalgDnnlGemmPrepare(ta, tb, rows, cols, K, lda, ldb, direct ? ldc : cols, alpha, beta, 1,
-                                          0, 0, 0, act, bias));
+            h.reset(linalgDnnlGemmPrepare(ta, tb, rows, cols, K, lda, ldb, direct ? ldc : cols,
+                                          alpha, beta, 1, 0, 0, 0, act, bias));
           if (!h.get()) {
             tilePrims_.clear();
             tileWs_.clear();
@@ -486,8 +502,8 @@ template <typename T> struct LinalgBatchedGemm {
       dnnlOffsets_[0] = aOff[0];
       dnnlOffsets_[1] = bOff[0];
       dnnlOffsets_[2] = cOff[0];
-      dnnl_.reset(linalgDnnlGemmPrepare(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, batch, sa,
-                                        sb, sc, act, bias));
+      dnnl_.reset(linalgDnnlGemmPrepare(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, batch, sa, sb,
+                                        sc, act, bias));
     }
   }
 
