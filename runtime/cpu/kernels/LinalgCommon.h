@@ -419,15 +419,8 @@ template <typename T> struct LinalgBatchedGemm {
                                                         beta, primAct, bias)
                           : linalgDnnlGemmFollower(*packed_[0].get(), false, tb, rows, N, K, lda,
                                                    ldb, ldc, alpha, beta, primAct, bias));
-          if (!h.get()) {
-            packed_.clear();
-            packedWs_.clear();
-            ws = 0;
+          if (!appendPrim(packed_, packedWs_, ws, std::move(h)))
             break;
-          }
-          packedWs_.push_back(ws);
-          ws += (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
-          packed_.push_back(std::move(h));
         }
         if (!packed_.empty()) {
           packedRows_ = mc;
@@ -445,14 +438,8 @@ template <typename T> struct LinalgBatchedGemm {
           LinalgDnnlGemmHolder h;
           h.reset(
               linalgDnnlGemmPreparePacked(ta, tb, M, nc, K, lda, ldb, ldc, alpha, beta, act, bias));
-          if (!h.get()) {
-            packed_.clear();
-            packedWs_.clear();
+          if (!appendPrim(packed_, packedWs_, ws, std::move(h)))
             break;
-          }
-          packedWs_.push_back(ws);
-          ws += (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
-          packed_.push_back(std::move(h));
         }
         packedWsBytes_ = ws;
       }
@@ -475,15 +462,8 @@ template <typename T> struct LinalgBatchedGemm {
           if (buffer <= kTileBufferBytes)
             h.reset(linalgDnnlGemmPrepare(ta, tb, rows, cols, K, lda, ldb, direct ? ldc : cols,
                                           alpha, beta, 1, 0, 0, 0, act, bias));
-          if (!h.get()) {
-            tilePrims_.clear();
-            tileWs_.clear();
-            ws = 0;
+          if (!appendPrim(tilePrims_, tileWs_, ws, std::move(h), buffer))
             break;
-          }
-          tileWs_.push_back(ws);
-          ws += buffer + (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
-          tilePrims_.push_back(std::move(h));
         }
         tileWsBytes_ = ws;
       }
@@ -574,6 +554,24 @@ template <typename T> struct LinalgBatchedGemm {
   }
 
 private:
+  /// Appends the prepared primitive `h` to `prims` at workspace offset
+  /// `ws`, which grows by `extra` bytes of its own and its scratch; where
+  /// `h` is null (oneDNN offered nothing better), empties `prims`,
+  /// `offsets` and `ws` and returns false.
+  static bool appendPrim(std::vector<LinalgDnnlGemmHolder> &prims, std::vector<size_t> &offsets, size_t &ws,
+                         LinalgDnnlGemmHolder h, size_t extra = 0) {
+    if (!h.get()) {
+      prims.clear();
+      offsets.clear();
+      ws = 0;
+      return false;
+    }
+    offsets.push_back(ws);
+    ws += extra + (linalgDnnlGemmScratchBytes(*h.get()) + 127) / 64 * 64;
+    prims.push_back(std::move(h));
+    return true;
+  }
+
   /// block(j) for j in [0, blocks), spread over the threads, each call on
   /// one thread; the first failure's status.
   template <typename F> static Status runBlocks(int64_t blocks, F &&block) {
