@@ -619,6 +619,72 @@ TEST(LinalgKernels, PackedRowBlocksMatchTheProduct) {
     }
 }
 
+// A weight gradient's GEMM (A transposed, B plain) of several tiles runs
+// cut along K (LinalgBatchedGemm::prepare): each part's product, the
+// partial sums added in part order, with alpha and with beta onto what C
+// held (gradients accumulated over micro-batches), the same bits on one
+// thread and two, and a shorter last part (K 1000 = 512 + 488).
+TEST(LinalgKernels, SplitAlongKMatchesTheProduct) {
+  struct Case {
+    int64_t M, N, K, depth;
+  };
+  for (const Case &c : {Case{1024, 256, 1024, 512}, Case{1024, 256, 1000, 512}, Case{1024, 1024, 2048, 512}})
+    for (float beta : {0.0f, 1.0f}) {
+      const std::string what = cat(c.M, "x", c.N, "x", c.K, " beta=", beta);
+      Tensor A = randomF32({c.K, c.M}, static_cast<uint32_t>(c.M + 3 * c.K)); // transposed: [K, M]
+      Tensor B = randomF32({c.K, c.N}, static_cast<uint32_t>(5 * c.N));
+      Tensor C0 = randomF32({c.M, c.N}, 17u);
+      LinalgBatchedGemm<float> g;
+      g.ta = true;
+      g.M = c.M;
+      g.N = c.N;
+      g.K = c.K;
+      g.lda = c.M;
+      g.ldb = c.N;
+      g.ldc = c.N;
+      g.alpha = 0.5f;
+      g.beta = beta;
+      g.aOff = g.bOff = g.cOff = {0};
+      g.prepare();
+      if (!oneDnnEnabled())
+        GTEST_SKIP() << "oneDNN is off";
+      ASSERT_EQ(g.splitDepth(), c.depth) << what;
+      LinalgBatchedGemm<float> wide = g; // C wider than tall: tiles
+      std::swap(wide.M, wide.N);
+      wide.lda = wide.M;
+      wide.ldb = wide.ldc = wide.N;
+      wide.prepare();
+      EXPECT_EQ(wide.splitDepth(), c.M > c.N ? 0 : c.depth) << what;
+      std::vector<unsigned char> ws(g.workspaceBytes() + 64);
+      auto product = [&](int threads) {
+        std::vector<float> y(C0.data<float>(), C0.data<float>() + c.M * c.N);
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        Status s = g.runPrepared(A.data<float>(), B.data<float>(), y.data(), linalgAlign(ws.data()));
+        omp_set_num_threads(before);
+        EXPECT_TRUE(s.isOk()) << what << ": " << s.message();
+        return y;
+      };
+      std::vector<float> one = product(1), two = product(2);
+      EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * 4), 0) << what;
+      int bad = 0;
+      for (int64_t m = 0; m < c.M && bad < 5; m += 5)
+        for (int64_t n = 0; n < c.N && bad < 5; n += 7) {
+          double s = beta * C0.getDouble(m * c.N + n), mag = std::fabs(s);
+          for (int64_t k = 0; k < c.K; ++k) {
+            const double x = 0.5 * A.getDouble(k * c.M + m) * B.getDouble(k * c.N + n);
+            s += x;
+            mag += std::fabs(x);
+          }
+          if (!(std::fabs(one[static_cast<size_t>(m * c.N + n)] - s) <= 2e-6 * mag + 1e-6)) {
+            ADD_FAILURE() << what << ": element " << m << "," << n << " got " << one[static_cast<size_t>(m * c.N + n)]
+                          << " want " << s;
+            ++bad;
+          }
+        }
+    }
+}
+
 // A batch of small products runs as one oneDNN matmul primitive
 // (runtime/cpu/kernels/DnnlGemm.cpp): its bits may not depend on where the
 // operands lie (plans place tensors at other offsets for other K) nor on the

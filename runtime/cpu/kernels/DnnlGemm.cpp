@@ -37,6 +37,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
 
+#include <string_view>
+
 namespace pipec::cpu {
 
 struct LinalgDnnlGemm {
@@ -92,20 +94,14 @@ dnnl::primitive_attr gemmAttr(float alpha, float beta, FusedActivation act) {
 dnnl::memory::desc biasDesc(int64_t N) { return linalgDnnlPlain({1, N}); }
 } // namespace
 
-LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                                      int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                                      float beta, int64_t batch, int64_t sa, int64_t sb,
-                                      int64_t sc, FusedActivation act, bool bias) {
-  const double macs = double(M) * double(N) * double(K);
-  const bool epilogue = bias || act != FusedActivation::None;
-  if (epilogue && batch != 1)
-    return nullptr; // the sgemm path's tiles run the epilogue
-  if (batch == 1) {
-    if (!tb || macs < kOneDnnMinMacs)
-      return nullptr;
-  } else if (batch < 1 || sc == 0 || 2.0 * macs * double(batch) > kBatchMaxFlops) {
-    return nullptr;
-  }
+namespace {
+/// The matmul primitive for a batch of `batch` GEMMs with plain operands
+/// (DnnlGemm.cpp's callers decide where it pays), or null where oneDNN
+/// refuses it or, with `brgemmOnly`, where it would not run its brgemm
+/// kernel.
+LinalgDnnlGemm *makeMatmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                           int64_t ldc, float alpha, float beta, int64_t batch, int64_t sa, int64_t sb,
+                           int64_t sc, FusedActivation act, bool bias, bool brgemmOnly) {
   auto made = std::make_unique<LinalgDnnlGemm>();
   try {
     using namespace dnnl;
@@ -127,6 +123,8 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
     LinalgOneThread one;
     matmul::primitive_desc pd(bias ? matmul::desc(a, b, biasDesc(N), c) : matmul::desc(a, b, c), attr,
                               linalgDnnlEngine());
+    if (brgemmOnly && std::string_view(pd.impl_info_str()).substr(0, 3) != "brg")
+      return nullptr;
     made->prim.init<matmul>(pd);
     made->prim.args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
     if (bias)
@@ -135,6 +133,30 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
     return nullptr;
   }
   return made.release();
+}
+} // namespace
+
+LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                      int64_t lda, int64_t ldb, int64_t ldc, float alpha,
+                                      float beta, int64_t batch, int64_t sa, int64_t sb,
+                                      int64_t sc, FusedActivation act, bool bias) {
+  const double macs = double(M) * double(N) * double(K);
+  const bool epilogue = bias || act != FusedActivation::None;
+  if (epilogue && batch != 1)
+    return nullptr; // the sgemm path's tiles run the epilogue
+  if (batch == 1) {
+    if (!tb || macs < kOneDnnMinMacs)
+      return nullptr;
+  } else if (batch < 1 || sc == 0 || 2.0 * macs * double(batch) > kBatchMaxFlops) {
+    return nullptr;
+  }
+  return makeMatmul(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, batch, sa, sb, sc, act, bias, false);
+}
+
+LinalgDnnlGemm *linalgDnnlGemmPrepareBrgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                                            int64_t ldb, int64_t ldc, float alpha, float beta, FusedActivation act,
+                                            bool bias) {
+  return makeMatmul(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, 1, 0, 0, 0, act, bias, true);
 }
 
 LinalgDnnlGemm *linalgDnnlGemmPreparePacked(bool ta, bool tb, int64_t M, int64_t N, int64_t K,

@@ -238,6 +238,11 @@ inline constexpr double kPackedMinMacs = 1 << 20;
 /// of columns (inference, interleaved, 2026-11-27), its 4 MB weights
 /// coming from memory twice.
 inline constexpr int64_t kPackedBlockRows = 128;
+/// The fewest rows of K each part of a GEMM cut along K has
+/// (LinalgBatchedGemm::prepare).
+inline constexpr int64_t kSplitMinK = 256;
+/// The most bytes of C's partial sums a GEMM cut along K keeps.
+inline constexpr size_t kSplitMaxBytes = size_t(16) << 20;
 /// The largest dense buffer a tile's primitive writes before its copy into
 /// C (LinalgBatchedGemm::prepare): the workspace holds one per tile.
 inline constexpr size_t kTileBufferBytes = size_t(1) << 20;
@@ -271,6 +276,14 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
                                       float beta, int64_t batch, int64_t sa, int64_t sb,
                                       int64_t sc, FusedActivation act = FusedActivation::None,
                                       bool bias = false);
+
+/// One GEMM as a matmul on plain operands (a part of a GEMM cut along K,
+/// a block of its rows: LinalgBatchedGemm::prepare), with an epilogue as
+/// in linalgDnnlGemmPreparePacked, or null unless oneDNN runs it with its
+/// brgemm kernel.
+LinalgDnnlGemm *linalgDnnlGemmPrepareBrgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                                            int64_t ldb, int64_t ldc, float alpha, float beta,
+                                            FusedActivation act = FusedActivation::None, bool bias = false);
 
 /// Owns a LinalgDnnlGemm; a copy holds a copy of its own (a primitive's
 /// memory objects are bound per object, and copies of a kernel's GEMM may
@@ -383,10 +396,16 @@ template <typename T> struct LinalgBatchedGemm {
     packed_.clear();
     packedWs_.clear();
     packedRows_ = 0;
-    packedAct_ = FusedActivation::None;
+    blockAct_ = FusedActivation::None;
     tilePrims_.clear();
     tileWs_.clear();
-    packedWsBytes_ = tileWsBytes_ = 0;
+    splitPrims_.clear();
+    splitWs_.clear();
+    splitK_ = 0;
+    rowPrims_.clear();
+    rowWs_.clear();
+    rowRows_ = 0;
+    packedWsBytes_ = tileWsBytes_ = splitWsBytes_ = rowWsBytes_ = 0;
     if constexpr (std::is_same_v<T, float>) {
       const int64_t batch = static_cast<int64_t>(cOff.size());
       // One GEMM on step-invariant B (a layer's weights in inference), in
@@ -424,9 +443,37 @@ template <typename T> struct LinalgBatchedGemm {
         }
         if (!packed_.empty()) {
           packedRows_ = mc;
-          packedAct_ = ours ? act : FusedActivation::None;
+          blockAct_ = ours ? act : FusedActivation::None;
         }
         packedWsBytes_ = ws;
+      }
+      // The same blocks of whole rows on B as it is, for the runs that do
+      // not pack it (training, where B changes every step), where C is at
+      // least four times as wide as K is deep (a layer that widens its
+      // input): each block's primitive packs B itself, and its dense
+      // destination takes oneDNN's brgemm, which beats the sgemm tiles
+      // there. Two threads, operands out of cache, four blocks against
+      // 2x2 tiles, us: 1024x1024x256 1146-1157 against 1289-1309,
+      // 1024x2048x256 2204-2275 against 2432-2522, 512x1024x256 604-611
+      // against 641-646. Narrower, the tiles were as fast or faster:
+      // 1024x512x256 585-588 against 585-617, 1024x768x256 915-920
+      // against 827-840, 1024x1024x512 2234-2269 against 2206-2229.
+      if (oneDnn && batch == 1 && !ta && !tb && M > 0 && K > 0 && N >= 4 * K && ldc == N && tl.tm > 1 &&
+          mc >= kPackedBlockRows) {
+        const bool ours = act == FusedActivation::GeluErf || act == FusedActivation::GeluTanh;
+        size_t ws = 0;
+        for (int64_t m0 = 0; m0 < M; m0 += mc) {
+          LinalgDnnlGemmHolder h;
+          h.reset(linalgDnnlGemmPrepareBrgemm(false, false, std::min(mc, M - m0), N, K, lda, ldb, ldc, alpha, beta,
+                                              ours ? FusedActivation::None : act, bias));
+          if (!appendPrim(rowPrims_, rowWs_, ws, std::move(h)))
+            break;
+        }
+        if (!rowPrims_.empty()) {
+          rowRows_ = mc;
+          blockAct_ = ours ? act : FusedActivation::None;
+        }
+        rowWsBytes_ = ws;
       }
       // Else, where the tiles span all rows: a packed primitive per column
       // block, each holding its block of B. (Blocks of 64 whole rows, the
@@ -467,6 +514,41 @@ template <typename T> struct LinalgBatchedGemm {
         }
         tileWsBytes_ = ws;
       }
+      // One GEMM of several tiles with A transposed and B plain (a weight
+      // gradient, X^T dY) whose C is at least as tall as wide: cut along
+      // K instead, into 2 parts (4 from 8 tiles on), at least kSplitMinK
+      // deep. Each part is a whole M x N product on contiguous rows of A
+      // and B, which oneDNN runs as brgemm; cut into tiles, A's columns
+      // are strided and it does not. Part 0 writes C (with beta), the
+      // others a dense buffer each, and C then adds them in part order:
+      // the sums depend on the shape only. Two threads, operands out of
+      // cache, us: 1024x256x1024 1207-1326 in two parts against 1383-1457
+      // in 2x2 sgemm tiles, 1024x512x1024 2320-2351 against 2768-2960,
+      // 1024x256x512 629-685 against 717-741. Where C is wider than tall
+      // A is the smaller operand, the tiles read it well, and the
+      // partial sums cost more than brgemm saves: 256x1024x1024 1204-1275
+      // against 1185-1204, 256x768x1024 930-941 against 848-873.
+      if (oneDnn && ta && !tb && batch == 1 && M >= N && N > 0 && ldc == N && !oneTile() &&
+          act == FusedActivation::None && !bias) {
+        int64_t parts = std::min<int64_t>(tl.tm * tl.tn >= 8 ? 4 : 2, K / kSplitMinK);
+        const int64_t kc = parts >= 2 ? roundUp16((K + parts - 1) / parts) : K;
+        parts = (K + kc - 1) / kc;
+        const size_t buffer = linalgRoundUp(static_cast<size_t>(M * N) * sizeof(float));
+        if (parts >= 2 && size_t(parts - 1) * buffer <= kSplitMaxBytes) {
+          size_t ws = 0;
+          for (int64_t p = 0; p < parts; ++p) {
+            const int64_t depth = std::min(kc, K - p * kc);
+            LinalgDnnlGemmHolder h;
+            h.reset(linalgDnnlGemmPrepareBrgemm(ta, tb, M, N, depth, lda, ldb, ldc, alpha,
+                                                p == 0 ? beta : 0.0f));
+            if (!appendPrim(splitPrims_, splitWs_, ws, std::move(h), p == 0 ? 0 : buffer))
+              break;
+          }
+          if (!splitPrims_.empty())
+            splitK_ = kc;
+          splitWsBytes_ = ws;
+        }
+      }
       if (!oneDnn || batch == 0 || M == 0 || N == 0 || K == 0 || !oneTile())
         return;
       // One primitive needs the operands of every GEMM equally far apart.
@@ -489,10 +571,14 @@ template <typename T> struct LinalgBatchedGemm {
 
   /// Rows of each packed block of rows (prepare()), 0 where none.
   int64_t packedRowBlock() const { return packedRows_; }
+  /// Rows of each block of rows on B as it is (prepare()), 0 where none.
+  int64_t plainRowBlock() const { return rowRows_; }
+  /// Depth of each part of a GEMM cut along K (prepare()), 0 where none.
+  int64_t splitDepth() const { return splitK_; }
 
   /// Scratch memory runPrepared() needs (its `workspace`, 64-byte aligned).
   size_t workspaceBytes() const {
-    return std::max({packedWsBytes_, tileWsBytes_,
+    return std::max({packedWsBytes_, tileWsBytes_, splitWsBytes_, rowWsBytes_,
                      dnnl_.get() ? linalgDnnlGemmScratchBytes(*dnnl_.get()) : size_t(0)});
   }
 
@@ -522,8 +608,8 @@ template <typename T> struct LinalgBatchedGemm {
           float *c = C + cOff[0] + m0 * ldc;
           PIPEC_TRY(linalgDnnlGemmRunOnHeld(*packed_[static_cast<size_t>(j)].get(), A + aOff[0] + m0 * lda, held, c,
                                             ws + packedWs_[static_cast<size_t>(j)], biasData));
-          if (packedAct_ != FusedActivation::None)
-            linalgEpilogue<float>(c, rows, N, ldc, nullptr, packedAct_);
+          if (blockAct_ != FusedActivation::None)
+            linalgEpilogue<float>(c, rows, N, ldc, nullptr, blockAct_);
           return Status::ok();
         });
       }
@@ -538,6 +624,20 @@ template <typename T> struct LinalgBatchedGemm {
         };
         return runBlocks(blocks, block);
       }
+      if (!rowPrims_.empty() && workspace) {
+        unsigned char *ws = static_cast<unsigned char *>(workspace);
+        return runBlocks(static_cast<int64_t>(rowPrims_.size()), [&](int64_t j) -> Status {
+          const int64_t m0 = j * rowRows_, rows = std::min(rowRows_, M - m0);
+          float *c = C + cOff[0] + m0 * ldc;
+          PIPEC_TRY(linalgDnnlGemmRun(*rowPrims_[static_cast<size_t>(j)].get(), A + aOff[0] + m0 * lda, B + bOff[0],
+                                      c, ws + rowWs_[static_cast<size_t>(j)], biasData));
+          if (blockAct_ != FusedActivation::None)
+            linalgEpilogue<float>(c, rows, N, ldc, nullptr, blockAct_);
+          return Status::ok();
+        });
+      }
+      if (!splitPrims_.empty() && workspace)
+        return runSplit(A, B, C, static_cast<unsigned char *>(workspace));
       if (const LinalgDnnlGemm *p = dnnl_.get()) {
         LinalgOneThread one;
         return linalgDnnlGemmRun(*p, A + dnnlOffsets_[0], B + dnnlOffsets_[1],
@@ -592,6 +692,36 @@ private:
     }
     for (Status &s : st)
       PIPEC_TRY(std::move(s));
+    return Status::ok();
+  }
+
+  /// The product cut along K (prepare()): the parts at once, part p > 0
+  /// into its buffer, then C += each buffer in part order, rows spread
+  /// over the threads.
+  Status runSplit(const float *A, const float *B, float *C, unsigned char *ws) const {
+    const int64_t parts = static_cast<int64_t>(splitPrims_.size());
+    auto buffer = [&](int64_t p) { return reinterpret_cast<float *>(linalgAlign(ws + splitWs_[static_cast<size_t>(p)])); };
+    const size_t bufferBytes = linalgRoundUp(static_cast<size_t>(M * N) * sizeof(float));
+    PIPEC_TRY(runBlocks(parts, [&](int64_t p) -> Status {
+      const int64_t k0 = p * splitK_;
+      const float *a = A + aOff[0] + k0 * lda; // A transposed: [K, M]
+      const float *b = B + bOff[0] + k0 * ldb;
+      float *c = p == 0 ? C + cOff[0] : buffer(p);
+      unsigned char *scratch = p == 0 ? ws + splitWs_[0] : reinterpret_cast<unsigned char *>(buffer(p)) + bufferBytes;
+      return linalgDnnlGemmRun(*splitPrims_[static_cast<size_t>(p)].get(), a, b, c, scratch);
+    }));
+    float *c0 = C + cOff[0];
+    [[maybe_unused]] const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), M));
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t m = 0; m < M; ++m) {
+      float *row = c0 + m * ldc;
+      for (int64_t p = 1; p < parts; ++p) {
+        const float *part = buffer(p) + m * N;
+#pragma omp simd
+        for (int64_t n = 0; n < N; ++n)
+          row[n] += part[n];
+      }
+    }
     return Status::ok();
   }
 
@@ -676,13 +806,27 @@ private:
   /// Packed primitives per column block and their workspace offsets.
   /// Packed primitives (prepare()): one per column block, or with
   /// packedRows_ > 0 one per block of packedRows_ rows, the first holding
-  /// B and the others following it; packedAct_: the activation run after
-  /// each row block (GELU), the primitives' post-ops having none.
+  /// B and the others following it; blockAct_: the activation run after
+  /// each block of rows, packed or plain (GELU), the primitives' post-ops
+  /// having none.
   std::vector<LinalgDnnlGemmHolder> packed_;
   std::vector<size_t> packedWs_;
   size_t packedWsBytes_ = 0;
   int64_t packedRows_ = 0;
-  FusedActivation packedAct_ = FusedActivation::None;
+  FusedActivation blockAct_ = FusedActivation::None;
+  /// Plain-layout primitives per block of rowRows_ whole rows (prepare()),
+  /// B as it is, and their workspace offsets.
+  std::vector<LinalgDnnlGemmHolder> rowPrims_;
+  std::vector<size_t> rowWs_;
+  size_t rowWsBytes_ = 0;
+  int64_t rowRows_ = 0;
+  /// Primitives per part of a GEMM cut along K (prepare()), splitK_ deep
+  /// (the last part shallower), and their workspace offsets: part p > 0's
+  /// buffer of C's M x N partial sums, then its scratch.
+  std::vector<LinalgDnnlGemmHolder> splitPrims_;
+  std::vector<size_t> splitWs_;
+  size_t splitWsBytes_ = 0;
+  int64_t splitK_ = 0;
   /// Plain-layout primitives per tile of a tiled GEMM with B transposed,
   /// and their workspace offsets.
   std::vector<LinalgDnnlGemmHolder> tilePrims_;
