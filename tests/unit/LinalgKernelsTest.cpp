@@ -556,8 +556,10 @@ TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
 // float64 product, GELU as the epilogue computes it, B plain or
 // transposed, the same bits on one and two threads, B packed again when
 // its address changes, and a last block of fewer rows (1030 = 3 x 258 +
-// 256) sharing the first one's copy of B.
-TEST(LinalgKernels, PackedRowBlocksMatchTheProduct) {
+// 256) sharing the first one's copy of B. Where C is at least four times
+// as wide as K is deep, the runs that do not pack B (training) take the
+// same blocks on B as it is, checked alike.
+TEST(LinalgKernels, RowBlocksMatchTheProduct) {
   struct Case {
     int64_t M, N, K;
     bool tb;
@@ -584,38 +586,49 @@ TEST(LinalgKernels, PackedRowBlocksMatchTheProduct) {
       g.prepare();
       ASSERT_GT(g.packedRowBlock(), 0) << what;
       ASSERT_LT(g.packedRowBlock(), c.M) << what;
-      std::vector<unsigned char> ws(g.workspaceBytes() + 64);
-      auto product = [&](const Tensor &B, int threads) {
+      // Where C is four times as wide as K is deep, the runs that do not
+      // pack B (training) take blocks of rows on B as it is.
+      LinalgBatchedGemm<float> plain = g;
+      plain.bStepInvariant = false;
+      plain.prepare();
+      const bool plainBlocks = !c.tb && c.N >= 4 * c.K;
+      EXPECT_EQ(plain.plainRowBlock() > 0, plainBlocks) << what;
+      std::vector<unsigned char> ws(std::max(g.workspaceBytes(), plain.workspaceBytes()) + 64);
+      auto product = [&](const LinalgBatchedGemm<float> &gemm, bool packed, const Tensor &B, int threads) {
         std::vector<float> y(static_cast<size_t>(c.M * c.N));
         const int before = omp_get_max_threads();
         omp_set_num_threads(threads);
-        Status s = g.runPrepared(A.data<float>(), B.data<float>(), y.data(), linalgAlign(ws.data()), true,
-                                 bias.data<float>());
+        Status s = gemm.runPrepared(A.data<float>(), B.data<float>(), y.data(), linalgAlign(ws.data()), packed,
+                                    bias.data<float>());
         omp_set_num_threads(before);
         EXPECT_TRUE(s.isOk()) << what << ": " << s.message();
         return y;
       };
-      for (const Tensor *B : {&B1, &B2, &B1}) {
-        std::vector<float> one = product(*B, 1), two = product(*B, 2);
-        EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * 4), 0) << what;
-        int bad = 0;
-        for (int64_t m = 0; m < c.M && bad < 5; m += 7)
-          for (int64_t n = 0; n < c.N && bad < 5; n += 3) {
-            double s = bias.getDouble(n), mag = std::fabs(s);
-            for (int64_t k = 0; k < c.K; ++k) {
-              const double x = A.getDouble(m * c.K + k) * B->getDouble(c.tb ? n * c.K + k : k * c.N + n);
-              s += x;
-              mag += std::fabs(x);
+      for (const Tensor *B : {&B1, &B2, &B1})
+        for (bool packed : {true, false}) {
+          if (!packed && !plainBlocks)
+            continue;
+          const LinalgBatchedGemm<float> &gemm = packed ? g : plain;
+          std::vector<float> one = product(gemm, packed, *B, 1), two = product(gemm, packed, *B, 2);
+          EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * 4), 0) << what << " packed=" << packed;
+          int bad = 0;
+          for (int64_t m = 0; m < c.M && bad < 5; m += 7)
+            for (int64_t n = 0; n < c.N && bad < 5; n += 3) {
+              double s = bias.getDouble(n), mag = std::fabs(s);
+              for (int64_t k = 0; k < c.K; ++k) {
+                const double x = A.getDouble(m * c.K + k) * B->getDouble(c.tb ? n * c.K + k : k * c.N + n);
+                s += x;
+                mag += std::fabs(x);
+              }
+              const float pre = static_cast<float>(s);
+              const double want = act == FusedActivation::None ? s : double(geluErfOf(pre));
+              if (!(std::fabs(one[static_cast<size_t>(m * c.N + n)] - want) <= 2e-6 * mag + 1e-6)) {
+                ADD_FAILURE() << what << " packed=" << packed << ": element " << m << "," << n << " got "
+                              << one[static_cast<size_t>(m * c.N + n)] << " want " << want;
+                ++bad;
+              }
             }
-            const float pre = static_cast<float>(s);
-            const double want = act == FusedActivation::None ? s : double(geluErfOf(pre));
-            if (!(std::fabs(one[static_cast<size_t>(m * c.N + n)] - want) <= 2e-6 * mag + 1e-6)) {
-              ADD_FAILURE() << what << ": element " << m << "," << n << " got "
-                            << one[static_cast<size_t>(m * c.N + n)] << " want " << want;
-              ++bad;
-            }
-          }
-      }
+        }
     }
 }
 

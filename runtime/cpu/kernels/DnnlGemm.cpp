@@ -29,6 +29,12 @@
 // transposed 1297 (sgemm), 1123 (plain primitive), 1014 (packed);
 // 128x256x1024 325, 281, 254; 1024x256x256 526, 522, 506.
 //
+// LinalgBatchedGemm::prepare also asks for plain-layout primitives that
+// oneDNN runs with its brgemm kernel (linalgDnnlGemmPrepareBrgemm, null
+// where it would take another): blocks of whole rows of products that are
+// not packed, and parts of weight gradients cut along K (LinalgCommon.h
+// says where, docs/cpu-linalg-kernels.md has the timings).
+//
 // Every primitive is created for one thread (oneDNN picks its blocking
 // from the thread count it sees then) and LinalgBatchedGemm runs it on one:
 // results do not depend on the device's thread count. alpha is an output

@@ -603,14 +603,9 @@ template <typename T> struct LinalgBatchedGemm {
           LinalgOneThread one;
           PIPEC_TRY(linalgDnnlGemmHold(*packed_[0].get(), B + bOff[0], ws + packedWs_[0], &held));
         }
-        return runBlocks(static_cast<int64_t>(packed_.size()), [&](int64_t j) -> Status {
-          const int64_t m0 = j * packedRows_, rows = std::min(packedRows_, M - m0);
-          float *c = C + cOff[0] + m0 * ldc;
-          PIPEC_TRY(linalgDnnlGemmRunOnHeld(*packed_[static_cast<size_t>(j)].get(), A + aOff[0] + m0 * lda, held, c,
-                                            ws + packedWs_[static_cast<size_t>(j)], biasData));
-          if (blockAct_ != FusedActivation::None)
-            linalgEpilogue<float>(c, rows, N, ldc, nullptr, blockAct_);
-          return Status::ok();
+        return runRowBlocks(packed_, packedWs_, packedRows_, C, ws, [&](const LinalgDnnlGemm &p, int64_t m0,
+                                                                         float *c, unsigned char *scratch) {
+          return linalgDnnlGemmRunOnHeld(p, A + aOff[0] + m0 * lda, held, c, scratch, biasData);
         });
       }
       if (packed && !packed_.empty()) {
@@ -624,18 +619,11 @@ template <typename T> struct LinalgBatchedGemm {
         };
         return runBlocks(blocks, block);
       }
-      if (!rowPrims_.empty() && workspace) {
-        unsigned char *ws = static_cast<unsigned char *>(workspace);
-        return runBlocks(static_cast<int64_t>(rowPrims_.size()), [&](int64_t j) -> Status {
-          const int64_t m0 = j * rowRows_, rows = std::min(rowRows_, M - m0);
-          float *c = C + cOff[0] + m0 * ldc;
-          PIPEC_TRY(linalgDnnlGemmRun(*rowPrims_[static_cast<size_t>(j)].get(), A + aOff[0] + m0 * lda, B + bOff[0],
-                                      c, ws + rowWs_[static_cast<size_t>(j)], biasData));
-          if (blockAct_ != FusedActivation::None)
-            linalgEpilogue<float>(c, rows, N, ldc, nullptr, blockAct_);
-          return Status::ok();
-        });
-      }
+      if (!rowPrims_.empty() && workspace)
+        return runRowBlocks(rowPrims_, rowWs_, rowRows_, C, static_cast<unsigned char *>(workspace),
+                            [&](const LinalgDnnlGemm &p, int64_t m0, float *c, unsigned char *scratch) {
+                              return linalgDnnlGemmRun(p, A + aOff[0] + m0 * lda, B + bOff[0], c, scratch, biasData);
+                            });
       if (!splitPrims_.empty() && workspace)
         return runSplit(A, B, C, static_cast<unsigned char *>(workspace));
       if (const LinalgDnnlGemm *p = dnnl_.get()) {
@@ -693,6 +681,22 @@ private:
     for (Status &s : st)
       PIPEC_TRY(std::move(s));
     return Status::ok();
+  }
+
+  /// Blocks of `rows` whole rows of C, one primitive each (`prims`, their
+  /// scratch at `offsets` in `ws`), at once: product(prim, first row, the
+  /// block of C, scratch), then the activation the primitives leave out.
+  template <typename Product>
+  Status runRowBlocks(const std::vector<LinalgDnnlGemmHolder> &prims, const std::vector<size_t> &offsets,
+                      int64_t rows, float *C, unsigned char *ws, Product &&product) const {
+    return runBlocks(static_cast<int64_t>(prims.size()), [&](int64_t j) -> Status {
+      const int64_t m0 = j * rows;
+      float *c = C + cOff[0] + m0 * ldc;
+      PIPEC_TRY(product(*prims[static_cast<size_t>(j)].get(), m0, c, ws + offsets[static_cast<size_t>(j)]));
+      if (blockAct_ != FusedActivation::None)
+        linalgEpilogue<float>(c, std::min(rows, M - m0), N, ldc, nullptr, blockAct_);
+      return Status::ok();
+    });
   }
 
   /// The product cut along K (prepare()): the parts at once, part p > 0
