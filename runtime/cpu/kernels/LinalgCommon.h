@@ -450,21 +450,23 @@ template <typename T> struct LinalgBatchedGemm {
       // The same blocks of whole rows on B as it is, for the runs that do
       // not pack it (training, where B changes every step), where C is at
       // least four times as wide as K is deep (a layer that widens its
-      // input): each block's primitive packs B itself, and its dense
-      // destination takes oneDNN's brgemm, which beats the sgemm tiles
-      // there. Two threads, operands out of cache, four blocks against
-      // 2x2 tiles, us: 1024x1024x256 1146-1157 against 1289-1309,
+      // input, and the input gradient of one that narrows it): each
+      // block's primitive packs B itself, and its dense destination takes
+      // oneDNN's brgemm, which beats the sgemm tiles there and the tiles'
+      // primitives with their copies. Two threads, operands out of cache,
+      // four blocks against 2x2 tiles, us: 1024x1024x256 1146-1157
+      // against 1289-1309, B transposed 1153-1194 against 1220-1243,
       // 1024x2048x256 2204-2275 against 2432-2522, 512x1024x256 604-611
       // against 641-646. Narrower, the tiles were as fast or faster:
       // 1024x512x256 585-588 against 585-617, 1024x768x256 915-920
       // against 827-840, 1024x1024x512 2234-2269 against 2206-2229.
-      if (oneDnn && batch == 1 && !ta && !tb && M > 0 && K > 0 && N >= 4 * K && ldc == N && tl.tm > 1 &&
+      if (oneDnn && batch == 1 && !ta && M > 0 && K > 0 && N >= 4 * K && ldc == N && tl.tm > 1 &&
           mc >= kPackedBlockRows) {
         const bool ours = act == FusedActivation::GeluErf || act == FusedActivation::GeluTanh;
         size_t ws = 0;
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
           LinalgDnnlGemmHolder h;
-          h.reset(linalgDnnlGemmPrepareBrgemm(false, false, std::min(mc, M - m0), N, K, lda, ldb, ldc, alpha, beta,
+          h.reset(linalgDnnlGemmPrepareBrgemm(false, tb, std::min(mc, M - m0), N, K, lda, ldb, ldc, alpha, beta,
                                               ours ? FusedActivation::None : act, bias));
           if (!appendPrim(rowPrims_, rowWs_, ws, std::move(h)))
             break;
@@ -497,7 +499,7 @@ template <typename T> struct LinalgBatchedGemm {
       // wider C runs as its sgemm), so a tile narrower than C's rows is
       // written into a dense buffer of at most kTileBufferBytes and then
       // copied into C; larger ones keep the sgemm path.
-      if (oneDnn && tb && batch == 1 && M > 0 && N > 0 && K > 0 && !oneTile()) {
+      if (oneDnn && tb && batch == 1 && M > 0 && N > 0 && K > 0 && !oneTile() && rowPrims_.empty()) {
         size_t ws = 0;
         for (int64_t t = 0; t < tl.tm * tl.tn; ++t) {
           const int64_t m0 = t / tl.tn * tl.mc, n0 = t % tl.tn * tl.nc;
