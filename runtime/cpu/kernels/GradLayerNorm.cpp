@@ -53,26 +53,28 @@ public:
       const double mean = linalgSum(xr, C) / static_cast<double>(C);
       const double var = linalgSumSqDev(xr, C, mean) / static_cast<double>(C);
       const double rstd = 1.0 / std::sqrt(var + eps_);
-      const double mg = laneSum(C, [&](int64_t i) {
-                          return static_cast<double>(gr[i]) * scale[i];
-                        }) /
-                        static_cast<double>(C);
-      const double mgx = laneSum(C, [&](int64_t i) {
-                           return static_cast<double>(gr[i]) * scale[i] * (xr[i] - mean) * rstd;
-                         }) /
-                         static_cast<double>(C);
+      // mean(g) and mean(g * xhat) in one pass, then dX (and the
+      // parameters' sums) in one more: bitwise the separate passes.
+      const auto [sg, sgx] = laneSum2(
+          C, [&](int64_t i) { return static_cast<double>(gr[i]) * scale[i]; },
+          [&](int64_t i) { return static_cast<double>(gr[i]) * scale[i] * (xr[i] - mean) * rstd; });
+      const double mg = sg / static_cast<double>(C), mgx = sgx / static_cast<double>(C);
+      if (acc) {
+        double *__restrict ds = acc, *__restrict db = acc + C;
+        for (int64_t i = 0; i < C; ++i) {
+          const double gy = static_cast<double>(gr[i]);
+          const double g = gy * scale[i];
+          const double xhat = (xr[i] - mean) * rstd;
+          o[i] = static_cast<T>(rstd * (g - mg - xhat * mgx));
+          ds[i] += gy * xhat;
+          db[i] += gy;
+        }
+        return;
+      }
       for (int64_t i = 0; i < C; ++i) {
         const double g = static_cast<double>(gr[i]) * scale[i];
         const double xhat = (xr[i] - mean) * rstd;
         o[i] = static_cast<T>(rstd * (g - mg - xhat * mgx));
-      }
-      if (acc) {
-        double *__restrict ds = acc, *__restrict db = acc + C;
-        for (int64_t i = 0; i < C; ++i) {
-          const double g = static_cast<double>(gr[i]);
-          ds[i] += g * ((xr[i] - mean) * rstd);
-          db[i] += g;
-        }
       }
     };
     if (!params_) {

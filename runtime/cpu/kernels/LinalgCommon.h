@@ -63,6 +63,35 @@ template <typename F> double laneSum(int64_t n, F &&f) {
   return acc[0];
 }
 
+/// laneSum of f and of g at once, one pass over i: each sum bitwise
+/// laneSum's own (the same lanes, the same tree).
+template <typename F, typename G> std::pair<double, double> laneSum2(int64_t n, F &&f, G &&g) {
+  double a[16] = {}, b[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) {
+      a[j] += f(i + j);
+      b[j] += g(i + j);
+    }
+  for (int j = 0; i < n; ++i, ++j) {
+    a[j] += f(i);
+    b[j] += g(i);
+  }
+  for (int j = 0; j < 8; ++j) {
+    a[j] += a[j + 8];
+    b[j] += b[j + 8];
+  }
+  for (int j = 0; j < 4; ++j) {
+    a[j] += a[j + 4];
+    b[j] += b[j + 4];
+  }
+  for (int j = 0; j < 2; ++j) {
+    a[j] += a[j + 2];
+    b[j] += b[j + 2];
+  }
+  return {a[0] + a[1], b[0] + b[1]};
+}
+
 /// Sum of x[0..n) in double, in laneSum's fixed lane order.
 template <typename T> double linalgSum(const T *x, int64_t n) {
   return laneSum(n, [x](int64_t i) { return static_cast<double>(x[i]); });
