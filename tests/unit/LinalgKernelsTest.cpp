@@ -391,6 +391,227 @@ TEST(LinalgKernels, AttentionGradGivenTheForwardsProbabilitiesIsBitwiseTheSame) 
     }
 }
 
+// Masks that leave whole blocks of the scores masked (causal ones) let
+// Attention and AttentionGrad skip those blocks (runtime/cpu/kernels/
+// Attention.cpp, causalBlocks): O, P, dQ, dK and dV against float64, for
+// both layouts, a causal mask (bool and additive -inf), one whose rows see
+// windows of varying length (blocks reach different widths, not in
+// order), fewer queries than keys, windows that leave the last keys
+// unseen (dK and dV zero there), and a row masked all through (its block
+// keeps every column; the row is NaN as unblocked). An additive mask of
+// -1e29, which is not skipped, gives the same values within rounding; P
+// given equals P recomputed bitwise; 1 and 2 threads bitwise.
+TEST(LinalgKernels, AttentionSkipsMaskedBlocks) {
+  const int64_t n = 2, h = 2, d = 8, dv = 4, t = 150;
+  struct Case {
+    const char *name;
+    int64_t s;
+    std::function<bool(int64_t, int64_t)> masked; // (row, column)
+  };
+  const std::vector<Case> cases = {
+      {"causal", 150, [](int64_t i, int64_t j) { return j > i; }},
+      {"windows", 150, [](int64_t i, int64_t j) { return j > (i * 37) % 140; }},
+      {"fewer queries", 100, [](int64_t i, int64_t j) { return j > i + 50; }},
+      {"short windows", 150, [](int64_t i, int64_t j) { return j > i % 60; }},
+      {"a row masked", 150, [](int64_t i, int64_t j) { return j > i || i == 80; }},
+  };
+  for (bool inner : {false, true})
+    for (const Case &c : cases)
+      for (const char *kind : {"bool", "add"}) {
+        const int64_t s = c.s;
+        const std::string what = cat(c.name, " ", kind, inner ? " heads_inner" : "");
+        const Shape q = inner ? Shape{n, s, h, d} : Shape{n, h, s, d};
+        const Shape k = inner ? Shape{n, t, h, d} : Shape{n, h, d, t};
+        const Shape v = inner ? Shape{n, t, h, dv} : Shape{n, h, t, dv};
+        const Shape o = inner ? Shape{n, s, h, dv} : Shape{n, h, s, dv};
+        const Shape scores{n, h, s, t};
+        std::vector<Tensor> in{randomF32(q, 311), randomF32(k, 312), randomF32(v, 313)};
+        AttrMap attrs{{"scale", Attribute::ofFloat(0.35f)}, {"mask", Attribute::ofString(kind)},
+                      {"heads_inner", Attribute::ofInt(inner)}};
+        Tensor unblockedMask(DType::F32, {s, t});
+        if (std::string(kind) == "bool") {
+          Tensor m(DType::Bool, {s, t});
+          for (int64_t i = 0; i < s; ++i)
+            for (int64_t j = 0; j < t; ++j)
+              m.data<uint8_t>()[i * t + j] = c.masked(i, j) ? 1 : 0;
+          in.push_back(m);
+          attrs["fill"] = Attribute::ofFloat(-INFINITY);
+        } else {
+          Tensor m = randomF32({s, t}, 314);
+          for (int64_t i = 0; i < s * t; ++i) {
+            const bool off = c.masked(i / t, i % t);
+            unblockedMask.data<float>()[i] = off ? -1e29f : m.data<float>()[i];
+            if (off)
+              m.data<float>()[i] = -INFINITY;
+          }
+          in.push_back(m);
+        }
+        in.push_back(randomF32(o, 315)); // dO
+        // Element (r, col) of item b, head e of a [n, h, rows, cols] operand
+        // ([n, rows, h, cols] heads inner); KT is [n, h, d, t], K [n, t, h, d].
+        auto idx = [&](const Shape &sh, int64_t b, int64_t e, int64_t r, int64_t col) {
+          return inner ? ((b * sh[1] + r) * h + e) * sh[3] + col : ((b * h + e) * sh[2] + r) * sh[3] + col;
+        };
+        auto Q = [&](int64_t b, int64_t e, int64_t i, int64_t x) { return in[0].getDouble(idx(q, b, e, i, x)); };
+        auto K = [&](int64_t b, int64_t e, int64_t j, int64_t x) {
+          return inner ? in[1].getDouble(idx(k, b, e, j, x)) : in[1].getDouble(idx(k, b, e, x, j));
+        };
+        auto V = [&](int64_t b, int64_t e, int64_t j, int64_t x) { return in[2].getDouble(idx(v, b, e, j, x)); };
+        auto DO = [&](int64_t b, int64_t e, int64_t i, int64_t x) { return in[4].getDouble(idx(o, b, e, i, x)); };
+        std::vector<TensorDesc> descs;
+        for (size_t i = 0; i < 4; ++i)
+          descs.push_back(in[i].desc());
+        auto node = [&](const char *op, std::vector<TensorDesc> ins, std::vector<TensorDesc> outs) {
+          OpDesc nd = makeDesc(op, std::move(ins), std::move(outs), attrs);
+          nd.domain = "pipec";
+          return nd;
+        };
+        const std::vector<Tensor> fwdIn(in.begin(), in.begin() + 4);
+        OpDesc fwdNode = node("Attention", descs, {{DType::F32, o}, {DType::F32, scores}});
+        std::vector<Tensor> fwd = eval(fwdNode, fwdIn);
+        ASSERT_EQ(fwd.size(), 2u) << what;
+        EXPECT_TRUE(sameWithThreads(fwdNode, fwdIn)) << what;
+        std::vector<TensorDesc> gdescs = descs;
+        gdescs.push_back(in[4].desc());
+        OpDesc recompute = node("AttentionGrad", gdescs, {in[0].desc(), in[1].desc(), in[2].desc()});
+        std::vector<Tensor> grad = eval(recompute, in);
+        std::vector<Tensor> givenIn = in;
+        givenIn.push_back(fwd[1]);
+        gdescs.push_back(fwd[1].desc());
+        OpDesc given = node("AttentionGrad", gdescs, {in[0].desc(), in[1].desc(), in[2].desc()});
+        std::vector<Tensor> grad2 = eval(given, givenIn);
+        ASSERT_EQ(grad.size(), 3u);
+        ASSERT_EQ(grad2.size(), 3u);
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_TRUE(grad[i].identical(grad2[i])) << what << " output " << i;
+        EXPECT_TRUE(sameWithThreads(given, givenIn)) << what;
+        {
+          // Into outputs that hold NaNs, as an arena may: every element is
+          // written (the zeros of keys no query sees too).
+          auto kernel = createKernel(given);
+          ASSERT_TRUE(kernel.isOk()) << kernel.status().message();
+          std::vector<unsigned char> ws((*kernel)->workspaceBytes() + 64);
+          ExecContext ctx;
+          ctx.workspace = ws.data();
+          std::vector<Tensor> outs;
+          std::vector<const void *> ip;
+          std::vector<void *> op;
+          for (const Tensor &x : givenIn)
+            ip.push_back(x.raw());
+          for (const Tensor &x : grad) {
+            outs.emplace_back(DType::F32, x.shape());
+            std::fill(outs.back().data<float>(), outs.back().data<float>() + x.numel(), NAN);
+            op.push_back(outs.back().raw());
+          }
+          ASSERT_TRUE((*kernel)->run(ctx, ip.data(), op.data()).isOk()) << what;
+          for (size_t i = 0; i < 3; ++i)
+            EXPECT_TRUE(outs[i].identical(grad[i])) << what << " output " << i << " over NaNs";
+        }
+        // float64: P, O, dV, dP, dS, dQ, dK.
+        std::vector<double> P(static_cast<size_t>(s * t)), dS(static_cast<size_t>(s * t));
+        double worst = 0;
+        bool nanRowSeen = false;
+        auto check = [&](double got, double want, double mag, const char *name) {
+          if (std::isnan(want)) {
+            EXPECT_TRUE(std::isnan(got)) << what << " " << name;
+            nanRowSeen = true;
+            return;
+          }
+          const double err = std::fabs(got - want) / (mag + 1e-3);
+          worst = std::max(worst, err);
+          EXPECT_LE(err, 2e-5) << what << " " << name << " got " << got << " want " << want;
+        };
+        const float scale = 0.35f;
+        for (int64_t b = 0; b < n; ++b)
+          for (int64_t e = 0; e < h; ++e) {
+            for (int64_t i = 0; i < s; ++i) {
+              double mx = -INFINITY;
+              std::vector<double> row(static_cast<size_t>(t));
+              for (int64_t j = 0; j < t; ++j) {
+                double acc = 0;
+                for (int64_t x = 0; x < d; ++x)
+                  acc += Q(b, e, i, x) * K(b, e, j, x);
+                const double m = std::string(kind) == "bool" ? (c.masked(i, j) ? -INFINITY : 0.0)
+                                                             : in[3].getDouble(i * t + j);
+                row[static_cast<size_t>(j)] = std::string(kind) == "bool" && c.masked(i, j) ? -INFINITY
+                                                                                             : acc * scale + m;
+                mx = std::max(mx, row[static_cast<size_t>(j)]);
+              }
+              double sum = 0;
+              for (double &r : row)
+                sum += (r = std::exp(r - mx));
+              for (int64_t j = 0; j < t; ++j) {
+                P[static_cast<size_t>(i * t + j)] = row[static_cast<size_t>(j)] / sum;
+                check(fwd[1].getDouble(((b * h + e) * s + i) * t + j), P[static_cast<size_t>(i * t + j)], 1.0, "P");
+              }
+            }
+            for (int64_t i = 0; i < s; ++i)
+              for (int64_t x = 0; x < dv; ++x) {
+                double acc = 0, mag = 0;
+                for (int64_t j = 0; j < t; ++j) {
+                  acc += P[static_cast<size_t>(i * t + j)] * V(b, e, j, x);
+                  mag += std::fabs(P[static_cast<size_t>(i * t + j)] * V(b, e, j, x));
+                }
+                check(fwd[0].getDouble(idx(o, b, e, i, x)), acc, mag, "O");
+              }
+            for (int64_t i = 0; i < s; ++i) {
+              std::vector<double> dp(static_cast<size_t>(t));
+              double dot = 0;
+              for (int64_t j = 0; j < t; ++j) {
+                double acc = 0;
+                for (int64_t x = 0; x < dv; ++x)
+                  acc += DO(b, e, i, x) * V(b, e, j, x);
+                dp[static_cast<size_t>(j)] = acc;
+                dot += acc * P[static_cast<size_t>(i * t + j)];
+              }
+              for (int64_t j = 0; j < t; ++j)
+                dS[static_cast<size_t>(i * t + j)] =
+                    scale * P[static_cast<size_t>(i * t + j)] * (dp[static_cast<size_t>(j)] - dot);
+            }
+            for (int64_t j = 0; j < t; ++j)
+              for (int64_t x = 0; x < dv; ++x) {
+                double acc = 0, mag = 0;
+                for (int64_t i = 0; i < s; ++i) {
+                  acc += P[static_cast<size_t>(i * t + j)] * DO(b, e, i, x);
+                  mag += std::fabs(P[static_cast<size_t>(i * t + j)] * DO(b, e, i, x));
+                }
+                check(grad[2].getDouble(idx(v, b, e, j, x)), acc, mag, "dV");
+              }
+            for (int64_t i = 0; i < s; ++i)
+              for (int64_t x = 0; x < d; ++x) {
+                double acc = 0, mag = 0;
+                for (int64_t j = 0; j < t; ++j) {
+                  acc += dS[static_cast<size_t>(i * t + j)] * K(b, e, j, x);
+                  mag += std::fabs(dS[static_cast<size_t>(i * t + j)] * K(b, e, j, x));
+                }
+                check(grad[0].getDouble(idx(q, b, e, i, x)), acc, mag, "dQ");
+              }
+            for (int64_t j = 0; j < t; ++j)
+              for (int64_t x = 0; x < d; ++x) {
+                double acc = 0, mag = 0;
+                for (int64_t i = 0; i < s; ++i) {
+                  acc += dS[static_cast<size_t>(i * t + j)] * Q(b, e, i, x);
+                  mag += std::fabs(dS[static_cast<size_t>(i * t + j)] * Q(b, e, i, x));
+                }
+                const int64_t at = inner ? idx(k, b, e, j, x) : idx(k, b, e, x, j);
+                check(grad[1].getDouble(at), acc, mag, "dK");
+              }
+          }
+        EXPECT_EQ(nanRowSeen, std::string(c.name) == "a row masked") << what;
+        // The mask of -1e29 is not skipped: the same values within rounding.
+        if (std::string(kind) == "add") {
+          std::vector<Tensor> un = fwdIn;
+          un[3] = unblockedMask;
+          std::vector<Tensor> ref = eval(fwdNode, un);
+          for (int64_t i = 0; i < ref[0].numel(); ++i) {
+            const int64_t row = inner ? i / (h * dv) % s : i / dv % s;
+            if (std::string(c.name) != "a row masked" || row != 80)
+              EXPECT_NEAR(fwd[0].getDouble(i), ref[0].getDouble(i), 1e-5) << what << " unblocked O " << i;
+          }
+        }
+      }
+}
+
 // pack-qkv (passes/PackQkv.cpp): Attention and AttentionGrad reading Q, K
 // and V as the thirds of one [n, s, 3 h d] tensor (and writing dQKV) give
 // bitwise what the unpacked nodes give on the split parts; every mask

@@ -39,6 +39,10 @@
 // Softmax kernel's (SoftmaxRow.h), and tasks are independent: results do
 // not depend on the thread count. f32 and f64 (the gradient checks).
 //
+// Where the mask leaves whole blocks of the scores masked (causal masks),
+// the products go by blocks of rows and keys and skip them
+// (causalBlocks(); docs/passes.md has the rule and the timings).
+//
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
 #include "runtime/cpu/kernels/LinalgCommon.h"
@@ -70,34 +74,128 @@ template <typename T> T *threadBuffer(int slot, size_t n) {
   return buf[slot].data();
 }
 
-/// P of batch entry b into `p` [s, t].
+/// Row i of batch entry b's scores, its first `w` columns (already Q KT),
+/// scaled, masked and turned into probabilities in place; the columns from
+/// w on are masked ones (causalBlocks()) and become exactly 0.
 template <typename T>
-void probabilities(const AttentionShape &a, const T *q, const T *kT, const void *mask, int64_t b, T *p) {
-  linalgGemm<T>(false, a.headsInner, a.s, a.t, a.d, T(1), q + a.offset(a.q, b), a.q.ld, kT + a.offset(a.k, b), a.k.ld,
-                T(0), p, a.t);
+void probabilityRow(const AttentionShape &a, const void *mask, int64_t b, int64_t i, T *row, int64_t w) {
   const T scale = static_cast<T>(a.scale), fill = static_cast<T>(a.fill);
-  for (int64_t i = 0; i < a.s; ++i) {
-    T *row = p + i * a.t;
-    const int64_t off = a.mask == AttentionMask::None ? 0 : a.maskRow[static_cast<size_t>(b * a.s + i)];
-    switch (a.mask) {
-    case AttentionMask::None:
-      for (int64_t j = 0; j < a.t; ++j)
-        row[j] = row[j] * scale;
-      break;
-    case AttentionMask::Add: {
-      const T *m = static_cast<const T *>(mask) + off;
-      for (int64_t j = 0; j < a.t; ++j)
-        row[j] = row[j] * scale + m[j * a.maskStep];
-      break;
+  const int64_t off = a.mask == AttentionMask::None ? 0 : a.maskRow[static_cast<size_t>(b * a.s + i)];
+  switch (a.mask) {
+  case AttentionMask::None:
+    for (int64_t j = 0; j < w; ++j)
+      row[j] = row[j] * scale;
+    break;
+  case AttentionMask::Add: {
+    const T *m = static_cast<const T *>(mask) + off;
+    for (int64_t j = 0; j < w; ++j)
+      row[j] = row[j] * scale + m[j * a.maskStep];
+    break;
+  }
+  case AttentionMask::Bool: {
+    const bool *m = static_cast<const bool *>(mask) + off;
+    for (int64_t j = 0; j < w; ++j)
+      row[j] = m[j * a.maskStep] == a.fillWhen ? fill : row[j] * scale;
+    break;
+  }
+  }
+  softmaxRow<T, false>(row, row, w);
+  std::fill(row + w, row + a.t, T(0));
+}
+
+/// Where a mask leaves whole blocks of a batch entry's scores masked (a
+/// causal mask: row i sees columns up to i), the products skip them. Rows
+/// go in blocks of kAttentionBlock; block r computes the columns up to
+/// width[r], the last one a row of it leaves unmasked, rounded up to the
+/// block; its probabilities beyond are exactly 0, as the masked ones are
+/// (a bool mask's fill, or an added value, of -1e30 or below). Column
+/// block c of P^T's products (dV, dK) reads the rows from firstRow[c] on,
+/// the first whose block's width passes the column block's start. A block
+/// with a row masked all through keeps every column (its row comes out
+/// NaN, as unblocked). Depends on the mask's values and the shape only.
+constexpr int64_t kAttentionBlock = 64;
+struct AttentionBlocks {
+  bool active = false;
+  std::vector<int64_t> width;    ///< per (batch entry, block of rows)
+  std::vector<int64_t> firstRow; ///< per (batch entry, block of columns)
+};
+
+template <typename T> AttentionBlocks causalBlocks(const AttentionShape &a, const void *mask) {
+  AttentionBlocks r;
+  const bool fillMasks = a.mask == AttentionMask::Bool && a.fill <= -1e30;
+  if ((!fillMasks && a.mask != AttentionMask::Add) || a.t <= kAttentionBlock)
+    return r;
+  const int64_t rowBlocks = (a.s + kAttentionBlock - 1) / kAttentionBlock;
+  const int64_t colBlocks = (a.t + kAttentionBlock - 1) / kAttentionBlock;
+  const int64_t batch = a.batch();
+  r.width.assign(static_cast<size_t>(batch * rowBlocks), a.t);
+  r.firstRow.assign(static_cast<size_t>(batch * colBlocks), 0);
+  // One past the last column row i of entry b leaves unmasked (0: none).
+  auto seen = [&](int64_t b, int64_t i) -> int64_t {
+    const int64_t off = a.maskRow[static_cast<size_t>(b * a.s + i)];
+    for (int64_t j = a.t - 1; j >= 0; --j) {
+      const bool masked = a.mask == AttentionMask::Bool
+                              ? static_cast<const bool *>(mask)[off + j * a.maskStep] == a.fillWhen
+                              : static_cast<const T *>(mask)[off + j * a.maskStep] <= T(-1e30);
+      if (!masked)
+        return j + 1;
     }
-    case AttentionMask::Bool: {
-      const bool *m = static_cast<const bool *>(mask) + off;
-      for (int64_t j = 0; j < a.t; ++j)
-        row[j] = m[j * a.maskStep] == a.fillWhen ? fill : row[j] * scale;
-      break;
+    return 0;
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    // Entries of a broadcast mask repeat entry 0's rows.
+    const bool same = b > 0 && std::equal(a.maskRow.begin() + b * a.s, a.maskRow.begin() + (b + 1) * a.s,
+                                          a.maskRow.begin());
+    int64_t *width = r.width.data() + b * rowBlocks;
+    if (same) {
+      std::copy(r.width.begin(), r.width.begin() + rowBlocks, width);
+    } else {
+      for (int64_t blk = 0; blk < rowBlocks; ++blk) {
+        int64_t w = 0;
+        for (int64_t i = blk * kAttentionBlock; i < std::min(a.s, (blk + 1) * kAttentionBlock); ++i) {
+          const int64_t seenI = seen(b, i);
+          if (seenI == 0) {
+            w = a.t;
+            break;
+          }
+          w = std::max(w, seenI);
+        }
+        width[blk] = std::min(a.t, (w + kAttentionBlock - 1) / kAttentionBlock * kAttentionBlock);
+      }
     }
+    for (int64_t c = 0; c < colBlocks; ++c) {
+      int64_t first = a.s;
+      for (int64_t blk = 0; blk < rowBlocks && first == a.s; ++blk)
+        if (width[blk] > c * kAttentionBlock)
+          first = blk * kAttentionBlock;
+      r.firstRow[static_cast<size_t>(b * colBlocks + c)] = first;
     }
-    softmaxRow<T, false>(row, row, a.t);
+    for (int64_t blk = 0; blk < rowBlocks; ++blk)
+      r.active = r.active || width[blk] < a.t;
+  }
+  return r;
+}
+
+/// P of batch entry b into `p` [s, t], by blocks of rows where `blocks`
+/// is active.
+template <typename T>
+void probabilities(const AttentionShape &a, const T *q, const T *kT, const void *mask, int64_t b, T *p,
+                   const AttentionBlocks &blocks) {
+  if (!blocks.active) {
+    linalgGemm<T>(false, a.headsInner, a.s, a.t, a.d, T(1), q + a.offset(a.q, b), a.q.ld, kT + a.offset(a.k, b),
+                  a.k.ld, T(0), p, a.t);
+    for (int64_t i = 0; i < a.s; ++i)
+      probabilityRow(a, mask, b, i, p + i * a.t, a.t);
+    return;
+  }
+  const int64_t rowBlocks = (a.s + kAttentionBlock - 1) / kAttentionBlock;
+  for (int64_t blk = 0; blk < rowBlocks; ++blk) {
+    const int64_t r0 = blk * kAttentionBlock, rows = std::min(kAttentionBlock, a.s - r0);
+    const int64_t w = blocks.width[static_cast<size_t>(b * rowBlocks + blk)];
+    linalgGemm<T>(false, a.headsInner, rows, w, a.d, T(1), q + a.offset(a.q, b) + r0 * a.q.ld, a.q.ld,
+                  kT + a.offset(a.k, b), a.k.ld, T(0), p + r0 * a.t, a.t);
+    for (int64_t i = r0; i < r0 + rows; ++i)
+      probabilityRow(a, mask, b, i, p + i * a.t, w);
   }
 }
 
@@ -118,11 +216,22 @@ public:
     const void *mask = a_.mask == AttentionMask::None ? nullptr : in[3];
     T *o = static_cast<T *>(out[0]);
     T *keep = keepProbs_ ? static_cast<T *>(out[1]) : nullptr; // P [batch, s, t]
+    const AttentionBlocks blocks = causalBlocks<T>(a_, mask);
+    const int64_t rowBlocks = (a_.s + kAttentionBlock - 1) / kAttentionBlock;
     perBatch(a_, [&](int64_t b) {
       T *p = keep ? keep + b * a_.s * a_.t : threadBuffer<T>(0, static_cast<size_t>(a_.s * a_.t));
-      probabilities(a_, q, kT, mask, b, p);
-      linalgGemm<T>(false, false, a_.s, a_.dv, a_.t, T(1), p, a_.t, v + a_.offset(a_.v, b), a_.v.ld, T(0),
-                    o + a_.offset(a_.o, b), a_.o.ld);
+      probabilities(a_, q, kT, mask, b, p, blocks);
+      const T *vb = v + a_.offset(a_.v, b);
+      T *ob = o + a_.offset(a_.o, b);
+      if (!blocks.active) {
+        linalgGemm<T>(false, false, a_.s, a_.dv, a_.t, T(1), p, a_.t, vb, a_.v.ld, T(0), ob, a_.o.ld);
+        return;
+      }
+      for (int64_t blk = 0; blk < rowBlocks; ++blk) {
+        const int64_t r0 = blk * kAttentionBlock, rows = std::min(kAttentionBlock, a_.s - r0);
+        linalgGemm<T>(false, false, rows, a_.dv, blocks.width[static_cast<size_t>(b * rowBlocks + blk)], T(1),
+                      p + r0 * a_.t, a_.t, vb, a_.v.ld, T(0), ob + r0 * a_.o.ld, a_.o.ld);
+      }
     });
     return Status::ok();
   }
@@ -147,33 +256,81 @@ public:
       *dV = static_cast<T *>(out[a_.packed ? 0 : 2]);
     const AttentionShape &a = a_;
     const T scale = static_cast<T>(a.scale);
+    const AttentionBlocks blocks = causalBlocks<T>(a, mask);
+    const int64_t rowBlocks = (a.s + kAttentionBlock - 1) / kAttentionBlock;
+    const int64_t colBlocks = (a.t + kAttentionBlock - 1) / kAttentionBlock;
     perBatch(a, [&](int64_t b) {
       const T *p = given ? given + b * a.s * a.t : nullptr;
       if (!p) {
         T *buf = threadBuffer<T>(0, static_cast<size_t>(a.s * a.t));
-        probabilities(a, q, kT, mask, b, buf);
+        probabilities(a, q, kT, mask, b, buf, blocks);
         p = buf;
       }
       T *dp = threadBuffer<T>(1, static_cast<size_t>(a.s * a.t));
       const T *dOb = dO + a.offset(a.o, b), *vb = v + a.offset(a.v, b);
-      // dV = P^T dO, dP = dO V^T.
-      linalgGemm<T>(true, false, a.t, a.dv, a.s, T(1), p, a.t, dOb, a.o.ld, T(0), dV + a.offset(a.v, b), a.v.ld);
-      linalgGemm<T>(false, true, a.s, a.t, a.dv, T(1), dOb, a.o.ld, vb, a.v.ld, T(0), dp, a.t);
-      // dS = scale * P (dP - sum_j dP P), in place of dP.
-      for (int64_t i = 0; i < a.s; ++i) {
-        const T *pr = p + i * a.t;
-        T *gr = dp + i * a.t;
-        const T dot = static_cast<T>(laneSum(a.t, [&](int64_t j) { return double(gr[j]) * double(pr[j]); }));
-        for (int64_t j = 0; j < a.t; ++j)
-          gr[j] = scale * (pr[j] * (gr[j] - dot));
-      }
-      // dQ = dS KT^T, dKT = Q^T dS (K as rows: dQ = dS K, dK = dS^T Q).
       const T *qb = q + a.offset(a.q, b), *kb = kT + a.offset(a.k, b);
-      linalgGemm<T>(false, !a.headsInner, a.s, a.d, a.t, T(1), dp, a.t, kb, a.k.ld, T(0), dQ + a.offset(a.q, b), a.q.ld);
-      if (a.headsInner)
-        linalgGemm<T>(true, false, a.t, a.d, a.s, T(1), dp, a.t, qb, a.q.ld, T(0), dKT + a.offset(a.k, b), a.k.ld);
-      else
-        linalgGemm<T>(true, false, a.d, a.t, a.s, T(1), qb, a.q.ld, dp, a.t, T(0), dKT + a.offset(a.k, b), a.k.ld);
+      T *dVb = dV + a.offset(a.v, b), *dQb = dQ + a.offset(a.q, b), *dKb = dKT + a.offset(a.k, b);
+      // dS = scale * P (dP - sum_j dP P) of rows [r0, r0 + rows), their
+      // first w columns, in place of dP; the columns from w on are 0.
+      auto scores = [&](int64_t r0, int64_t rows, int64_t w) {
+        for (int64_t i = r0; i < r0 + rows; ++i) {
+          const T *pr = p + i * a.t;
+          T *gr = dp + i * a.t;
+          const T dot = static_cast<T>(laneSum(w, [&](int64_t j) { return double(gr[j]) * double(pr[j]); }));
+          for (int64_t j = 0; j < w; ++j)
+            gr[j] = scale * (pr[j] * (gr[j] - dot));
+          std::fill(gr + w, gr + a.t, T(0));
+        }
+      };
+      if (!blocks.active) {
+        // dV = P^T dO, dP = dO V^T.
+        linalgGemm<T>(true, false, a.t, a.dv, a.s, T(1), p, a.t, dOb, a.o.ld, T(0), dVb, a.v.ld);
+        linalgGemm<T>(false, true, a.s, a.t, a.dv, T(1), dOb, a.o.ld, vb, a.v.ld, T(0), dp, a.t);
+        scores(0, a.s, a.t);
+        // dQ = dS KT^T, dKT = Q^T dS (K as rows: dQ = dS K, dK = dS^T Q).
+        linalgGemm<T>(false, !a.headsInner, a.s, a.d, a.t, T(1), dp, a.t, kb, a.k.ld, T(0), dQb, a.q.ld);
+        if (a.headsInner)
+          linalgGemm<T>(true, false, a.t, a.d, a.s, T(1), dp, a.t, qb, a.q.ld, T(0), dKb, a.k.ld);
+        else
+          linalgGemm<T>(true, false, a.d, a.t, a.s, T(1), qb, a.q.ld, dp, a.t, T(0), dKb, a.k.ld);
+        return;
+      }
+      // By blocks: rows of P, dP, dS and dQ up to their block's width;
+      // columns of dV and dK from the first row whose block reaches them
+      // (zero where none does).
+      for (int64_t blk = 0; blk < rowBlocks; ++blk) {
+        const int64_t r0 = blk * kAttentionBlock, rows = std::min(kAttentionBlock, a.s - r0);
+        const int64_t w = blocks.width[static_cast<size_t>(b * rowBlocks + blk)];
+        linalgGemm<T>(false, true, rows, w, a.dv, T(1), dOb + r0 * a.o.ld, a.o.ld, vb, a.v.ld, T(0), dp + r0 * a.t,
+                      a.t);
+        scores(r0, rows, w);
+        linalgGemm<T>(false, !a.headsInner, rows, a.d, w, T(1), dp + r0 * a.t, a.t, kb, a.k.ld, T(0),
+                      dQb + r0 * a.q.ld, a.q.ld);
+      }
+      for (int64_t c = 0; c < colBlocks; ++c) {
+        const int64_t k0 = c * kAttentionBlock, cols = std::min(kAttentionBlock, a.t - k0);
+        const int64_t i0 = blocks.firstRow[static_cast<size_t>(b * colBlocks + c)], rows = a.s - i0;
+        if (rows == 0) {
+          for (int64_t j = k0; j < k0 + cols; ++j) {
+            std::fill(dVb + j * a.v.ld, dVb + j * a.v.ld + a.dv, T(0));
+            if (a.headsInner)
+              std::fill(dKb + j * a.k.ld, dKb + j * a.k.ld + a.d, T(0));
+          }
+          if (!a.headsInner)
+            for (int64_t i = 0; i < a.d; ++i)
+              std::fill(dKb + i * a.k.ld + k0, dKb + i * a.k.ld + k0 + cols, T(0));
+          continue;
+        }
+        const T *pc = p + i0 * a.t + k0, *sc = dp + i0 * a.t + k0;
+        linalgGemm<T>(true, false, cols, a.dv, rows, T(1), pc, a.t, dOb + i0 * a.o.ld, a.o.ld, T(0),
+                      dVb + k0 * a.v.ld, a.v.ld);
+        if (a.headsInner)
+          linalgGemm<T>(true, false, cols, a.d, rows, T(1), sc, a.t, qb + i0 * a.q.ld, a.q.ld, T(0),
+                        dKb + k0 * a.k.ld, a.k.ld);
+        else
+          linalgGemm<T>(true, false, a.d, cols, rows, T(1), qb + i0 * a.q.ld, a.q.ld, sc, a.t, T(0), dKb + k0,
+                        a.k.ld);
+      }
     });
     return Status::ok();
   }
