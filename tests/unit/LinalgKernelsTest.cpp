@@ -509,7 +509,7 @@ TEST(LinalgKernels, AttentionSkipsMaskedBlocks) {
         }
         // float64: P, O, dV, dP, dS, dQ, dK.
         std::vector<double> P(static_cast<size_t>(s * t)), dS(static_cast<size_t>(s * t));
-        double worst = 0;
+        auto at = [t](std::vector<double> &m, int64_t i, int64_t j) -> double & { return m[static_cast<size_t>(i * t + j)]; };
         bool nanRowSeen = false;
         auto check = [&](double got, double want, double mag, const char *name) {
           if (std::isnan(want)) {
@@ -517,84 +517,66 @@ TEST(LinalgKernels, AttentionSkipsMaskedBlocks) {
             nanRowSeen = true;
             return;
           }
-          const double err = std::fabs(got - want) / (mag + 1e-3);
-          worst = std::max(worst, err);
-          EXPECT_LE(err, 2e-5) << what << " " << name << " got " << got << " want " << want;
+          EXPECT_LE(std::fabs(got - want) / (mag + 1e-3), 2e-5)
+              << what << " " << name << " got " << got << " want " << want;
+        };
+        // Sum of term(r) over r in [0, count) and of its magnitudes.
+        auto sum = [](int64_t count, auto &&term) {
+          double acc = 0, mag = 0;
+          for (int64_t r = 0; r < count; ++r) {
+            const double x = term(r);
+            acc += x;
+            mag += std::fabs(x);
+          }
+          return std::pair<double, double>{acc, mag};
         };
         const float scale = 0.35f;
+        const bool boolMask = std::string(kind) == "bool";
         for (int64_t b = 0; b < n; ++b)
           for (int64_t e = 0; e < h; ++e) {
             for (int64_t i = 0; i < s; ++i) {
               double mx = -INFINITY;
               std::vector<double> row(static_cast<size_t>(t));
               for (int64_t j = 0; j < t; ++j) {
-                double acc = 0;
-                for (int64_t x = 0; x < d; ++x)
-                  acc += Q(b, e, i, x) * K(b, e, j, x);
-                const double m = std::string(kind) == "bool" ? (c.masked(i, j) ? -INFINITY : 0.0)
-                                                             : in[3].getDouble(i * t + j);
-                row[static_cast<size_t>(j)] = std::string(kind) == "bool" && c.masked(i, j) ? -INFINITY
-                                                                                             : acc * scale + m;
-                mx = std::max(mx, row[static_cast<size_t>(j)]);
+                const double qk = sum(d, [&](int64_t x) { return Q(b, e, i, x) * K(b, e, j, x); }).first * scale;
+                double &r = row[static_cast<size_t>(j)];
+                r = boolMask ? (c.masked(i, j) ? -INFINITY : qk) : qk + in[3].getDouble(i * t + j);
+                mx = std::max(mx, r);
               }
-              double sum = 0;
+              double total = 0;
               for (double &r : row)
-                sum += (r = std::exp(r - mx));
+                total += (r = std::exp(r - mx));
               for (int64_t j = 0; j < t; ++j) {
-                P[static_cast<size_t>(i * t + j)] = row[static_cast<size_t>(j)] / sum;
-                check(fwd[1].getDouble(((b * h + e) * s + i) * t + j), P[static_cast<size_t>(i * t + j)], 1.0, "P");
+                at(P, i, j) = row[static_cast<size_t>(j)] / total;
+                check(fwd[1].getDouble(((b * h + e) * s + i) * t + j), at(P, i, j), 1.0, "P");
               }
             }
-            for (int64_t i = 0; i < s; ++i)
-              for (int64_t x = 0; x < dv; ++x) {
-                double acc = 0, mag = 0;
-                for (int64_t j = 0; j < t; ++j) {
-                  acc += P[static_cast<size_t>(i * t + j)] * V(b, e, j, x);
-                  mag += std::fabs(P[static_cast<size_t>(i * t + j)] * V(b, e, j, x));
-                }
-                check(fwd[0].getDouble(idx(o, b, e, i, x)), acc, mag, "O");
-              }
             for (int64_t i = 0; i < s; ++i) {
-              std::vector<double> dp(static_cast<size_t>(t));
-              double dot = 0;
-              for (int64_t j = 0; j < t; ++j) {
-                double acc = 0;
-                for (int64_t x = 0; x < dv; ++x)
-                  acc += DO(b, e, i, x) * V(b, e, j, x);
-                dp[static_cast<size_t>(j)] = acc;
-                dot += acc * P[static_cast<size_t>(i * t + j)];
-              }
-              for (int64_t j = 0; j < t; ++j)
-                dS[static_cast<size_t>(i * t + j)] =
-                    scale * P[static_cast<size_t>(i * t + j)] * (dp[static_cast<size_t>(j)] - dot);
-            }
-            for (int64_t j = 0; j < t; ++j)
               for (int64_t x = 0; x < dv; ++x) {
-                double acc = 0, mag = 0;
-                for (int64_t i = 0; i < s; ++i) {
-                  acc += P[static_cast<size_t>(i * t + j)] * DO(b, e, i, x);
-                  mag += std::fabs(P[static_cast<size_t>(i * t + j)] * DO(b, e, i, x));
-                }
-                check(grad[2].getDouble(idx(v, b, e, j, x)), acc, mag, "dV");
+                const auto [o_, mag] = sum(t, [&](int64_t j) { return at(P, i, j) * V(b, e, j, x); });
+                check(fwd[0].getDouble(idx(o, b, e, i, x)), o_, mag, "O");
               }
+              std::vector<double> dp(static_cast<size_t>(t));
+              for (int64_t j = 0; j < t; ++j)
+                dp[static_cast<size_t>(j)] = sum(dv, [&](int64_t x) { return DO(b, e, i, x) * V(b, e, j, x); }).first;
+              const double dot = sum(t, [&](int64_t j) { return dp[static_cast<size_t>(j)] * at(P, i, j); }).first;
+              for (int64_t j = 0; j < t; ++j)
+                at(dS, i, j) = scale * at(P, i, j) * (dp[static_cast<size_t>(j)] - dot);
+            }
+            for (int64_t j = 0; j < t; ++j) {
+              for (int64_t x = 0; x < dv; ++x) {
+                const auto [dv_, mag] = sum(s, [&](int64_t i) { return at(P, i, j) * DO(b, e, i, x); });
+                check(grad[2].getDouble(idx(v, b, e, j, x)), dv_, mag, "dV");
+              }
+              for (int64_t x = 0; x < d; ++x) {
+                const auto [dk, mag] = sum(s, [&](int64_t i) { return at(dS, i, j) * Q(b, e, i, x); });
+                check(grad[1].getDouble(inner ? idx(k, b, e, j, x) : idx(k, b, e, x, j)), dk, mag, "dK");
+              }
+            }
             for (int64_t i = 0; i < s; ++i)
               for (int64_t x = 0; x < d; ++x) {
-                double acc = 0, mag = 0;
-                for (int64_t j = 0; j < t; ++j) {
-                  acc += dS[static_cast<size_t>(i * t + j)] * K(b, e, j, x);
-                  mag += std::fabs(dS[static_cast<size_t>(i * t + j)] * K(b, e, j, x));
-                }
-                check(grad[0].getDouble(idx(q, b, e, i, x)), acc, mag, "dQ");
-              }
-            for (int64_t j = 0; j < t; ++j)
-              for (int64_t x = 0; x < d; ++x) {
-                double acc = 0, mag = 0;
-                for (int64_t i = 0; i < s; ++i) {
-                  acc += dS[static_cast<size_t>(i * t + j)] * Q(b, e, i, x);
-                  mag += std::fabs(dS[static_cast<size_t>(i * t + j)] * Q(b, e, i, x));
-                }
-                const int64_t at = inner ? idx(k, b, e, j, x) : idx(k, b, e, x, j);
-                check(grad[1].getDouble(at), acc, mag, "dK");
+                const auto [dq, mag] = sum(t, [&](int64_t j) { return at(dS, i, j) * K(b, e, j, x); });
+                check(grad[0].getDouble(idx(q, b, e, i, x)), dq, mag, "dQ");
               }
           }
         EXPECT_EQ(nanRowSeen, std::string(c.name) == "a row masked") << what;

@@ -161,6 +161,7 @@ template <typename T> AttentionBlocks causalBlocks(const AttentionShape &a, cons
           w = std::max(w, seenI);
         }
         width[blk] = std::min(a.t, (w + kAttentionBlock - 1) / kAttentionBlock * kAttentionBlock);
+        r.active = r.active || width[blk] < a.t;
       }
     }
     for (int64_t c = 0; c < colBlocks; ++c) {
@@ -170,8 +171,6 @@ template <typename T> AttentionBlocks causalBlocks(const AttentionShape &a, cons
           first = blk * kAttentionBlock;
       r.firstRow[static_cast<size_t>(b * colBlocks + c)] = first;
     }
-    for (int64_t blk = 0; blk < rowBlocks; ++blk)
-      r.active = r.active || width[blk] < a.t;
   }
   return r;
 }

@@ -456,8 +456,9 @@ template <typename T> struct LinalgBatchedGemm {
       const Tiling tl = tiling();
       const int64_t count = tl.tm * tl.tn, mc = (M + count - 1) / count;
       const bool packable = oneDnn && bStepInvariant && batch == 1 && M > 0 && N > 0 && K > 0;
+      // A GELU runs after each block of rows (blockAct_), not as a post-op.
+      const bool ours = act == FusedActivation::GeluErf || act == FusedActivation::GeluTanh;
       if (packable && tl.tm > 1 && ldc == N && !ta && mc >= kPackedBlockRows) {
-        const bool ours = act == FusedActivation::GeluErf || act == FusedActivation::GeluTanh;
         const FusedActivation primAct = ours ? FusedActivation::None : act;
         size_t ws = 0;
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
@@ -491,7 +492,6 @@ template <typename T> struct LinalgBatchedGemm {
       // against 827-840, 1024x1024x512 2234-2269 against 2206-2229.
       if (oneDnn && batch == 1 && !ta && M > 0 && K > 0 && N >= 4 * K && ldc == N && tl.tm > 1 &&
           mc >= kPackedBlockRows) {
-        const bool ours = act == FusedActivation::GeluErf || act == FusedActivation::GeluTanh;
         size_t ws = 0;
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
           LinalgDnnlGemmHolder h;
@@ -735,23 +735,28 @@ private:
   /// over the threads.
   Status runSplit(const float *A, const float *B, float *C, unsigned char *ws) const {
     const int64_t parts = static_cast<int64_t>(splitPrims_.size());
-    auto buffer = [&](int64_t p) { return reinterpret_cast<float *>(linalgAlign(ws + splitWs_[static_cast<size_t>(p)])); };
+    // Where each part writes (at most 4 parts: prepare()): C for part 0,
+    // else its buffer.
+    std::array<float *, 4> dst{};
+    for (int64_t p = 0; p < parts; ++p)
+      dst[static_cast<size_t>(p)] =
+          p == 0 ? C + cOff[0] : reinterpret_cast<float *>(linalgAlign(ws + splitWs_[static_cast<size_t>(p)]));
     const size_t bufferBytes = linalgRoundUp(static_cast<size_t>(M * N) * sizeof(float));
     PIPEC_TRY(runBlocks(parts, [&](int64_t p) -> Status {
       const int64_t k0 = p * splitK_;
       const float *a = A + aOff[0] + k0 * lda; // A transposed: [K, M]
       const float *b = B + bOff[0] + k0 * ldb;
-      float *c = p == 0 ? C + cOff[0] : buffer(p);
-      unsigned char *scratch = p == 0 ? ws + splitWs_[0] : reinterpret_cast<unsigned char *>(buffer(p)) + bufferBytes;
+      float *c = dst[static_cast<size_t>(p)];
+      unsigned char *scratch = p == 0 ? ws + splitWs_[0] : reinterpret_cast<unsigned char *>(c) + bufferBytes;
       return linalgDnnlGemmRun(*splitPrims_[static_cast<size_t>(p)].get(), a, b, c, scratch);
     }));
-    float *c0 = C + cOff[0];
+    float *c0 = dst[0];
     [[maybe_unused]] const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), M));
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t m = 0; m < M; ++m) {
       float *row = c0 + m * ldc;
       for (int64_t p = 1; p < parts; ++p) {
-        const float *part = buffer(p) + m * N;
+        const float *part = dst[static_cast<size_t>(p)] + m * N;
 #pragma omp simd
         for (int64_t n = 0; n < N; ++n)
           row[n] += part[n];
