@@ -432,6 +432,52 @@ Status DeviceExecutor::runNode(Run &r, int32_t node, void *const *in, void *cons
   return Status::ok();
 }
 
+Status DeviceExecutor::setParamUpdates(std::vector<ParamUpdate> updates) {
+  const plan::Device &dev = lp_.plan.devices(stage_);
+  std::vector<std::vector<ParamUpdate>> at(static_cast<size_t>(dev.program_size()));
+  for (ParamUpdate &u : updates) {
+    if (u.instruction < 0 || u.instruction >= dev.program_size() || !isCompute(dev.program(u.instruction).kind()))
+      return errorf("device ", index_, ": a parameter update after instruction ", u.instruction,
+                    ", which is not a compute instruction");
+    const auto &nodes = dev.program(u.instruction).nodes();
+    if (std::find(nodes.begin(), nodes.end(), u.node) == nodes.end() || !kernels_[u.node])
+      return errorf("device ", index_, ": a parameter update after node ", u.node,
+                    ", which instruction ", u.instruction, " does not run");
+    at[static_cast<size_t>(u.instruction)].push_back(std::move(u));
+  }
+  for (size_t i = 0; i < at.size(); ++i) {
+    // One update per node, in the order the instruction runs its nodes.
+    const auto &nodes = dev.program(static_cast<int>(i)).nodes();
+    auto pos = [&](const ParamUpdate &u) { return std::find(nodes.begin(), nodes.end(), u.node) - nodes.begin(); };
+    std::stable_sort(at[i].begin(), at[i].end(),
+                     [&](const ParamUpdate &a, const ParamUpdate &b) { return pos(a) < pos(b); });
+    for (size_t k = 1; k < at[i].size(); ++k)
+      if (at[i][k].node == at[i][k - 1].node)
+        return errorf("device ", index_, ": two parameter updates after node ", at[i][k].node, " of instruction ", i);
+  }
+  updatesAt_ = std::move(at);
+  resetSchedule();
+  return Status::ok();
+}
+
+const DeviceExecutor::ParamUpdate *DeviceExecutor::updateAfter(int i, int32_t node) const {
+  if (updatesAt_.empty())
+    return nullptr;
+  for (const ParamUpdate &u : updatesAt_[static_cast<size_t>(i)])
+    if (u.node == node)
+      return &u;
+  return nullptr;
+}
+
+Status DeviceExecutor::runUpdate(Run &r, const ParamUpdate &u) {
+  if (!r.io->update)
+    return Status::ok();
+  const Clock::time_point t0 = Clock::now();
+  Status s = r.io->update(index_, u.params);
+  r.updateSeconds += seconds(t0, Clock::now());
+  return s;
+}
+
 Status DeviceExecutor::endInstruction(Run &r, int i) {
   const plan::Instruction &ins = lp_.plan.devices(stage_).program(i);
   const unsigned mb = r.mb;
@@ -443,7 +489,11 @@ Status DeviceExecutor::endInstruction(Run &r, int i) {
   case plan::Instruction::OPTIMIZER: stats_.optimizerSeconds += dt; break;
   case plan::Instruction::SEND: stats_.commSeconds += dt; break;
   case plan::Instruction::RECV: stats_.waitSeconds += dt; break;
-  default: stats_.busySeconds += dt; break;
+  default:
+    stats_.busySeconds += dt - r.updateSeconds;
+    stats_.optimizerSeconds += r.updateSeconds;
+    r.updateSeconds = 0;
+    break;
   }
   ++stats_.instructions;
   if (tracing_) {
@@ -474,6 +524,11 @@ int32_t DeviceExecutor::thunkNode(void *run, void *node, void *, void *) {
   Run &r = *static_cast<Run *>(run);
   const CompiledNode &n = *static_cast<const CompiledNode *>(node);
   r.status = r.ex->runNode(r, n.node, n.in, n.out);
+  return r.status ? 0 : 1;
+}
+int32_t DeviceExecutor::thunkUpdate(void *run, void *update, void *, void *) {
+  Run &r = *static_cast<Run *>(run);
+  r.status = r.ex->runUpdate(r, *static_cast<const ParamUpdate *>(update));
   return r.status ? 0 : 1;
 }
 
@@ -530,6 +585,8 @@ void DeviceExecutor::buildSchedule() {
         cn.out = operands + n.inputs_size();
         operands = cn.out + n.outputs_size();
         calls.push_back({&thunkNode, &cn, nullptr, nullptr, parts});
+        if (const ParamUpdate *u = updateAfter(i, ni))
+          calls.push_back({&thunkUpdate, const_cast<ParamUpdate *>(u), nullptr, nullptr, parts});
       }
     } else {
       calls.push_back({&thunkStep<&DeviceExecutor::otherInstruction>, index(i), nullptr, nullptr, parts});
@@ -585,6 +642,8 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
         PIPEC_TRY(runNode(r, ni, in, out));
         if (!nodeSeconds_.empty())
           nodeSeconds_[ni] += seconds(n0, Clock::now());
+        if (const ParamUpdate *u = updateAfter(i, ni))
+          PIPEC_TRY(runUpdate(r, *u));
       }
     }
     PIPEC_TRY(endInstruction(r, i));

@@ -71,10 +71,16 @@ public:
   /// `previousStep`: the OPTIMIZER instruction is a no-flush plan's
   /// previous-step one (it updates with the step before's gradients).
   using OptimizeFn = std::function<Status(int device, bool previousStep)>;
+  /// Updates `params` (indices the session chose, setParamUpdates) on
+  /// `device` in the middle of its program.
+  using UpdateFn = std::function<Status(int device, const std::vector<int> &params)>;
   struct StepIO {
     FeedFn feed;
     CollectFn collect;
     OptimizeFn optimize; ///< null for inference
+    /// Runs the parameter updates setParamUpdates placed; null: they do
+    /// not run (and OPTIMIZER must update those parameters itself).
+    UpdateFn update;
     /// Moves SEND/RECV tensors; may be null for a single-device plan.
     Transport *transport = nullptr;
     /// Fails the device with an injected error before this instruction
@@ -128,6 +134,18 @@ public:
   /// on the device reads, sends or returns it; returns whether it was done.
   /// Runs in micro-batch order add in micro-batch order, as collect() does.
   bool accumulateInto(int32_t tensor, void *dst);
+
+  /// Parameters updated inside the step: `params` right after `node` of
+  /// instruction `instruction` has run (StepIO::update), where the step is
+  /// done with them (Session::planParamUpdates).
+  struct ParamUpdate {
+    int instruction;
+    int32_t node;
+    std::vector<int> params;
+  };
+  /// Sets the updates (replacing earlier ones); `node` must be a kernel
+  /// node of `instruction`, a compute instruction.
+  Status setParamUpdates(std::vector<ParamUpdate> updates);
 
   /// Compiles the program into native code (runtime/cpu/ScheduleJit.h)
   /// now rather than at the first run, where the compiled schedule can
@@ -190,6 +208,9 @@ private:
     unsigned mb = 0; ///< the running instruction's micro-batch
     std::chrono::steady_clock::time_point t0;
     Status status = Status::ok();
+    /// Seconds the running instruction spent in parameter updates (counted
+    /// as optimizer time, not kernel time).
+    double updateSeconds = 0;
   };
   /// The steps of an instruction, shared by the interpreter and the
   /// compiled schedule: before it (feeds, its step and micro-batch), a
@@ -198,7 +219,12 @@ private:
   Status beginInstruction(Run &r, int i);
   Status otherInstruction(Run &r, int i);
   Status runNode(Run &r, int32_t node, void *const *in, void *const *out);
+  Status runUpdate(Run &r, const ParamUpdate &u);
   Status endInstruction(Run &r, int i);
+  /// setParamUpdates(): per instruction, its updates in node order.
+  std::vector<std::vector<ParamUpdate>> updatesAt_;
+  /// The update of instruction `i` after node `node`, or null.
+  const ParamUpdate *updateAfter(int i, int32_t node) const;
   /// A compute node as the compiled schedule calls it.
   struct CompiledNode {
     int32_t node;
@@ -224,6 +250,7 @@ private:
   /// index), or one node (a CompiledNode).
   template <Status (DeviceExecutor::*Step)(Run &, int)> static int32_t thunkStep(void *run, void *i, void *, void *);
   static int32_t thunkNode(void *run, void *node, void *, void *);
+  static int32_t thunkUpdate(void *run, void *update, void *, void *);
 };
 
 } // namespace pipec::runtime

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <thread>
 
 namespace pipec::runtime {
@@ -301,6 +302,87 @@ Status Session::prepareTraining() {
             ps.inPlace = devices_[d]->accumulateInto(ps.grad, ps.accumOf(r)) || ps.inPlace;
         }
     }
+  return planParamUpdates();
+}
+
+Status Session::planParamUpdates() {
+  const plan::Plan &p = lp_.plan;
+  const plan::Training &t = p.training();
+  // The OPTIMIZER instruction's path that updates one parameter after the
+  // other with nothing to wait for (runProgram's optimize).
+  if (!opts_.updateInStep || noFlush_ || replicas() > 1 || opts_.cuda || t.clip_grad_norm() > 0 ||
+      opts_.skipNonFinite || (transport() && sharedParams_ && !distributed()))
+    return Status::ok();
+  const size_t T = static_cast<size_t>(p.tensors_size());
+  std::vector<char> isOutput(T, 0);
+  for (int32_t o : p.outputs())
+    isOutput[static_cast<size_t>(o)] = 1;
+  for (int d : localDevices_) {
+    const plan::Device &dev = p.devices(d);
+    int optimizerAt = -1, optimizers = 0;
+    for (int i = 0; i < dev.program_size(); ++i)
+      if (dev.program(i).kind() == plan::Instruction::OPTIMIZER) {
+        optimizerAt = i;
+        ++optimizers;
+      }
+    if (optimizers != 1)
+      continue;
+    // The parameter each tensor holds the bytes of: its weight, and the
+    // views of it (a Reshape of a weight reads the weight's bytes).
+    std::vector<int> viewOf(T, -1);
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].device == d && params_[i].inPlace && otherHolders_[i].empty())
+        viewOf[static_cast<size_t>(params_[i].weight)] = static_cast<int>(i);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (const plan::Node &n : dev.nodes())
+        if (n.view() && n.inputs_size() > 0 && n.inputs(0) >= 0 && viewOf[n.inputs(0)] >= 0 &&
+            n.outputs_size() == 1 && viewOf[n.outputs(0)] != viewOf[n.inputs(0)]) {
+          viewOf[n.outputs(0)] = viewOf[n.inputs(0)];
+          changed = true;
+        }
+    }
+    // Per parameter: the instruction and node of its last use (-1: none),
+    // or refused (-2): its bytes are sent or returned.
+    std::vector<std::pair<int, int32_t>> last(params_.size(), {-1, -1});
+    for (size_t k = 0; k < T; ++k)
+      if (viewOf[k] >= 0 && isOutput[k])
+        last[static_cast<size_t>(viewOf[k])].first = -2;
+    for (int i = 0; i < dev.program_size(); ++i) {
+      const plan::Instruction &ins = dev.program(i);
+      if (ins.kind() == plan::Instruction::SEND && viewOf[ins.tensor()] >= 0)
+        last[static_cast<size_t>(viewOf[ins.tensor()])].first = -2;
+      if (ins.kind() == plan::Instruction::OPTIMIZER || ins.kind() == plan::Instruction::SEND ||
+          ins.kind() == plan::Instruction::RECV)
+        continue;
+      for (int32_t ni : ins.nodes()) {
+        const plan::Node &n = dev.nodes(ni);
+        if (n.view())
+          continue; // reads nothing; its output's readers do
+        auto use = [&](int param) {
+          if (param >= 0 && last[static_cast<size_t>(param)].first != -2)
+            last[static_cast<size_t>(param)] = {i, ni};
+        };
+        for (int32_t in : n.inputs())
+          if (in >= 0)
+            use(viewOf[in]);
+        for (int32_t out : n.outputs())
+          if (paramOfGrad_[out] >= 0 && params_[paramOfGrad_[out]].device == d)
+            use(viewOf[params_[paramOfGrad_[out]].weight]);
+      }
+    }
+    std::map<std::pair<int, int32_t>, std::vector<int>> after;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (last[i].first >= 0 && last[i].first < optimizerAt)
+        after[last[i]].push_back(static_cast<int>(i));
+    std::vector<DeviceExecutor::ParamUpdate> updates;
+    for (auto &[at, which] : after) {
+      for (int i : which)
+        params_[static_cast<size_t>(i)].inStep = true;
+      updates.push_back({at.first, at.second, which});
+    }
+    PIPEC_TRY(devices_[d]->setParamUpdates(std::move(updates)));
+  }
   return Status::ok();
 }
 
@@ -526,6 +608,10 @@ Status Session::agree(const Status &mine, const std::string &what) {
 Status Session::saveCheckpoint(const std::string &dir) {
   if (!isTraining())
     return errorf("checkpoints hold training state; this is an inference plan");
+  // A failed step may have updated some parameters (on the devices that
+  // got that far) and not others.
+  if (!broken_.isOk())
+    return broken_.withContext("no checkpoint: an earlier step failed and may have updated only some parameters");
   PIPEC_TRY(flush()); // 2bw: the weights after every step so far
   if (distributed() && devices_.size() > 1) {
     // Each process writes the part it owns into the leader's staging
@@ -847,6 +933,29 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     }
     return Status::ok();
   };
+  // The loss of a step is the mean of the micro-batch losses, so its
+  // gradient is the mean of theirs.
+  const float invM = 1.0f / static_cast<float>(MT);
+  // The mean, the squared sum and the update in one pass over a
+  // parameter's gradient, chunk by chunk while it is in cache (bitwise the
+  // three passes of optimize's other path).
+  auto updateOne = [&](size_t i) -> Status {
+    ParamState &ps = params_[i];
+    std::vector<float *> state;
+    for (auto &s : ps.state)
+      state.push_back(s.data());
+    PIPEC_ASSIGN(sq[i], optimizer_->scaleSquareAndStep(stepNumber, lr, ps.data, ps.accum.data(),
+                                                      MT > 1 ? invM : 1.0f, state, ps.n));
+    return Status::ok();
+  };
+  // planParamUpdates' updates inside the programs: those of optimize's
+  // path that needs no norm, which gradients() does not take.
+  const bool inStep = training && !gradientsOnly_;
+  auto updateInStep = [&](int, const std::vector<int> &which) -> Status {
+    for (int i : which)
+      PIPEC_TRY(updateOne(static_cast<size_t>(i)));
+    return Status::ok();
+  };
   auto optimize = [&](int d, bool) -> Status {
     const int replica = d / K, stage = d % K;
     const uint32_t reduceKind = static_cast<uint32_t>(SessionMessage::ReplicaGradient);
@@ -874,23 +983,12 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
         }
       }
     }
-    // The loss of a step is the mean of the micro-batch losses, so its
-    // gradient is the mean of theirs.
-    const float invM = 1.0f / static_cast<float>(MT);
     if (!collective && !(clip > 0) && !opts_.skipNonFinite && !gradientsOnly_) {
-      // Nothing waits for the norm: the mean, the squared sum and the
-      // update in one pass over each gradient, chunk by chunk while it is
-      // in cache (bitwise the three passes below).
-      for (size_t i = 0; i < params_.size(); ++i) {
-        ParamState &ps = params_[i];
-        if (ps.device != d)
-          continue;
-        std::vector<float *> state;
-        for (auto &s : ps.state)
-          state.push_back(s.data());
-        PIPEC_ASSIGN(sq[i], optimizer_->scaleSquareAndStep(stepNumber, lr, ps.data, ps.accum.data(),
-                                                          MT > 1 ? invM : 1.0f, state, ps.n));
-      }
+      // Nothing waits for the norm: each parameter's update in one pass
+      // (updateOne), but for those already updated in the step.
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (params_[i].device == d && !(inStep && params_[i].inStep))
+          PIPEC_TRY(updateOne(i));
       return syncSharedWeights(d);
     }
     std::vector<double> mine(collective ? params_.size() : 0, 0.0);
@@ -971,6 +1069,8 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     }
     if (training)
       io.optimize = optimize;
+    if (inStep)
+      io.update = updateInStep;
     if (noFlush_) {
       io.optimize = optimizeNoFlush;
       io.part = drain ? DeviceExecutor::StepIO::Part::PreviousStep

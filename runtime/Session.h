@@ -40,6 +40,11 @@ struct SessionOptions {
   /// in place where they can (DeviceExecutor::accumulateInto); off: every
   /// gradient is collected and added per micro-batch (tests compare both).
   bool accumulateInPlace = true;
+  /// Update each parameter inside the step, right after the node that
+  /// ends the step's use of it, where the OPTIMIZER instruction would
+  /// update it without waiting for the others (Session::planParamUpdates);
+  /// off: every update waits for OPTIMIZER (bitwise the same training).
+  bool updateInStep = true;
   /// A step whose gradients are not all finite is skipped (no parameter or
   /// optimizer state changes; TrainStep::skipped) instead of applied. It
   /// makes the devices agree on the gradient norm before any update (the
@@ -82,6 +87,13 @@ public:
     int n = 0;
     for (const ParamState &ps : params_)
       n += ps.inPlace;
+    return n;
+  }
+  /// Parameters updated inside the step (planParamUpdates).
+  int paramsUpdatedInStep() const {
+    int n = 0;
+    for (const ParamState &ps : params_)
+      n += ps.inStep;
     return n;
   }
 
@@ -213,6 +225,15 @@ private:
   /// Step shape of tensor t: [M*b, ...] if it has a leading axis and M > 1.
   TensorDesc stepDesc(int32_t t) const;
   Status prepareTraining();
+  /// Where a device's OPTIMIZER would update its parameters one by one,
+  /// with nothing to wait for (no clipping, no skipping of non-finite
+  /// steps, no collective, one pipeline, a flush schedule, CPU devices),
+  /// each parameter whose gradient its kernel sums in place and that no
+  /// other device reads is updated right after the last node of its
+  /// device's program that reads the weight (or a view of it) or adds to
+  /// its gradient, while both are still in cache. Sets ParamState::inStep
+  /// and the devices' DeviceExecutor::setParamUpdates.
+  Status planParamUpdates();
   /// The checkpoint's tensors: all (owner -1) or those device `owner`
   /// updates or computes.
   Expected<train::Checkpoint> checkpointContents(int owner) const;
@@ -242,6 +263,8 @@ private:
     float *accumOf(int replica) {
       return replica == 0 ? accum.data() : replicaAccum[static_cast<size_t>(replica - 1)].data();
     }
+    /// Updated inside the step (planParamUpdates), not at OPTIMIZER.
+    bool inStep = false;
     /// The plan's Parameter.accumulate_in_place.
     bool planInPlace = false;
     /// The gradient's kernel sums into accum itself

@@ -133,19 +133,31 @@ struct RunResult {
   std::vector<double> losses;
 };
 
-RunResult run(const std::string &dir, int steps, bool train, bool inPlace = true,
-              int *accumulatedInPlace = nullptr) {
+/// The session's options beside the seed, and what it chose.
+struct RunOptions {
+  bool inPlace = true;
+  bool updateInStep = true;
+  bool skipNonFinite = false;
+  int *accumulatedInPlace = nullptr; ///< Session::gradientsAccumulatedInPlace
+  int *updatedInStep = nullptr;      ///< Session::paramsUpdatedInStep
+};
+
+RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o = {}) {
   RunResult r;
   runtime::SessionOptions so;
   so.seed = 7;
-  so.accumulateInPlace = inPlace;
+  so.accumulateInPlace = o.inPlace;
+  so.updateInStep = o.updateInStep;
+  so.skipNonFinite = o.skipNonFinite;
   auto s = runtime::Session::open(dir, so);
   EXPECT_TRUE(s.isOk()) << s.status().message();
   if (!s.isOk())
     return r;
   runtime::Session &session = **s;
-  if (accumulatedInPlace)
-    *accumulatedInPlace = session.gradientsAccumulatedInPlace();
+  if (o.accumulatedInPlace)
+    *o.accumulatedInPlace = session.gradientsAccumulatedInPlace();
+  if (o.updatedInStep)
+    *o.updatedInStep = session.paramsUpdatedInStep();
   for (int i = 0; i < steps; ++i) {
     auto in = makeInputs(session, static_cast<uint64_t>(i));
     if (train) {
@@ -374,8 +386,8 @@ TEST(Pipeline, GradientsAccumulatedInPlaceTrainAsCollected) {
     c.M = 4;
     std::string dir = compile("gpt-train", 2, c);
     int inPlace = 0, collected = -1;
-    RunResult fused = run(dir, 5, true, true, &inPlace);
-    RunResult plain = run(dir, 5, true, false, &collected);
+    RunResult fused = run(dir, 5, true, {.inPlace = true, .accumulatedInPlace = &inPlace});
+    RunResult plain = run(dir, 5, true, {.inPlace = false, .accumulatedInPlace = &collected});
     // Every MatMul weight of the GPT-like sample (four per block and the
     // head) has a GEMM gradient; biases and norms are collected. The plan
     // says which, and the runtime follows it.
@@ -400,6 +412,42 @@ TEST(Pipeline, GradientsAccumulatedInPlaceTrainAsCollected) {
     for (size_t i = 0; i < fused.losses.size(); ++i)
       EXPECT_NEAR(fused.losses[i], plain.losses[i], 1e-5 * std::abs(plain.losses[i]));
   }
+}
+
+// Parameters updated inside the step, right after their last use
+// (Session::planParamUpdates), train bitwise as when every update waits
+// for the OPTIMIZER instruction: for each sample, one and two stages, one
+// and four micro-batches, and a schedule that runs weight gradients apart.
+// Where the optimizer needs every gradient first (skipping non-finite
+// steps), or no gradient is summed in place, none is updated early.
+TEST(Pipeline, ParametersUpdatedInStepTrainAsAtTheOptimizer) {
+  for (const ModelCase &m : kTrainModels)
+    for (int K : {1, 2})
+      for (int M : {1, 4})
+        for (const char *schedule : {"1f1b", "zbh1"}) {
+          if (K == 1 && std::string(schedule) != "1f1b")
+            continue;
+          Config c;
+          c.K = K;
+          c.M = M;
+          c.schedule = schedule;
+          const std::string dir = compile(m.name, m.microBatch, c);
+          const std::string what = cat(m.name, " K=", K, " M=", M, " ", schedule);
+          int early = -1, inPlace = -1, late = -1, skipping = -1, collected = -1;
+          RunResult at = run(dir, 4, true, {.updateInStep = false, .updatedInStep = &late});
+          RunResult in = run(dir, 4, true, {.accumulatedInPlace = &inPlace, .updatedInStep = &early});
+          expectSame(at, in, what);
+          EXPECT_EQ(late, 0) << what;
+          // Every parameter whose gradient is summed in place, on any device.
+          EXPECT_EQ(early, inPlace) << what;
+          if (std::string(m.name) != "cnn-train") {
+            EXPECT_GT(early, 0) << what;
+          }
+          RunResult skip = run(dir, 2, true, {.skipNonFinite = true, .updatedInStep = &skipping});
+          EXPECT_EQ(skipping, 0) << what;
+          RunResult plain = run(dir, 2, true, {.inPlace = false, .updatedInStep = &collected});
+          EXPECT_EQ(collected, 0) << what;
+        }
 }
 
 TEST(Pipeline, RecomputeGivesBitwiseTheSameTrainingAndLessMemory) {
@@ -497,9 +545,12 @@ TEST(Pipeline, AnErrorOnOneDeviceStopsEveryDevice) {
     ASSERT_FALSE(st.isOk());
     EXPECT_NE(st.status().message().find(cat("device ", dev, ": injected failure")), std::string::npos)
         << st.status().message();
-    // The session refuses to go on from an undefined state.
+    // The session refuses to go on from an undefined state, or to save it.
     auto again = (*s)->train(makeInputs(**s, 1));
     EXPECT_FALSE(again.isOk());
+    Status saved = (*s)->saveCheckpoint(tempDir(cat("failed-ckpt", dev)));
+    ASSERT_FALSE(saved.isOk());
+    EXPECT_NE(saved.message().find("an earlier step failed"), std::string::npos) << saved.message();
   }
 }
 
