@@ -485,21 +485,22 @@ Status DeviceExecutor::endInstruction(Run &r, int i) {
     PIPEC_TRY(gpu_->sync().withContext(cat("device ", index_, " micro-batch ", mb))); // kernel time, errors
   const Clock::time_point t1 = Clock::now();
   const double dt = seconds(r.t0, t1);
+  const double updates = r.updateSeconds;
+  r.updateSeconds = 0;
   switch (ins.kind()) {
   case plan::Instruction::OPTIMIZER: stats_.optimizerSeconds += dt; break;
   case plan::Instruction::SEND: stats_.commSeconds += dt; break;
   case plan::Instruction::RECV: stats_.waitSeconds += dt; break;
   default:
-    stats_.busySeconds += dt - r.updateSeconds;
-    stats_.optimizerSeconds += r.updateSeconds;
-    r.updateSeconds = 0;
+    stats_.busySeconds += dt - updates;
+    stats_.optimizerSeconds += updates;
     break;
   }
   ++stats_.instructions;
   if (tracing_) {
     const bool message = ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV;
     trace_.push_back({static_cast<int>(ins.kind()), mb, message ? ins.tensor() : -1, replicaBase_ + ins.peer(),
-                      seconds(epoch_, r.t0), seconds(epoch_, t1)});
+                      seconds(epoch_, r.t0), seconds(epoch_, t1), updates});
   }
   for (int32_t t : collectAfter_[i]) {
     if (!gpu_) {

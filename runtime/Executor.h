@@ -43,6 +43,9 @@ struct TraceEvent {
   int32_t tensor;      ///< SEND/RECV: the tensor; else -1
   int32_t peer;
   double start, end;   ///< seconds
+  /// Seconds of the span spent in parameter updates made inside the step
+  /// (setParamUpdates), which the plan counts in the OPTIMIZER's time.
+  double updateSeconds = 0;
 };
 
 class DeviceExecutor {

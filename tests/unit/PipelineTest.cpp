@@ -1008,6 +1008,58 @@ TEST(Pipeline, RunReportPutsThePredictionBesideTheMeasurement) {
   EXPECT_NE(none.status().message().find("no traced step"), std::string::npos);
 }
 
+// Updates made inside the step are the optimizer's time: in the device
+// stats, in the trace (each instruction's updateSeconds) and, where the
+// run report compares instructions with the plan's prediction, at the
+// OPTIMIZER instruction, whose prediction covers every update.
+TEST(Pipeline, UpdatesInsideTheStepCountAsTheOptimizers) {
+  Config c;
+  c.M = 1;
+  const std::string dir = compile("mlp-train", 4, c);
+  runtime::SessionOptions so;
+  so.trace = true;
+  auto s = runtime::Session::open(dir, so);
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  runtime::Session &session = **s;
+  ASSERT_GT(session.paramsUpdatedInStep(), 0);
+  const int steps = 3;
+  for (int i = 0; i < steps; ++i)
+    ASSERT_TRUE(session.train(makeInputs(session, static_cast<uint64_t>(i))).isOk());
+  const plan::Device &pd = session.plan().devices(0);
+  const size_t P = static_cast<size_t>(pd.program_size());
+  const auto &trace = session.deviceTrace(0);
+  ASSERT_EQ(trace.size(), P * steps);
+  int optimizerAt = findInstruction(pd, plan::Instruction::OPTIMIZER);
+  ASSERT_GE(optimizerAt, 0);
+  std::vector<double> withUpdates;
+  for (int k = 0; k < steps; ++k) {
+    double updates = 0;
+    for (size_t i = 0; i < P; ++i) {
+      const runtime::TraceEvent &e = trace[k * P + i];
+      EXPECT_LE(e.updateSeconds, e.end - e.start);
+      if (pd.program(static_cast<int>(i)).kind() == plan::Instruction::OPTIMIZER) {
+        EXPECT_EQ(e.updateSeconds, 0);
+      }
+      updates += e.updateSeconds;
+    }
+    EXPECT_GT(updates, 0) << "step " << k;
+    const runtime::TraceEvent &opt = trace[k * P + static_cast<size_t>(optimizerAt)];
+    withUpdates.push_back(opt.end - opt.start + updates);
+  }
+  std::sort(withUpdates.begin(), withUpdates.end());
+  auto cmp = runtime::comparePrediction(session, 1000);
+  ASSERT_TRUE(cmp.isOk()) << cmp.status().message();
+  bool found = false;
+  for (const nlohmann::json &row : (*cmp)["largest_differences"])
+    if (row["instruction"].get<int>() == optimizerAt) {
+      found = true;
+      EXPECT_DOUBLE_EQ(row["measured_seconds"].get<double>(), withUpdates[steps / 2]);
+    }
+  EXPECT_TRUE(found);
+  const runtime::DeviceStats &st = session.devices()[0]->stats();
+  EXPECT_GE(st.optimizerSeconds, withUpdates[0] * steps * 0.999);
+}
+
 // pipec --auto: every feasible candidate is what partitioning it gives, the
 // fastest first; under a budget one device cannot meet, every K=1
 // candidate is rejected for memory and the choice uses both devices.
