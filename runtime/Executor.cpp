@@ -65,7 +65,7 @@ Status DeviceExecutor::prepare() {
   const size_t T = static_cast<size_t>(p.tensors_size());
 
   uint64_t arenaBytes = std::max<uint64_t>(dev.arena_bytes(), 64);
-  void *mem = std::aligned_alloc(64, (arenaBytes + 63) / 64 * 64);
+  void *mem = allocateLarge(arenaBytes);
   if (!mem)
     return errorf("device ", index_, ": cannot allocate an arena of ", arenaBytes, " bytes");
   arena_ = std::shared_ptr<void>(mem, [](void *q) { std::free(q); });

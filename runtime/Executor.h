@@ -12,6 +12,7 @@
 #include "runtime/cpu/ScheduleJit.h"
 #include "runtime/cuda/Gpu.h"
 #include "runtime/plan/PlanIO.h"
+#include "support/LargeAlloc.h"
 
 #include <chrono>
 #include <functional>
@@ -171,7 +172,7 @@ private:
   std::vector<int64_t> offsetOf_;       ///< tensor * M + mb -> arena offset, -1 if none
   std::vector<void *> weightAddr_;      ///< tensor -> resident weight data
   std::vector<cpu::KernelPtr> kernels_; ///< per device node
-  std::vector<unsigned char> workspace_;
+  LargeVector<unsigned char> workspace_;
   /// Per instruction: inputs to feed before it and outputs to collect after.
   std::vector<std::vector<int32_t>> feedBefore_, collectAfter_;
   /// Per compute instruction: its nodes' operand addresses (prepare()),

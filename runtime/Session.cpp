@@ -235,7 +235,7 @@ Status Session::prepareTraining() {
     // (replica 0).
     if (isLocal(ps.device)) {
       ps.accum.assign(static_cast<size_t>(ps.n), 0.0f);
-      ps.state.assign(opt.stateTensors(), std::vector<float>(static_cast<size_t>(ps.n), 0.0f));
+      ps.state.assign(opt.stateTensors(), LargeVector<float>(static_cast<size_t>(ps.n), 0.0f));
     }
     ps.replicaAccum.resize(static_cast<size_t>(replicas() - 1));
     for (int r = 1; r < replicas(); ++r)

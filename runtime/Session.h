@@ -13,6 +13,7 @@
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/LrSchedule.h"
+#include "support/LargeAlloc.h"
 
 #include <optional>
 
@@ -256,10 +257,10 @@ private:
     int device = 0;        ///< the device whose program produces the gradient
     float *data = nullptr; ///< the resident weight, updated in place
     int64_t n = 0;
-    std::vector<float> accum;
+    LargeVector<float> accum;
     /// The gradients of replicas 1 .. D-1 (data parallelism), summed into
     /// accum in replica order at the OPTIMIZER instruction.
-    std::vector<std::vector<float>> replicaAccum;
+    std::vector<LargeVector<float>> replicaAccum;
     float *accumOf(int replica) {
       return replica == 0 ? accum.data() : replicaAccum[static_cast<size_t>(replica - 1)].data();
     }
@@ -270,11 +271,11 @@ private:
     /// The gradient's kernel sums into accum itself
     /// (DeviceExecutor::accumulateInto); collect() never sees it.
     bool inPlace = false;
-    std::vector<std::vector<float>> state;
+    std::vector<LargeVector<float>> state;
     /// No-flush schedules (2bw): the second weight version. Version v of
     /// the weight (W(-1) = W(0) the loaded one) lives in data for even v,
     /// in second for odd v.
-    std::vector<float> second;
+    LargeVector<float> second;
     float *version(int64_t v) { return !second.empty() && (v % 2 + 2) % 2 ? second.data() : data; }
     const float *version(int64_t v) const {
       return !second.empty() && (v % 2 + 2) % 2 ? second.data() : data;

@@ -4,6 +4,7 @@
 #include "runtime/plan/ScheduleCheck.h"
 
 #include "pipec/Version.h"
+#include "support/LargeAlloc.h"
 #include "support/Limits.h"
 #include "support/Tensor.h"
 #include "support/FileIO.h"
@@ -383,8 +384,8 @@ Status loadReferencedWeights(LoadedPlan &lp) {
         !p.weight_files(t.weight_file()).referenced())
       continue;
     const std::string &path = p.weight_files(t.weight_file()).path();
-    const size_t alloc = std::max<uint64_t>((t.bytes() + 63) / 64 * 64, 64);
-    char *buf = static_cast<char *>(std::aligned_alloc(64, alloc));
+    const size_t alloc = std::max<uint64_t>(t.bytes(), 1);
+    char *buf = static_cast<char *>(allocateLarge(alloc));
     if (!buf)
       return errorf("out of memory: weight '", t.name(), "' needs ", alloc, " bytes");
     lp.regionData[static_cast<size_t>(i)] = std::shared_ptr<char>(buf, [](char *q) { std::free(q); });
@@ -442,17 +443,27 @@ Status loadWeights(LoadedPlan &lp) {
         listed->second.bytes != wf.bytes())
       return errorf("weight file '", path, "' is not in the plan's ", kManifestFile,
                     " as plan.pb describes it");
-    auto data = readFile(path);
-    if (!data)
-      return data.status().withContext("loading weights");
-    if (data->size() != wf.bytes())
-      return errorf("weight file '", path, "' has ", data->size(), " bytes, the plan says ",
-                    wf.bytes(), " (truncated or replaced)");
-    uint32_t crc = crc32c(data->data(), data->size());
+    auto size = regularFileSize(path);
+    if (!size)
+      return size.status().withContext("loading weights");
+    if (*size != wf.bytes())
+      return errorf("weight file '", path, "' has ", *size, " bytes, the plan says ", wf.bytes(),
+                    " (truncated or replaced)");
+    char *buf = static_cast<char *>(allocateLarge(std::max<uint64_t>(*size, 1)));
+    if (!buf)
+      return errorf("out of memory: weight file '", path, "' needs ", *size, " bytes");
+    lp.weightData.emplace_back(buf, [](char *q) { std::free(q); });
+    uint64_t at = 0;
+    uint32_t crc = 0;
+    PIPEC_TRY(readFileRegion(path, 0, *size, [&](const void *d, size_t n) {
+      std::memcpy(buf + at, d, n);
+      at += n;
+      crc = crc32c(d, n, crc);
+      return Status::ok();
+    }).withContext("loading weights"));
     if (crc != wf.crc32c())
       return errorf("weight file '", path, "' is corrupt: CRC-32C ", crc, ", the plan says ",
                     wf.crc32c());
-    lp.weightData.push_back(data.take());
   }
   return loadReferencedWeights(lp);
 }
@@ -466,8 +477,7 @@ char *LoadedPlan::weightAddress(int32_t tensor) const {
   if (plan.weight_files(ti.weight_file()).referenced())
     return regionData[static_cast<size_t>(tensor)].get();
   // Validated by loadPlan: the file holds the region.
-  return const_cast<char *>(weightData[static_cast<size_t>(ti.weight_file())].data()) +
-         ti.weight_offset();
+  return weightData[static_cast<size_t>(ti.weight_file())].get() + ti.weight_offset();
 }
 
 } // namespace pipec::plan

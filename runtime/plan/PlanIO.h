@@ -31,7 +31,9 @@ uint32_t formatVersion();
 struct LoadedPlan {
   std::string dir;
   Plan plan;
-  std::vector<std::string> weightData; ///< one per Plan.weight_files (empty if referenced)
+  /// One per Plan.weight_files (null if referenced), in buffers of
+  /// support/LargeAlloc.h.
+  std::vector<std::shared_ptr<char>> weightData;
   std::vector<std::shared_ptr<char>> regionData; ///< per tensor, for referenced files
 
   /// The loaded bytes of a WEIGHT/CONSTANT tensor (training updates them in

@@ -9,12 +9,15 @@
 //
 //===----------------------------------------------------------------------===//
 #include "support/FileIO.h"
+#include "support/LargeAlloc.h"
 #include "support/Tensor.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <csignal>
 #include <sys/resource.h>
@@ -180,4 +183,49 @@ TEST(WriteFileAtomic, FailedWriteLeavesNothingBehind) {
   ASSERT_TRUE(got.isOk());
   EXPECT_EQ(*got, "old");
   ASSERT_TRUE(removeTree(dir).isOk());
+}
+
+namespace {
+/// The VmFlags of the mapping of this process that holds `addr`
+/// (/proc/self/smaps), or "" where the kernel does not list them.
+std::string vmFlagsAt(const void *addr) {
+  std::ifstream in("/proc/self/smaps");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = a >= lo && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0)
+      return line.substr(8) + " ";
+  }
+  return "";
+}
+} // namespace
+
+// Buffers from 2 MB on are 2 MB aligned and advised onto huge pages (the
+// mapping's "hg" flag), where the kernel has transparent huge pages;
+// smaller ones are 64-byte aligned and not advised. A vector of them reads
+// and writes as any vector.
+TEST(LargeAlloc, HugePageBuffersFromTwoMegabytes) {
+  void *small = pipec::allocateLarge(100);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
+  std::free(small);
+  pipec::LargeVector<float> v(3 << 20, 1.0f); // 12 MB
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % pipec::kHugePageBytes, 0u);
+  v[v.size() - 1] = 2.0f;
+  pipec::LargeVector<float> w = v;
+  EXPECT_EQ(w.back(), 2.0f);
+  EXPECT_EQ(w.front(), 1.0f);
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled"))
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  const std::string flags = vmFlagsAt(v.data());
+  ASSERT_FALSE(flags.empty()) << "no VmFlags for the buffer's mapping";
+  EXPECT_NE(flags.find(" hg "), std::string::npos) << flags;
+  std::vector<float> plain(3 << 20, 1.0f);
+  EXPECT_EQ(vmFlagsAt(plain.data()).find(" hg "), std::string::npos);
 }
