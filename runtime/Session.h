@@ -232,8 +232,9 @@ private:
   /// each parameter whose gradient its kernel sums in place and that no
   /// other device reads is updated right after the last node of its
   /// device's program that reads the weight (or a view of it) or adds to
-  /// its gradient, while both are still in cache. Sets ParamState::inStep
-  /// and the devices' DeviceExecutor::setParamUpdates.
+  /// its gradient, among the backward pass's nodes rather than after all
+  /// of them (faster on two threads; docs/runtime.md has the figures).
+  /// Sets ParamState::inStep and the devices' DeviceExecutor::setParamUpdates.
   Status planParamUpdates();
   /// The checkpoint's tensors: all (owner -1) or those device `owner`
   /// updates or computes.
