@@ -57,7 +57,6 @@ template <typename T> struct LargeAllocator {
   }
   void deallocate(T *p, size_t) { std::free(p); }
   template <typename U> bool operator==(const LargeAllocator<U> &) const { return true; }
-  template <typename U> bool operator!=(const LargeAllocator<U> &) const { return false; }
 };
 
 template <typename T> using LargeVector = std::vector<T, LargeAllocator<T>>;

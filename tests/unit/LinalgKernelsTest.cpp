@@ -322,6 +322,36 @@ TEST(LinalgKernels, FusedGemmEqualsItsUnfusedNodes) {
       }
 }
 
+/// pipec:AttentionGrad (attributes `attrs`) on `in` (Q, K, V, [mask,] dO)
+/// with P recomputed and with the forward's `probs` given, which must give
+/// bitwise the same dQ, dK, dV (checked, named `what`). Returns the given
+/// form: its node, inputs and outputs.
+struct AttentionGradRun {
+  OpDesc node;
+  std::vector<Tensor> in, out;
+};
+AttentionGradRun attentionGradBothWays(const AttrMap &attrs, const std::vector<Tensor> &in, const Tensor &probs,
+                                       const std::string &what) {
+  auto node = [&](const std::vector<Tensor> &ins) {
+    std::vector<TensorDesc> descs;
+    for (const Tensor &t : ins)
+      descs.push_back(t.desc());
+    OpDesc d = makeDesc("AttentionGrad", std::move(descs), {in[0].desc(), in[1].desc(), in[2].desc()}, attrs);
+    d.domain = "pipec";
+    return d;
+  };
+  AttentionGradRun given{{}, in, {}};
+  given.in.push_back(probs);
+  given.node = node(given.in);
+  const std::vector<Tensor> recomputed = eval(node(in), in);
+  given.out = eval(given.node, given.in);
+  EXPECT_EQ(recomputed.size(), 3u) << what;
+  EXPECT_EQ(given.out.size(), 3u) << what;
+  for (size_t i = 0; i < 3 && i < recomputed.size() && i < given.out.size(); ++i)
+    EXPECT_TRUE(recomputed[i].identical(given.out[i])) << what << " output " << i;
+  return given;
+}
+
 // keep-attention-probs (passes/AttentionProbs.cpp): pipec:Attention's
 // second output P is the probabilities the gradient would recompute, so
 // AttentionGrad given P gives bitwise what it gives without; both layouts,
@@ -369,25 +399,13 @@ TEST(LinalgKernels, AttentionGradGivenTheForwardsProbabilitiesIsBitwiseTheSame) 
       ASSERT_EQ(one.size(), 1u);
       EXPECT_TRUE(one[0].identical(fwd[0])) << what;
       in.push_back(randomF32(o, 305));
-      descs.push_back(in.back().desc());
-      OpDesc recompute = node("AttentionGrad", descs, {in[0].desc(), in[1].desc(), in[2].desc()});
-      std::vector<Tensor> a = eval(recompute, in);
-      in.push_back(fwd[1]);
-      descs.push_back(fwd[1].desc());
-      OpDesc given = node("AttentionGrad", descs, {in[0].desc(), in[1].desc(), in[2].desc()});
-      std::vector<Tensor> b = eval(given, in);
-      ASSERT_EQ(a.size(), 3u);
-      ASSERT_EQ(b.size(), 3u);
-      for (size_t i = 0; i < 3; ++i)
-        EXPECT_TRUE(a[i].identical(b[i])) << what << " output " << i;
-      EXPECT_TRUE(sameWithThreads(given, in)) << what;
+      AttentionGradRun given = attentionGradBothWays(attrs, in, fwd[1], what);
+      EXPECT_TRUE(sameWithThreads(given.node, given.in)) << what;
       // A P of the wrong shape is refused.
-      descs.back() = TensorDesc{DType::F32, {2, 3, 12, 16}};
-      in.back() = Tensor(DType::F32, {2, 3, 12, 16});
-      EXPECT_NE(evalError(node("AttentionGrad", descs, {in[0].desc(), in[1].desc(), in[2].desc()}), in)
-                    .find("P is"),
-                std::string::npos)
-          << what;
+      AttentionGradRun wrong = given;
+      wrong.node.inputs.back() = TensorDesc{DType::F32, {2, 3, 12, 16}};
+      wrong.in.back() = Tensor(DType::F32, {2, 3, 12, 16});
+      EXPECT_NE(evalError(wrong.node, wrong.in).find("P is"), std::string::npos) << what;
     }
 }
 
@@ -471,24 +489,14 @@ TEST(LinalgKernels, AttentionSkipsMaskedBlocks) {
         std::vector<Tensor> fwd = eval(fwdNode, fwdIn);
         ASSERT_EQ(fwd.size(), 2u) << what;
         EXPECT_TRUE(sameWithThreads(fwdNode, fwdIn)) << what;
-        std::vector<TensorDesc> gdescs = descs;
-        gdescs.push_back(in[4].desc());
-        OpDesc recompute = node("AttentionGrad", gdescs, {in[0].desc(), in[1].desc(), in[2].desc()});
-        std::vector<Tensor> grad = eval(recompute, in);
-        std::vector<Tensor> givenIn = in;
-        givenIn.push_back(fwd[1]);
-        gdescs.push_back(fwd[1].desc());
-        OpDesc given = node("AttentionGrad", gdescs, {in[0].desc(), in[1].desc(), in[2].desc()});
-        std::vector<Tensor> grad2 = eval(given, givenIn);
-        ASSERT_EQ(grad.size(), 3u);
-        ASSERT_EQ(grad2.size(), 3u);
-        for (size_t i = 0; i < 3; ++i)
-          EXPECT_TRUE(grad[i].identical(grad2[i])) << what << " output " << i;
-        EXPECT_TRUE(sameWithThreads(given, givenIn)) << what;
+        const AttentionGradRun given = attentionGradBothWays(attrs, in, fwd[1], what);
+        ASSERT_EQ(given.out.size(), 3u) << what;
+        const std::vector<Tensor> &grad = given.out;
+        EXPECT_TRUE(sameWithThreads(given.node, given.in)) << what;
         {
           // Into outputs that hold NaNs, as an arena may: every element is
           // written (the zeros of keys no query sees too).
-          auto kernel = createKernel(given);
+          auto kernel = createKernel(given.node);
           ASSERT_TRUE(kernel.isOk()) << kernel.status().message();
           std::vector<unsigned char> ws((*kernel)->workspaceBytes() + 64);
           ExecContext ctx;
@@ -496,7 +504,7 @@ TEST(LinalgKernels, AttentionSkipsMaskedBlocks) {
           std::vector<Tensor> outs;
           std::vector<const void *> ip;
           std::vector<void *> op;
-          for (const Tensor &x : givenIn)
+          for (const Tensor &x : given.in)
             ip.push_back(x.raw());
           for (const Tensor &x : grad) {
             outs.emplace_back(DType::F32, x.shape());

@@ -443,9 +443,9 @@ TEST(Pipeline, ParametersUpdatedInStepTrainAsAtTheOptimizer) {
           if (std::string(m.name) != "cnn-train") {
             EXPECT_GT(early, 0) << what;
           }
-          RunResult skip = run(dir, 2, true, {.skipNonFinite = true, .updatedInStep = &skipping});
+          run(dir, 2, true, {.skipNonFinite = true, .updatedInStep = &skipping});
           EXPECT_EQ(skipping, 0) << what;
-          RunResult plain = run(dir, 2, true, {.inPlace = false, .updatedInStep = &collected});
+          run(dir, 2, true, {.inPlace = false, .updatedInStep = &collected});
           EXPECT_EQ(collected, 0) << what;
         }
 }
@@ -925,6 +925,25 @@ TEST(Pipeline, UsableCoresFollowTheAffinityMask) {
   ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
 }
 
+namespace {
+/// A traced session of the plan in `dir` after `steps` training steps, or
+/// null (the failure reported).
+std::unique_ptr<runtime::Session> tracedAfterSteps(const std::string &dir, int steps) {
+  runtime::SessionOptions so;
+  so.trace = true;
+  auto s = runtime::Session::open(dir, so);
+  EXPECT_TRUE(s.isOk()) << s.status().message();
+  if (!s.isOk())
+    return nullptr;
+  for (int i = 0; i < steps; ++i) {
+    auto st = (*s)->train(makeInputs(**s, static_cast<uint64_t>(i)));
+    EXPECT_TRUE(st.isOk()) << st.status().message();
+    if (!st.isOk())
+      return nullptr;
+  }
+  return std::move(*s);
+}
+} // namespace
 
 // piperun --report: the plan's predicted timeline beside the measured one.
 // Every instruction carries its prediction (a compute instruction's is
@@ -936,13 +955,9 @@ TEST(Pipeline, RunReportPutsThePredictionBesideTheMeasurement) {
   c.M = 4;
   c.schedule = "interleaved";
   const std::string dir = compile("mlp-train", 4, c);
-  runtime::SessionOptions so;
-  so.trace = true;
-  auto s = runtime::Session::open(dir, so);
-  ASSERT_TRUE(s.isOk()) << s.status().message();
-  runtime::Session &session = **s;
-  for (int i = 0; i < 3; ++i)
-    ASSERT_TRUE(session.train(makeInputs(session, static_cast<uint64_t>(i))).isOk());
+  std::unique_ptr<runtime::Session> s = tracedAfterSteps(dir, 3);
+  ASSERT_TRUE(s);
+  runtime::Session &session = *s;
   const plan::Plan &p = session.plan();
   for (const plan::Device &d : p.devices())
     for (const plan::Instruction &ins : d.program()) {
@@ -1016,15 +1031,11 @@ TEST(Pipeline, UpdatesInsideTheStepCountAsTheOptimizers) {
   Config c;
   c.M = 1;
   const std::string dir = compile("mlp-train", 4, c);
-  runtime::SessionOptions so;
-  so.trace = true;
-  auto s = runtime::Session::open(dir, so);
-  ASSERT_TRUE(s.isOk()) << s.status().message();
-  runtime::Session &session = **s;
-  ASSERT_GT(session.paramsUpdatedInStep(), 0);
   const int steps = 3;
-  for (int i = 0; i < steps; ++i)
-    ASSERT_TRUE(session.train(makeInputs(session, static_cast<uint64_t>(i))).isOk());
+  std::unique_ptr<runtime::Session> s = tracedAfterSteps(dir, steps);
+  ASSERT_TRUE(s);
+  runtime::Session &session = *s;
+  ASSERT_GT(session.paramsUpdatedInStep(), 0);
   const plan::Device &pd = session.plan().devices(0);
   const size_t P = static_cast<size_t>(pd.program_size());
   const auto &trace = session.deviceTrace(0);
