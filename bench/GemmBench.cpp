@@ -25,7 +25,8 @@
 // written by the optimizer while each 16-row block of the new weight is in
 // cache, so that the forward and input-gradient GEMMs could skip their
 // packing: Adam (train::Optimizer) over --layers layers of width x width,
-// alone and followed block by block by the copies, each layer's gradient
+// alone, as a loop with its loads and stores but not its arithmetic, and
+// followed block by block by the copies, each layer's gradient
 // rewritten before its update as the weight gradient GEMM leaves it. The
 // copies are checked against oneDNN's reorder of the final weights.
 //
@@ -351,11 +352,14 @@ int main(int argc, char **argv) {
     net.push_back(std::make_unique<Layer>(w2));
     std::memcpy(net.back()->w.get(), W.get(), w2 * sizeof(float));
   }
-  // Mode 0: Adam over each layer at once; 1: by 16-row blocks, each then
-  // copied into the input gradient's layout; 2: into the forward's; 3: both.
-  const char *modeNames[] = {"Adam", "Adam + the input gradient's blocked copy",
+  // Mode 0: Adam over each layer at once; 1: a loop with Adam's loads and
+  // stores but no square root or division (is Adam bound by memory or by
+  // its arithmetic?); 2: Adam by 16-row blocks, each then copied into the
+  // input gradient's blocked layout; 3: into the forward's; 4: both.
+  const char *modeNames[] = {"Adam", "Adam's loads and stores, no square root or division",
+                             "Adam + the input gradient's blocked copy",
                              "Adam + the forward's blocked copy", "Adam + both blocked copies"};
-  const int modes = copiesOk ? 4 : 1;
+  const int modes = copiesOk ? 5 : 2;
   std::vector<std::vector<double>> adamMs(modes);
   int64_t step = 0;
   bool stepFailed = false;
@@ -365,17 +369,30 @@ int main(int argc, char **argv) {
       stepFailed |= !optimizer->step(++step, 1e-3f, L.w.get(), L.g.get(), state, int64_t(w2)).isOk();
       return;
     }
+    if (mode == 1) {
+      float *__restrict w = L.w.get(), *__restrict m = L.m.get(), *__restrict v = L.v.get();
+      const float *__restrict g = L.g.get();
+      for (size_t i = 0; i < w2; ++i) {
+        const float mi = m[i] + 0.1f * (g[i] - m[i]);
+        const float vi = 0.999f * v[i] + 0.001f * g[i] * g[i];
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = w[i] - 1e-3f * mi * vi;
+      }
+      return;
+    }
+    const int copies = mode - 1; // bit 0: the input gradient's, bit 1: the forward's
     const int64_t block = int64_t(16) * width;
     for (int64_t o0 = 0; o0 < width; o0 += 16) {
       const int64_t at = o0 * width;
       const std::vector<float *> st = {L.m.get() + at, L.v.get() + at};
       stepFailed |= !optimizer->step(step + 1, 1e-3f, L.w.get() + at, L.g.get() + at, st, block).isOk();
       const float *wb = L.w.get() + at;
-      if (mode & 1)
+      if (copies & 1)
         for (int64_t r = 0; r < 16; ++r)
           for (int64_t i0 = 0; i0 < width; i0 += 64)
             std::memcpy(L.dx.get() + dxLayout.at(o0 + r, i0), wb + r * width + i0, 64 * sizeof(float));
-      if (mode & 2)
+      if (copies & 2)
         for (int64_t i0 = 0; i0 < width; i0 += 16)
           cpu::transposeTile16(wb + i0, width, L.fwd.get() + fwdLayout.at(i0, o0), 64);
     }
@@ -398,7 +415,7 @@ int main(int argc, char **argv) {
   bool copiesMatch = copiesOk && !stepFailed;
   if (copiesMatch) {
     Layer &L = *net.back();
-    update(L, 3);
+    update(L, 4);
     for (int which = 0; which < 2 && copiesMatch; ++which) {
       const Matmul &m = *matmuls[which == 0 ? 1 : 3];
       const auto f32 = dnnl::memory::data_type::f32;
