@@ -167,16 +167,14 @@ struct Case {
   std::vector<double> warm, cold;
 };
 
-} // namespace
-
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   int rows = 128, width = 1024, layers = 8, rounds = 30;
   double flushMb = 96;
   std::vector<std::string> blasArgs;
   bool json = false;
   CLI::App app{"pipec-bench-gemm: an MLP layer's training GEMMs, library by library, one thread"};
-  app.add_option("--rows", rows, "rows of the activations (the batch; default 128)")->check(CLI::Range(16, 1 << 16));
-  app.add_option("--width", width, "layer width, a multiple of 64 (default 1024)")->check(CLI::Range(64, 1 << 14));
+  app.add_option("--rows", rows, "rows of the activations (the batch; default 128)")->check(CLI::Range(16, 8192));
+  app.add_option("--width", width, "layer width, a multiple of 64 (default 1024)")->check(CLI::Range(64, 8192));
   app.add_option("--layers", layers, "layers the optimizer part updates (default 8)")->check(CLI::Range(1, 64));
   app.add_option("--rounds", rounds, "interleaved rounds (default 30)")->check(CLI::Range(3, 10000));
   app.add_option("--flush-mb", flushMb, "MB written before each cold call (default 96)")->check(CLI::Range(0.0, 4096.0));
@@ -185,6 +183,13 @@ int main(int argc, char **argv) {
   CLI11_PARSE(app, argc, argv);
   if (width % 64 != 0 || rows % 16 != 0) {
     std::cerr << "pipec-bench-gemm: --width must be a multiple of 64 and --rows of 16\n";
+    return 2;
+  }
+  // The optimizer part holds six width x width arrays a layer.
+  const double optimizerBytes = 6.0 * layers * double(width) * width * sizeof(float);
+  if (optimizerBytes > 8e9) {
+    std::cerr << "pipec-bench-gemm: " << layers << " layers of " << width << " x " << width
+              << " need " << optimizerBytes / 1e9 << " GB for the optimizer part; at most 8\n";
     return 2;
   }
 
@@ -469,4 +474,15 @@ int main(int argc, char **argv) {
     std::printf("\nblocked copies %s oneDNN's reorder of the weights\n",
                 copiesMatch ? "match" : "DO NOT match");
   return stepFailed ? 1 : 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) { // oneDNN refusing a shape, out of memory
+    std::cerr << "pipec-bench-gemm: " << e.what() << "\n";
+    return 1;
+  }
 }
