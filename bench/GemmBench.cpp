@@ -25,7 +25,8 @@
 // written by the optimizer while each 16-row block of the new weight is in
 // cache, so that the forward and input-gradient GEMMs could skip their
 // packing: Adam (train::Optimizer) over --layers layers of width x width,
-// alone, as a loop with its loads and stores but not its arithmetic, and
+// alone, with the gradient's squared sum in the same pass (as a step runs
+// it), as a loop with its loads and stores but not its arithmetic, and
 // followed block by block by the copies, each layer's gradient
 // rewritten before its update as the weight gradient GEMM leaves it. The
 // copies are checked against oneDNN's reorder of the final weights.
@@ -75,7 +76,8 @@ double median(std::vector<double> v) {
 /// moments and gradients.
 struct Buffer {
   std::unique_ptr<float, decltype(&std::free)> p{nullptr, &std::free};
-  explicit Buffer(size_t n) : p(static_cast<float *>(allocateLarge(n * sizeof(float))), &std::free) {
+  explicit Buffer(size_t n)
+      : p(static_cast<float *>(allocateLarge(n * sizeof(float))), &std::free) {
     if (!p)
       throw std::bad_alloc();
     std::memset(p.get(), 0, n * sizeof(float));
@@ -173,11 +175,16 @@ int run(int argc, char **argv) {
   std::vector<std::string> blasArgs;
   bool json = false;
   CLI::App app{"pipec-bench-gemm: an MLP layer's training GEMMs, library by library, one thread"};
-  app.add_option("--rows", rows, "rows of the activations (the batch; default 128)")->check(CLI::Range(16, 8192));
-  app.add_option("--width", width, "layer width, a multiple of 64 (default 1024)")->check(CLI::Range(64, 8192));
-  app.add_option("--layers", layers, "layers the optimizer part updates (default 8)")->check(CLI::Range(1, 64));
-  app.add_option("--rounds", rounds, "interleaved rounds (default 30)")->check(CLI::Range(3, 10000));
-  app.add_option("--flush-mb", flushMb, "MB written before each cold call (default 96)")->check(CLI::Range(0.0, 4096.0));
+  app.add_option("--rows", rows, "rows of the activations (the batch; default 128)")
+      ->check(CLI::Range(16, 8192));
+  app.add_option("--width", width, "layer width, a multiple of 64 (default 1024)")
+      ->check(CLI::Range(64, 8192));
+  app.add_option("--layers", layers, "layers the optimizer part updates (default 8)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--rounds", rounds, "interleaved rounds (default 30)")
+      ->check(CLI::Range(3, 10000));
+  app.add_option("--flush-mb", flushMb, "MB written before each cold call (default 96)")
+      ->check(CLI::Range(0.0, 4096.0));
   app.add_option("--blas", blasArgs, "NAME=PATH of another BLAS whose sgemm_ to time (repeatable)");
   app.add_flag("--json", json, "print JSON instead of tables");
   CLI11_PARSE(app, argc, argv);
@@ -277,16 +284,23 @@ int run(int argc, char **argv) {
       cases.push_back({p.name,
                        std::string(blocked ? "oneDNN matmul, B blocked once" : "oneDNN matmul") +
                            " (" + m->impl + ")",
-                       flops, [m, &strm] { m->run(strm); }, {}, {}});
+                       flops,
+                       [m, &strm] { m->run(strm); },
+                       {},
+                       {}});
     }
-    cases.push_back({p.name, "oneDNN sgemm", flops,
+    cases.push_back({p.name,
+                     "oneDNN sgemm",
+                     flops,
                      [p] {
                        dnnl_sgemm(p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', p.M, p.N, p.K, 1.0f, p.A,
                                   p.lda(), p.B, p.ldb(), 0.0f, p.C, p.N);
                      },
                      {},
                      {}});
-    cases.push_back({p.name, "OpenBLAS cblas_sgemm", flops,
+    cases.push_back({p.name,
+                     "OpenBLAS cblas_sgemm",
+                     flops,
                      [p] {
                        cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans,
                                    p.tb ? CblasTrans : CblasNoTrans, p.M, p.N, p.K, 1.0f, p.A,
@@ -297,7 +311,9 @@ int run(int argc, char **argv) {
     for (const auto &[name, fn] : others) {
       // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
       FortranSgemm g = fn;
-      cases.push_back({p.name, name + " sgemm_", flops,
+      cases.push_back({p.name,
+                       name + " sgemm_",
+                       flops,
                        [p, g] {
                          const char ta = p.tb ? 'T' : 'N', tb = p.ta ? 'T' : 'N';
                          const int lda = p.ldb(), ldb = p.lda(), ldc = p.N;
@@ -357,24 +373,36 @@ int run(int argc, char **argv) {
     net.push_back(std::make_unique<Layer>(w2));
     std::memcpy(net.back()->w.get(), W.get(), w2 * sizeof(float));
   }
-  // Mode 0: Adam over each layer at once; 1: a loop with Adam's loads and
-  // stores but no square root or division (is Adam bound by memory or by
-  // its arithmetic?); 2: Adam by 16-row blocks, each then copied into the
-  // input gradient's blocked layout; 3: into the forward's; 4: both.
-  const char *modeNames[] = {"Adam", "Adam's loads and stores, no square root or division",
+  // Mode 0: Adam over each layer at once; 1: Adam with the gradient's
+  // squared sum in one pass, as a training step runs it
+  // (scaleSquareAndStep: the reported gradient norm, the non-finite check);
+  // 2: a loop with Adam's loads and stores but no square root or division
+  // (is Adam bound by memory or by its arithmetic?); 3: Adam by 16-row
+  // blocks, each then copied into the input gradient's blocked layout; 4:
+  // into the forward's; 5: both.
+  const char *modeNames[] = {"Adam",
+                             "Adam and the gradient's squared sum (the step's one pass)",
+                             "Adam's loads and stores, no square root or division",
                              "Adam + the input gradient's blocked copy",
                              "Adam + the forward's blocked copy", "Adam + both blocked copies"};
-  const int modes = copiesOk ? 5 : 2;
+  const int modes = copiesOk ? 6 : 3;
   std::vector<std::vector<double>> adamMs(modes);
   int64_t step = 0;
   bool stepFailed = false;
   auto update = [&](Layer &L, int mode) {
     const std::vector<float *> state = {L.m.get(), L.v.get()};
     if (mode == 0) {
-      stepFailed |= !optimizer->step(++step, 1e-3f, L.w.get(), L.g.get(), state, int64_t(w2)).isOk();
+      stepFailed |=
+          !optimizer->step(++step, 1e-3f, L.w.get(), L.g.get(), state, int64_t(w2)).isOk();
       return;
     }
     if (mode == 1) {
+      auto sq = optimizer->scaleSquareAndStep(++step, 1e-3f, L.w.get(), L.g.get(), 1.0f, state,
+                                              int64_t(w2));
+      stepFailed |= !sq;
+      return;
+    }
+    if (mode == 2) {
       float *__restrict w = L.w.get(), *__restrict m = L.m.get(), *__restrict v = L.v.get();
       const float *__restrict g = L.g.get();
       for (size_t i = 0; i < w2; ++i) {
@@ -386,17 +414,19 @@ int run(int argc, char **argv) {
       }
       return;
     }
-    const int copies = mode - 1; // bit 0: the input gradient's, bit 1: the forward's
+    const int copies = mode - 2; // bit 0: the input gradient's, bit 1: the forward's
     const int64_t block = int64_t(16) * width;
     for (int64_t o0 = 0; o0 < width; o0 += 16) {
       const int64_t at = o0 * width;
       const std::vector<float *> st = {L.m.get() + at, L.v.get() + at};
-      stepFailed |= !optimizer->step(step + 1, 1e-3f, L.w.get() + at, L.g.get() + at, st, block).isOk();
+      stepFailed |=
+          !optimizer->step(step + 1, 1e-3f, L.w.get() + at, L.g.get() + at, st, block).isOk();
       const float *wb = L.w.get() + at;
       if (copies & 1)
         for (int64_t r = 0; r < 16; ++r)
           for (int64_t i0 = 0; i0 < width; i0 += 64)
-            std::memcpy(L.dx.get() + dxLayout.at(o0 + r, i0), wb + r * width + i0, 64 * sizeof(float));
+            std::memcpy(L.dx.get() + dxLayout.at(o0 + r, i0), wb + r * width + i0,
+                        64 * sizeof(float));
       if (copies & 2)
         for (int64_t i0 = 0; i0 < width; i0 += 16)
           cpu::transposeTile16(wb + i0, width, L.fwd.get() + fwdLayout.at(i0, o0), 64);
@@ -420,7 +450,7 @@ int run(int argc, char **argv) {
   bool copiesMatch = copiesOk && !stepFailed;
   if (copiesMatch) {
     Layer &L = *net.back();
-    update(L, 4);
+    update(L, 5);
     for (int which = 0; which < 2 && copiesMatch; ++which) {
       const Matmul &m = *matmuls[which == 0 ? 1 : 3];
       const auto f32 = dnnl::memory::data_type::f32;
@@ -451,12 +481,14 @@ int run(int argc, char **argv) {
     out["optimizer"]["layers"] = layers;
     out["optimizer"]["copies_match_onednn_reorder"] = copiesMatch;
     for (int mode = 0; mode < modes; ++mode)
-      out["optimizer"]["modes"].push_back({{"what", modeNames[mode]}, {"ms", median(adamMs[mode])}});
+      out["optimizer"]["modes"].push_back(
+          {{"what", modeNames[mode]}, {"ms", median(adamMs[mode])}});
     std::cout << out.dump(2) << "\n";
     return stepFailed ? 1 : 0;
   }
-  std::printf("One thread, %d rounds interleaved, medians; cold: %.0f MB written before the call\n\n",
-              rounds, flushMb);
+  std::printf(
+      "One thread, %d rounds interleaved, medians; cold: %.0f MB written before the call\n\n",
+      rounds, flushMb);
   std::printf("| product | path | warm us | cold us | warm GFLOP/s | cold GFLOP/s |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   for (const Case &c : cases)

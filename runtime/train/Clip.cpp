@@ -9,15 +9,21 @@
 
 namespace pipec::train {
 
-double chunkSquaredSum(const float *x, int64_t len) {
-  // Eight lanes (element i of the chunk goes to lane i mod 8) added in a
-  // fixed order: the compiler may not reassociate (no -ffast-math), so the
-  // sum is the same for every build and thread count, and the lanes
-  // vectorize where one chain of dependent additions would not.
-  constexpr int kLanes = 8;
-  double lane[kLanes] = {};
+void ChunkSquares::add(const float *x, int64_t len) {
+  // Element i of the chunk goes to lane i mod kLanes, and each lane adds its
+  // elements in order: the compiler may not reassociate (no -ffast-math), so
+  // the sum is the same for every build, thread count and cut into pieces,
+  // and the lanes vectorize where one chain of dependent additions would
+  // not.
   const float *__restrict in = x;
   int64_t i = 0;
+  for (; i < len && (pos_ + i) % kLanes != 0; ++i) {
+    double v = in[i];
+    lane_[(pos_ + i) % kLanes] += v * v;
+  }
+  double lane[kLanes];
+  for (int j = 0; j < kLanes; ++j)
+    lane[j] = lane_[j];
   for (; i + kLanes <= len; i += kLanes)
     for (int j = 0; j < kLanes; ++j) {
       double v = in[i + j];
@@ -27,10 +33,25 @@ double chunkSquaredSum(const float *x, int64_t len) {
     double v = in[i];
     lane[j] += v * v;
   }
+  for (int j = 0; j < kLanes; ++j)
+    lane_[j] = lane[j];
+  pos_ += len;
+}
+
+double ChunkSquares::total() const {
+  double lane[kLanes];
+  for (int j = 0; j < kLanes; ++j)
+    lane[j] = lane_[j];
   for (int w = kLanes / 2; w >= 1; w /= 2)
     for (int j = 0; j < w; ++j)
       lane[j] += lane[j + w];
   return lane[0];
+}
+
+double chunkSquaredSum(const float *x, int64_t len) {
+  ChunkSquares s;
+  s.add(x, len);
+  return s.total();
 }
 
 double gradSquaredSum(const float *g, int64_t n) {

@@ -37,6 +37,22 @@ double gradSquaredSum(const float *g, int64_t n);
 /// of its chunks' in chunk order.
 double chunkSquaredSum(const float *x, int64_t len);
 
+/// chunkSquaredSum() fed piece by piece: add() the chunk's elements in
+/// order, in pieces of any length, then total() is bitwise
+/// chunkSquaredSum() of the whole chunk. (The optimizer's one-pass update
+/// sums each piece just before it updates it, while the piece is in L1.)
+class ChunkSquares {
+public:
+  static constexpr int kLanes = 8;
+  /// The next `len` elements of the chunk.
+  void add(const float *x, int64_t len);
+  double total() const;
+
+private:
+  double lane_[kLanes] = {};
+  int64_t pos_ = 0; ///< elements added so far
+};
+
 /// Multiplies `n` elements by `scale` (float), in parallel chunks.
 void scaleGrad(float *g, int64_t n, float scale);
 

@@ -110,11 +110,11 @@ public:
   Status step(int64_t step, float lr, float *param, const float *grad,
               const std::vector<float *> &state, int64_t n) const;
 
-  /// The gradient's last pass of a step in one: each chunk of `grad` is
-  /// multiplied by `gradScale` in place (scaleGrad; skipped at 1), its
-  /// squared sum taken (returned: bitwise gradSquaredSum() of the scaled
-  /// gradient), and `param` updated as step() would, while the chunk is in
-  /// cache. `copyFrom`, when given, is the parameter's value to update
+  /// The gradient's last pass of a step in one: each piece of `grad` (1024
+  /// elements) is multiplied by `gradScale` in place (scaleGrad; skipped at
+  /// 1), its squares added to its chunk's (the result: bitwise
+  /// gradSquaredSum() of the scaled gradient), and `param` updated as
+  /// step() would, while the piece is in L1. `copyFrom`, when given, is the parameter's value to update
   /// (copied into `param` chunk by chunk first: 2BW's other version). For a
   /// step that needs no global norm before its update (no clipping, no
   /// skipping of non-finite steps): one read of the gradient instead of

@@ -642,6 +642,38 @@ TEST(ClipTest, GlobalNormMatchesClipGradNorm) {
   EXPECT_NEAR(*norm, 0.5 * std::sqrt(static_cast<double>(big.size())), 1e-9);
 }
 
+// The one-pass update sums a chunk's squares piece by piece
+// (ChunkSquares): any cut into pieces, aligned to the lanes or not, gives
+// chunkSquaredSum's bits. The elements span 2^-20..2^20, so that another
+// order of the additions rounds differently (checked).
+TEST(ClipTest, ChunkSquaresInPiecesAreTheChunksSum) {
+  std::vector<float> g = gradAt(2, static_cast<size_t>(kTrainChunk));
+  for (size_t i = 0; i < g.size(); ++i)
+    g[i] = std::ldexp(g[i], static_cast<int>((i * 7) % 41) - 20);
+  const int64_t n = static_cast<int64_t>(g.size());
+  const double whole = chunkSquaredSum(g.data(), n);
+  double inOrder = 0; // one chain, element by element: another rounding
+  for (float x : g)
+    inOrder += static_cast<double>(x) * x;
+  ASSERT_NE(whole, inOrder);
+  for (const std::vector<int64_t> &cuts :
+       std::vector<std::vector<int64_t>>{{2048}, {1, 3, 8, 13, 2048, 5}, {7}, {4096, 1}, {n}}) {
+    ChunkSquares s;
+    int64_t at = 0;
+    for (size_t k = 0; at < n; ++k) {
+      const int64_t len = std::min(cuts[k % cuts.size()], n - at);
+      s.add(g.data() + at, len);
+      at += len;
+    }
+    EXPECT_EQ(s.total(), whole) << "first piece " << cuts[0];
+  }
+  // A last chunk shorter than kTrainChunk and not a multiple of the lanes.
+  ChunkSquares s;
+  s.add(g.data(), 1000);
+  s.add(g.data() + 1000, 77);
+  EXPECT_EQ(s.total(), chunkSquaredSum(g.data(), 1077));
+}
+
 TEST(ClipTest, NonFiniteAndBadArguments) {
   std::vector<float> g = {1.0f, INFINITY, 2.0f};
   Expected<double> r = clipGradNorm({{g.data(), 3}}, 1.0, /*errorIfNonfinite=*/true);
