@@ -40,8 +40,10 @@ double chunkSquaredSum(const float *x, int64_t len);
 /// chunkSquaredSum() fed piece by piece: add() the chunk's elements in
 /// order, in pieces of any length, then total() is bitwise
 /// chunkSquaredSum() of the whole chunk. (The optimizer's one-pass update
-/// sums each piece just before it updates it, while the piece is in L1.)
-class ChunkSquares {
+/// sums each piece just before it updates it, while the piece is in L1;
+/// the chunks' sums sit side by side, one cache line each, for the threads
+/// that update the chunks at once.)
+class alignas(64) ChunkSquares {
 public:
   static constexpr int kLanes = 8;
   /// The next `len` elements of the chunk.
