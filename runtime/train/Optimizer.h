@@ -114,8 +114,9 @@ public:
   /// elements) is multiplied by `gradScale` in place (scaleGrad; skipped at
   /// 1), its squares added to its chunk's (the result: bitwise
   /// gradSquaredSum() of the scaled gradient), and `param` updated as
-  /// step() would, while the piece is in L1. `copyFrom`, when given, is the parameter's value to update
-  /// (copied into `param` chunk by chunk first: 2BW's other version). For a
+  /// step() would, while the piece is in L1. `copyFrom`, when given, is
+  /// the parameter's value to update (copied into `param` piece by piece
+  /// first: 2BW's other version). For a
   /// step that needs no global norm before its update (no clipping, no
   /// skipping of non-finite steps): one read of the gradient instead of
   /// three.
