@@ -72,18 +72,9 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-/// A float buffer on huge pages, as the runtime allocates its weights,
-/// moments and gradients.
-struct Buffer {
-  std::unique_ptr<float, decltype(&std::free)> p{nullptr, &std::free};
-  explicit Buffer(size_t n)
-      : p(static_cast<float *>(allocateLarge(n * sizeof(float))), &std::free) {
-    if (!p)
-      throw std::bad_alloc();
-    std::memset(p.get(), 0, n * sizeof(float));
-  }
-  float *get() const { return p.get(); }
-};
+/// Float buffers on huge pages, zeroed, as the runtime allocates its
+/// weights, moments and gradients.
+using Buffer = LargeVector<float>;
 
 using FortranSgemm = void (*)(const char *, const char *, const int *, const int *, const int *,
                               const float *, const float *, const int *, const float *, const int *,
@@ -229,22 +220,22 @@ int run(int argc, char **argv) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (size_t i = 0; i < w2; ++i)
-    W.get()[i] = u(rng);
+    W.data()[i] = u(rng);
   for (size_t i = 0; i < act; ++i) {
-    X.get()[i] = u(rng);
-    dY.get()[i] = u(rng);
+    X.data()[i] = u(rng);
+    dY.data()[i] = u(rng);
   }
   const Product products[] = {
-      {"forward Y = X W^T", false, true, rows, width, width, X.get(), W.get(), Y.get()},
-      {"input gradient dX = dY W", false, false, rows, width, width, dY.get(), W.get(), dX.get()},
-      {"weight gradient dW = dY^T X", true, false, width, width, rows, dY.get(), X.get(), dW.get()},
+      {"forward Y = X W^T", false, true, rows, width, width, X.data(), W.data(), Y.data()},
+      {"input gradient dX = dY W", false, false, rows, width, width, dY.data(), W.data(), dX.data()},
+      {"weight gradient dW = dY^T X", true, false, width, width, rows, dY.data(), X.data(), dW.data()},
   };
 
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream strm(eng);
   std::vector<std::unique_ptr<Matmul>> matmuls;
   std::vector<std::unique_ptr<cpu::LinalgBatchedGemm<float>>> kernels;
-  std::vector<std::unique_ptr<Buffer>> workspaces;
+  std::vector<Buffer> workspaces;
   std::vector<Case> cases;
   for (const Product &p : products) {
     const double flops = p.flops();
@@ -261,9 +252,9 @@ int run(int argc, char **argv) {
       k->aOff = k->bOff = k->cOff = {0};
       k->prepare();
       const auto t = k->tiling();
-      workspaces.push_back(std::make_unique<Buffer>(k->workspaceBytes() / sizeof(float) + 64));
+      workspaces.emplace_back(k->workspaceBytes() / sizeof(float) + 64);
       cpu::LinalgBatchedGemm<float> *kp = k.get();
-      void *ws = cpu::linalgAlign(workspaces.back()->get());
+      void *ws = cpu::linalgAlign(workspaces.back().data());
       kernels.push_back(std::move(k));
       cases.push_back({p.name,
                        "pipec's kernel, " + std::to_string(t.tm) + " x " + std::to_string(t.tn) +
@@ -329,7 +320,7 @@ int run(int argc, char **argv) {
   const size_t flushN = static_cast<size_t>(flushMb * (1 << 20) / sizeof(float));
   Buffer junk(std::max<size_t>(flushN, 16));
   auto flush = [&] {
-    float *j = junk.get();
+    float *j = junk.data();
     for (size_t i = 0; i < flushN; ++i)
       j[i] += 1.0f;
   };
@@ -371,7 +362,7 @@ int run(int argc, char **argv) {
   std::vector<std::unique_ptr<Layer>> net;
   for (int l = 0; l < layers; ++l) {
     net.push_back(std::make_unique<Layer>(w2));
-    std::memcpy(net.back()->w.get(), W.get(), w2 * sizeof(float));
+    std::memcpy(net.back()->w.data(), W.data(), w2 * sizeof(float));
   }
   // Mode 0: Adam over each layer at once; 1: Adam with the gradient's
   // squared sum in one pass, as a training step runs it
@@ -390,21 +381,21 @@ int run(int argc, char **argv) {
   int64_t step = 0;
   bool stepFailed = false;
   auto update = [&](Layer &L, int mode) {
-    const std::vector<float *> state = {L.m.get(), L.v.get()};
+    const std::vector<float *> state = {L.m.data(), L.v.data()};
     if (mode == 0) {
       stepFailed |=
-          !optimizer->step(++step, 1e-3f, L.w.get(), L.g.get(), state, int64_t(w2)).isOk();
+          !optimizer->step(++step, 1e-3f, L.w.data(), L.g.data(), state, int64_t(w2)).isOk();
       return;
     }
     if (mode == 1) {
-      auto sq = optimizer->scaleSquareAndStep(++step, 1e-3f, L.w.get(), L.g.get(), 1.0f, state,
+      auto sq = optimizer->scaleSquareAndStep(++step, 1e-3f, L.w.data(), L.g.data(), 1.0f, state,
                                               int64_t(w2));
       stepFailed |= !sq;
       return;
     }
     if (mode == 2) {
-      float *__restrict w = L.w.get(), *__restrict m = L.m.get(), *__restrict v = L.v.get();
-      const float *__restrict g = L.g.get();
+      float *__restrict w = L.w.data(), *__restrict m = L.m.data(), *__restrict v = L.v.data();
+      const float *__restrict g = L.g.data();
       for (size_t i = 0; i < w2; ++i) {
         const float mi = m[i] + 0.1f * (g[i] - m[i]);
         const float vi = 0.999f * v[i] + 0.001f * g[i] * g[i];
@@ -418,18 +409,18 @@ int run(int argc, char **argv) {
     const int64_t block = int64_t(16) * width;
     for (int64_t o0 = 0; o0 < width; o0 += 16) {
       const int64_t at = o0 * width;
-      const std::vector<float *> st = {L.m.get() + at, L.v.get() + at};
+      const std::vector<float *> st = {L.m.data() + at, L.v.data() + at};
       stepFailed |=
-          !optimizer->step(step + 1, 1e-3f, L.w.get() + at, L.g.get() + at, st, block).isOk();
-      const float *wb = L.w.get() + at;
+          !optimizer->step(step + 1, 1e-3f, L.w.data() + at, L.g.data() + at, st, block).isOk();
+      const float *wb = L.w.data() + at;
       if (copies & 1)
         for (int64_t r = 0; r < 16; ++r)
           for (int64_t i0 = 0; i0 < width; i0 += 64)
-            std::memcpy(L.dx.get() + dxLayout.at(o0 + r, i0), wb + r * width + i0,
+            std::memcpy(L.dx.data() + dxLayout.at(o0 + r, i0), wb + r * width + i0,
                         64 * sizeof(float));
       if (copies & 2)
         for (int64_t i0 = 0; i0 < width; i0 += 16)
-          cpu::transposeTile16(wb + i0, width, L.fwd.get() + fwdLayout.at(i0, o0), 64);
+          cpu::transposeTile16(wb + i0, width, L.fwd.data() + fwdLayout.at(i0, o0), 64);
     }
     ++step;
   };
@@ -440,7 +431,7 @@ int run(int argc, char **argv) {
     for (int mode = 0; mode < modes; ++mode) {
       double total = 0;
       for (auto &L : net) {
-        std::memcpy(L->g.get(), gradient.data(), w2 * sizeof(float));
+        std::memcpy(L->g.data(), gradient.data(), w2 * sizeof(float));
         total += seconds([&] { update(*L, mode); });
       }
       if (r >= 2) // two warm-up rounds
@@ -457,10 +448,10 @@ int run(int argc, char **argv) {
       const int64_t wd = width;
       dnnl::memory::desc plain({wd, wd}, f32,
                                which == 0 ? dnnl::memory::dims{1, wd} : dnnl::memory::dims{wd, 1});
-      dnnl::memory src(plain, eng, L.w.get()), dst(m.blockedDesc, eng);
+      dnnl::memory src(plain, eng, L.w.data()), dst(m.blockedDesc, eng);
       dnnl::reorder(src, dst).execute(strm, src, dst);
       strm.wait();
-      copiesMatch = std::memcmp(dst.get_data_handle(), which == 0 ? L.fwd.get() : L.dx.get(),
+      copiesMatch = std::memcmp(dst.get_data_handle(), which == 0 ? L.fwd.data() : L.dx.data(),
                                 w2 * sizeof(float)) == 0;
     }
   }
