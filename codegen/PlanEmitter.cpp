@@ -598,7 +598,7 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     for (const auto &[param, grad] : opts.train.paramGrads) {
       const int32_t w = table.id(param);
       std::vector<int> on;
-      for (int d = 0; d < K; ++d)
+      for (int d = 0; d < static_cast<int>(K); ++d)
         for (int32_t t : p.devices(d).weights())
           if (t == w)
             on.push_back(d);

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "pipec/Version.h"
+#include "runtime/cpu/CpuIsa.h"
 #include "support/Error.h"
 #include "support/Tensor.h"
 
@@ -26,6 +28,15 @@ namespace pipec::tools {
 /// CLI11's exit for a parse error or --help/--version: 0 for those, 1 for
 /// errors (CLI11 prints the message).
 inline int cliExit(CLI::App &app, const CLI::ParseError &e) { return app.exit(e) == 0 ? 0 : 1; }
+
+/// The tools' --version: the version, the plan format, and the paths the
+/// CPU kernels take on this machine (runtime/cpu/CpuIsa.h).
+inline std::string versionLine(const char *tool) {
+  const std::string isa = cpu::checkCpuIsaEnvironment()
+                              ? cpu::cpuIsaDescription()
+                              : cat("host ", cpu::cpuIsaName(cpu::hostCpuIsa()), "; PIPEC_MAX_CPU_ISA is not a level");
+  return cat(tool, " ", PIPEC_VERSION, " (plan format ", PIPEC_PLAN_FORMAT_VERSION, "; CPU kernels: ", isa, ")");
+}
 
 /// Runs `f` (returning Status); exceptions become errors.
 template <typename F> Status guarded(F &&f) {

@@ -15,7 +15,7 @@ shift || true
 # build runs; at -O1 two of them fail their tolerance.
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1" \
-  -DPIPEC_SANITIZE=ON -DPIPEC_NATIVE=ON > /dev/null
+  -DPIPEC_SANITIZE=ON > /dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 # halt_on_error: the first report ends the process (a failing test);
 # detect_leaks: leaks count as findings too; allocator_may_return_null: an

@@ -4,8 +4,8 @@
 // loop over its elements. This file makes that loop: generated as LLVM IR
 // (one load per input, the program's operations with no fast-math flags,
 // one store), optimized at O3 for the CPU the runtime runs on (the JIT
-// targets the host's features, AVX-512 here, and LLVM's loop vectorizer
-// widens the loop) and compiled with LLVM 14's ORC JIT when a plan is
+// targets the host's features, less those PIPEC_MAX_CPU_ISA caps:
+// runtime/cpu/CpuIsa.h; LLVM's loop vectorizer widens the loop) and compiled with LLVM 14's ORC JIT when a plan is
 // loaded; the plan itself holds only the program, so it stays portable.
 // The same program interpreted one element at a time is the reference
 // path (PIPEC_NO_CODEGEN, piperun --no-codegen): both, and the unfused

@@ -1,6 +1,8 @@
 //===- runtime/cpu/Gemm.cpp - The f32 GEMM the CPU kernels use ------------===//
 #include "runtime/cpu/Gemm.h"
 
+#include "runtime/cpu/CpuIsa.h"
+
 #include <cblas.h>
 #include <dnnl.h>
 
@@ -11,7 +13,19 @@
 
 namespace pipec::cpu {
 
+void capOneDnnIsa() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // The cap must come before oneDNN's first JIT kernel; it also answers
+    // an error once oneDNN has read its own ONEDNN_MAX_CPU_ISA, which then
+    // stands (and caps oneDNN alone).
+    if (!cpuHas(CpuIsa::Avx512))
+      (void)dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2);
+  });
+}
+
 bool oneDnnEnabled() {
+  capOneDnnIsa();
   const char *v = std::getenv("PIPEC_LINALG_NO_DNNL");
   return !v || !*v || (v[0] == '0' && !v[1]);
 }

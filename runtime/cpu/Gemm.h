@@ -35,6 +35,13 @@ inline constexpr double kOneDnnMinMacs = 8192;
 /// factories read it, so a prepared kernel keeps its choice.
 bool oneDnnEnabled();
 
+/// Caps oneDNN's instruction set at cpuIsa() (PIPEC_MAX_CPU_ISA,
+/// runtime/cpu/CpuIsa.h) before it creates its first kernel; once per
+/// process, and a no-op where nothing is capped. oneDnnEnabled() and the
+/// kernels' oneDNN engine call it; code that calls oneDNN directly (the
+/// benchmarks) calls it first.
+void capOneDnnIsa();
+
 /// oneDnnEnabled(), and when it is true, oneDNN's one-time GEMM setup done
 /// on the first call (its JIT, about 40 ms here), so that kernels pay it
 /// when they are prepared, not in the first step a run times.

@@ -1,12 +1,14 @@
 //===- runtime/cpu/LlvmJit.h - The process's LLVM JIT (internal) -*- C++ -*-===//
 //
-// One ORC LLJIT per process for the host's target machine, shared by the
+// One ORC LLJIT per process for the host's target machine (capped by
+// PIPEC_MAX_CPU_ISA), shared by the
 // code generators of runtime/cpu (ElementwiseJit.cpp, ScheduleJit.cpp).
 // Internal to pipec_cpu: it includes LLVM's headers.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "runtime/cpu/CpuIsa.h"
 #include "runtime/cpu/ElementwiseJit.h"
 
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -49,6 +51,11 @@ inline Jit *makeJit(llvm::CodeGenOpt::Level level) {
     return r;
   }
   jtmb->setCodeGenOptLevel(level);
+  // The host's CPU and features, less what PIPEC_MAX_CPU_ISA caps
+  // (runtime/cpu/CpuIsa.h): "-avx512f" also clears every feature that
+  // implies it (BW, DQ, VL, VNNI, BF16, ...).
+  if (!cpuHas(CpuIsa::Avx512))
+    jtmb->getFeatures().AddFeature("avx512f", false);
   auto tm = jtmb->createTargetMachine();
   if (!tm) {
     r->failure = errorText(tm.takeError());

@@ -15,6 +15,11 @@ bindir = os.path.join(config.pipec_binary_dir, "bin")
 # The default profile this-cpu is the checked-in one, whatever
 # `pipec --calibrate --install` left on the machine running the tests.
 config.environment["PIPEC_USER_PROFILE_DIR"] = os.path.join(config.test_exec_root, "no-user-profiles")
+# The instruction-set caps of CI's capped run (.ci/run; runtime/cpu/CpuIsa.h)
+# reach the tools under test.
+for k in ("PIPEC_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
+    if k in os.environ:
+        config.environment[k] = os.environ[k]
 config.environment["PATH"] = os.pathsep.join(
     [bindir, config.llvm_tools_dir, config.environment.get("PATH", os.environ.get("PATH", ""))])
 config.substitutions.append(("%bindir", bindir))

@@ -624,10 +624,11 @@ double tanhRef(double x) { return std::tanh(x); }
 
 } // namespace
 
-// softmaxRow (AVX-512 registers where the build has them) is bitwise
-// softmaxRowGeneric, the lanes-and-tree loops every other target runs:
-// every length from 1 to 300 (full registers and every tail), in place
-// and not, Softmax and LogSoftmax, on rows with ties, signed zeros,
+// Every path of softmaxRow this machine can run (AVX2 registers, AVX-512
+// ones where the CPU has them, and the one dispatched under the process's
+// cap) is bitwise softmaxRowGeneric, the lanes-and-tree loops of other
+// types: every length from 1 to 300 (full registers and every tail), in
+// place and not, Softmax and LogSoftmax, on rows with ties, signed zeros,
 // infinities, NaNs and entries far enough below the maximum to underflow.
 // A NaN is any NaN: which operand's sign and payload an x86 operation
 // passes on depends on the order the compiler put them in.
@@ -653,15 +654,27 @@ TEST(SoftmaxRow, IsBitwiseThePortableRow) {
       if (variant >= 2) // one or two special values at random places
         for (int k = 0; k < variant - 1; ++k)
           x[static_cast<size_t>(g() % static_cast<uint32_t>(n))] = specials[g() % 8];
-      std::vector<float> ref(x.size()), got(x.size()), inPlace = x, logRef(x.size()), logGot(x.size());
+      std::vector<float> ref(x.size()), logRef(x.size());
       softmaxRowGeneric<float, false>(x.data(), ref.data(), n);
-      softmaxRow<float, false>(x.data(), got.data(), n);
-      softmaxRow<float, false>(inPlace.data(), inPlace.data(), n);
       softmaxRowGeneric<float, true>(x.data(), logRef.data(), n);
-      softmaxRow<float, true>(x.data(), logGot.data(), n);
-      ASSERT_TRUE(same(ref, got)) << "n " << n << " variant " << variant;
-      ASSERT_TRUE(same(ref, inPlace)) << "n " << n << " variant " << variant << " in place";
-      ASSERT_TRUE(same(logRef, logGot)) << "n " << n << " variant " << variant << " log";
+      using Row = void (*)(const float *, float *, int64_t);
+      struct Path {
+        const char *name;
+        Row plain, log;
+      };
+      std::vector<Path> paths = {{"dispatched", softmaxRow<float, false>, softmaxRow<float, true>},
+                                 {"avx2", softmaxRowAvx2<false>, softmaxRowAvx2<true>}};
+      if (hostCpuIsa() >= CpuIsa::Avx512)
+        paths.push_back({"avx512", softmaxRowAvx512<false>, softmaxRowAvx512<true>});
+      for (const Path &p : paths) {
+        std::vector<float> got(x.size()), inPlace = x, logGot(x.size());
+        p.plain(x.data(), got.data(), n);
+        p.plain(inPlace.data(), inPlace.data(), n);
+        p.log(x.data(), logGot.data(), n);
+        ASSERT_TRUE(same(ref, got)) << p.name << " n " << n << " variant " << variant;
+        ASSERT_TRUE(same(ref, inPlace)) << p.name << " n " << n << " variant " << variant << " in place";
+        ASSERT_TRUE(same(logRef, logGot)) << p.name << " n " << n << " variant " << variant << " log";
+      }
       ++compared;
     }
   EXPECT_EQ(compared, 1200);

@@ -436,7 +436,8 @@ TEST(GradCheck, Variadic) {
       std::string label = op;
       for (size_t i = 0; i < ss.size(); ++i) {
         in.push_back(i == 2 ? b.data(cat("K", i), ss[i]) : b.param(cat("X", i), ss[i]));
-        label += " " + shapeStr(ss[i]);
+        label += ' ';
+        label += shapeStr(ss[i]);
       }
       gradCheck(label, b, b.op(op, in));
     }

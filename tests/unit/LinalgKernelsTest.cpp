@@ -595,8 +595,9 @@ TEST(LinalgKernels, AttentionSkipsMaskedBlocks) {
           std::vector<Tensor> ref = eval(fwdNode, un);
           for (int64_t i = 0; i < ref[0].numel(); ++i) {
             const int64_t row = inner ? i / (h * dv) % s : i / dv % s;
-            if (std::string(c.name) != "a row masked" || row != 80)
+            if (std::string(c.name) != "a row masked" || row != 80) {
               EXPECT_NEAR(fwd[0].getDouble(i), ref[0].getDouble(i), 1e-5) << what << " unblocked O " << i;
+            }
           }
         }
       }
@@ -761,9 +762,67 @@ TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
     }
 }
 
+// The paths of a GEMM depend on its shape and the machine's facts alone
+// (LinalgBatchedGemm::choose), asked here for a machine whose oneDNN has
+// brgemm (avx512_core), one whose oneDNN has not (AVX2) and one without
+// oneDNN, whatever machine runs the test.
+TEST(LinalgGemmChoice, DependsOnTheMachineAlone) {
+  const LinalgGemmMachine avx512{true, true}, avx2{true, false}, none{false, false};
+  auto gemm = [](int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool invariant, int64_t batch = 1) {
+    LinalgBatchedGemm<float> g;
+    g.ta = ta;
+    g.tb = tb;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.lda = ta ? M : K;
+    g.ldb = tb ? K : N;
+    g.ldc = N;
+    for (int64_t b = 0; b < batch; ++b) {
+      g.aOff.push_back(b * M * K);
+      g.bOff.push_back(b * K * N);
+      g.cOff.push_back(b * M * N);
+    }
+    g.bStepInvariant = invariant;
+    return g;
+  };
+  // Inference on a transformer's fc layer: four blocks of 256 whole rows on
+  // B packed once, and for training the same blocks on B as it is.
+  LinalgBatchedGemm<float> fc = gemm(1024, 1024, 256, false, false, true);
+  LinalgGemmChoice c = fc.choose(avx512);
+  EXPECT_EQ(c.packedRows, 256);
+  EXPECT_EQ(c.plainRows, 256);
+  EXPECT_FALSE(c.packedColumns);
+  EXPECT_EQ(fc.choose(avx2), LinalgGemmChoice{});
+  EXPECT_EQ(fc.choose(none), LinalgGemmChoice{});
+  // The MLP's 128-row layer: column blocks packed (inference) on avx512.
+  LinalgBatchedGemm<float> mlp = gemm(128, 1024, 1024, false, true, true);
+  EXPECT_TRUE(mlp.choose(avx512).packedColumns);
+  EXPECT_TRUE(mlp.choose(avx512).tilePrimitives);
+  EXPECT_EQ(mlp.choose(avx512).packedRows, 0);
+  EXPECT_EQ(mlp.choose(avx2), LinalgGemmChoice{});
+  // Weight gradients: cut along K where C is at least as tall as wide.
+  EXPECT_EQ(gemm(1024, 256, 1024, true, false, false).choose(avx512).splitDepth, 512);
+  EXPECT_EQ(gemm(1024, 1024, 2048, true, false, false).choose(avx512).splitDepth, 512);
+  EXPECT_EQ(gemm(256, 1024, 1024, true, false, false).choose(avx512).splitDepth, 0);
+  EXPECT_EQ(gemm(1024, 256, 1024, true, false, false).choose(avx2).splitDepth, 0);
+  // One small product with B transposed: one primitive where oneDNN has
+  // brgemm; a batch of small ones (attention's heads) on every machine
+  // with oneDNN; never an epilogue on a batch.
+  EXPECT_TRUE(gemm(32, 64, 256, false, true, false).choose(avx512).batchPrimitive);
+  EXPECT_FALSE(gemm(32, 64, 256, false, true, false).choose(avx2).batchPrimitive);
+  LinalgBatchedGemm<float> heads = gemm(16, 16, 16, false, true, false, 8);
+  EXPECT_TRUE(heads.choose(avx512).batchPrimitive);
+  EXPECT_TRUE(heads.choose(avx2).batchPrimitive);
+  EXPECT_FALSE(heads.choose(none).batchPrimitive);
+  heads.act = FusedActivation::Relu;
+  EXPECT_FALSE(heads.choose(avx2).batchPrimitive);
+}
+
 // An inference GEMM cut across rows (step-invariant B, more than one tile
-// down M) runs as blocks of whole rows, each one primitive on B packed once
-// by the first (LinalgBatchedGemm::prepare): within float rounding of a
+// down M) runs, where oneDNN has brgemm, as blocks of whole rows, each one
+// primitive on B packed once by the first (LinalgBatchedGemm::prepare);
+// elsewhere as sgemm tiles. Whichever this machine takes: within float rounding of a
 // float64 product, GELU as the epilogue computes it, B plain or
 // transposed, the same bits on one and two threads, B packed again when
 // its address changes, and a last block of fewer rows (1030 = 3 x 258 +
@@ -796,15 +855,18 @@ TEST(LinalgKernels, RowBlocksMatchTheProduct) {
       g.act = act;
       g.bias = true;
       g.prepare();
-      ASSERT_GT(g.packedRowBlock(), 0) << what;
+      // The blocks this machine's choice asks for are the ones built
+      // (LinalgGemmChoice.DependsOnTheMachineAlone checks the choice
+      // itself for machines with and without oneDNN's brgemm).
+      const LinalgGemmMachine host = LinalgGemmMachine::host();
+      ASSERT_EQ(g.packedRowBlock(), g.choose(host).packedRows) << what;
       ASSERT_LT(g.packedRowBlock(), c.M) << what;
       // Where C is four times as wide as K is deep, the runs that do not
       // pack B (training) take blocks of rows on B as it is.
       LinalgBatchedGemm<float> plain = g;
       plain.bStepInvariant = false;
       plain.prepare();
-      const bool plainBlocks = c.N >= 4 * c.K;
-      EXPECT_EQ(plain.plainRowBlock() > 0, plainBlocks) << what;
+      EXPECT_EQ(plain.plainRowBlock(), plain.choose(host).plainRows) << what;
       std::vector<unsigned char> ws(std::max(g.workspaceBytes(), plain.workspaceBytes()) + 64);
       auto product = [&](const LinalgBatchedGemm<float> &gemm, bool packed, const Tensor &B, int threads) {
         std::vector<float> y(static_cast<size_t>(c.M * c.N));
@@ -818,8 +880,6 @@ TEST(LinalgKernels, RowBlocksMatchTheProduct) {
       };
       for (const Tensor *B : {&B1, &B2, &B1})
         for (bool packed : {true, false}) {
-          if (!packed && !plainBlocks)
-            continue;
           const LinalgBatchedGemm<float> &gemm = packed ? g : plain;
           std::vector<float> one = product(gemm, packed, *B, 1), two = product(gemm, packed, *B, 2);
           EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * 4), 0) << what << " packed=" << packed;
@@ -845,7 +905,8 @@ TEST(LinalgKernels, RowBlocksMatchTheProduct) {
 }
 
 // A weight gradient's GEMM (A transposed, B plain) of several tiles runs
-// cut along K (LinalgBatchedGemm::prepare): each part's product, the
+// cut along K where oneDNN has brgemm (LinalgBatchedGemm::prepare), in
+// sgemm tiles elsewhere; whichever this machine takes: each part's product, the
 // partial sums added in part order, with alpha and with beta onto what C
 // held (gradients accumulated over micro-batches), the same bits on one
 // thread and two, and a shorter last part (K 1000 = 512 + 488).
@@ -871,15 +932,14 @@ TEST(LinalgKernels, SplitAlongKMatchesTheProduct) {
       g.beta = beta;
       g.aOff = g.bOff = g.cOff = {0};
       g.prepare();
-      if (!oneDnnEnabled())
-        GTEST_SKIP() << "oneDNN is off";
-      ASSERT_EQ(g.splitDepth(), c.depth) << what;
+      const LinalgGemmMachine host = LinalgGemmMachine::host();
+      ASSERT_EQ(g.splitDepth(), g.choose(host).splitDepth) << what;
       LinalgBatchedGemm<float> wide = g; // C wider than tall: tiles
       std::swap(wide.M, wide.N);
       wide.lda = wide.M;
       wide.ldb = wide.ldc = wide.N;
       wide.prepare();
-      EXPECT_EQ(wide.splitDepth(), c.M > c.N ? 0 : c.depth) << what;
+      EXPECT_EQ(wide.splitDepth(), wide.choose(host).splitDepth) << what;
       std::vector<unsigned char> ws(g.workspaceBytes() + 64);
       auto product = [&](int threads) {
         std::vector<float> y(C0.data<float>(), C0.data<float>() + c.M * c.N);

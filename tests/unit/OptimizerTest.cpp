@@ -483,7 +483,7 @@ TEST(OptimizerTest, BitwiseIndependentOfThreadCount) {
 // the parameter, as 2BW's other version) are bitwise the three passes.
 TEST(OptimizerTest, ScaleSquareAndStepIsBitwiseTheThreePasses) {
   const int64_t n = 3 * kTrainChunk + 77;
-  for (const std::string &spec : {"sgd:lr=0.1,momentum=0.9,nesterov=true,wd=1e-4",
+  for (const char *spec : {"sgd:lr=0.1,momentum=0.9,nesterov=true,wd=1e-4",
                                   "adam:wd=0.01,amsgrad=true", "adamw:lr=1e-3",
                                   "rmsprop:momentum=0.5,centered=true,wd=0.1"}) {
     Optimizer o = *Optimizer::create(*parseOptimizer(spec));

@@ -191,10 +191,12 @@ TEST(Schedule, EveryScheduleKeepsTheInvariants) {
             ASSERT_NE(sl.work, Work::Optimizer) << what;
             const int w = static_cast<int>(sl.work);
             EXPECT_EQ(sl.microBatch, next[w][sl.stage]++) << what << " device " << d << " slot " << i;
-            if (sl.work == Work::Backward)
+            if (sl.work == Work::Backward) {
               EXPECT_GT(next[0][sl.stage], sl.microBatch) << what << ": B before its F";
-            if (sl.work == Work::WeightGrad)
+            }
+            if (sl.work == Work::WeightGrad) {
               EXPECT_GT(next[2][sl.stage], sl.microBatch) << what << ": W before its B";
+            }
           }
         }
         for (const auto &perWork : next)
@@ -341,10 +343,12 @@ TEST(Schedule, TwoBWStepsRunBackToBack) {
             const unsigned mb = step * M + sl.microBatch;
             const int w = static_cast<int>(sl.work);
             EXPECT_EQ(mb, next[w]++) << what << " device " << d;
-            if (sl.work == Work::Backward)
+            if (sl.work == Work::Backward) {
               EXPECT_GT(next[0], mb) << what << ": B before its F";
-            if (sl.work == Work::WeightGrad)
+            }
+            if (sl.work == Work::WeightGrad) {
               EXPECT_GT(next[2], mb) << what << ": W before its B";
+            }
           }
         EXPECT_EQ(updates, steps) << what;
         for (unsigned n : next)

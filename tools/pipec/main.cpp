@@ -472,9 +472,7 @@ int main(int argc, char **argv) {
   for (const auto &p : passes::trainingPasses())
     passHelp += "\n  " + p.flag + ": " + p.description;
   CLI::App app{"pipec: compile an ONNX model into a pipeline-parallel execution plan"};
-  app.set_version_flag("--version",
-                       std::string("pipec ") + PIPEC_VERSION + " (plan format " +
-                           std::to_string(PIPEC_PLAN_FORMAT_VERSION) + ")");
+  app.set_version_flag("--version", tools::versionLine("pipec"));
   app.add_option("model", o.model, "ONNX model (.onnx) or pipec IR text (.pir)");
   app.add_option("-o,--output", o.output, "plan directory to write");
   app.add_option("-k,--stages", o.stages,
@@ -587,6 +585,7 @@ int main(int argc, char **argv) {
     commandLine += (commandLine.empty() ? "" : " ") + a;
   }
   Status s = tools::guarded([&]() -> Status {
+    PIPEC_TRY(cpu::checkCpuIsaEnvironment());
     // Values whose default means "not given" are checked only when given.
     if (app.count("--batch") && o.batch < 1)
       return errorf("-b/--batch must be at least 1 (got ", o.batch, ")");

@@ -396,6 +396,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
         {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
         {"mean_step_seconds", session.meanStepSeconds()},
         {"skipped_steps", skippedSteps},
+        {"cpu_isa", cpu::cpuIsaName(cpu::cpuIsa())},
         {"devices", devs}};
     std::cout << jsonText(summary, 2) << "\n";
   } else {
@@ -598,6 +599,7 @@ Status runPlan(const Options &o) {
   j["samples_per_second"] = examplesPerStep / med;
   j["examples_per_step"] = examplesPerStep;
   j["threads_per_device"] = o.threads;
+  j["cpu_isa"] = cpu::cpuIsaName(cpu::cpuIsa());
   nlohmann::json outs = nlohmann::json::array();
   std::vector<std::string> outNames = session->outputNames();
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -660,8 +662,7 @@ Status runPlan(const Options &o) {
 int main(int argc, char **argv) {
   Options o;
   CLI::App app{"piperun: run a plan compiled by pipec"};
-  app.set_version_flag("--version", std::string("piperun ") + PIPEC_VERSION + " (plan format " +
-                                        std::to_string(PIPEC_PLAN_FORMAT_VERSION) + ")");
+  app.set_version_flag("--version", tools::versionLine("piperun"));
   app.add_option("plan", o.plan, "plan directory written by pipec -o")->required();
   app.add_option("--input", o.inputs,
                  "feed a graph input from a .npy file: NAME=FILE.npy (repeatable; others are "
@@ -732,6 +733,7 @@ int main(int argc, char **argv) {
   // Under mpirun each rank runs one device of the plan (runtime/Mpi.h).
   std::unique_ptr<runtime::Transport> transport;
   Status s = tools::guarded([&]() -> Status {
+    PIPEC_TRY(cpu::checkCpuIsaEnvironment());
     if (o.saveExternal && o.save.empty())
       return errorf("--save-external-data goes with --save FILE");
     PIPEC_ASSIGN(o.job, runtime::initMpi());

@@ -29,7 +29,7 @@ namespace pipec::cpu {
 
 /// The CPU engine every Linalg oneDNN primitive is created on.
 inline dnnl::engine &linalgDnnlEngine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine engine = (capOneDnnIsa(), dnnl::engine(dnnl::engine::kind::cpu, 0));
   return engine;
 }
 

@@ -71,9 +71,6 @@ Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B
 }
 
 namespace {
-/// Total FLOPs of a batch above which the sgemm path's threads win.
-constexpr double kBatchMaxFlops = 4e6;
-
 /// alpha as an output scale, beta as a sum post-op, the epilogue's
 /// activation as an eltwise post-op after it.
 dnnl::primitive_attr gemmAttr(float alpha, float beta, FusedActivation act) {
@@ -153,10 +150,22 @@ LinalgDnnlGemm *linalgDnnlGemmPrepare(bool ta, bool tb, int64_t M, int64_t N, in
   if (batch == 1) {
     if (!tb || macs < kOneDnnMinMacs)
       return nullptr;
-  } else if (batch < 1 || sc == 0 || 2.0 * macs * double(batch) > kBatchMaxFlops) {
+  } else if (batch < 1 || sc == 0 || 2.0 * macs * double(batch) > kBatchPrimitiveMaxFlops) {
     return nullptr;
   }
   return makeMatmul(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, batch, sa, sb, sc, act, bias, false);
+}
+
+bool linalgDnnlHasBrgemm() {
+  // A product of the training step's kind, 128x256x256 with B plain: its
+  // primitive is brgemm (avx512_core and up in oneDNN 2.6) or not (its
+  // sgemm, gemm:jit, on AVX2), under whatever cap the engine applied.
+  static const bool has = [] {
+    std::unique_ptr<LinalgDnnlGemm> p(makeMatmul(false, false, 128, 256, 256, 256, 256, 256, 1.0f, 0.0f, 1, 0, 0,
+                                                 0, FusedActivation::None, false, true));
+    return p != nullptr;
+  }();
+  return has;
 }
 
 LinalgDnnlGemm *linalgDnnlGemmPrepareBrgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,

@@ -260,6 +260,10 @@ Status linalgDnnlGemmRun(const LinalgDnnlGemm &p, const float *A, const float *B
                          void *scratch, const float *bias = nullptr);
 /// Multiply-adds from which a GEMM with a step-invariant B runs packed.
 inline constexpr double kPackedMinMacs = 1 << 20;
+/// Total FLOPs of a batch of one-tile GEMMs above which the sgemm calls,
+/// spread over the device's threads, beat one primitive (which runs the
+/// batch on one thread): DnnlGemm.cpp.
+inline constexpr double kBatchPrimitiveMaxFlops = 4e6;
 /// The fewest rows a packed GEMM's blocks of whole rows may have
 /// (LinalgBatchedGemm::prepare); below, it is cut into blocks of columns.
 /// Each block reads all of B: the MLP's 128x1024x1024 layers in two blocks
@@ -334,6 +338,40 @@ public:
 
 private:
   std::unique_ptr<LinalgDnnlGemm, LinalgDnnlGemmDeleter> p_;
+};
+
+/// The facts of a machine that LinalgBatchedGemm::choose decides on,
+/// passed in, so that a test checks the choice for any machine on its own.
+struct LinalgGemmMachine {
+  /// f32 GEMMs may go to oneDNN (oneDnnEnabled()).
+  bool oneDnn = false;
+  /// oneDNN runs a plain-layout f32 matmul with its brgemm kernel and
+  /// offers a blocked layout of B for one: oneDNN 2.6 does from
+  /// avx512_core on; on AVX2 its matmul is its sgemm (gemm:jit) with B as
+  /// it is. Probed once (DnnlGemm.cpp), so it follows PIPEC_MAX_CPU_ISA.
+  bool brgemm = false;
+  /// This process's machine.
+  static LinalgGemmMachine host();
+};
+/// oneDNN's brgemm probe of LinalgGemmMachine::host (DnnlGemm.cpp).
+bool linalgDnnlHasBrgemm();
+inline LinalgGemmMachine LinalgGemmMachine::host() {
+  LinalgGemmMachine m;
+  m.oneDnn = prepareSgemm();
+  m.brgemm = m.oneDnn && linalgDnnlHasBrgemm();
+  return m;
+}
+
+/// The paths of one LinalgBatchedGemm (choose(), prepare()); all empty:
+/// the sgemm tiles.
+struct LinalgGemmChoice {
+  int64_t packedRows = 0;      ///< blocks of whole rows on B packed once (inference)
+  bool packedColumns = false;  ///< a primitive per column block on B packed once
+  int64_t plainRows = 0;       ///< blocks of whole rows on B as it is
+  bool tilePrimitives = false; ///< a plain-layout primitive per tile (B transposed)
+  int64_t splitDepth = 0;      ///< parts along K of this depth (weight gradients)
+  bool batchPrimitive = false; ///< one primitive for the whole batch
+  bool operator==(const LinalgGemmChoice &) const = default;
 };
 
 /// A batch of GEMMs C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] with
@@ -416,10 +454,112 @@ template <typename T> struct LinalgBatchedGemm {
     return t.tm == 1 && t.tn == 1;
   }
 
-  /// For f32 with oneDNN enabled, prepares one oneDNN matmul primitive for
-  /// the whole batch where that is faster than the sgemm calls
-  /// (DnnlGemm.cpp); runPrepared() then uses it. Call once the fields are
-  /// set; a later change of them needs another prepare().
+  /// The paths prepare() takes for these fields on `machine`: the shape,
+  /// the flags and the machine's facts decide, nothing else (tests ask it
+  /// for machines other than their own). Each rule is in a comment below;
+  /// docs/cpu-linalg-kernels.md has the timings behind them.
+  LinalgGemmChoice choose(const LinalgGemmMachine &machine) const {
+    LinalgGemmChoice c;
+    if constexpr (std::is_same_v<T, float>) {
+      const int64_t batch = static_cast<int64_t>(cOff.size());
+      if (!machine.oneDnn || batch == 0 || M <= 0 || N <= 0 || K <= 0)
+        return c;
+      const Tiling tl = tiling();
+      const int64_t count = tl.tm * tl.tn, mc = (M + count - 1) / count;
+      // Every path but the batch's one primitive needs oneDNN's brgemm:
+      // without it (AVX2) a primitive is oneDNN's sgemm with B as it is,
+      // and a tile's primitive would only add the copy out of its dense
+      // buffer.
+      const bool brgemm = machine.brgemm && batch == 1;
+      // One GEMM on step-invariant B (a layer's weights in inference), in
+      // oneDNN's blocked layout, packed once. Where the tiling cuts the
+      // rows (tm > 1), C's rows are whole (ldc == N) and the tiles would
+      // hold at least kPackedBlockRows rows each: as many blocks of whole
+      // rows as there are tiles, each a dense destination (oneDNN's
+      // brgemm), run by one primitive each that reads B in the blocked
+      // layout the first one holds (one copy of B; each block rereads all
+      // of B, so blocks have at least kPackedBlockRows rows: 32
+      // multiply-adds a byte of B). A GELU runs after each block as the
+      // sgemm tiles' epilogue computes it: oneDNN's post-op cost more
+      // (2332 us against 2030 without). Timed alone on one thread,
+      // 1024x1024x256 with bias and GELU erf: 2639 us in 512 x 512 sgemm
+      // tiles, 2271 in four 256-row blocks. oneDNN keeps B's plain layout
+      // where A is transposed: those keep the tiles. Where the tiles span
+      // all rows (tm == 1): a packed primitive per column block, each
+      // holding its block of B (blocks of 64 whole rows, the MLP's
+      // 128x1024x1024 in two, ran slower: kPackedBlockRows), each block
+      // at least kPackedMinMacs.
+      const bool packable = brgemm && bStepInvariant;
+      if (packable && tl.tm > 1 && ldc == N && !ta && mc >= kPackedBlockRows)
+        c.packedRows = mc;
+      c.packedColumns = packable && tl.tm == 1 && !ta &&
+                        double(M) * double(N - (tl.tn - 1) * tl.nc) * double(K) >= kPackedMinMacs;
+      // The same blocks of whole rows on B as it is, for the runs that do
+      // not pack it (training, where B changes every step), where C is at
+      // least four times as wide as K is deep (a layer that widens its
+      // input, and the input gradient of one that narrows it): each
+      // block's primitive packs B itself, and its dense destination takes
+      // oneDNN's brgemm. Two threads, operands out of cache, four blocks
+      // against 2x2 tiles, us: 1024x1024x256 1146-1157 against 1289-1309,
+      // B transposed 1153-1194 against 1220-1243, 1024x2048x256 2204-2275
+      // against 2432-2522. Narrower, the tiles were as fast or faster:
+      // 1024x768x256 915-920 against 827-840.
+      if (brgemm && !ta && N >= 4 * K && ldc == N && tl.tm > 1 && mc >= kPackedBlockRows)
+        c.plainRows = mc;
+      // One GEMM of several tiles with B transposed: a plain-layout
+      // primitive per tile (oneDNN's brgemm matmul), each with its own
+      // scratch, since tiles run on different threads at once. oneDNN 2.6
+      // takes brgemm only for a dense destination (a tile of a wider C runs
+      // as its sgemm), so a tile narrower than C's rows is written into a
+      // dense buffer of at most kTileBufferBytes and then copied into C;
+      // larger ones keep the sgemm path (prepare()).
+      c.tilePrimitives = brgemm && tb && count > 1 && c.plainRows == 0;
+      // One GEMM of several tiles with A transposed and B plain (a weight
+      // gradient, X^T dY) whose C is at least as tall as wide: cut along
+      // K instead, into 2 parts (4 from 8 tiles on), at least kSplitMinK
+      // deep. Each part is a whole M x N product on contiguous rows of A
+      // and B, which oneDNN runs as brgemm; cut into tiles, A's columns
+      // are strided and it does not. Part 0 writes C (with beta), the
+      // others a dense buffer each, and C then adds them in part order:
+      // the sums depend on the shape only. Two threads, operands out of
+      // cache, us: 1024x256x1024 1207-1326 in two parts against 1383-1457
+      // in 2x2 sgemm tiles, 1024x512x1024 2320-2351 against 2768-2960.
+      // Where C is wider than tall A is the smaller operand, the tiles
+      // read it well, and the partial sums cost more than brgemm saves:
+      // 256x1024x1024 1204-1275 against 1185-1204.
+      if (brgemm && ta && !tb && M >= N && ldc == N && count > 1 && act == FusedActivation::None && !bias) {
+        int64_t parts = std::min<int64_t>(count >= 8 ? 4 : 2, K / kSplitMinK);
+        const int64_t kc = parts >= 2 ? roundUp16((K + parts - 1) / parts) : K;
+        parts = (K + kc - 1) / kc;
+        const size_t buffer = linalgRoundUp(static_cast<size_t>(M * N) * sizeof(float));
+        if (parts >= 2 && size_t(parts - 1) * buffer <= kSplitMaxBytes)
+          c.splitDepth = kc;
+      }
+      // One tile per GEMM: the whole batch as one primitive where its
+      // operands are equally far apart and linalgDnnlGemmPrepare finds it
+      // faster than the sgemm calls (a batch of small products; one GEMM
+      // with B transposed, where oneDNN has brgemm).
+      const double macs = double(M) * double(N) * double(K);
+      const bool epilogue = bias || act != FusedActivation::None;
+      if (count == 1 && (batch > 1 ? !epilogue && 2.0 * macs * double(batch) <= kBatchPrimitiveMaxFlops
+                                   : machine.brgemm && tb && macs >= kOneDnnMinMacs)) {
+        const int64_t sa = batch > 1 ? aOff[1] - aOff[0] : 0;
+        const int64_t sb = batch > 1 ? bOff[1] - bOff[0] : 0;
+        const int64_t sc = batch > 1 ? cOff[1] - cOff[0] : 0;
+        bool even = sa >= 0 && sb >= 0 && sc >= 0;
+        for (int64_t b = 0; b < batch && even; ++b)
+          even = aOff[b] == aOff[0] + b * sa && bOff[b] == bOff[0] + b * sb && cOff[b] == cOff[0] + b * sc;
+        c.batchPrimitive = even && (batch == 1 || sc != 0);
+      }
+    }
+    return c;
+  }
+
+  /// For f32 with oneDNN enabled, prepares the oneDNN primitives of
+  /// choose()'s paths on this machine; runPrepared() then uses them. A
+  /// path whose primitive oneDNN declines (null) falls back to the sgemm
+  /// tiles. Call once the fields are set; a later change of them needs
+  /// another prepare().
   void prepare() {
     dnnl_.reset(nullptr);
     packed_.clear();
@@ -436,29 +576,11 @@ template <typename T> struct LinalgBatchedGemm {
     rowRows_ = 0;
     packedWsBytes_ = tileWsBytes_ = splitWsBytes_ = rowWsBytes_ = 0;
     if constexpr (std::is_same_v<T, float>) {
-      const int64_t batch = static_cast<int64_t>(cOff.size());
-      // One GEMM on step-invariant B (a layer's weights in inference), in
-      // oneDNN's blocked layout, packed once. Where the tiling cuts the
-      // rows (tm > 1), C's rows are whole (ldc == N) and the tiles would
-      // hold at least kPackedBlockRows rows each as blocks of whole rows:
-      // as many blocks of whole rows as there are tiles, each a dense
-      // destination (oneDNN's brgemm), run by one primitive each that
-      // reads B in the blocked layout the first one holds (one copy of B;
-      // each block rereads all of B, so blocks have at least
-      // kPackedBlockRows rows: 32 multiply-adds a byte of B). A GELU
-      // runs after each block as the sgemm tiles' epilogue computes it:
-      // oneDNN's post-op cost more (2332 us against 2030 without, on the
-      // blocks below). Timed alone on one thread, 1024x1024x256 with bias
-      // and GELU erf: 2639 us in 512 x 512 sgemm tiles, 2271 in four
-      // 256-row blocks (docs/cpu-linalg-kernels.md has the other shapes).
-      // oneDNN keeps B's plain layout where A is transposed: those keep the
-      // tiles.
+      const LinalgGemmChoice choice = choose(LinalgGemmMachine::host());
       const Tiling tl = tiling();
-      const int64_t count = tl.tm * tl.tn, mc = (M + count - 1) / count;
-      const bool packable = oneDnn && bStepInvariant && batch == 1 && M > 0 && N > 0 && K > 0;
       // A GELU runs after each block of rows (blockAct_), not as a post-op.
       const bool ours = act == FusedActivation::GeluErf || act == FusedActivation::GeluTanh;
-      if (packable && tl.tm > 1 && ldc == N && !ta && mc >= kPackedBlockRows) {
+      if (const int64_t mc = choice.packedRows) {
         const FusedActivation primAct = ours ? FusedActivation::None : act;
         size_t ws = 0;
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
@@ -477,21 +599,7 @@ template <typename T> struct LinalgBatchedGemm {
         }
         packedWsBytes_ = ws;
       }
-      // The same blocks of whole rows on B as it is, for the runs that do
-      // not pack it (training, where B changes every step), where C is at
-      // least four times as wide as K is deep (a layer that widens its
-      // input, and the input gradient of one that narrows it): each
-      // block's primitive packs B itself, and its dense destination takes
-      // oneDNN's brgemm, which beats the sgemm tiles there and the tiles'
-      // primitives with their copies. Two threads, operands out of cache,
-      // four blocks against 2x2 tiles, us: 1024x1024x256 1146-1157
-      // against 1289-1309, B transposed 1153-1194 against 1220-1243,
-      // 1024x2048x256 2204-2275 against 2432-2522, 512x1024x256 604-611
-      // against 641-646. Narrower, the tiles were as fast or faster:
-      // 1024x512x256 585-588 against 585-617, 1024x768x256 915-920
-      // against 827-840, 1024x1024x512 2234-2269 against 2206-2229.
-      if (oneDnn && batch == 1 && !ta && M > 0 && K > 0 && N >= 4 * K && ldc == N && tl.tm > 1 &&
-          mc >= kPackedBlockRows) {
+      if (const int64_t mc = choice.plainRows) {
         size_t ws = 0;
         for (int64_t m0 = 0; m0 < M; m0 += mc) {
           LinalgDnnlGemmHolder h;
@@ -506,10 +614,7 @@ template <typename T> struct LinalgBatchedGemm {
         }
         rowWsBytes_ = ws;
       }
-      // Else, where the tiles span all rows: a packed primitive per column
-      // block, each holding its block of B. (Blocks of 64 whole rows, the
-      // MLP's 128x1024x1024 in two, ran slower: kPackedBlockRows.)
-      if (packable && packed_.empty() && tl.tm == 1) {
+      if (choice.packedColumns) {
         size_t ws = 0;
         for (int64_t j = 0; j < tl.tn; ++j) {
           const int64_t nc = std::min(tl.nc, N - j * tl.nc);
@@ -521,14 +626,7 @@ template <typename T> struct LinalgBatchedGemm {
         }
         packedWsBytes_ = ws;
       }
-      // One GEMM of several tiles with B transposed: a plain-layout
-      // primitive per tile (oneDNN's brgemm matmul; DnnlGemm.cpp), each
-      // with its own scratch, since tiles run on different threads at once.
-      // oneDNN 2.7 takes brgemm only for a dense destination (a tile of a
-      // wider C runs as its sgemm), so a tile narrower than C's rows is
-      // written into a dense buffer of at most kTileBufferBytes and then
-      // copied into C; larger ones keep the sgemm path.
-      if (oneDnn && tb && batch == 1 && M > 0 && N > 0 && K > 0 && !oneTile() && rowPrims_.empty()) {
+      if (choice.tilePrimitives) {
         size_t ws = 0;
         for (int64_t t = 0; t < tl.tm * tl.tn; ++t) {
           const int64_t m0 = t / tl.tn * tl.mc, n0 = t % tl.tn * tl.nc;
@@ -545,59 +643,47 @@ template <typename T> struct LinalgBatchedGemm {
         }
         tileWsBytes_ = ws;
       }
-      // One GEMM of several tiles with A transposed and B plain (a weight
-      // gradient, X^T dY) whose C is at least as tall as wide: cut along
-      // K instead, into 2 parts (4 from 8 tiles on), at least kSplitMinK
-      // deep. Each part is a whole M x N product on contiguous rows of A
-      // and B, which oneDNN runs as brgemm; cut into tiles, A's columns
-      // are strided and it does not. Part 0 writes C (with beta), the
-      // others a dense buffer each, and C then adds them in part order:
-      // the sums depend on the shape only. Two threads, operands out of
-      // cache, us: 1024x256x1024 1207-1326 in two parts against 1383-1457
-      // in 2x2 sgemm tiles, 1024x512x1024 2320-2351 against 2768-2960,
-      // 1024x256x512 629-685 against 717-741. Where C is wider than tall
-      // A is the smaller operand, the tiles read it well, and the
-      // partial sums cost more than brgemm saves: 256x1024x1024 1204-1275
-      // against 1185-1204, 256x768x1024 930-941 against 848-873.
-      if (oneDnn && ta && !tb && batch == 1 && M >= N && N > 0 && ldc == N && !oneTile() &&
-          act == FusedActivation::None && !bias) {
-        int64_t parts = std::min<int64_t>(tl.tm * tl.tn >= 8 ? 4 : 2, K / kSplitMinK);
-        const int64_t kc = parts >= 2 ? roundUp16((K + parts - 1) / parts) : K;
-        parts = (K + kc - 1) / kc;
+      if (const int64_t kc = choice.splitDepth) {
+        const int64_t parts = (K + kc - 1) / kc;
         const size_t buffer = linalgRoundUp(static_cast<size_t>(M * N) * sizeof(float));
-        if (parts >= 2 && size_t(parts - 1) * buffer <= kSplitMaxBytes) {
-          size_t ws = 0;
-          for (int64_t p = 0; p < parts; ++p) {
-            const int64_t depth = std::min(kc, K - p * kc);
-            LinalgDnnlGemmHolder h;
-            h.reset(linalgDnnlGemmPrepareBrgemm(ta, tb, M, N, depth, lda, ldb, ldc, alpha,
-                                                p == 0 ? beta : 0.0f));
-            if (!appendPrim(splitPrims_, splitWs_, ws, std::move(h), p == 0 ? 0 : buffer))
-              break;
-          }
-          if (!splitPrims_.empty())
-            splitK_ = kc;
-          splitWsBytes_ = ws;
+        size_t ws = 0;
+        for (int64_t p = 0; p < parts; ++p) {
+          const int64_t depth = std::min(kc, K - p * kc);
+          LinalgDnnlGemmHolder h;
+          h.reset(linalgDnnlGemmPrepareBrgemm(ta, tb, M, N, depth, lda, ldb, ldc, alpha,
+                                              p == 0 ? beta : 0.0f));
+          if (!appendPrim(splitPrims_, splitWs_, ws, std::move(h), p == 0 ? 0 : buffer))
+            break;
         }
+        if (!splitPrims_.empty())
+          splitK_ = kc;
+        splitWsBytes_ = ws;
       }
-      if (!oneDnn || batch == 0 || M == 0 || N == 0 || K == 0 || !oneTile())
-        return;
-      // One primitive needs the operands of every GEMM equally far apart.
-      const int64_t sa = batch > 1 ? aOff[1] - aOff[0] : 0;
-      const int64_t sb = batch > 1 ? bOff[1] - bOff[0] : 0;
-      const int64_t sc = batch > 1 ? cOff[1] - cOff[0] : 0;
-      if (sa < 0 || sb < 0 || sc < 0)
-        return;
-      for (int64_t b = 0; b < batch; ++b)
-        if (aOff[b] != aOff[0] + b * sa || bOff[b] != bOff[0] + b * sb ||
-            cOff[b] != cOff[0] + b * sc)
-          return;
-      dnnlOffsets_[0] = aOff[0];
-      dnnlOffsets_[1] = bOff[0];
-      dnnlOffsets_[2] = cOff[0];
-      dnnl_.reset(linalgDnnlGemmPrepare(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, batch, sa, sb,
-                                        sc, act, bias));
+      if (choice.batchPrimitive) {
+        const int64_t batch = static_cast<int64_t>(cOff.size());
+        const int64_t sa = batch > 1 ? aOff[1] - aOff[0] : 0;
+        const int64_t sb = batch > 1 ? bOff[1] - bOff[0] : 0;
+        const int64_t sc = batch > 1 ? cOff[1] - cOff[0] : 0;
+        dnnlOffsets_[0] = aOff[0];
+        dnnlOffsets_[1] = bOff[0];
+        dnnlOffsets_[2] = cOff[0];
+        dnnl_.reset(linalgDnnlGemmPrepare(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, batch, sa, sb,
+                                          sc, act, bias));
+      }
     }
+  }
+
+  /// The paths prepare() built: choose()'s, less those whose primitives
+  /// oneDNN declined.
+  LinalgGemmChoice prepared() const {
+    LinalgGemmChoice c;
+    c.packedRows = packedRows_;
+    c.packedColumns = packedRows_ == 0 && !packed_.empty();
+    c.plainRows = rowRows_;
+    c.tilePrimitives = !tilePrims_.empty();
+    c.splitDepth = splitK_;
+    c.batchPrimitive = dnnl_.get() != nullptr;
+    return c;
   }
 
   /// Rows of each packed block of rows (prepare()), 0 where none.

@@ -12,28 +12,30 @@
 // layout of a mask over a softmax's rows (pipec:MaskedSoftmax and
 // pipec:Attention).
 //
-// With AVX-512 a float row runs as explicit vector code: the 16 lanes are
-// one register, the fixed tree is three halvings of it and a last pair,
-// and the exponentials are summed as they are made; the same operations
-// on the same pairs, so bitwise softmaxRowGeneric (ElementwiseKernelsTest:
-// SoftmaxRow.IsBitwiseThePortableRow). On
-// attention's 128-wide rows it took 0.30 ns an element against 0.76 for
-// the loops below, where the two trees, walked element by element through
-// memory, and the separate passes cost more than the row's arithmetic.
+// A float row runs as explicit vector code, chosen when the process starts
+// (runtime/cpu/CpuIsa.h): with AVX-512 the 16 lanes are one register, with
+// AVX2 two (lanes 0-7 and 8-15). The tree is the same pairs either way
+// (the two AVX2 registers added, or the AVX-512 register's halves, then
+// halvings), and the exponentials are summed as they are made: the same
+// operations on the same pairs, so every path is bitwise
+// softmaxRowGeneric (ElementwiseKernelsTest: SoftmaxRow.*). On
+// attention's 128-wide rows the AVX-512 row took 0.30 ns an element
+// against 0.76 for the loops below, where the two trees, walked element by
+// element through memory, and the separate passes cost more than the
+// row's arithmetic.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "runtime/cpu/CpuIsa.h"
 #include "runtime/cpu/kernels/VecMath.h"
 #include "support/Tensor.h"
 
 #include <cmath>
 #include <cstdint>
-#include <vector>
-
-#if defined(__AVX512F__)
 #include <immintrin.h>
-#endif
+#include <type_traits>
+#include <vector>
 
 namespace pipec::cpu {
 
@@ -82,29 +84,20 @@ template <typename T, bool Log> void softmaxRowGeneric(const T *x, T *y, int64_t
   }
 }
 
-#if defined(__AVX512F__)
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which its
-// own -Wuninitialized flags where they are inlined (fixed in GCC 13).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 namespace softmax_detail {
-static_assert(kSoftmaxLanes == 16, "one AVX-512 register of floats holds the lanes");
+static_assert(kSoftmaxLanes == 16, "two AVX2 or one AVX-512 register of floats hold the lanes");
 
-/// combineSoftmaxLanes on the lanes of one register: lane l with l + 8,
-/// then l + 4, l + 2 and l + 1. max(a, b) is vmaxps's `a > b ? a : b`.
-inline float treeMax(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  const __m256 m8 = _mm256_max_ps(hi, lo); // b > a ? b : a, b the lane l + 8
+/// combineSoftmaxLanes on lanes 0-7 (lo) and 8-15 (hi): lane l with l + 8,
+/// then l + 4, l + 2 and l + 1. max(a, b) is vmaxps's `a > b ? a : b`, so
+/// max(hi, lo) is combineSoftmaxLanes's `b > a ? b : a`.
+inline float treeMax8(__m256 lo, __m256 hi) {
+  const __m256 m8 = _mm256_max_ps(hi, lo);
   const __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m8, 1), _mm256_castps256_ps128(m8));
   const __m128 m2 = _mm_max_ps(_mm_movehl_ps(m4, m4), m4);
   const __m128 m1 = _mm_max_ss(_mm_shuffle_ps(m2, m2, 1), m2);
   return _mm_cvtss_f32(m1);
 }
-inline float treeSum(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+inline float treeSum8(__m256 lo, __m256 hi) {
   const __m256 s8 = _mm256_add_ps(lo, hi);
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -112,7 +105,100 @@ inline float treeSum(__m512 v) {
   return _mm_cvtss_f32(s1);
 }
 /// expOf on each lane (the loop vectorizes into one pass on the register).
-inline __m512 exp16(__m512 v) {
+inline __m256 exp8(__m256 v) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  for (int l = 0; l < 8; ++l)
+    t[l] = expOf(t[l]);
+  return _mm256_load_ps(t);
+}
+/// The first `count` (0 to 8) lanes set: a mask for vmaskmovps.
+inline __m256i firstLanes(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+} // namespace softmax_detail
+
+/// softmaxRowGeneric<float, Log>, bitwise, in two AVX2 registers (the
+/// build's baseline). The tail (n mod 16 elements) goes through the lanes
+/// held in memory, as the generic row takes it.
+template <bool Log> void softmaxRowAvx2(const float *x, float *y, int64_t n) {
+  using namespace softmax_detail;
+  const int64_t full = n / 16 * 16;
+  __m256 lo = _mm256_set1_ps(x[0]), hi = lo;
+  for (int64_t i = 0; i < full; i += 16) {
+    lo = _mm256_max_ps(_mm256_loadu_ps(x + i), lo); // x > lane ? x : lane
+    hi = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), hi);
+  }
+  float m;
+  if (full == n) {
+    m = treeMax8(lo, hi);
+  } else {
+    alignas(32) float lane[16];
+    _mm256_store_ps(lane, lo);
+    _mm256_store_ps(lane + 8, hi);
+    for (int64_t i = full; i < n; ++i)
+      lane[i - full] = x[i] > lane[i - full] ? x[i] : lane[i - full];
+    m = combineSoftmaxLanes(lane, [](float a, float b) { return b > a ? b : a; });
+  }
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 sumLo = _mm256_setzero_ps(), sumHi = sumLo;
+  for (int64_t i = 0; i < full; i += 16) {
+    const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+    const __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), mv));
+    if constexpr (!Log) {
+      _mm256_storeu_ps(y + i, e0);
+      _mm256_storeu_ps(y + i + 8, e1);
+    }
+    sumLo = _mm256_add_ps(sumLo, e0);
+    sumHi = _mm256_add_ps(sumHi, e1);
+  }
+  float s;
+  if (full == n) {
+    s = treeSum8(sumLo, sumHi);
+  } else {
+    alignas(32) float lane[16];
+    _mm256_store_ps(lane, sumLo);
+    _mm256_store_ps(lane + 8, sumHi);
+    for (int64_t i = full; i < n; ++i) {
+      const float e = expOf(x[i] - m);
+      if constexpr (!Log)
+        y[i] = e;
+      lane[i - full] += e;
+    }
+    s = combineSoftmaxLanes(lane, [](float a, float b) { return a + b; });
+  }
+  const int64_t body = n / 8 * 8;
+  const __m256i tail = firstLanes(n - body);
+  if constexpr (Log) {
+    const __m256 shift = _mm256_set1_ps(m + std::log(s));
+    for (int64_t i = 0; i < body; i += 8)
+      _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_loadu_ps(x + i), shift));
+    if (body < n)
+      _mm256_maskstore_ps(y + body, tail, _mm256_sub_ps(_mm256_maskload_ps(x + body, tail), shift));
+  } else {
+    const __m256 r = _mm256_set1_ps(1.0f / s);
+    for (int64_t i = 0; i < body; i += 8)
+      _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), r));
+    if (body < n)
+      _mm256_maskstore_ps(y + body, tail, _mm256_mul_ps(_mm256_maskload_ps(y + body, tail), r));
+  }
+}
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which its
+// own -Wuninitialized flags where they are inlined (fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace softmax_detail {
+/// treeMax8 / treeSum8 on the halves of one register.
+PIPEC_TARGET_AVX512 inline float treeMax16(__m512 v) {
+  return treeMax8(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+PIPEC_TARGET_AVX512 inline float treeSum16(__m512 v) {
+  return treeSum8(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+PIPEC_TARGET_AVX512 inline __m512 exp16(__m512 v) {
   alignas(64) float t[16];
   _mm512_store_ps(t, v);
   for (int l = 0; l < 16; ++l)
@@ -121,8 +207,9 @@ inline __m512 exp16(__m512 v) {
 }
 } // namespace softmax_detail
 
-/// softmaxRowGeneric<float, Log>, bitwise, in AVX-512 registers.
-template <bool Log> void softmaxRowAvx512(const float *x, float *y, int64_t n) {
+/// softmaxRowGeneric<float, Log>, bitwise, in AVX-512 registers (only
+/// where cpuHas(CpuIsa::Avx512)).
+template <bool Log> PIPEC_TARGET_AVX512 void softmaxRowAvx512(const float *x, float *y, int64_t n) {
   using namespace softmax_detail;
   const int64_t full = n / 16 * 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
@@ -131,7 +218,7 @@ template <bool Log> void softmaxRowAvx512(const float *x, float *y, int64_t n) {
     lane = _mm512_max_ps(_mm512_loadu_ps(x + i), lane); // x > lane ? x : lane
   if (tail)
     lane = _mm512_mask_max_ps(lane, tail, _mm512_maskz_loadu_ps(tail, x + full), lane);
-  const float m = treeMax(lane);
+  const float m = treeMax16(lane);
   const __m512 mv = _mm512_set1_ps(m);
   __m512 sum = _mm512_setzero_ps();
   for (int64_t i = 0; i < full; i += 16) {
@@ -146,7 +233,7 @@ template <bool Log> void softmaxRowAvx512(const float *x, float *y, int64_t n) {
       _mm512_mask_storeu_ps(y + full, tail, e);
     sum = _mm512_mask_add_ps(sum, tail, sum, e);
   }
-  const float s = treeSum(sum);
+  const float s = treeSum16(sum);
   if constexpr (Log) {
     const __m512 shift = _mm512_set1_ps(m + std::log(s));
     for (int64_t i = 0; i < full; i += 16)
@@ -162,18 +249,19 @@ template <bool Log> void softmaxRowAvx512(const float *x, float *y, int64_t n) {
   }
 }
 #pragma GCC diagnostic pop
-#endif
 
-/// Softmax (Log: LogSoftmax) of x[0, n) into y, n >= 1. For Softmax x and
-/// y may be the same buffer; LogSoftmax rereads x after writing y.
+/// Softmax (Log: LogSoftmax) of x[0, n) into y, n >= 1, on the widest path
+/// cpuIsa() allows. For Softmax x and y may be the same buffer; LogSoftmax
+/// rereads x after writing y.
 template <typename T, bool Log> void softmaxRow(const T *x, T *y, int64_t n) {
-#if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float>) {
-    softmaxRowAvx512<Log>(x, y, n);
-    return;
+    if (cpuHas(CpuIsa::Avx512))
+      softmaxRowAvx512<Log>(x, y, n);
+    else
+      softmaxRowAvx2<Log>(x, y, n);
+  } else {
+    softmaxRowGeneric<T, Log>(x, y, n);
   }
-#endif
-  softmaxRowGeneric<T, Log>(x, y, n);
 }
 
 /// A mask broadcast (numpy, right-aligned) to `x`, read row by row (x's

@@ -77,13 +77,12 @@ private:
       }
       // Output rows of the tile are contiguous in the output; its columns
       // are contiguous in the input. A 32x32 tile of either fits in L1.
-#if defined(__AVX512F__)
       if constexpr (S == 4) {
         // Whole 16x16 blocks in registers; the rest element by element.
         const int64_t rb = r0 + (r1 - r0) / 16 * 16, cb = c0 + (c1 - c0) / 16 * 16;
         for (int64_t r = r0; r < rb; r += 16)
           for (int64_t c = c0; c < cb; c += 16)
-            transpose16x16(reinterpret_cast<const float *>(in + inBase + r + c * colStrideIn_),
+            transposeTile16(reinterpret_cast<const float *>(in + inBase + r + c * colStrideIn_),
                            colStrideIn_,
                            reinterpret_cast<float *>(out + outBase + r * rowStrideOut_ + c),
                            rowStrideOut_);
@@ -91,7 +90,6 @@ private:
         copyElements(in + inBase, out + outBase, r0, rb, cb, c1);
         return;
       }
-#endif
       copyElements(in + inBase, out + outBase, r0, r1, c0, c1);
     });
   }
