@@ -2,8 +2,9 @@
 # tools/setup.sh - install pipec's dependencies from Debian packages and build
 # it (Release) into ./build. Run as root on Debian 12. Idempotent.
 #   bash tools/setup.sh         # what a user runs: install what pipec needs,
-#                               # build pipec, piperun and the samples,
-#                               # calibrate this machine
+#                               # build pipec, piperun (with the CUDA
+#                               # backend where there is a GPU) and the
+#                               # samples, calibrate this machine
 #   bash tools/setup.sh --all   # everything: also the test and benchmark
 #                               # dependencies, the tests, the benchmarks
 #   PIPEC_BUILD_DIR=out bash tools/setup.sh
@@ -50,7 +51,13 @@ fi
 
 werror=OFF
 [ "${PIPEC_WERROR:-0}" = 1 ] && werror=ON
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# The CUDA backend (where the toolkit is: cmake/PipecCuda.cmake) is built
+# by --all, and by the user's build only where there is a GPU to run it.
+cuda=ON
+if [ "$ALL" = 0 ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
+  cuda=OFF
+fi
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPIPEC_CUDA=$cuda \
   -DPIPEC_BUILD_TESTS=$([ "$ALL" = 1 ] && echo ON || echo OFF) -DPIPEC_WERROR=$werror
 if [ "$ALL" = 1 ]; then
   cmake --build "$BUILD_DIR" -j "$(nproc)"
