@@ -23,7 +23,7 @@ FUZZ_BUILD=${PIPEC_FUZZ_BUILD_DIR:-build-fuzz}
 WORK=${PIPEC_FUZZ_WORK:-$FUZZ_BUILD/work}
 
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$FUZZ_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DPIPEC_FUZZ=ON -DPIPEC_BUILD_TESTS=OFF > /dev/null
+  -DPIPEC_FUZZ=ON -DPIPEC_BUILD_TESTS=OFF -DPIPEC_PCH=OFF > /dev/null
 cmake --build "$FUZZ_BUILD" --target pipec-fuzz > /dev/null
 
 mkdir -p "$WORK"
