@@ -793,14 +793,20 @@ TEST(LinalgGemmChoice, DependsOnTheMachineAlone) {
   EXPECT_EQ(c.packedRows, 256);
   EXPECT_EQ(c.plainRows, 256);
   EXPECT_FALSE(c.packedColumns);
-  EXPECT_EQ(fc.choose(avx2), LinalgGemmChoice{});
+  EXPECT_FALSE(c.openBlasTiles);
+  // Without brgemm: sgemm tiles, on OpenBLAS where B is plain (NN, TN).
+  LinalgGemmChoice tilesOnOpenBlas;
+  tilesOnOpenBlas.openBlasTiles = true;
+  EXPECT_EQ(fc.choose(avx2), tilesOnOpenBlas);
   EXPECT_EQ(fc.choose(none), LinalgGemmChoice{});
   // The MLP's 128-row layer: column blocks packed (inference) on avx512.
   LinalgBatchedGemm<float> mlp = gemm(128, 1024, 1024, false, true, true);
   EXPECT_TRUE(mlp.choose(avx512).packedColumns);
   EXPECT_TRUE(mlp.choose(avx512).tilePrimitives);
   EXPECT_EQ(mlp.choose(avx512).packedRows, 0);
-  EXPECT_EQ(mlp.choose(avx2), LinalgGemmChoice{});
+  EXPECT_EQ(mlp.choose(avx2), LinalgGemmChoice{}); // NT: oneDNN's sgemm tiles
+  EXPECT_TRUE(gemm(1024, 256, 1024, true, false, false).choose(avx2).openBlasTiles);
+  EXPECT_FALSE(gemm(1024, 256, 1024, true, false, false).choose(avx512).openBlasTiles);
   // Weight gradients: cut along K where C is at least as tall as wide.
   EXPECT_EQ(gemm(1024, 256, 1024, true, false, false).choose(avx512).splitDepth, 512);
   EXPECT_EQ(gemm(1024, 1024, 2048, true, false, false).choose(avx512).splitDepth, 512);

@@ -371,6 +371,7 @@ struct LinalgGemmChoice {
   bool tilePrimitives = false; ///< a plain-layout primitive per tile (B transposed)
   int64_t splitDepth = 0;      ///< parts along K of this depth (weight gradients)
   bool batchPrimitive = false; ///< one primitive for the whole batch
+  bool openBlasTiles = false;  ///< the sgemm tiles call OpenBLAS, not oneDNN
   bool operator==(const LinalgGemmChoice &) const = default;
 };
 
@@ -464,6 +465,20 @@ template <typename T> struct LinalgBatchedGemm {
       const int64_t batch = static_cast<int64_t>(cOff.size());
       if (!machine.oneDnn || batch == 0 || M <= 0 || N <= 0 || K <= 0)
         return c;
+      // The sgemm tiles' library. Without brgemm (AVX2), oneDNN 2.6's
+      // sgemm runs products with B plain (NN, and A transposed: TN) at
+      // about half of OpenBLAS's rate on some of the training step's
+      // shapes, where B is 64-byte aligned (the runtime's buffers are):
+      // one thread, operands out of cache, GFLOP/s oneDNN against
+      // OpenBLAS, on an AVX2 Zen 3 (docs/cpu-linalg-kernels.md):
+      // 128x1024x1024 NN 37-38 against 68-73, TN 35-39 against 65-81;
+      // 1024x256x1024 TN 35-38 against 67-77; 1024x256x256 TN 39-41
+      // against 70-75. OpenBLAS held 57-87 on every shape and
+      // transposition timed; with B transposed (NT, the forward layers)
+      // oneDNN was as fast or faster (128x1024x1024 64-80 against 59-74).
+      // With brgemm (avx512_core) oneDNN's sgemm is about twice
+      // OpenBLAS's AVX2 kernels (Gemm.h).
+      c.openBlasTiles = !machine.brgemm && !(tb && !ta);
       const Tiling tl = tiling();
       const int64_t count = tl.tm * tl.tn, mc = (M + count - 1) / count;
       // Every path but the batch's one primitive needs oneDNN's brgemm:
@@ -575,8 +590,10 @@ template <typename T> struct LinalgBatchedGemm {
     rowWs_.clear();
     rowRows_ = 0;
     packedWsBytes_ = tileWsBytes_ = splitWsBytes_ = rowWsBytes_ = 0;
+    tilesOnOneDnn_ = oneDnn;
     if constexpr (std::is_same_v<T, float>) {
       const LinalgGemmChoice choice = choose(LinalgGemmMachine::host());
+      tilesOnOneDnn_ = oneDnn && !choice.openBlasTiles;
       const Tiling tl = tiling();
       // A GELU runs after each block of rows (blockAct_), not as a post-op.
       const bool ours = act == FusedActivation::GeluErf || act == FusedActivation::GeluTanh;
@@ -683,6 +700,7 @@ template <typename T> struct LinalgBatchedGemm {
     c.tilePrimitives = !tilePrims_.empty();
     c.splitDepth = splitK_;
     c.batchPrimitive = dnnl_.get() != nullptr;
+    c.openBlasTiles = oneDnn && !tilesOnOneDnn_;
     return c;
   }
 
@@ -899,7 +917,7 @@ private:
       if (tiny)
         linalgGemmLoop<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc);
       else
-        linalgGemm<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc, oneDnn);
+        linalgGemm<T>(ta, tb, m1 - m0, n1 - n0, K, alpha, a, lda, bm, ldb, beta, c, ldc, tilesOnOneDnn_);
       if (act != FusedActivation::None || (bias && biasData))
         linalgEpilogue<T>(c, m1 - m0, n1 - n0, ldc, bias && biasData ? biasData + n0 : nullptr, act);
     };
@@ -927,6 +945,9 @@ private:
   }
 
   static int64_t roundUp16(int64_t v) { return (v + 15) / 16 * 16; }
+  /// Whether the sgemm tiles call oneDNN (prepare(): oneDnn, less
+  /// choose()'s openBlasTiles; oneDnn until a prepare()).
+  bool tilesOnOneDnn_ = oneDnn;
   LinalgDnnlGemmHolder dnnl_;
   int64_t dnnlOffsets_[3] = {0, 0, 0};
   /// Packed primitives per column block and their workspace offsets.
