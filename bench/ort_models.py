@@ -5,7 +5,7 @@ LayerNorm and GELU decomposed by the exporter (ReduceMean/Sub/Pow/Sqrt/Div
 and Erf chains), attention as MatMul, scale, mask, Softmax, MatMul; the
 batch axis dynamic. Seeded random weights.
 
-    /usr/bin/python3 bench/ort_models.py OUT_DIR    # writes gpt-like.onnx, mlp-8x1024.onnx
+    /usr/bin/python3 bench/ort_models.py OUT_DIR    # writes gpt-like.onnx, mlp-8x1024.onnx, cnn-like.onnx
 """
 import math
 import os
@@ -91,9 +91,51 @@ class Mlp(nn.Module):
 
 
 # name -> (module, example input, input name, per-example shape, dtype, int bound, batch)
+class BasicBlock(nn.Module):
+    """Conv3x3-BN-ReLU-Conv3x3-BN plus the input (a strided 1x1 Conv + BN
+    where the shape changes), then ReLU: samples/gen/Cnn.cpp's block."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.short = None
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.b2(self.c2(F.relu(self.b1(self.c1(x)))))
+        return F.relu(y + (x if self.short is None else self.short(x)))
+
+
+class CnnLike(nn.Module):
+    """The CNN sample's architecture (samples/gen/Cnn.cpp) at CIFAR size: a
+    3x3 stem, 3 stages of 2 basic blocks, 32, 64 and 128 channels, 32x32
+    images, global average pooling, 10 classes."""
+
+    def __init__(self, width=32, stages=3, blocks=2, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        layers, cin = [], width
+        for s in range(stages):
+            cout = width * 2 ** s
+            for b in range(blocks):
+                layers.append(BasicBlock(cin, cout, 2 if s > 0 and b == 0 else 1))
+                cin = cout
+        self.body = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.body(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 MODELS = {
     'gpt-like': (GptLike, lambda b: torch.randint(0, 512, (b, 128)), 'idx', 'tokens', 512, 8),
     'mlp-8x1024': (Mlp, lambda b: torch.randn(b, 1024), 'x', 'float', 0, 128),
+    'cnn-like': (CnnLike, lambda b: torch.randn(b, 3, 32, 32), 'x', 'float', 0, 32),
 }
 
 

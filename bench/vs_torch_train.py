@@ -11,11 +11,15 @@ process) in its two allocator configurations (TORCH_CONFIGS), interleaved
 reports its median step; the table has the median over rounds of each,
 pipec's speed relative to the faster PyTorch configuration of each round
 at the same thread count (median over rounds of the round's ratio), and
-for the MLP the GEMM-bound limit: the step's
-GEMM FLOPs (forward, input and weight gradients, 2 B in out each, except
-the first layer's input gradient, which neither pipec nor PyTorch computes)
-at the peak FP32 rate `pipec --calibrate` measured (profile this-cpu) times
-the threads.
+each model's GEMM-bound limit: the step's FLOPs as pipec's plan counts them
+(report.json: forward and backward; the products' FLOPs and, a fraction of
+a percent beside them, the elementwise ones) at the peak FP32 rate
+`pipec --calibrate` measured (profile this-cpu: the GEMM's rate) times the
+threads. The faster PyTorch step over the limit is the most any runtime
+whose products run at that rate can gain over PyTorch on the model. For
+the MLP the count equals the products' alone (forward, input and weight
+gradients, 2 B in out each, less the first layer's input gradient, which
+neither pipec nor PyTorch computes).
 """
 import argparse
 import json
@@ -73,10 +77,11 @@ def run(args, env=None):
     return r.stdout
 
 
-def mlp_gemm_flops(batch, width=1024, layers=8):
-    # Per layer: the forward GEMM, the weight gradient and the input
-    # gradient; the input x needs no gradient.
-    return (3 * layers - 1) * 2.0 * batch * width * width
+def step_flops(plan):
+    """Forward and backward FLOPs of one step of a one-device plan (M=1)."""
+    report = json.load(open(os.path.join(plan, 'report.json')))
+    return sum(s['forward_flops_per_micro_batch'] + s['backward_flops_per_micro_batch']
+               for s in report['stage_list'])
 
 
 def main():
@@ -108,18 +113,19 @@ def main():
                                                str(a.warmup)], env)))
                 best = [min(ts) for ts in zip(*o.values())]
                 speed = statistics.median(oo / pp for oo, pp in zip(best, p))
-                limit = mlp_gemm_flops(batch) / (peak * t) if peak and name.startswith('mlp') else None
+                limit = step_flops(plan) / (peak * t) if peak else None
                 torch_ms = {c: statistics.median(v) for c, v in o.items()}
-                rows.append((name, batch, t, torch_ms, statistics.median(p), speed, limit))
+                rows.append((name, batch, t, torch_ms, statistics.median(best), statistics.median(p), speed, limit))
                 print(f'# {name} b={batch} threads={t}: torch ' +
                       ', '.join(f'{c} {" ".join(f"{v * 1e3:.2f}" for v in o[c])}' for c in o) +
                       f' ms; pipec {" ".join(f"{v * 1e3:.2f}" for v in p)} ms; pipec/best torch speed {speed:.2f}',
                       file=sys.stderr, flush=True)
     print('| model | batch | threads | PyTorch eager ms (glibc malloc default) | PyTorch eager ms (malloc tuned) | '
-          'pipec ms | pipec / best PyTorch speed | GEMM-bound limit ms | pipec at % of the limit |')
-    print('| --- | --- | --- | --- | --- | --- | --- | --- | --- |')
-    for name, batch, t, o, p, speed, limit in rows:
-        lim = f'{limit * 1e3:.2f} | {100 * limit / p:.0f}%' if limit else '- | -'
+          'pipec ms | pipec / best PyTorch speed | GEMM-bound limit ms | pipec at % of the limit | '
+          'best PyTorch / limit (the most speed-up the limit allows) |')
+    print('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |')
+    for name, batch, t, o, best, p, speed, limit in rows:
+        lim = f'{limit * 1e3:.2f} | {100 * limit / p:.0f}% | {best / limit:.2f}' if limit else '- | - | -'
         print(f'| {name} | {batch} | {t} | {o["default"] * 1e3:.2f} | {o["tuned"] * 1e3:.2f} | {p * 1e3:.2f} | '
               f'{speed:.2f} | {lim} |')
     print(f'\n{a.rounds} rounds, pipec and both PyTorch configurations interleaved; ms: median over rounds of each '
