@@ -18,6 +18,7 @@
 #include "driver/Driver.h"
 #include "frontend/OnnxImporter.h"
 #include "runtime/Session.h"
+#include "runtime/cpu/Gemm.h"
 #include "support/FileIO.h"
 #include "support/Json.h"
 
@@ -96,6 +97,7 @@ Status prepare(ModelCase &m, const std::string &tmp) {
 } // namespace
 
 int main(int argc, char **argv) {
+  cpu::capOneDnnIsa(); // PIPEC_MAX_CPU_ISA caps the oneDNN calls made here too
   std::vector<ModelCase> models;
   int repeats = 5;
   double seconds = 0.5;

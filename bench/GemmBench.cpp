@@ -503,6 +503,8 @@ int run(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   try {
+    // PIPEC_MAX_CPU_ISA caps the oneDNN calls made here as the kernels'.
+    pipec::cpu::capOneDnnIsa();
     return run(argc, argv);
   } catch (const std::exception &e) { // oneDNN refusing a shape, out of memory
     std::cerr << "pipec-bench-gemm: " << e.what() << "\n";

@@ -52,6 +52,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   lda = std::max<int64_t>(lda, 1);
   ldb = std::max<int64_t>(ldb, 1);
   ldc = std::max<int64_t>(ldc, 1);
+  capOneDnnIsa(); // once; callers need not have prepared anything
   if (oneDnn &&
       static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kOneDnnMinMacs &&
       dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) ==

@@ -15,15 +15,19 @@
 // convolution on X [N, H, W, C] and Y [N, OH, OW, M], with an optional
 // Relu or Clip applied to Y: oneDNN's primitive reads and writes that
 // layout itself (only the weights are reordered, once), the activation is
-// its eltwise post-op. Measured on this machine's AVX-512 oneDNN (one
-// thread, batch 16): a 3x3 depthwise convolution over 96 channels at 16x16
-// ran 82 us, its two reorders around it on the plain NCHW path 203 us
-// more. Without oneDNN the loop runs on NCHW copies in the workspace.
+// its eltwise post-op. Measured on an AVX-512 oneDNN (one thread, batch
+// 16): a 3x3 depthwise convolution over 96 channels at 16x16 ran 82 us,
+// its two reorders around it on the plain NCHW path 203 us more. Where
+// oneDNN has no NHWC kernel of its own (AVX2), ungrouped convolutions run
+// on its blocked layout between reorders instead (makeDnnlConv says why).
+// Without oneDNN the loop runs on NCHW copies in the workspace.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
 #include "support/FusedOps.h"
 #include "support/Parallel.h"
+
+#include <string_view>
 
 namespace pipec::cpu {
 
@@ -222,6 +226,27 @@ private:
   bool hasBias_;
 };
 
+/// Whether oneDNN runs an NHWC convolution with a kernel made for it
+/// (brgconv), rather than its direct kernel reading NHWC: probed once on a
+/// 64-channel 3x3 convolution, so it follows PIPEC_MAX_CPU_ISA.
+bool linalgDnnlHasNhwcConv() {
+  static const bool has = [] {
+    try {
+      using namespace dnnl;
+      const auto f32 = memory::data_type::f32;
+      memory::desc x({2, 64, 16, 16}, f32, memory::format_tag::nhwc);
+      memory::desc w({64, 64, 3, 3}, f32, memory::format_tag::any);
+      convolution_forward::desc cd(prop_kind::forward_inference, algorithm::convolution_direct, x, w, x,
+                                   {1, 1}, {1, 1}, {1, 1});
+      convolution_forward::primitive_desc pd(cd, linalgDnnlAttr(), linalgDnnlEngine());
+      return std::string_view(pd.impl_info_str()).substr(0, 3) == "brg";
+    } catch (const dnnl::error &) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 /// The oneDNN path on the layouts it prefers, with reorders from and to the
 /// graph's plain ones (LinalgDnnlBlocked); an invalid plan when oneDNN
 /// declines the case. `nhwc`: X and Y are [N, H, W, C] and the primitive
@@ -256,8 +281,19 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = fals
     auto block16 = [](const std::vector<int64_t> &d) {
       return memory::desc(linalgDnnlDims(d), memory::data_type::f32, memory::format_tag::nChw16c);
     };
-    const memory::desc xc = blocked ? block16(cs.src) : nhwc ? xmd : any(cs.src),
-                       yc = blocked ? block16(cs.dst) : nhwc ? ymd : any(cs.dst);
+    // Where oneDNN has no kernel of its own for NHWC (brgconv: avx512_core
+    // and up in oneDNN 2.6; on AVX2 its direct kernel takes NHWC at a
+    // loss), the primitive runs on the blocked layout it picks, with
+    // reorders of X and Y around it. One thread, inference, 3x3 convolutions
+    // at batch 32 on an AVX2 Zen 3, ms NHWC against blocked with both
+    // reorders: 128 channels on 8x8 12.6 / 7.1, 11.9 / 9.2; 32 on 32x32
+    // 9.9 / 7.4, 7.7 / 7.3; 64 on 16x16 13.5 / 10.3, 8.0 / 9.5. The
+    // inference steps (four interleaved rounds): bench's cnn-like 1.09x,
+    // the zoo's resnet18 1.10x, resnet50 1.00x. Grouped convolutions keep
+    // NHWC.
+    const bool pick = nhwc && !blocked && g.G == 1 && !linalgDnnlHasNhwcConv();
+    const memory::desc xc = blocked ? block16(cs.src) : nhwc && !pick ? xmd : any(cs.src),
+                       yc = blocked ? block16(cs.dst) : nhwc && !pick ? ymd : any(cs.dst);
     const memory::dims st = linalgDnnlDims(cs.strides), dl = linalgDnnlDims(cs.dilations),
                        p0 = linalgDnnlDims(cs.padBegin), p1 = linalgDnnlDims(cs.padEnd);
     convolution_forward::desc cd =
