@@ -4,9 +4,9 @@
 # Packs what tools/gpu-check.sh needs to run the GPU checks on a machine
 # that has a GPU, its driver and CUDA 13's cuBLAS but none of this
 # project's Debian packages: CudaKernelTest, pipec, piperun and
-# pipec-samples from BUILD_DIR (configure it with -DPIPEC_NATIVE=OFF and a
-# portable -march, e.g. x86-64-v3, when the GPU machine's processor is not
-# this one), the samples the build generated, two torch exports, and every
+# pipec-samples from BUILD_DIR (the default build runs on any x86-64 CPU
+# with AVX2; not a -DPIPEC_NATIVE=ON one, unless the GPU machine's
+# processor is this one's), the samples the build generated, two torch exports, and every
 # shared library they load except glibc's and the CUDA libraries, which
 # come from that machine.
 # BUNDLE_DIR gets bundle.tar.xz and gpu-check.sh.
