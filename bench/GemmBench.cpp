@@ -31,8 +31,8 @@
 // rewritten before its update as the weight gradient GEMM leaves it. The
 // copies are checked against oneDNN's reorder of the final weights.
 //
-// A benchmark, not a test: it asserts nothing, it measures (docs/performance.md
-// quotes it).
+// A benchmark, not a test: it asserts nothing, it measures (bench/results/log.md
+// records its runs).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run-forward.sh - forward throughput of the sample MLP (8 x 1024x1024
 # layers, batch 128) and a GPT-like model (batch 32) against the BLAS GEMM
-# rate, measured interleaved in one run. Prints the table docs/performance.md
+# rate, measured interleaved in one run. Prints the table bench/results/log.md
 # records. Usage: bash bench/run-forward.sh [BUILD_DIR]
 set -euo pipefail
 BUILD=${1:-build}

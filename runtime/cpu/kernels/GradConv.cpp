@@ -300,8 +300,8 @@ private:
 /// summed), channel blocks cost a reorder of X each. Early layers (large
 /// activations, small dW) cut images; late ones (dW larger than the
 /// activations: ResNet's 3x3 convolutions on 4x4 and 2x2 maps) cut
-/// channels. ResNet-18's layer4 dW on 16 images went 12 ms -> (see
-/// docs/performance.md) with channel blocks instead of 8 image chunks.
+/// channels, with channel blocks instead of 8 image chunks
+/// (bench/results/log.md has ResNet-18's layer4 dW before and after).
 class ConvGradWeightDnnlKernel final : public Kernel {
 public:
   /// Chunks per call: enough for the threads of a device to share.
