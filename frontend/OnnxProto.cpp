@@ -178,15 +178,6 @@ Expected<Tensor> tensorFromProto(const onnx::TensorProto &t, const std::string &
   return out;
 }
 
-void tensorToProto(const Tensor &t, const std::string &name, onnx::TensorProto &out) {
-  out.Clear();
-  out.set_name(name);
-  out.set_data_type(static_cast<int>(t.dtype()));
-  for (int64_t d : t.shape())
-    out.add_dims(d);
-  out.set_raw_data(std::string(static_cast<const char *>(t.raw()), t.bytes()));
-}
-
 Expected<Attribute> attributeFromProto(const onnx::AttributeProto &a,
                                        const std::string &baseDir) {
   using AP = onnx::AttributeProto;

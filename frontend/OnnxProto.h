@@ -21,8 +21,6 @@ namespace pipec::frontend {
 /// against `baseDir`). Fails on unsupported types, segments, sizes that do
 /// not match the shape, and missing or short external files.
 Expected<Tensor> tensorFromProto(const onnx::TensorProto &t, const std::string &baseDir);
-/// Writes `t` into a TensorProto as raw_data.
-void tensorToProto(const Tensor &t, const std::string &name, onnx::TensorProto &out);
 /// Converts an attribute; graph-valued and sparse attributes are errors.
 Expected<Attribute> attributeFromProto(const onnx::AttributeProto &a,
                                        const std::string &baseDir);

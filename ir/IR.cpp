@@ -8,9 +8,10 @@ namespace pipec::ir {
 
 namespace {
 std::vector<OpInfo> buildOpTable() {
+  using namespace op;
   std::vector<OpInfo> t;
-#define PIPEC_OP(Domain, Name, MinIn, MaxIn, MinOut, MaxOut, ValueIn)          \
-  t.push_back(OpInfo{Domain, #Name, MinIn, MaxIn, MinOut, MaxOut, ValueIn});
+#define PIPEC_OP(Domain, Name, MinIn, MaxIn, MinOut, MaxOut, ValueIn, Traits)  \
+  t.push_back(OpInfo{Domain, #Name, MinIn, MaxIn, MinOut, MaxOut, ValueIn, Traits});
 #include "ir/Ops.def"
   return t;
 }
@@ -393,7 +394,7 @@ bool isParameter(const Value &v) {
 }
 
 bool isView(const Node &n) {
-  if (!n.is("Reshape") && !n.is("Flatten") && !n.is("Squeeze") && !n.is("Unsqueeze"))
+  if (!n.info() || !n.info()->has(op::View))
     return false;
   if (n.numInputs() < 1 || n.numOutputs() != 1 || !n.input(0) || n.input(0)->isConstant())
     return false;

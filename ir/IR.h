@@ -22,6 +22,21 @@
 
 namespace pipec::ir {
 
+/// The facts of an op that ir/Ops.def's last column records (its header
+/// says what each means): ir::op::Grad, ir::op::Cuda, ...
+namespace op {
+enum Trait : unsigned {
+  Grad = 1u << 0,
+  View = 1u << 1,
+  Fusible = 1u << 2,
+  CostMovement = 1u << 3,
+  CostTranscendental = 1u << 4,
+  CostNormalization = 1u << 5,
+  Cpu = 1u << 6,
+  Cuda = 1u << 7,
+};
+} // namespace op
+
 /// One row of ir/Ops.def.
 struct OpInfo {
   std::string_view domain;
@@ -29,6 +44,14 @@ struct OpInfo {
   int minInputs, maxInputs;   ///< maxInputs < 0: variadic
   int minOutputs, maxOutputs; ///< maxOutputs < 0: variadic
   unsigned shapeValueInputs;  ///< bit i: input i must be a compile-time value
+  unsigned traits;            ///< op::Trait bits
+
+  bool has(op::Trait t) const { return (traits & t) != 0; }
+  /// "Name" in the default domain, "domain:Name" otherwise (the spelling
+  /// of the kernel and rule tables' listings).
+  std::string qualifiedName() const {
+    return domain.empty() ? std::string(name) : std::string(domain) + ":" + std::string(name);
+  }
 };
 
 /// The row for (domain, name); "ai.onnx" and "" are the same domain. Null if
@@ -58,7 +81,6 @@ public:
     type_ = std::move(t);
     typeKnown_ = true;
   }
-  void clearType() { typeKnown_ = false; }
   DType dtype() const { return type_.dtype; }
   const Shape &shape() const { return type_.shape; }
 

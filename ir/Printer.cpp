@@ -146,12 +146,6 @@ void printAttr(std::ostream &os, const Attribute &a) {
 
 } // namespace
 
-std::string printAttribute(const Attribute &a) {
-  std::ostringstream os;
-  printAttr(os, a);
-  return os.str();
-}
-
 void printGraph(const Graph &g, std::ostream &os, const PrintOptions &opts) {
   os << "graph ";
   printQuoted(os, g.name());

@@ -23,8 +23,6 @@ struct PrintOptions {
 
 void printGraph(const Graph &g, std::ostream &os, const PrintOptions &opts = {});
 std::string printGraph(const Graph &g, const PrintOptions &opts = {});
-/// The attribute value in text form (also used by reports and tests).
-std::string printAttribute(const Attribute &a);
 
 /// Parses the text form; errors give line and column. The result is not
 /// verified; call verifyGraph.

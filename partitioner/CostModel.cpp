@@ -14,27 +14,17 @@ namespace pipec::partitioner {
 namespace {
 double numel(const ir::Value *v) { return v ? static_cast<double>(v->type().numel()) : 0; }
 
-/// FLOPs per output element of cheap elementwise and normalisation ops.
-double elementwiseFlops(const std::string &op) {
-  if (op == "Softmax" || op == "LogSoftmax" || op == "MaskedSoftmax" || op == "LayerNormalization" ||
-      op == "BatchNormalization" || op == "InstanceNormalization" || op == "LRN")
+/// FLOPs per output element of an op without a formula of its own: none
+/// for data movement, otherwise by the op's cost trait (ir/Ops.def).
+double elementwiseFlops(const ir::Node &n) {
+  const ir::OpInfo *info = n.info();
+  if (!info || info->has(ir::op::CostMovement))
+    return 0;
+  if (info->has(ir::op::CostNormalization))
     return 5;
-  if (op == "Gelu" || op == "Erf" || op == "Tanh" || op == "Sigmoid" || op == "Exp" ||
-      op == "Log" || op == "Pow" || op == "Sqrt" || op == "Mish" || op == "Softplus")
+  if (info->has(ir::op::CostTranscendental))
     return 4;
   return 1;
-}
-
-bool isDataMovement(const std::string &op) {
-  static const char *kOps[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
-                               "Concat",  "Split",   "Slice",   "Gather",    "GatherElements",
-                               "Expand",  "Tile",    "Pad",     "Identity",  "Shape",
-                               "Size",    "Constant", "ConstantOfShape", "Cast", "Range",
-                               "Dropout"};
-  for (const char *k : kOps)
-    if (op == k)
-      return true;
-  return false;
 }
 } // namespace
 
@@ -128,8 +118,8 @@ NodeCost forwardCost(const ir::Node &n) {
     // One operation per program step and element (support/ElementwiseProgram.h).
     const std::vector<int64_t> prog = attrInts(n.attrs(), "program", {});
     c.flops = static_cast<double>(prog.size() > 1 ? (prog.size() - 1) / 3 : 1) * numel(out);
-  } else if (!isDataMovement(op)) {
-    c.flops = elementwiseFlops(op) * numel(out);
+  } else {
+    c.flops = elementwiseFlops(n) * numel(out);
   }
   return c;
 }

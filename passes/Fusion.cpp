@@ -790,7 +790,7 @@ private:
   };
 
   static bool fusable(const ir::Node *n, EwOp &op) {
-    if (!ewOpOf(n->domain(), n->opType(), op) || n->numOutputs() != 1 ||
+    if (!n->info()->has(ir::op::Fusible) || !ewOpOf(n->domain(), n->opType(), op) || n->numOutputs() != 1 ||
         n->numInputs() != static_cast<size_t>(ewArity(op)) || !isF32(n->output(0)) ||
         n->output(0)->type().shape.empty())
       return false;

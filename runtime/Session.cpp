@@ -406,13 +406,6 @@ std::vector<TensorDesc> Session::stepInputDescs() const {
   return r;
 }
 
-std::vector<TensorDesc> Session::stepOutputDescs() const {
-  std::vector<TensorDesc> r;
-  for (int32_t t : lp_.plan.outputs())
-    r.push_back(stepDesc(t));
-  return r;
-}
-
 std::vector<std::string> Session::inputNames() const {
   std::vector<std::string> r;
   for (int32_t t : lp_.plan.inputs())

@@ -98,9 +98,8 @@ public:
     return n;
   }
 
-  /// Descriptions of the step's inputs and outputs (micro-batches stacked).
+  /// Descriptions of the step's inputs (micro-batches stacked).
   std::vector<TensorDesc> stepInputDescs() const;
-  std::vector<TensorDesc> stepOutputDescs() const;
   /// Names of graph inputs and outputs, in plan order.
   std::vector<std::string> inputNames() const;
   std::vector<std::string> outputNames() const;

@@ -89,10 +89,5 @@ std::vector<int64_t> attrInts(const AttrMap &a, const std::string &name,
   const Attribute *x = attrFind(a, name);
   return x && x->kind == Attribute::Kind::Ints ? x->ints : dflt;
 }
-std::vector<float> attrFloats(const AttrMap &a, const std::string &name,
-                              std::vector<float> dflt) {
-  const Attribute *x = attrFind(a, name);
-  return x && x->kind == Attribute::Kind::Floats ? x->floats : dflt;
-}
 
 } // namespace pipec

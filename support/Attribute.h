@@ -48,8 +48,6 @@ std::string attrString(const AttrMap &a, const std::string &name,
                        const std::string &dflt);
 std::vector<int64_t> attrInts(const AttrMap &a, const std::string &name,
                               std::vector<int64_t> dflt = {});
-std::vector<float> attrFloats(const AttrMap &a, const std::string &name,
-                              std::vector<float> dflt = {});
 const Attribute *attrFind(const AttrMap &a, const std::string &name);
 inline bool attrHas(const AttrMap &a, const std::string &name) {
   return a.count(name) != 0;

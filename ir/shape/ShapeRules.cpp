@@ -203,6 +203,15 @@ bool hasShapeRule(std::string_view domain, std::string_view opType) {
   return findRule(domain, opType) != nullptr;
 }
 
+std::vector<std::string> shapeRuleOps() {
+  std::vector<std::string> r;
+  for (const RuleEntry &e : kRules)
+    r.push_back(e.opType);
+  for (const RuleEntry &e : kGradRules)
+    r.push_back(std::string("pipec:") + e.opType);
+  return r;
+}
+
 Status inferNodeTypes(const Node &n, int64_t opset, std::vector<TensorDesc> &outputs) {
   ShapeContext ctx(n, opset);
   ShapeRule rule = findRule(n.domain(), n.opType());

@@ -54,6 +54,10 @@ Status inferNodeTypes(const Node &n, int64_t opset, std::vector<TensorDesc> &out
 
 /// Whether a shape rule exists for the op (every row of ir/Ops.def has one).
 bool hasShapeRule(std::string_view domain, std::string_view opType);
+/// The ops with a rule, "Gemm" in the default domain and "pipec:ReluGrad"
+/// in pipec's, in table order (tests/unit/OpRegistryTest.cpp checks them
+/// against ir/Ops.def).
+std::vector<std::string> shapeRuleOps();
 
 /// The dimensions [begin, end) of its input that a Shape node lists: all of
 /// them, or the clamped start/end attributes from opset 15.

@@ -129,6 +129,8 @@ std::vector<std::string> gradRuleOps() {
   std::vector<std::string> r;
   for (const GradEntry &e : kGradRules)
     r.push_back(e.opType);
+  for (const GradEntry &e : kPipecGradRules)
+    r.push_back(std::string("pipec:") + e.opType);
   return r;
 }
 

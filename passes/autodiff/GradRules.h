@@ -114,7 +114,9 @@ using GradRule = Status (*)(GradContext &);
 
 /// The rule for an op, or null.
 GradRule findGradRule(std::string_view domain, std::string_view opType);
-/// Op types with a rule ("Gemm", ...), in table order (for docs and tests).
+/// The ops with a rule, "Gemm" in the default domain and "pipec:Attention"
+/// in pipec's, in table order (checked against ir/Ops.def's Grad trait by
+/// tests/unit/OpRegistryTest.cpp).
 std::vector<std::string> gradRuleOps();
 
 // Elementwise.cpp

@@ -1,0 +1,129 @@
+//===- tests/unit/OpRegistryTest.cpp - ir/Ops.def against the op tables ---===//
+//
+// ir/Ops.def is the registry: each row says which tables implement its op
+// (traits Grad, Fusible, Cpu, Cuda) and every op has a shape rule. These
+// tests fail when a table lacks an entry its row promises, when a table has
+// an entry the row does not declare, or when an entry names no op at all,
+// so that adding an op (docs/adding-an-op.md) cannot leave one table behind.
+//
+//===----------------------------------------------------------------------===//
+#include "ir/IR.h"
+#include "ir/shape/ShapeRules.h"
+#include "passes/autodiff/GradRules.h"
+#include "runtime/cpu/Kernel.h"
+#include "support/ElementwiseProgram.h"
+#if PIPEC_TEST_CUDA_TABLE
+#include "runtime/cuda/CudaKernels.h"
+#endif
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace pipec;
+
+namespace {
+
+/// Qualified names ("Gemm", "pipec:Attention") of the rows with `trait`, or
+/// of every row when trait is 0.
+std::set<std::string> rowsWith(unsigned trait) {
+  std::set<std::string> r;
+  for (const ir::OpInfo &op : ir::allOps())
+    if (trait == 0 || (op.traits & trait) != 0)
+      r.insert(op.qualifiedName());
+  return r;
+}
+
+std::set<std::string> toSet(const std::vector<std::string> &v) { return {v.begin(), v.end()}; }
+
+/// Reports, in one failure each, the names in `want` missing from `have`
+/// and those in `have` that `want` lacks.
+void expectSameOps(const std::set<std::string> &want, const std::set<std::string> &have,
+                   const std::string &table, const std::string &trait) {
+  const std::set<std::string> all = rowsWith(0);
+  const std::string declared = trait.empty() ? "declares " : "marks ";
+  for (const std::string &op : want)
+    EXPECT_TRUE(have.count(op)) << "ir/Ops.def " << declared << op << (trait.empty() ? "" : " " + trait)
+                                << ", but " << table << " has no entry for it";
+  for (const std::string &op : have) {
+    if (!all.count(op))
+      ADD_FAILURE() << table << " has an entry for " << op << ", which is no op of ir/Ops.def";
+    else if (!want.count(op))
+      ADD_FAILURE() << table << " has an entry for " << op << ", but ir/Ops.def's row lacks " << trait;
+  }
+}
+
+} // namespace
+
+TEST(OpRegistry, NamesAreUniqueAndArityConsistent) {
+  std::set<std::string> seen;
+  for (const ir::OpInfo &op : ir::allOps()) {
+    EXPECT_TRUE(seen.insert(op.qualifiedName()).second) << op.qualifiedName() << " is declared twice";
+    EXPECT_GE(op.minInputs, 0) << op.name;
+    EXPECT_TRUE(op.maxInputs < 0 || op.maxInputs >= op.minInputs) << op.name;
+    EXPECT_GE(op.minOutputs, 1) << op.name;
+    EXPECT_TRUE(op.maxOutputs < 0 || op.maxOutputs >= op.minOutputs) << op.name;
+    const int cost = op.has(ir::op::CostMovement) + op.has(ir::op::CostTranscendental) +
+                     op.has(ir::op::CostNormalization);
+    EXPECT_LE(cost, 1) << op.name << " has more than one cost class";
+    EXPECT_TRUE(!op.has(ir::op::View) || op.has(ir::op::CostMovement))
+        << op.name << " is a view but counted as arithmetic";
+  }
+}
+
+TEST(OpRegistry, EveryOpHasAShapeRule) {
+  expectSameOps(rowsWith(0), toSet(ir::shapeRuleOps()), "ir/shape/ShapeRules.cpp", "");
+}
+
+TEST(OpRegistry, GradientRulesMatchTheGradTrait) {
+  expectSameOps(rowsWith(ir::op::Grad), toSet(passes::autodiff::gradRuleOps()),
+                "passes/autodiff/GradRules.cpp", "Grad");
+  // And the lookup autodiff uses agrees with the listing.
+  for (const ir::OpInfo &op : ir::allOps())
+    EXPECT_EQ(passes::autodiff::findGradRule(op.domain, op.name) != nullptr, op.has(ir::op::Grad))
+        << op.qualifiedName();
+}
+
+TEST(OpRegistry, CpuKernelsMatchTheCpuTrait) {
+  expectSameOps(rowsWith(ir::op::Cpu), toSet(cpu::kernelOpNames()), "runtime/cpu/KernelTable.def", "Cpu");
+  for (const ir::OpInfo &op : ir::allOps())
+    EXPECT_EQ(cpu::hasKernel(std::string(op.domain), std::string(op.name)), op.has(ir::op::Cpu))
+        << op.qualifiedName();
+}
+
+TEST(OpRegistry, CudaKernelsMatchTheCudaTrait) {
+#if PIPEC_TEST_CUDA_TABLE
+  // The table is host code: this needs the CUDA backend built, not a GPU.
+  expectSameOps(rowsWith(ir::op::Cuda), toSet(cuda::kernelOpNames()), "runtime/cuda/CudaKernels.cpp", "Cuda");
+#else
+  GTEST_SKIP() << "built without the CUDA backend (-DPIPEC_CUDA=OFF or no toolkit): its kernel table "
+                  "is not linked";
+#endif
+}
+
+TEST(OpRegistry, FusibleOpsAreTheElementwiseProgramsOps) {
+  std::set<std::string> programOps;
+  for (const ir::OpInfo &op : ir::allOps()) {
+    EwOp e;
+    if (ewOpOf(op.domain, op.name, e))
+      programOps.insert(op.qualifiedName());
+  }
+  // Every EwOp is spelled as some row's op.
+  for (int32_t i = 0; i < kEwOpCount; ++i) {
+    const auto e = static_cast<EwOp>(i);
+    const std::string name = ewOpName(e);
+    EXPECT_TRUE(programOps.count(name) || programOps.count("pipec:" + name))
+        << "support/ElementwiseProgram.h's " << name << " is no op of ir/Ops.def";
+  }
+  expectSameOps(rowsWith(ir::op::Fusible), programOps, "support/ElementwiseProgram.h", "Fusible");
+}
+
+TEST(OpRegistry, ViewsAreTheReshapes) {
+  // ir::isView decides by the View trait; the arena planner aliases their
+  // bytes. Only ops whose output is their input relabelled may carry it.
+  const std::set<std::string> reshapes = {"Flatten", "Reshape", "Squeeze", "Unsqueeze"};
+  EXPECT_EQ(rowsWith(ir::op::View), reshapes);
+}
