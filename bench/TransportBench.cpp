@@ -1,7 +1,7 @@
 //===- bench/TransportBench.cpp - Message cost of the transports ----------===//
 //
 // pipec-bench-transport [--sizes 8,1024,...] [--seconds S] [--json]
-// A ping-pong of one message between devices 0 and 1 over runtime/Transport.h
+// A ping-pong of one message between devices 0 and 1 over runtime/dist/Transport.h
 // for each size: run alone, the in-process transport between two threads;
 // under `mpirun -np 2`, the MPI transport between the two ranks. Reports
 // the median one-way time of repeated round trips (half a round trip) and
@@ -11,8 +11,8 @@
 // do when devices fit the cores.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Mpi.h"
-#include "runtime/Transport.h"
+#include "runtime/dist/Mpi.h"
+#include "runtime/dist/Transport.h"
 #include "support/Format.h"
 
 #include <CLI/CLI.hpp>

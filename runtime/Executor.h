@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "runtime/Transport.h"
+#include "runtime/dist/Transport.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/ScheduleJit.h"
 #include "runtime/cuda/Gpu.h"

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "runtime/DeviceThreads.h"
+#include "runtime/dist/StepExchange.h"
 #include "runtime/cuda/Gpu.h"
 #include "support/Format.h"
 #include "support/Machine.h"
@@ -585,17 +586,7 @@ const Session::ParamState *Session::paramOfWeight(int32_t tensor) const {
 }
 
 Status Session::agree(const Status &mine, const std::string &what) {
-  // Every process learns which failed, so all stop together (or none).
-  const int n = static_cast<int>(devices_.size());
-  std::vector<double> failed(static_cast<size_t>(n), 0.0);
-  failed[static_cast<size_t>(opts_.rank)] = mine.isOk() ? 0.0 : 1.0;
-  PIPEC_TRY(transport()->allReduceSum(opts_.rank, failed.data(), failed.size()));
-  if (!mine.isOk())
-    return mine;
-  for (int r = 0; r < n; ++r)
-    if (failed[static_cast<size_t>(r)] != 0.0)
-      return errorf(what, ": rank ", r, " failed (it prints its own error)");
-  return Status::ok();
+  return agreeAcrossRanks(*transport(), opts_.rank, static_cast<int>(devices_.size()), mine, what);
 }
 
 Status Session::saveCheckpoint(const std::string &dir) {
@@ -724,52 +715,162 @@ Expected<Tensor> Session::weightView(const std::string &name) const {
   return errorf("the plan has no weight named '", name, "'");
 }
 
-Status Session::exchangeAfterStep(std::vector<Tensor> &outputs, std::vector<char> &collected,
-                                  bool training, bool collective, std::vector<double> &sq,
-                                  std::vector<double> &replicaLoss) {
+/// One step's inputs and outputs, as the devices' feed and collect see
+/// them. Micro-batches are numbered in the step (0 .. MT - 1).
+struct Session::StepIo {
+  const std::vector<Tensor> &inputs;
+  bool training = false;
+  std::vector<int> inputIndex, outputIndex; ///< per tensor: its input / output, -1
+  std::vector<Tensor> outputs;
+  std::vector<char> collected; ///< outputs x micro-batches: written
+};
+
+Expected<std::unique_ptr<Session::StepIo>> Session::beginStep(const std::vector<Tensor> &inputs, bool training,
+                                                              bool drain) {
   const plan::Plan &p = lp_.plan;
   const unsigned MT = stepMicroBatches();
-  const int K = stages(), D = replicas();
-  Transport *tr = transport();
-  const int me = opts_.rank;
-  if (training) {
-    // Each gradient's squared sum comes from the one device that updates
-    // it, each replica's loss from the one device that computes it, every
-    // other slot is 0: the sums are exact, the same bits on every process
-    // and as on threads.
-    std::vector<double> v(sq.size() + replicaLoss.size(), 0.0);
-    if (!collective)
-      std::copy(sq.begin(), sq.end(), v.begin());
-    std::copy(replicaLoss.begin(), replicaLoss.end(), v.begin() + static_cast<ptrdiff_t>(sq.size()));
-    PIPEC_TRY(tr->allReduceSum(me, v.data(), v.size()));
-    if (!collective)
-      std::copy(v.begin(), v.begin() + static_cast<ptrdiff_t>(sq.size()), sq.begin());
-    std::copy(v.begin() + static_cast<ptrdiff_t>(sq.size()), v.end(), replicaLoss.begin());
-  }
-  const uint32_t kind = static_cast<uint32_t>(SessionMessage::Output);
-  for (int i = 0; i < p.outputs_size(); ++i) {
-    const int stage = outputProducer_[static_cast<size_t>(i)];
-    if (stage < 0)
+  if (!broken_.isOk())
+    return broken_.withContext("an earlier step failed; open the plan again");
+  if (!drain && inputs.size() != static_cast<size_t>(p.inputs_size()))
+    return errorf("the model takes ", p.inputs_size(), " inputs, got ", inputs.size());
+  auto io = std::unique_ptr<StepIo>(new StepIo{inputs, training, {}, {}, {}, {}});
+  io->inputIndex.assign(p.tensors_size(), -1);
+  io->outputIndex.assign(p.tensors_size(), -1);
+  for (int i = 0; i < p.inputs_size(); ++i) {
+    int32_t t = p.inputs(i);
+    io->inputIndex[t] = i;
+    if (drain)
       continue;
-    // A training step's outputs stay where they are computed (the loss
-    // came with the all-reduce); an inference step's come to the leader,
-    // each replica's M micro-batches from the device of its replica.
-    if (!training) {
-      const size_t part = outputs[i].bytes() / D;
-      for (int r = 0; r < D; ++r) {
-        const int from = r * K + stage;
-        if (from == 0)
-          continue;
-        char *at = static_cast<char *>(outputs[i].raw()) + part * static_cast<size_t>(r);
-        const uint64_t tag = sessionTag(kind, static_cast<uint32_t>(i * D + r));
-        if (me == from)
-          PIPEC_TRY(tr->send(me, 0, tag, at, part));
-        else if (me == 0)
-          PIPEC_TRY(tr->recv(0, from, tag, at, part));
+    const plan::TensorInfo &ti = p.tensors(t);
+    TensorDesc mbDesc{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())};
+    if (inputs[i].desc() != stepDesc(t) && inputs[i].desc() != mbDesc)
+      return errorf("input '", ti.name(), "' is ", inputs[i].desc().str(), ", the plan expects ",
+                    stepDesc(t).str(), MT > 1 ? cat(" (or ", mbDesc.str(), " for every micro-batch)") : "");
+  }
+  for (int i = 0; i < p.outputs_size(); ++i) {
+    io->outputIndex[p.outputs(i)] = i;
+    TensorDesc d = stepDesc(p.outputs(i));
+    // Every byte of an output is written by the step (or the step fails).
+    if (static_cast<size_t>(i) < lastOutputs_.size() && lastOutputs_[i].soleOwner() &&
+        lastOutputs_[i].desc() == d)
+      io->outputs.push_back(lastOutputs_[i]);
+    else
+      io->outputs.emplace_back(d);
+  }
+  lastOutputs_.clear();
+  io->collected.assign(static_cast<size_t>(p.outputs_size()) * MT, 0);
+  return io;
+}
+
+Status Session::feed(const StepIo &io, int32_t t, unsigned mb, void *dst) const {
+  const Tensor &src = io.inputs[io.inputIndex[t]];
+  size_t bytes = lp_.plan.tensors(t).bytes();
+  size_t off = src.bytes() == bytes ? 0 : bytes * mb;
+  std::memcpy(dst, static_cast<const char *>(src.raw()) + off, bytes);
+  return Status::ok();
+}
+
+Status Session::collect(StepIo &io, int32_t t, unsigned mb, const void *src) {
+  const plan::Plan &p = lp_.plan;
+  const unsigned M = p.pipeline().num_micro_batches();
+  const unsigned replica = mb / M;
+  if (io.training && stateDst_[t] && replica == 0) {
+    // Running statistics: micro-batches update them in ascending order
+    // on the one device that computes them; with replicas, those of
+    // replica 0 (as data-parallel trainers keep rank 0's).
+    std::memcpy(stateDst_[t], src, p.tensors(t).bytes());
+  }
+  if (io.training && paramOfGrad_[t] >= 0) {
+    // Sum gradients in ascending micro-batch order: bitwise the same for
+    // any partition and schedule. Each replica sums its own.
+    ParamState &ps = params_[paramOfGrad_[t]];
+    const float *g = static_cast<const float *>(src);
+    float *acc = ps.accumOf(static_cast<int>(replica));
+    if (mb % M == 0)
+      std::memcpy(acc, g, static_cast<size_t>(ps.n) * sizeof(float));
+    else
+      for (int64_t i = 0; i < ps.n; ++i)
+        acc[i] += g[i];
+  }
+  int oi = io.outputIndex[t];
+  if (oi < 0)
+    return Status::ok();
+  size_t bytes = p.tensors(t).bytes();
+  std::memcpy(static_cast<char *>(io.outputs[oi].raw()) + bytes * mb, src, bytes);
+  io.collected[static_cast<size_t>(oi) * stepMicroBatches() + mb] = 1;
+  return Status::ok();
+}
+
+Status Session::runDevices(const std::function<Status(int)> &runDevice) {
+  if (!threads_) {
+    Status s = runDevice(localDevices_.front());
+    if (!s)
+      broken_ = s;
+    return s;
+  }
+  std::vector<Status> results = threads_->run(runDevice);
+  // Report the device that failed first, not the ones it stopped.
+  Status first = Status::ok();
+  for (const Status &r : results)
+    if (!r && (first.isOk() || (first.message().rfind("stopped because device", 0) == 0 &&
+                                r.message().rfind("stopped because device", 0) != 0)))
+      first = r;
+  if (!first.isOk())
+    broken_ = first;
+  return first;
+}
+
+Status Session::finishNoFlushStep(bool drain, uint64_t call) {
+  drainPending_ = !drain;
+  // The squared sums of the step before now complete on every device (in
+  // a distributed run each process has its devices' slots: summed over
+  // the processes, every other slot 0, so exactly).
+  if (drain || call > 0) {
+    std::vector<double> done = stepSquares_[(call + 1) % 2]; // step call - 1's
+    if (distributed()) {
+      Status s = transport()->allReduceSum(opts_.rank, done.data(), done.size());
+      if (!s) {
+        transport()->abort(s);
+        broken_ = s;
+        return s;
       }
     }
-    if (me == 0)
-      std::fill_n(collected.begin() + static_cast<ptrdiff_t>(i) * MT, MT, char{1});
+    double total = 0.0;
+    for (double v : done)
+      total += v;
+    lastNoFlushNorm_ = std::sqrt(total);
+  }
+  if (!drain)
+    std::fill(stepSquares_[(call + 1) % 2].begin(), stepSquares_[(call + 1) % 2].end(), 0.0);
+  return Status::ok();
+}
+
+Status Session::collectUnproduced(StepIo &io) {
+  // Outputs that no node produces (graph inputs or constants passed
+  // through); in a distributed run the leader's outputs are the step's.
+  const plan::Plan &p = lp_.plan;
+  const unsigned M = p.pipeline().num_micro_batches(), MT = stepMicroBatches();
+  for (int i = 0; i < p.outputs_size() && leader(); ++i) {
+    int32_t t = p.outputs(i);
+    for (unsigned mb = 0; mb < MT; ++mb) {
+      if (io.collected[static_cast<size_t>(i) * MT + mb])
+        continue;
+      const void *src = nullptr;
+      if (io.inputIndex[t] >= 0) {
+        const Tensor &in = io.inputs[io.inputIndex[t]];
+        size_t bytes = p.tensors(t).bytes();
+        src = static_cast<const char *>(in.raw()) + (in.bytes() == bytes ? 0 : bytes * mb);
+      } else {
+        int holder = deviceHolding(t, mb % M);
+        src = residentData(t); // a constant; a GPU's arena is not for the host to read
+        if (!src && holder >= 0 && !devices_[holder]->onGpu())
+          src = devices_[holder]->address(t, mb % M);
+      }
+      if (!src)
+        return errorf("graph output '", p.tensors(t).name(), "' of micro-batch ", mb,
+                      " was never produced");
+      PIPEC_TRY(collect(io, t, mb, src));
+    }
   }
   return Status::ok();
 }
@@ -782,299 +883,78 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   const unsigned M = p.pipeline().num_micro_batches();
   const unsigned MT = stepMicroBatches();
   const int K = stages(), D = replicas();
-  if (!broken_.isOk())
-    return broken_.withContext("an earlier step failed; open the plan again");
-  if (!drain && inputs.size() != static_cast<size_t>(p.inputs_size()))
-    return errorf("the model takes ", p.inputs_size(), " inputs, got ", inputs.size());
-  std::vector<int> inputIndex(p.tensors_size(), -1), outputIndex(p.tensors_size(), -1);
-  for (int i = 0; i < p.inputs_size(); ++i) {
-    int32_t t = p.inputs(i);
-    inputIndex[t] = i;
-    if (drain)
-      continue;
-    const plan::TensorInfo &ti = p.tensors(t);
-    TensorDesc mbDesc{static_cast<DType>(ti.dtype()), Shape(ti.shape().begin(), ti.shape().end())};
-    if (inputs[i].desc() != stepDesc(t) && inputs[i].desc() != mbDesc)
-      return errorf("input '", ti.name(), "' is ", inputs[i].desc().str(), ", the plan expects ",
-                    stepDesc(t).str(), MT > 1 ? cat(" (or ", mbDesc.str(), " for every micro-batch)") : "");
-  }
-  std::vector<Tensor> outputs;
-  for (int i = 0; i < p.outputs_size(); ++i) {
-    outputIndex[p.outputs(i)] = i;
-    TensorDesc d = stepDesc(p.outputs(i));
-    // Every byte of an output is written below (or the step fails).
-    if (static_cast<size_t>(i) < lastOutputs_.size() && lastOutputs_[i].soleOwner() &&
-        lastOutputs_[i].desc() == d)
-      outputs.push_back(lastOutputs_[i]);
-    else
-      outputs.emplace_back(d);
-  }
-  lastOutputs_.clear();
-  // Both take the micro-batch's number in the step.
-  auto feed = [&](int32_t t, unsigned mb, void *dst) -> Status {
-    const Tensor &src = inputs[inputIndex[t]];
-    size_t bytes = p.tensors(t).bytes();
-    size_t off = src.bytes() == bytes ? 0 : bytes * mb;
-    std::memcpy(dst, static_cast<const char *>(src.raw()) + off, bytes);
-    return Status::ok();
-  };
-  std::vector<char> collected(static_cast<size_t>(p.outputs_size()) * MT, 0);
-  auto collect = [&](int32_t t, unsigned mb, const void *src) -> Status {
-    const unsigned replica = mb / M;
-    if (training && stateDst_[t] && replica == 0) {
-      // Running statistics: micro-batches update them in ascending order
-      // on the one device that computes them; with replicas, those of
-      // replica 0 (as data-parallel trainers keep rank 0's).
-      std::memcpy(stateDst_[t], src, p.tensors(t).bytes());
-    }
-    if (training && paramOfGrad_[t] >= 0) {
-      // Sum gradients in ascending micro-batch order: bitwise the same for
-      // any partition and schedule. Each replica sums its own.
-      ParamState &ps = params_[paramOfGrad_[t]];
-      const float *g = static_cast<const float *>(src);
-      float *acc = ps.accumOf(static_cast<int>(replica));
-      if (mb % M == 0)
-        std::memcpy(acc, g, static_cast<size_t>(ps.n) * sizeof(float));
-      else
-        for (int64_t i = 0; i < ps.n; ++i)
-          acc[i] += g[i];
-    }
-    int oi = outputIndex[t];
-    if (oi < 0)
-      return Status::ok();
-    size_t bytes = p.tensors(t).bytes();
-    std::memcpy(static_cast<char *>(outputs[oi].raw()) + bytes * mb, src, bytes);
-    collected[static_cast<size_t>(oi) * MT + mb] = 1;
-    return Status::ok();
-  };
-  // Every device updates the parameters whose gradients it computed. The
-  // global gradient norm needs every device: each writes the squared sums
-  // of its own gradients into their slots of `sq` (one slot per
-  // parameter) and the slots are added in parameter order, as one device
-  // would. Clipping needs the norm before any update, and a parameter that
-  // several devices read (tied weights) must not change while another
-  // device still reads it: then the slots are exchanged by an all-reduce,
-  // a collective every device waits at (every slot has one non-zero
-  // contribution, so the sum is exact). Otherwise a device updates its
-  // parameters as soon as its own backward passes are done, while the
-  // others finish theirs, and the norm is added up after the step.
-  // In a distributed run every process has its own copy of the weights: a
-  // shared parameter is sent to the other devices that read it after its
-  // update (below), so it needs no collective.
+  PIPEC_ASSIGN(std::unique_ptr<StepIo> io, beginStep(inputs, training, drain));
+
+  // Every device updates the parameters whose gradients it computed
+  // (runtime/train/StepUpdate.h). The global gradient norm needs every
+  // device: each writes the squared sums of its own gradients into their
+  // slots (one slot per parameter) and the slots are added in parameter
+  // order, as one device would. Clipping needs the norm before any
+  // update, and a parameter that several devices read (tied weights) must
+  // not change while another device still reads it: then the slots are
+  // exchanged by an all-reduce, a collective every device waits at (the
+  // rule's collective path). Otherwise a device updates its parameters as
+  // soon as its own backward passes are done, while the others finish
+  // theirs, and the norm is added up after the step. In a distributed run
+  // every process has its own copy of the weights: a shared parameter is
+  // sent to the other devices that read it after its update
+  // (runtime/dist/StepExchange.h), so it needs no collective.
   Transport *const tr = transport();
-  const double clip = p.training().clip_grad_norm();
-  const bool collective =
-      tr && (clip > 0 || (sharedParams_ && !distributed()) || opts_.skipNonFinite);
-  // Distributed: the devices that read a parameter updated elsewhere (tied
-  // weights; other replicas) receive it after each update.
-  const bool syncWeights = distributed() && (sharedParams_ || D > 1);
-  const int lastLocal = localDevices_.back();
-  bool skip = false; // the step's gradients are not finite: drop the update
-  std::vector<double> sq(params_.size(), 0.0);
+  train::UpdateRule rule;
+  rule.clip = p.training().clip_grad_norm();
+  rule.skipNonFinite = opts_.skipNonFinite;
+  rule.collective = tr && (rule.clip > 0 || (sharedParams_ && !distributed()) || opts_.skipNonFinite);
+  rule.gradientsOnly = gradientsOnly_;
+  // planParamUpdates' updates inside the programs, which gradients() does
+  // not take.
+  rule.inStep = training && !gradientsOnly_;
   const int64_t stepNumber = static_cast<int64_t>(steps_) + 1;
   const float lr = training ? lrSchedule_.lrAt(stepNumber) : 0.0f;
-  // Distributed: after device d's update, the devices that read a
-  // parameter updated elsewhere take its new value.
-  auto syncSharedWeights = [&](int d) -> Status {
-    if (!syncWeights)
-      return Status::ok();
-    // Every device is past its last read of this step's weights at its
-    // OPTIMIZER instruction: the updater sends, the other holders take.
-    const uint32_t kind = static_cast<uint32_t>(SessionMessage::SharedWeight);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      ParamState &ps = params_[i];
-      const size_t bytes = static_cast<size_t>(ps.n) * sizeof(float);
-      if (ps.device == d)
-        for (int h : otherHolders_[i])
-          PIPEC_TRY(tr->send(d, h, sessionTag(kind, static_cast<uint32_t>(i)), ps.data, bytes));
-    }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      ParamState &ps = params_[i];
-      const auto &others = otherHolders_[i];
-      if (ps.device != d && std::find(others.begin(), others.end(), d) != others.end())
-        PIPEC_TRY(tr->recv(d, ps.device, sessionTag(kind, static_cast<uint32_t>(i)), ps.data,
-                           static_cast<size_t>(ps.n) * sizeof(float)));
-    }
-    return Status::ok();
-  };
-  // 2bw: device d's update of step s, W(s+1) = W(s) - update(gradient of
-  // step s), into the other version; the step's instructions before it
-  // read W(s-1), the next step's W(s). No collective: the gradient norm's
-  // slots are added up once every device has updated (flush(), train()).
+  std::optional<train::StepUpdate> update;
+  if (training)
+    update.emplace(*optimizer_, params_, rule, stepNumber, lr, MT, localDevices_.back());
+  StepExchange exchange(tr, params_, otherHolders_, K, D, distributed() && (sharedParams_ || D > 1));
   const uint64_t call = steps_;
-  auto optimizeNoFlush = [&](int d, bool previousStep) -> Status {
-    if (previousStep && call == 0)
-      return errorf("device ", d, ": a previous-step update in the first step");
-    const uint64_t s = previousStep ? call - 1 : call;
-    const int64_t number = static_cast<int64_t>(s) + 1;
-    const float stepLr = lrSchedule_.lrAt(number);
-    std::vector<double> &squares = stepSquares_[s % 2];
-    for (size_t i = 0; i < params_.size(); ++i) {
-      ParamState &ps = params_[i];
-      if (ps.device != d)
-        continue;
-      // The mean over micro-batches, the squared sum, the copy into the
-      // other version and the update: one pass, chunk by chunk.
-      const int64_t v = static_cast<int64_t>(s);
-      std::vector<float *> state;
-      for (auto &st : ps.state)
-        state.push_back(st.data());
-      PIPEC_ASSIGN(squares[i], optimizer_->scaleSquareAndStep(
-                                   number, stepLr, ps.version(v + 1), ps.accum.data(),
-                                   M > 1 ? 1.0f / static_cast<float>(M) : 1.0f, state, ps.n,
-                                   ps.version(v)));
-    }
-    return Status::ok();
-  };
-  // The loss of a step is the mean of the micro-batch losses, so its
-  // gradient is the mean of theirs.
-  const float invM = 1.0f / static_cast<float>(MT);
-  // The mean, the squared sum and the update in one pass over a
-  // parameter's gradient, chunk by chunk while it is in cache (bitwise the
-  // three passes of optimize's other path).
-  auto updateOne = [&](size_t i) -> Status {
-    ParamState &ps = params_[i];
-    std::vector<float *> state;
-    for (auto &s : ps.state)
-      state.push_back(s.data());
-    PIPEC_ASSIGN(sq[i], optimizer_->scaleSquareAndStep(stepNumber, lr, ps.data, ps.accum.data(),
-                                                      MT > 1 ? invM : 1.0f, state, ps.n));
-    return Status::ok();
-  };
-  // planParamUpdates' updates inside the programs: those of optimize's
-  // path that needs no norm, which gradients() does not take.
-  const bool inStep = training && !gradientsOnly_;
-  auto updateInStep = [&](int, const std::vector<int> &which) -> Status {
-    for (int i : which)
-      PIPEC_TRY(updateOne(static_cast<size_t>(i)));
-    return Status::ok();
-  };
-  auto optimize = [&](int d, bool) -> Status {
-    const int replica = d / K, stage = d % K;
-    const uint32_t reduceKind = static_cast<uint32_t>(SessionMessage::ReplicaGradient);
-    if (replica > 0) {
-      // Replica r's gradients go to replica 0's device of the stage, which
-      // sums them in replica order and updates the weights.
-      for (size_t i = 0; i < params_.size(); ++i) {
-        ParamState &ps = params_[i];
-        if (ps.device == stage)
-          PIPEC_TRY(tr->send(d, stage, sessionTag(reduceKind, static_cast<uint32_t>(i)), ps.accumOf(replica),
-                             static_cast<size_t>(ps.n) * sizeof(float)));
-      }
-    } else if (D > 1) {
-      std::vector<float> part;
-      for (size_t i = 0; i < params_.size(); ++i) {
-        ParamState &ps = params_[i];
-        if (ps.device != d)
-          continue;
-        part.resize(static_cast<size_t>(ps.n));
-        for (int r = 1; r < D; ++r) {
-          PIPEC_TRY(tr->recv(d, r * K + d, sessionTag(reduceKind, static_cast<uint32_t>(i)), part.data(),
-                             part.size() * sizeof(float)));
-          for (int64_t k = 0; k < ps.n; ++k)
-            ps.accum[k] += part[k];
-        }
-      }
-    }
-    if (!collective && !(clip > 0) && !opts_.skipNonFinite && !gradientsOnly_) {
-      // Nothing waits for the norm: each parameter's update in one pass
-      // (updateOne), but for those already updated in the step.
-      for (size_t i = 0; i < params_.size(); ++i)
-        if (params_[i].device == d && !(inStep && params_[i].inStep))
-          PIPEC_TRY(updateOne(i));
-      return syncSharedWeights(d);
-    }
-    std::vector<double> mine(collective ? params_.size() : 0, 0.0);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      ParamState &ps = params_[i];
-      if (ps.device != d)
-        continue;
-      if (MT > 1)
-        train::scaleGrad(ps.accum.data(), ps.n, invM);
-      (collective ? mine[i] : sq[i]) = train::gradSquaredSum(ps.accum.data(), ps.n);
-    }
-    if (collective) {
-      PIPEC_TRY(tr->allReduceSum(d, mine.data(), mine.size()));
-      if (opts_.skipNonFinite) {
-        double total = 0.0;
-        for (double v : mine)
-          total += v;
-        if (!std::isfinite(total)) {
-          if (d == lastLocal) {
-            sq = mine;
-            skip = true;
-          }
-          return Status::ok(); // every device sees the same total
-        }
-      }
-      if (clip > 0) {
-        double total = 0.0;
-        for (double v : mine)
-          total += v;
-        double coef = train::clipCoefficient(std::sqrt(total), clip);
-        if (coef < 1.0 || std::isnan(coef))
-          for (ParamState &ps : params_)
-            if (ps.device == d)
-              train::scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
-      }
-      if (d == lastLocal)
-        sq = mine;
-    } else if (clip > 0 || opts_.skipNonFinite) {
-      // One device: every gradient is its own.
-      double total = 0.0;
-      for (double v : sq)
-        total += v;
-      if (opts_.skipNonFinite && !std::isfinite(total)) {
-        skip = true;
-        return Status::ok();
-      }
-      if (clip > 0) {
-        double coef = train::clipCoefficient(std::sqrt(total), clip);
-        if (coef < 1.0 || std::isnan(coef))
-          for (ParamState &ps : params_)
-            train::scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
-      }
-    }
-    for (ParamState &ps : params_) {
-      if (ps.device != d || gradientsOnly_)
-        continue;
-      std::vector<float *> state;
-      for (auto &s : ps.state)
-        state.push_back(s.data());
-      PIPEC_TRY(optimizer_->step(stepNumber, lr, ps.data, ps.accum.data(), state, ps.n));
-    }
-    return syncSharedWeights(d);
-  };
+
   cpu::ExecContext ctx;
   ctx.seed = opts_.seed;
   ctx.step = steps_;
   ctx.training = training;
   auto runDevice = [&](int d) -> Status {
-    DeviceExecutor::StepIO io;
+    DeviceExecutor::StepIO dio;
     // The executor numbers its replica's micro-batches from 0.
     const unsigned base = static_cast<unsigned>(d / K) * M;
-    if (base == 0) {
-      io.feed = feed;
-      io.collect = collect;
-    } else {
-      io.feed = [&feed, base](int32_t t, unsigned mb, void *dst) { return feed(t, base + mb, dst); };
-      io.collect = [&collect, base](int32_t t, unsigned mb, const void *src) { return collect(t, base + mb, src); };
-    }
+    dio.feed = [this, &io, base](int32_t t, unsigned mb, void *dst) { return feed(*io, t, base + mb, dst); };
+    dio.collect = [this, &io, base](int32_t t, unsigned mb, const void *src) {
+      return collect(*io, t, base + mb, src);
+    };
     if (training)
-      io.optimize = optimize;
-    if (inStep)
-      io.update = updateInStep;
+      dio.optimize = [&](int dev, bool) -> Status {
+        PIPEC_TRY(exchange.reduceReplicaGradients(dev));
+        auto allReduce = [tr, dev](double *v, size_t n) { return tr->allReduceSum(dev, v, n); };
+        PIPEC_ASSIGN(const bool updated, update->optimize(dev, allReduce));
+        return updated ? exchange.syncSharedWeights(dev) : Status::ok();
+      };
+    if (rule.inStep)
+      dio.update = [&](int, const std::vector<int> &which) { return update->updateInStep(which); };
     if (noFlush_) {
-      io.optimize = optimizeNoFlush;
-      io.part = drain ? DeviceExecutor::StepIO::Part::PreviousStep
-                : drainPending_ ? DeviceExecutor::StepIO::Part::All
-                                : DeviceExecutor::StepIO::Part::CurrentStep;
-      io.weightVersion = static_cast<int>((call + 1) % 2); // step `call` reads W(call - 1)
+      // 2bw: no collective; the gradient norm's slots are added up once
+      // every device has updated (finishNoFlushStep).
+      dio.optimize = [&](int dev, bool previousStep) -> Status {
+        if (previousStep && call == 0)
+          return errorf("device ", dev, ": a previous-step update in the first step");
+        const uint64_t s = previousStep ? call - 1 : call;
+        return train::updateNoFlush(*optimizer_, params_, lrSchedule_, dev, s, M, stepSquares_[s % 2]);
+      };
+      dio.part = drain ? DeviceExecutor::StepIO::Part::PreviousStep
+                 : drainPending_ ? DeviceExecutor::StepIO::Part::All
+                                 : DeviceExecutor::StepIO::Part::CurrentStep;
+      dio.weightVersion = static_cast<int>((call + 1) % 2); // step `call` reads W(call - 1)
     }
-    io.transport = tr;
+    dio.transport = tr;
     if (d == opts_.failDevice)
-      io.failAtInstruction = opts_.failAtInstruction;
-    Status s = devices_[d]->runStep(ctx, io);
+      dio.failAtInstruction = opts_.failAtInstruction;
+    Status s = devices_[d]->runStep(ctx, dio);
     // An error stops every device: the others' receives and collectives
     // fail with it instead of waiting forever. (The MPI transport names the
     // rank that failed itself.)
@@ -1083,57 +963,23 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     return s;
   };
   auto t0 = std::chrono::steady_clock::now();
-  if (!threads_) {
-    Status s = runDevice(localDevices_.front());
-    if (!s) {
-      broken_ = s;
-      return s;
-    }
-  } else {
-    std::vector<Status> results = threads_->run(runDevice);
-    // Report the device that failed first, not the ones it stopped.
-    Status first = Status::ok();
-    for (const Status &r : results)
-      if (!r && (first.isOk() || (first.message().rfind("stopped because device", 0) == 0 &&
-                                  r.message().rfind("stopped because device", 0) != 0)))
-        first = r;
-    if (!first.isOk()) {
-      broken_ = first;
-      return first;
-    }
-  }
+  PIPEC_TRY(runDevices(runDevice));
   if (noFlush_) {
-    drainPending_ = !drain;
-    // The squared sums of the step now complete on every device (in a
-    // distributed run each process has its devices' slots: summed over
-    // the processes, every other slot 0, so exactly).
-    if (drain || call > 0) {
-      std::vector<double> done = stepSquares_[(call + 1) % 2]; // step call - 1's
-      if (distributed()) {
-        Status s = tr->allReduceSum(opts_.rank, done.data(), done.size());
-        if (!s) {
-          tr->abort(s);
-          broken_ = s;
-          return s;
-        }
-      }
-      double total = 0.0;
-      for (double v : done)
-        total += v;
-      lastNoFlushNorm_ = std::sqrt(total);
-    }
+    PIPEC_TRY(finishNoFlushStep(drain, call));
     if (drain)
       return std::vector<Tensor>{};
-    std::fill(stepSquares_[(call + 1) % 2].begin(), stepSquares_[(call + 1) % 2].end(), 0.0);
   }
   stepSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++measuredSteps_;
+
   // Training: the sum of the loss output's elements, as the sum over the
   // replicas in order of each replica's sum (its micro-batches in order),
   // which a distributed run adds the same way.
-  double lossSum = 0;
-  const int lossIndex = training ? outputIndex[p.training().loss()] : -1;
+  std::vector<Tensor> &outputs = io->outputs;
+  const int lossIndex = training ? io->outputIndex[p.training().loss()] : -1;
   std::vector<double> replicaLoss(static_cast<size_t>(D), 0.0);
+  std::vector<double> noSquares(params_.size(), 0.0);
+  std::vector<double> &sq = update ? update->squares() : noSquares;
   auto sumLoss = [&](int r) {
     const Tensor &l = outputs[lossIndex];
     const int64_t per = l.numel() / D;
@@ -1147,7 +993,14 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       for (int r = 0; r < D; ++r)
         if (outputProducer_[lossIndex] >= 0 && r * K + outputProducer_[lossIndex] == opts_.rank)
           replicaLoss[r] = sumLoss(r);
-    Status s = exchangeAfterStep(outputs, collected, training, collective, sq, replicaLoss);
+    StepResults how;
+    how.outputProducer = &outputProducer_;
+    how.stages = K;
+    how.replicas = D;
+    how.stepMicroBatches = MT;
+    how.training = training;
+    how.collective = rule.collective;
+    Status s = exchangeStepResults(*tr, opts_.rank, how, outputs, io->collected, sq, replicaLoss);
     if (!s) {
       tr->abort(s);
       broken_ = s;
@@ -1157,6 +1010,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     for (int r = 0; r < D; ++r)
       replicaLoss[r] = sumLoss(r);
   }
+  double lossSum = 0;
   for (double part : replicaLoss)
     lossSum += part;
   if (training && noFlush_) {
@@ -1168,35 +1022,12 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       total += v;
     step->gradNorm = std::sqrt(total);
     step->lr = lr;
-    step->skipped = skip;
+    step->skipped = update->skipped();
     for (size_t i = 0; i < params_.size() && step->firstNonFinite.empty(); ++i)
       if (!std::isfinite(sq[i]))
         step->firstNonFinite = lp_.plan.tensors(params_[i].weight).name();
   }
-  // Outputs that no node produces (graph inputs or constants passed through);
-  // in a distributed run the leader's outputs are the whole step's.
-  for (int i = 0; i < p.outputs_size() && leader(); ++i) {
-    int32_t t = p.outputs(i);
-    for (unsigned mb = 0; mb < MT; ++mb) {
-      if (collected[static_cast<size_t>(i) * MT + mb])
-        continue;
-      const void *src = nullptr;
-      if (inputIndex[t] >= 0) {
-        const Tensor &in = inputs[inputIndex[t]];
-        size_t bytes = p.tensors(t).bytes();
-        src = static_cast<const char *>(in.raw()) + (in.bytes() == bytes ? 0 : bytes * mb);
-      } else {
-        int holder = deviceHolding(t, mb % M);
-        src = residentData(t); // a constant; a GPU's arena is not for the host to read
-        if (!src && holder >= 0 && !devices_[holder]->onGpu())
-          src = devices_[holder]->address(t, mb % M);
-      }
-      if (!src)
-        return errorf("graph output '", p.tensors(t).name(), "' of micro-batch ", mb,
-                      " was never produced");
-      PIPEC_TRY(collect(t, mb, src));
-    }
-  }
+  PIPEC_TRY(collectUnproduced(*io));
   if (training)
     step->loss = lossSum / static_cast<double>(std::max<int64_t>(outputs[lossIndex].numel(), 1));
   ++steps_;

@@ -12,11 +12,13 @@
 #include "runtime/Executor.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/Optimizer.h"
+#include "runtime/train/StepUpdate.h"
 #include "runtime/train/LrSchedule.h"
 #include "support/LargeAlloc.h"
 
 #include <optional>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,7 +53,7 @@ struct SessionOptions {
   /// makes the devices agree on the gradient norm before any update (the
   /// all-reduce the clipping uses), as mixed-precision trainers do.
   bool skipNonFinite = false;
-  /// A distributed run (runtime/Mpi.h): this process runs device `rank` of
+  /// A distributed run (runtime/dist/Mpi.h): this process runs device `rank` of
   /// the plan only, and `transport` (not owned; one device per process,
   /// numDevices() the plan's) connects it to the processes that run the
   /// others. -1: every device, as threads of this process.
@@ -60,17 +62,6 @@ struct SessionOptions {
   /// Run the devices on GPUs (runtime/cuda/): device i on GPU i modulo the
   /// GPUs present (all on one when there is one).
   bool cuda = false;
-};
-
-/// Kinds of the messages between the processes of a distributed run that
-/// are not tensor instances (sessionTag).
-enum class SessionMessage : uint32_t {
-  Output = 0,
-  SharedWeight = 1,
-  Gather = 2,
-  Stats = 3,
-  Trace = 4,
-  ReplicaGradient = 5
 };
 
 /// The automatic spin of a waiting device whose thread has a core to itself.
@@ -241,46 +232,31 @@ private:
   /// Distributed: every process passes its own status; each returns its
   /// own error, or one naming the first process that failed, or ok.
   Status agree(const Status &mine, const std::string &what);
-  /// Distributed: after a step, the gradient norms' slots and the loss
-  /// are summed over the processes, and an inference step's outputs are
-  /// sent to the leader.
-  Status exchangeAfterStep(std::vector<Tensor> &outputs, std::vector<char> &collected, bool training,
-                           bool collective, std::vector<double> &sq, std::vector<double> &replicaLoss);
+  /// One step's inputs and outputs (Session.cpp).
+  struct StepIo;
+  /// Checks a step's inputs and prepares its outputs (reusing the last
+  /// step's where the caller let go of them).
+  Expected<std::unique_ptr<StepIo>> beginStep(const std::vector<Tensor> &inputs, bool training, bool drain);
+  /// The executors' feed and collect: input t of micro-batch mb into dst;
+  /// a value computed for micro-batch mb into the step's output, the
+  /// gradient sums or the running statistics.
+  Status feed(const StepIo &io, int32_t t, unsigned mb, void *dst) const;
+  Status collect(StepIo &io, int32_t t, unsigned mb, const void *src);
+  /// Runs `runDevice` for every device of this process (on their threads)
+  /// and returns the first failure, which breaks the session.
+  Status runDevices(const std::function<Status(int)> &runDevice);
+  /// 2bw, after the devices ran: the gradient norm of the step whose
+  /// updates every device has now applied.
+  Status finishNoFlushStep(bool drain, uint64_t call);
+  /// The step's outputs that no device produced: inputs and constants.
+  Status collectUnproduced(StepIo &io);
   /// Runs every device's program; `training` accumulates gradients and
   /// applies the optimizer. `drain`: a no-flush plan's previous-step
   /// instructions alone, with no inputs or outputs (flush()).
   Expected<std::vector<Tensor>> runProgram(const std::vector<Tensor> &inputs, bool training,
                                            TrainStep *train, bool drain = false);
 
-  struct ParamState {
-    int32_t weight = -1, grad = -1;
-    int device = 0;        ///< the device whose program produces the gradient
-    float *data = nullptr; ///< the resident weight, updated in place
-    int64_t n = 0;
-    LargeVector<float> accum;
-    /// The gradients of replicas 1 .. D-1 (data parallelism), summed into
-    /// accum in replica order at the OPTIMIZER instruction.
-    std::vector<LargeVector<float>> replicaAccum;
-    float *accumOf(int replica) {
-      return replica == 0 ? accum.data() : replicaAccum[static_cast<size_t>(replica - 1)].data();
-    }
-    /// Updated inside the step (planParamUpdates), not at OPTIMIZER.
-    bool inStep = false;
-    /// The plan's Parameter.accumulate_in_place.
-    bool planInPlace = false;
-    /// The gradient's kernel sums into accum itself
-    /// (DeviceExecutor::accumulateInto); collect() never sees it.
-    bool inPlace = false;
-    std::vector<LargeVector<float>> state;
-    /// No-flush schedules (2bw): the second weight version. Version v of
-    /// the weight (W(-1) = W(0) the loaded one) lives in data for even v,
-    /// in second for odd v.
-    LargeVector<float> second;
-    float *version(int64_t v) { return !second.empty() && (v % 2 + 2) % 2 ? second.data() : data; }
-    const float *version(int64_t v) const {
-      return !second.empty() && (v % 2 + 2) % 2 ? second.data() : data;
-    }
-  };
+  using ParamState = train::ParamState;
   /// No-flush schedule (2bw): whether this plan runs one, and whether the
   /// last step's previous-step part is still to run (flush()).
   bool noFlush_ = false, drainPending_ = false;

@@ -20,7 +20,7 @@
 #include "frontend/OnnxImporter.h"
 #include "runtime/DeviceThreads.h"
 #include "runtime/Session.h"
-#include "runtime/Transport.h"
+#include "runtime/dist/Transport.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/plan/ScheduleCheck.h"
 #include "runtime/train/LrSchedule.h"

@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Version.h"
-#include "runtime/Mpi.h"
+#include "runtime/dist/Mpi.h"
 #include "runtime/cuda/CudaKernels.h"
 #include "runtime/cuda/Gpu.h"
 #include "runtime/DataFeed.h"
@@ -730,7 +730,7 @@ int main(int argc, char **argv) {
               << o.spinMicroseconds << ")\n";
     return 1;
   }
-  // Under mpirun each rank runs one device of the plan (runtime/Mpi.h).
+  // Under mpirun each rank runs one device of the plan (runtime/dist/Mpi.h).
   std::unique_ptr<runtime::Transport> transport;
   Status s = tools::guarded([&]() -> Status {
     PIPEC_TRY(cpu::checkCpuIsaEnvironment());

@@ -1,12 +1,13 @@
-//===- runtime/MpiTransport.cpp - Devices as ranks of an MPI job ----------===//
+//===- runtime/dist/MpiTransport.cpp - Devices as ranks of an MPI job ----------===//
 //
-// See runtime/Mpi.h for the protocol. One thread per rank calls MPI (the
+// See runtime/dist/Mpi.h for the protocol. One thread per rank calls MPI (the
 // device's; kernels' OpenMP threads never do), so MPI_THREAD_FUNNELED is
 // enough. Errors of MPI calls return codes (MPI_ERRORS_RETURN) that become
 // Status errors naming the call.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Mpi.h"
+#include "runtime/dist/BufferPool.h"
+#include "runtime/dist/Mpi.h"
 #include "support/Format.h"
 #include "support/Parallel.h"
 
@@ -70,10 +71,7 @@ Expected<int> mpiTag(uint64_t tag) {
 }
 
 /// A sent message's bytes, kept until its sends complete.
-struct Buffer {
-  std::unique_ptr<char[]> data;
-  size_t capacity = 0;
-};
+using Buffer = MessageBuffer;
 
 class MpiTransport final : public Transport {
 public:
@@ -303,34 +301,18 @@ private:
         ++i;
         continue;
       }
-      pool_.push_back(std::move(pending_[i].buffer));
+      pool_.give(std::move(pending_[i].buffer));
       pending_[i] = std::move(pending_.back());
       pending_.pop_back();
     }
   }
 
-  /// The smallest pooled buffer that fits, or a new one.
-  Buffer takeBuffer(size_t bytes) {
-    size_t best = pool_.size();
-    for (size_t i = 0; i < pool_.size(); ++i)
-      if (pool_[i].capacity >= bytes && (best == pool_.size() || pool_[i].capacity < pool_[best].capacity))
-        best = i;
-    Buffer b;
-    if (best < pool_.size()) {
-      b = std::move(pool_[best]);
-      pool_[best] = std::move(pool_.back());
-      pool_.pop_back();
-      return b;
-    }
-    b.data.reset(new char[std::max<size_t>(bytes, 1)]);
-    b.capacity = bytes;
-    return b;
-  }
+  Buffer takeBuffer(size_t bytes) { return pool_.take(bytes); }
 
   const int rank_, size_;
   const std::chrono::nanoseconds spin_;
   std::vector<Pending> pending_;
-  std::vector<Buffer> pool_;
+  BufferPool pool_;
   bool aborted_ = false, notified_ = false;
   Status abortStatus_ = Status::ok();
   std::string noticeText_;

@@ -1,13 +1,13 @@
-//===- runtime/Mpi.h - Ranks of an MPI job as plan devices ------*- C++ -*-===//
+//===- runtime/dist/Mpi.h - Ranks of an MPI job as plan devices ------*- C++ -*-===//
 //
 // `mpirun -np K piperun PLAN` runs device r of a K-device plan on rank r.
 // This header is the whole of MPI that the rest of pipec sees: whether this
 // process was started by an MPI launcher, the job's rank and size, and a
-// Transport (runtime/Transport.h) whose devices are the ranks. Without a
+// Transport (runtime/dist/Transport.h) whose devices are the ranks. Without a
 // launcher in the environment nothing here touches MPI, and piperun runs
 // every device as a thread of one process.
 //
-// The transport (runtime/MpiTransport.cpp):
+// The transport (runtime/dist/MpiTransport.cpp):
 //  - send() copies the tensor into a buffer it owns and starts an
 //    MPI_Isend, so the device computes while the message travels; buffers
 //    of completed sends are reused.
@@ -30,7 +30,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "runtime/Transport.h"
+#include "runtime/dist/Transport.h"
 
 #include <memory>
 #include <optional>

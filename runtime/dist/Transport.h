@@ -1,8 +1,8 @@
-//===- runtime/Transport.h - Moving tensors between devices ----*- C++ -*-===//
+//===- runtime/dist/Transport.h - Moving tensors between devices ----*- C++ -*-===//
 //
 // The interface every transport implements: in-process (device threads of
-// one piperun, runtime/InProcessTransport.cpp), MPI (processes and
-// machines, runtime/MpiTransport.cpp); NCCL (GPUs) later. Messages are matched by (source,
+// one piperun, runtime/dist/InProcessTransport.cpp), MPI (processes and
+// machines, runtime/dist/MpiTransport.cpp); NCCL (GPUs) later. Messages are matched by (source,
 // destination, tag); a tag names a tensor instance of one step, so a
 // receive can never take the wrong message.
 //
@@ -52,8 +52,19 @@ inline uint64_t messageTag(int32_t tensor, uint32_t microBatch) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(tensor)) << 32) | microBatch;
 }
 
+/// Kinds of the messages between the processes of a distributed run that
+/// are not tensor instances (sessionTag; runtime/dist/StepExchange.h).
+enum class SessionMessage : uint32_t {
+  Output = 0,
+  SharedWeight = 1,
+  Gather = 2,
+  Stats = 3,
+  Trace = 4,
+  ReplicaGradient = 5
+};
+
 /// The tag of a message between the processes of a distributed run that
-/// is not a tensor instance (runtime/Session.h: SessionMessage): its kind
+/// is not a tensor instance (SessionMessage): its kind
 /// (below 8) and an index (below 2^26). The top bit keeps it apart from
 /// every messageTag.
 inline uint64_t sessionTag(uint32_t kind, uint32_t index) {

@@ -1,4 +1,4 @@
-//===- runtime/InProcessTransport.cpp - Device threads of one process -----===//
+//===- runtime/dist/InProcessTransport.cpp - Device threads of one process -----===//
 //
 // One mailbox per destination device, with its own lock: the undelivered
 // messages (source, tag, bytes) and a condition variable the receiver
@@ -7,7 +7,8 @@
 // slot is free as soon as send() returns.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Transport.h"
+#include "runtime/dist/BufferPool.h"
+#include "runtime/dist/Transport.h"
 #include "support/Parallel.h"
 
 #include <algorithm>
@@ -23,13 +24,7 @@ namespace pipec::runtime {
 
 namespace {
 
-/// A message's bytes. Buffers are recycled (InProcessTransport::pool_):
-/// allocating a fresh one per message costs page faults for every large
-/// tensor, on the sender's critical path.
-struct Buffer {
-  std::unique_ptr<char[]> data;
-  size_t capacity = 0, size = 0;
-};
+using Buffer = MessageBuffer;
 
 class InProcessTransport final : public Transport {
 public:
@@ -187,33 +182,16 @@ private:
     return abortStatus_;
   }
 
-  /// A buffer of at least `bytes` from the pool (the smallest that fits),
-  /// or a new one. One pool for all devices: a device's next send then
-  /// reuses the buffer it has just received from, still in its cache
-  /// (per-receiver pools made a round trip of two 8 KiB messages 3.4 ->
-  /// 5.2 us).
+  /// One pool for all devices: a device's next send then reuses the buffer
+  /// it has just received from, still in its cache (per-receiver pools
+  /// made a round trip of small messages slower: bench/results/log.md).
   Buffer takeBuffer(size_t bytes) {
     std::lock_guard<std::mutex> lock(poolMu_);
-    size_t best = pool_.size();
-    for (size_t i = 0; i < pool_.size(); ++i)
-      if (pool_[i].capacity >= bytes &&
-          (best == pool_.size() || pool_[i].capacity < pool_[best].capacity))
-        best = i;
-    Buffer b;
-    if (best < pool_.size()) {
-      b = std::move(pool_[best]);
-      pool_[best] = std::move(pool_.back());
-      pool_.pop_back();
-    } else {
-      b.data.reset(new char[std::max<size_t>(bytes, 1)]);
-      b.capacity = bytes;
-    }
-    b.size = bytes;
-    return b;
+    return pool_.take(bytes);
   }
   void returnBuffer(Buffer b) {
     std::lock_guard<std::mutex> lock(poolMu_);
-    pool_.push_back(std::move(b));
+    pool_.give(std::move(b));
   }
 
   /// How long a receiver spins before it sleeps.
@@ -221,7 +199,7 @@ private:
   std::vector<Mailbox> boxes_;
   /// Buffers of delivered messages, for reuse (poolMu_).
   std::mutex poolMu_;
-  std::vector<Buffer> pool_;
+  BufferPool pool_;
   /// The abort and the collectives.
   std::mutex mu_;
   std::condition_variable cv_;
