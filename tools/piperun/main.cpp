@@ -11,9 +11,9 @@
 #include "runtime/cuda/Gpu.h"
 #include "runtime/DataFeed.h"
 #include "runtime/RunReport.h"
+#include "runtime/run/Run.h"
 #include "runtime/Session.h"
 #include "runtime/plan/PlanIO.h"
-#include "runtime/train/Checkpoint.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
 #include "support/Json.h"
@@ -21,26 +21,17 @@
 #include "support/Parallel.h"
 #include "tools/CliCommon.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-#include <onnx/onnx_pb.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <filesystem>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <random>
-#include <thread>
 #include <unistd.h>
 
 using namespace pipec;
@@ -79,12 +70,6 @@ struct Options {
   runtime::Transport *transport = nullptr;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /// Writes the measured time of every node per step as JSON (runtime::opProfile:
 /// the input a cost model can balance stages by) and prints the ops that took
 /// the most time.
@@ -112,81 +97,6 @@ Status writeOpProfile(const std::string &path, const runtime::Session &session, 
   std::printf("per-node times written to %s\n", path.c_str());
   return Status::ok();
 }
-
-/// Weights saved above this many bytes go to an external data file.
-constexpr uint64_t kSaveExternalFrom = uint64_t(1) << 30;
-
-/// Writes the plan's source model (source.onnx in the plan directory, kept
-/// by pipec without weight data) with the session's current weights: in the
-/// model file, or, above 1 GiB of weights or with `external`, in OUT.data
-/// as ONNX external data (64-byte aligned, location relative to the model),
-/// written from the session's weights in place, since protobuf cannot hold
-/// 2 GiB.
-Status saveModel(const runtime::Session &session, const std::string &planDir, const std::string &out,
-                 bool external) {
-  std::string src = joinPath(planDir, "source.onnx");
-  // Checked against the plan's manifest: a hand-edited source would be
-  // written out with the trained weights as if pipec had compiled it.
-  PIPEC_ASSIGN(std::string bytes, plan::readVerified(planDir, "source.onnx"));
-  onnx::ModelProto model;
-  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
-  google::protobuf::io::CodedInputStream in(&raw);
-  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
-  if (!model.ParseFromCodedStream(&in))
-    return errorf("'", src, "' is corrupt: it does not parse as an ONNX model");
-  // The session's weights in place, one per initializer to fill.
-  std::vector<std::pair<onnx::TensorProto *, Tensor>> filled;
-  uint64_t total = 0;
-  for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
-    bool stripped = !t.has_raw_data() && t.float_data_size() == 0 && t.int64_data_size() == 0 &&
-                    t.int32_data_size() == 0 && t.double_data_size() == 0 && t.uint64_data_size() == 0;
-    if (!stripped)
-      continue;
-    PIPEC_ASSIGN(Tensor w, session.weightView(t.name()));
-    if (static_cast<int32_t>(w.dtype()) != t.data_type())
-      return errorf("initializer '", t.name(), "' of '", src, "' has data type ", t.data_type(),
-                    ", the plan holds ", dtypeName(w.dtype()));
-    total += w.bytes();
-    filled.emplace_back(&t, std::move(w));
-  }
-  external = external || total > kSaveExternalFrom;
-  if (!external) {
-    for (auto &[t, w] : filled)
-      t->set_raw_data(std::string(static_cast<const char *>(w.raw()), w.bytes()));
-  } else {
-    const std::string dataPath = out + ".data";
-    const std::string location = std::filesystem::path(dataPath).filename().string();
-    PIPEC_TRY(writeFileAtomicStreamed(dataPath, [&](const ByteSink &sink) -> Status {
-      static const char zeros[64] = {};
-      uint64_t offset = 0;
-      for (auto &[t, w] : filled) {
-        const uint64_t pad = (64 - offset % 64) % 64;
-        PIPEC_TRY(sink(zeros, pad));
-        offset += pad;
-        PIPEC_TRY(sink(w.raw(), w.bytes()));
-        auto add = [&](const char *key, const std::string &value) {
-          auto *kv = t->add_external_data();
-          kv->set_key(key);
-          kv->set_value(value);
-        };
-        add("location", location);
-        add("offset", std::to_string(offset));
-        add("length", std::to_string(w.bytes()));
-        t->set_data_location(onnx::TensorProto::EXTERNAL);
-        offset += w.bytes();
-      }
-      return Status::ok();
-    }));
-  }
-  if (model.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int>::max()))
-    return errorf("the trained model is ", model.ByteSizeLong(),
-                  " bytes without its weights, over protobuf's 2 GiB limit");
-  std::string outBytes;
-  if (!model.SerializeToString(&outBytes))
-    return errorf("cannot serialize the trained model");
-  return writeFileAtomic(out, outBytes);
-}
-
 
 /// One line per device: F0 B0 W0 ... (F0.2: micro-batch 0 of stage 2, on
 /// devices that run several stages), >PEER:TENSOR#MB sends, <PEER:... receives.
@@ -265,153 +175,60 @@ Status writeRunOutputs(const Options &o, const runtime::Session &session) {
   return writeFileAtomic(jsonPath, jsonText(c, 2) + "\n");
 }
 
-/// Under mpirun: every rank must run the same piperun on the same plan (a
-/// host with another build or another copy of the plan would compute
-/// something else). Every rank contributes its version's and its plan's
-/// checksums to an all-reduce and compares; all see the same sums, so all
-/// stop with the same error.
-Status checkRanksAgree(const runtime::Session &session, runtime::Transport &transport) {
-  const int ranks = transport.numDevices(), me = session.rank();
-  const std::string version = std::string(PIPEC_VERSION) + "/" + std::to_string(PIPEC_PLAN_FORMAT_VERSION);
-  const std::string planBytes = session.plan().SerializeAsString();
-  std::vector<double> v(2 * static_cast<size_t>(ranks), 0.0);
-  v[2 * me] = crc32c(version.data(), version.size());
-  v[2 * me + 1] = crc32c(planBytes.data(), planBytes.size());
-  PIPEC_TRY(transport.allReduceSum(me, v.data(), v.size()));
-  for (int r = 1; r < ranks; ++r) {
-    if (v[2 * r] != v[0])
-      return errorf("rank ", r, " runs another piperun than rank 0 (version checksum ",
-                    static_cast<uint32_t>(v[2 * r]), " against ", static_cast<uint32_t>(v[0]),
-                    "); every host needs the same build (this one is ", version, ")");
-    if (v[2 * r + 1] != v[1])
-      return errorf("rank ", r, " loaded another plan than rank 0 (plan checksum ",
-                    static_cast<uint32_t>(v[2 * r + 1]), " against ", static_cast<uint32_t>(v[1]),
-                    "): give every rank the same plan directory (a path every host sees)");
-  }
-  return Status::ok();
-}
-
+/// A training plan's run (runtime/run/Run.h) and its summary.
 Status trainPlan(const Options &o, runtime::Session &session) {
   if (!o.inputs.empty())
     return errorf("--input feeds inference; a training run reads --data DIR or --synthetic");
   if (!o.dataDir.empty() && o.synthetic)
     return errorf("give --data DIR or --synthetic, not both");
-  if (o.checkpointEvery < 0 || (o.checkpointEvery > 0 && o.checkpoint.empty()))
-    return errorf("--checkpoint-every needs --checkpoint DIR and a positive step count");
-  // Under mpirun every rank runs the steps; rank 0 (the leader) reports and
-  // writes what the run produces.
-  const bool quiet = !session.leader();
-  if (!o.checkpoint.empty() && session.leader())
-    PIPEC_TRY(train::checkCheckpointTarget(o.checkpoint)); // before any step runs
-  PIPEC_ASSIGN(runtime::DataFeed feed, runtime::DataFeed::open(session, o.dataDir, o.seed));
-  int64_t first = 0;
-  if (!o.resume.empty()) {
-    PIPEC_TRY(session.loadCheckpoint(o.resume));
-    first = static_cast<int64_t>(session.stepsRun());
-    if (first >= o.steps)
-      return errorf("checkpoint '", o.resume, "' is at step ", first, "; --steps ", o.steps,
-                    " (the total to reach) leaves nothing to run");
-    if (!o.json && !quiet)
-      std::fprintf(stderr, "resumed from '%s' after step %lld\n", o.resume.c_str(),
-                   static_cast<long long>(first));
-  }
-  const plan::Plan &p = session.plan();
-  int64_t examples = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) * session.stepMicroBatches();
-  std::string metrics;
-  std::vector<double> stepSeconds;
-  double firstLoss = 0, lastLoss = 0;
-  auto start = std::chrono::steady_clock::now();
-  double lastPrint = -1;
-  bool tty = isatty(STDERR_FILENO);
-  // Warm-up steps are the first of the steps to run; what they measured
-  // (first-call costs: oneDNN compiles a GEMM kernel per shape) is dropped.
-  if (o.warmup > 0 && first + o.warmup >= o.steps)
-    return errorf("--warmup ", o.warmup, " leaves none of the ", o.steps - first,
-                  " training steps to time (warm-up steps are the first of --steps)");
-  const int64_t timedFrom = first + o.warmup;
-  int skippedSteps = 0;
-  for (int64_t s = first; s < o.steps; ++s) {
-    if (s == timedFrom && o.warmup > 0)
-      session.resetMeasurements();
-    std::vector<Tensor> inputs = feed.batch(s);
-    auto t0 = std::chrono::steady_clock::now();
-    PIPEC_ASSIGN(runtime::Session::TrainStep r, session.train(inputs));
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s >= timedFrom)
-      stepSeconds.push_back(dt);
-    if (!r.firstNonFinite.empty() && !o.skipNonFinite)
-      return errorf("step ", s + 1, ": the gradient of '", r.firstNonFinite, "' is not finite (loss ",
-                    r.loss, "; the weights are now corrupt and no checkpoint was written for this "
-                    "step): lower --lr, clip gradients, check the data, or --skip-nonfinite-steps");
-    if (!std::isfinite(r.loss) && !r.skipped)
-      return errorf("step ", s + 1, ": the loss is ", r.loss, " (diverged; lower --lr or clip gradients)");
-    if (r.skipped) {
-      ++skippedSteps;
-      if (!quiet)
-        std::fprintf(stderr, "%sstep %lld: gradient of '%s' not finite, update skipped\n",
-                   tty ? "\n" : "", static_cast<long long>(s + 1), printable(r.firstNonFinite).c_str());
-    }
-    if (s == first)
-      firstLoss = r.loss;
-    lastLoss = r.loss;
-    nlohmann::json m = {{"step", s + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.gradNorm},
-                        {"samples_per_second", examples / dt}, {"step_seconds", dt}};
-    metrics += jsonText(m) + "\n";
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!o.json && !quiet && (elapsed - lastPrint >= 0.5 || s + 1 == o.steps || s == 0)) {
-      lastPrint = elapsed;
-      double eta = elapsed / (s + 1 - first) * (o.steps - s - 1);
-      std::fprintf(stderr, "%sstep %lld/%lld  loss %.6f  lr %.3g  %.1f samples/s  ETA %.1fs%s",
-                   tty ? "\r" : "", static_cast<long long>(s + 1), static_cast<long long>(o.steps),
-                   r.loss, r.lr, examples / dt, eta, tty ? "   " : "\n");
-    }
-    if (!o.metrics.empty() && !quiet && (s + 1 == o.steps || (s + 1) % 10 == 0))
-      PIPEC_TRY(writeFileAtomic(o.metrics, metrics));
-    if (!o.checkpoint.empty() &&
-        (s + 1 == o.steps || (o.checkpointEvery > 0 && (s + 1) % o.checkpointEvery == 0)))
-      PIPEC_TRY(session.saveCheckpoint(o.checkpoint));
-  }
-  if (!o.json && tty && !quiet)
-    std::fprintf(stderr, "\n");
-  // 2bw: the last step's backward passes on the first devices and their
-  // updates, so that what is saved and reported is after every step.
-  PIPEC_TRY(session.flush());
-  PIPEC_TRY(session.gatherStats());
-  if (!o.save.empty())
-    PIPEC_TRY(session.gatherTrainingState());
-  if (quiet)
+  runtime::TrainRunOptions to;
+  to.steps = o.steps;
+  to.warmup = o.warmup;
+  to.dataDir = o.dataDir;
+  to.seed = o.seed;
+  to.checkpoint = o.checkpoint;
+  to.checkpointEvery = o.checkpointEvery;
+  to.resume = o.resume;
+  to.metrics = o.metrics;
+  to.skipNonFinite = o.skipNonFinite;
+  to.gatherState = !o.save.empty();
+  to.progress = !o.json;
+  PIPEC_ASSIGN(runtime::TrainRunSummary r, runtime::trainRun(session, to));
+  if (!session.leader())
     return Status::ok();
-  double med = median(stepSeconds);
+  const plan::Plan &p = session.plan();
+  const double med = runtime::medianOf(r.stepSeconds);
+  const double examples = static_cast<double>(r.examplesPerStep);
   nlohmann::json devs = runtime::deviceReport(session);
   PIPEC_TRY(writeRunOutputs(o, session));
   if (!o.profileOps.empty())
-    PIPEC_TRY(writeOpProfile(o.profileOps, session, o.steps - timedFrom, o.json));
+    PIPEC_TRY(writeOpProfile(o.profileOps, session, o.steps - r.firstStep - o.warmup, o.json));
   if (o.json) {
     const nlohmann::json summary = {
         {"steps", o.steps},
-        {"first_loss", firstLoss},
-        {"last_loss", lastLoss},
+        {"first_loss", r.firstLoss},
+        {"last_loss", r.lastLoss},
         {"median_step_seconds", med},
         {"samples_per_second", examples / med},
         {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
         {"mean_step_seconds", session.meanStepSeconds()},
-        {"skipped_steps", skippedSteps},
+        {"skipped_steps", r.skippedSteps},
         {"cpu_isa", cpu::cpuIsaName(cpu::cpuIsa())},
         {"devices", devs}};
     std::cout << jsonText(summary, 2) << "\n";
   } else {
     std::printf("trained %lld step(s)%s: loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n",
-                static_cast<long long>(o.steps - first),
-                skippedSteps ? cat(", ", skippedSteps, " of them skipped (gradients not finite)").c_str()
-                             : "",
-                firstLoss, lastLoss, med * 1e3, examples / med);
+                static_cast<long long>(o.steps - r.firstStep),
+                r.skippedSteps ? cat(", ", r.skippedSteps, " of them skipped (gradients not finite)").c_str()
+                               : "",
+                r.firstLoss, r.lastLoss, med * 1e3, examples / med);
     printDeviceTable(devs, session, med);
     if (!o.checkpoint.empty())
       std::printf("checkpoint after step %lld in %s\n", static_cast<long long>(o.steps),
                   o.checkpoint.c_str());
   }
   if (!o.save.empty()) {
-    PIPEC_TRY(saveModel(session, o.plan, o.save, o.saveExternal));
+    PIPEC_TRY(runtime::saveTrainedModel(session, o.plan, o.save, o.saveExternal));
     if (!o.json)
       std::printf("trained model written to %s\n", o.save.c_str());
   }
@@ -490,7 +307,7 @@ Status runPlan(const Options &o) {
   }
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
   if (o.transport)
-    PIPEC_TRY(checkRanksAgree(*session, *o.transport));
+    PIPEC_TRY(runtime::checkRanksAgree(*session, *o.transport));
   if (o.showProgram) {
     if (session->leader())
       printPrograms(session->plan());
@@ -519,71 +336,15 @@ Status runPlan(const Options &o) {
     return errorf("--data, --synthetic, --metrics, --checkpoint and --resume are for training plans "
                   "(pipec --train)");
   const plan::Plan &p = session->plan();
-  std::vector<std::string> names = session->inputNames();
-  std::vector<TensorDesc> descs = session->stepInputDescs();
-
-  std::map<std::string, Tensor> given;
-  for (const std::string &spec : o.inputs) {
-    size_t eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return errorf("--input expects NAME=FILE.npy, got '", spec, "'");
-    std::string name = spec.substr(0, eq);
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
-      std::string known;
-      for (const auto &n : names)
-        known += (known.empty() ? "" : ", ") + n;
-      return errorf("--input ", name, ": the model has no input of that name (inputs: ", known, ")");
-    }
-    PIPEC_ASSIGN(Tensor t, readNpy(spec.substr(eq + 1)));
-    given[name] = t;
-  }
-  std::vector<Tensor> inputs;
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto it = given.find(names[i]);
-    if (it != given.end()) {
-      inputs.push_back(it->second);
-      continue;
-    }
-    int64_t bound = runtime::integerBound(p, p.inputs(static_cast<int>(i)));
-    inputs.push_back(runtime::randomInput(descs[i], bound, o.seed * 1000003 + i));
-  }
-
-  int64_t examplesPerStep = std::max<int64_t>(p.pipeline().micro_batch_size(), 1) *
-                            session->stepMicroBatches();
-  std::vector<Tensor> outputs;
-  std::vector<double> stepSeconds;
-  const int64_t total = o.warmup + o.steps;
-  auto start = std::chrono::steady_clock::now();
-  const bool quiet = !session->leader();
-  bool progress = total > 1 && !o.json && !quiet;
-  bool tty = isatty(STDERR_FILENO);
-  double lastPrint = -1;
-  for (int64_t s = 0; s < total; ++s) {
-    if (s == o.warmup && o.warmup > 0)
-      session->resetMeasurements();
-    auto t0 = std::chrono::steady_clock::now();
-    PIPEC_ASSIGN(outputs, session->run(inputs));
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s >= o.warmup)
-      stepSeconds.push_back(dt);
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // At most two progress lines a second, and always the last step.
-    if (progress && (elapsed - lastPrint >= 0.5 || s + 1 == total)) {
-      lastPrint = elapsed;
-      double eta = elapsed / (s + 1) * (total - s - 1);
-      std::fprintf(stderr, "%sstep %lld/%lld  %.1f samples/s  ETA %.1fs%s", tty ? "\r" : "",
-                   static_cast<long long>(s + 1), static_cast<long long>(total),
-                   examplesPerStep / dt, eta, tty ? "   " : "\n");
-    }
-  }
-  if (progress && tty)
-    std::fprintf(stderr, "\n");
-  PIPEC_TRY(session->gatherStats());
-  if (quiet)
+  PIPEC_ASSIGN(std::vector<Tensor> inputs, runtime::inferenceInputs(*session, o.inputs, o.seed));
+  PIPEC_ASSIGN(runtime::InferRunSummary r, runtime::inferRun(*session, inputs, o.steps, o.warmup, !o.json));
+  if (!session->leader())
     return Status::ok();
+  const std::vector<Tensor> &outputs = r.outputs;
+  const int64_t examplesPerStep = r.examplesPerStep;
 
   if (!o.save.empty())
-    PIPEC_TRY(saveModel(*session, o.plan, o.save, o.saveExternal));
+    PIPEC_TRY(runtime::saveTrainedModel(*session, o.plan, o.save, o.saveExternal));
   if (!o.outputsDir.empty()) {
     PIPEC_TRY(makeDirs(o.outputsDir));
     std::vector<std::string> outNames = session->outputNames();
@@ -591,7 +352,7 @@ Status runPlan(const Options &o) {
       PIPEC_TRY(writeNpy(joinPath(o.outputsDir, runtime::npyFileName(outNames[i])), outputs[i]));
   }
 
-  double med = median(stepSeconds);
+  double med = runtime::medianOf(r.stepSeconds);
   nlohmann::json j;
   j["plan"] = o.plan;
   j["steps"] = o.steps;
