@@ -1,11 +1,9 @@
 //===- runtime/Executor.cpp - Runs one device's instruction stream --------===//
 #include "runtime/Executor.h"
 
+#include "runtime/cpu/CpuBackend.h"
 #include "runtime/cpu/ElementwiseJit.h"
-
-#if PIPEC_HAVE_CUDA
-#include "runtime/cuda/CudaKernels.h"
-#endif
+#include "runtime/cuda/CudaBackend.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -49,11 +47,13 @@ Expected<std::unique_ptr<DeviceExecutor>> DeviceExecutor::create(const plan::Loa
     return errorf("the plan has no device ", index, " (", K, " stage(s) x ", D, " replica(s))");
   std::unique_ptr<DeviceExecutor> ex(new DeviceExecutor(lp, index, index % K));
   if (gpu >= 0) {
-    PIPEC_ASSIGN(ex->gpu_, cuda::GpuDevice::open(gpu));
+    PIPEC_ASSIGN(ex->backend_, cuda::makeCudaBackend(gpu));
+  } else {
+    ex->backend_ = cpu::makeCpuBackend();
   }
   Status prepared = ex->prepare();
   if (!prepared && gpu >= 0)
-    return prepared.withContext(cat("device ", index, " on GPU ", gpu));
+    return prepared.withContext(cat("device ", index, " on ", ex->backend_->name()));
   PIPEC_TRY(std::move(prepared));
   return ex;
 }
@@ -65,10 +65,6 @@ Status DeviceExecutor::prepare() {
   const size_t T = static_cast<size_t>(p.tensors_size());
 
   uint64_t arenaBytes = std::max<uint64_t>(dev.arena_bytes(), 64);
-  void *mem = allocateLarge(arenaBytes);
-  if (!mem)
-    return errorf("device ", index_, ": cannot allocate an arena of ", arenaBytes, " bytes");
-  arena_ = std::shared_ptr<void>(mem, [](void *q) { std::free(q); });
   stats_.arenaBytes = arenaBytes;
 
   offsetOf_.assign(T * M, -1);
@@ -76,8 +72,10 @@ Status DeviceExecutor::prepare() {
     offsetOf_[static_cast<size_t>(a.tensor()) * M + a.micro_batch()] =
         static_cast<int64_t>(a.offset());
 
-  // Weights are read in place from the loaded weight file; kernels do not
-  // assume more than element alignment of their operands.
+  // The weights as loaded (host memory): the kernels are prepared on them
+  // (constant inputs they read at load), then the backend places them
+  // (the CPU reads them in place). Kernels do not assume more than element
+  // alignment of their operands.
   weightAddr_.assign(T, nullptr);
   for (int32_t w : dev.weights()) {
     const plan::TensorInfo &t = p.tensors(w);
@@ -93,6 +91,7 @@ Status DeviceExecutor::prepare() {
     stateUpdated[u.state()] = 1;
 
   kernels_.clear();
+  size_t workspaceBytes = 64;
   for (const plan::Node &n : dev.nodes()) {
     if (n.view()) {
       // The plan placed the output on the input's bytes (the validator
@@ -130,21 +129,21 @@ Status DeviceExecutor::prepare() {
     }
     for (int32_t t : n.outputs())
       d.outputs.push_back(descOf(p.tensors(t)));
-    cpu::KernelPtr k;
-    if (gpu_) {
-#if PIPEC_HAVE_CUDA
-      PIPEC_ASSIGN(k, cuda::createKernel(d));
-#endif
-    } else {
-      PIPEC_ASSIGN(k, cpu::createKernel(d));
-    }
+    PIPEC_ASSIGN(kernel::KernelPtr k, backend_->createKernel(d));
     k->nodeId = n.node_id();
-    workspace_.resize(std::max(workspace_.size(), k->workspaceBytes() + 64));
+    workspaceBytes = std::max(workspaceBytes, k->workspaceBytes() + 64);
     kernels_.push_back(std::move(k));
   }
 
-  if (gpu_)
-    PIPEC_TRY(prepareGpu()); // before the operands: addresses become GPU ones
+  // The device's memory, before the operands take its addresses.
+  auto memory = backend_->alloc(arenaBytes);
+  if (!memory)
+    return errorf("device ", index_, ": its arena of ", arenaBytes, " bytes: ", memory.status().message());
+  arena_ = std::shared_ptr<void>(*memory, [](void *) {}); // freed with the backend
+  PIPEC_ASSIGN(workspace_, backend_->alloc(workspaceBytes));
+  for (int32_t w : dev.weights()) {
+    PIPEC_ASSIGN(weightAddr_[w], backend_->residentWeight(weightAddr_[w], p.tensors(w).bytes()));
+  }
 
   // Which inputs to feed before, and outputs to collect after, each
   // instruction; every tensor instance a node touches must be resident.
@@ -234,45 +233,16 @@ Status DeviceExecutor::prepare() {
   return Status::ok();
 }
 
-Status DeviceExecutor::prepareGpu() {
-  // The arena and the workspace in GPU memory; the weights copied there
-  // once (and again at every training step, runStep). The kernels were
-  // prepared on the host copies (constant inputs they read at load).
-  const plan::Plan &p = lp_.plan;
-  const plan::Device &dev = p.devices(stage_);
-  PIPEC_TRY(gpu_->select());
-  PIPEC_ASSIGN(void *arena, gpu_->alloc(stats_.arenaBytes));
-  arena_ = std::shared_ptr<void>(arena, [](void *) {}); // freed with gpu_
-  PIPEC_ASSIGN(gpuWorkspace_, gpu_->alloc(workspace_.size()));
-  for (int32_t w : dev.weights()) {
-    const uint64_t bytes = p.tensors(w).bytes();
-    PIPEC_ASSIGN(void *dst, gpu_->alloc(bytes));
-    PIPEC_TRY(gpu_->upload(dst, weightAddr_[w], bytes));
-    gpuWeights_.emplace_back(dst, weightAddr_[w]);
-    gpuWeightBytes_.push_back(bytes);
-    weightAddr_[w] = dst;
-  }
-  return gpu_->sync();
-}
-
-Expected<void *> DeviceExecutor::toHost(int32_t tensor, unsigned mb) {
-  const uint64_t bytes = lp_.plan.tensors(tensor).bytes();
-  PIPEC_ASSIGN(void *host, gpu_->staging(bytes));
-  PIPEC_TRY(gpu_->download(host, address(tensor, mb), bytes));
-  PIPEC_TRY(gpu_->sync());
-  return host;
-}
-
-Status DeviceExecutor::fromHost(int32_t tensor, unsigned mb, const void *src) {
-  PIPEC_TRY(gpu_->upload(address(tensor, mb), src, lp_.plan.tensors(tensor).bytes()));
-  return gpu_->sync(); // the staging buffer is reused next
+Expected<void *> DeviceExecutor::hostView(int32_t tensor, unsigned mb) {
+  return backend_->hostView(address(tensor, mb), lp_.plan.tensors(tensor).bytes());
 }
 
 bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
   const plan::Plan &p = lp_.plan;
   const plan::Device &dev = p.devices(stage_);
-  // On a GPU the gradients come to the host per micro-batch (collect).
-  if (tensor < 0 || tensor >= p.tensors_size() || !dst || gpu_)
+  // `dst` is host memory: where the host cannot address the device's, the
+  // gradients come to it per micro-batch (collect).
+  if (tensor < 0 || tensor >= p.tensors_size() || !dst || !backend_->hostAddressable())
     return false;
   for (int32_t t : p.outputs())
     if (t == tensor)
@@ -367,13 +337,10 @@ Status DeviceExecutor::beginInstruction(Run &r, int i) {
   // step: replica r runs micro-batches r*M .. r*M + M - 1.
   r.ctx.microBatch = static_cast<uint64_t>(replicaBase_ / p.devices_size()) * p.pipeline().num_micro_batches() + mb;
   for (int32_t t : feedBefore_[i]) {
-    if (!gpu_) {
-      PIPEC_TRY(r.io->feed(t, mb, address(t, mb)));
-      continue;
-    }
-    PIPEC_ASSIGN(void *host, gpu_->staging(p.tensors(t).bytes()));
+    const uint64_t bytes = p.tensors(t).bytes();
+    PIPEC_ASSIGN(void *host, backend_->staging(address(t, mb), bytes));
     PIPEC_TRY(r.io->feed(t, mb, host));
-    PIPEC_TRY(fromHost(t, mb, host));
+    PIPEC_TRY(backend_->commit(address(t, mb), host, bytes));
   }
   stats_.arenaHighWater = std::max(stats_.arenaHighWater, highWater_[i]);
   r.t0 = Clock::now();
@@ -389,17 +356,13 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
   case plan::Instruction::OPTIMIZER:
     if (!io.optimize)
       return errorf("device ", index_, ": the plan has an optimizer step but the run is not training");
-    if (gpu_)
-      PIPEC_TRY(gpu_->sync());
+    PIPEC_TRY(backend_->sync()); // the gradients are complete
     return io.optimize(index_, ins.previous_step());
   case plan::Instruction::SEND: {
     if (!io.transport)
       return errorf("device ", index_, ": the plan sends tensors but the run has no transport");
     const size_t bytes = p.tensors(ins.tensor()).bytes();
-    void *src = address(ins.tensor(), mb);
-    if (gpu_) {
-      PIPEC_ASSIGN(src, toHost(ins.tensor(), mb));
-    }
+    PIPEC_ASSIGN(void *src, hostView(ins.tensor(), mb));
     PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), src, bytes));
     stats_.bytesSent += bytes;
     return Status::ok();
@@ -408,14 +371,10 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
     if (!io.transport)
       return errorf("device ", index_, ": the plan receives tensors but the run has no transport");
     const size_t bytes = p.tensors(ins.tensor()).bytes();
-    void *dst = address(ins.tensor(), mb);
-    if (gpu_) {
-      PIPEC_ASSIGN(dst, gpu_->staging(bytes));
-    }
+    void *at = address(ins.tensor(), mb);
+    PIPEC_ASSIGN(void *dst, backend_->staging(at, bytes));
     PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), dst, bytes));
-    if (gpu_)
-      PIPEC_TRY(fromHost(ins.tensor(), mb, dst));
-    return Status::ok();
+    return backend_->commit(at, dst, bytes);
   }
   default:
     return errorf("device ", index_, ": instruction kind ", plan::Instruction::Kind_Name(ins.kind()),
@@ -481,8 +440,8 @@ Status DeviceExecutor::runUpdate(Run &r, const ParamUpdate &u) {
 Status DeviceExecutor::endInstruction(Run &r, int i) {
   const plan::Instruction &ins = lp_.plan.devices(stage_).program(i);
   const unsigned mb = r.mb;
-  if (gpu_ && isCompute(ins.kind()))
-    PIPEC_TRY(gpu_->sync().withContext(cat("device ", index_, " micro-batch ", mb))); // kernel time, errors
+  if (isCompute(ins.kind())) // the kernels' time and errors
+    PIPEC_TRY(backend_->sync().withContext(cat("device ", index_, " micro-batch ", mb)));
   const Clock::time_point t1 = Clock::now();
   const double dt = seconds(r.t0, t1);
   const double updates = r.updateSeconds;
@@ -503,11 +462,7 @@ Status DeviceExecutor::endInstruction(Run &r, int i) {
                       seconds(epoch_, r.t0), seconds(epoch_, t1), updates});
   }
   for (int32_t t : collectAfter_[i]) {
-    if (!gpu_) {
-      PIPEC_TRY(r.io->collect(t, mb, address(t, mb)));
-      continue;
-    }
-    PIPEC_ASSIGN(void *host, toHost(t, mb));
+    PIPEC_ASSIGN(void *host, hostView(t, mb));
     PIPEC_TRY(r.io->collect(t, mb, host));
   }
   return Status::ok();
@@ -534,9 +489,11 @@ int32_t DeviceExecutor::thunkUpdate(void *run, void *update, void *, void *) {
 }
 
 const char *DeviceExecutor::interpretedBecause(const StepIO *io) const {
-  // The interpreter serves GPUs, node timing, injected failures and two
-  // weight versions (a no-flush plan's operands depend on the run).
-  return gpu_                                   ? "a GPU device"
+  // The interpreter serves backends that say so (GPUs), node timing,
+  // injected failures and two weight versions (a no-flush plan's operands
+  // depend on the run).
+  const char *backend = backend_->interpretedBecause();
+  return backend                                ? backend
          : !nodeSeconds_.empty()                ? "node times"
          : io && io->failAtInstruction >= 0     ? "an injected failure"
          : !operands2_.empty()                  ? "two weight versions"
@@ -605,17 +562,11 @@ void DeviceExecutor::buildSchedule() {
 
 Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   const plan::Device &dev = lp_.plan.devices(stage_);
-  ctx.workspace = workspace_.data();
+  ctx.workspace = workspace_;
+  ctx.stream = backend_->stream();
   using Part = StepIO::Part;
-  if (gpu_) {
-    PIPEC_TRY(gpu_->select());
-    ctx.workspace = gpuWorkspace_;
-    ctx.stream = gpu_->stream();
-    // The optimizer updates the host copies between steps.
-    if (io.optimize)
-      for (size_t k = 0; k < gpuWeights_.size(); ++k)
-        PIPEC_TRY(gpu_->upload(gpuWeights_[k].first, gpuWeights_[k].second, gpuWeightBytes_[k]));
-  }
+  // A training step's optimizer updated the weights since the last one.
+  PIPEC_TRY(backend_->beginStep(io.optimize != nullptr));
   Run r{this, ctx, &io, ctx.step, 0, {}, Status::ok()};
   if (useCompiled(io)) {
     const uint32_t parts = io.part == Part::All ? 3u : io.part == Part::CurrentStep ? 1u : 2u;
@@ -649,9 +600,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     }
     PIPEC_TRY(endInstruction(r, i));
   }
-  if (gpu_)
-    PIPEC_TRY(gpu_->sync());
-  return Status::ok();
+  return backend_->sync();
 }
 
 } // namespace pipec::runtime

@@ -10,7 +10,7 @@
 #include "runtime/dist/Transport.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/ScheduleJit.h"
-#include "runtime/cuda/Gpu.h"
+#include "runtime/kernel/Backend.h"
 #include "runtime/plan/PlanIO.h"
 #include "support/LargeAlloc.h"
 
@@ -54,16 +54,16 @@ public:
   /// Prepares kernels and memory for device `index` of a loaded plan: stage
   /// index % K of replica index / K (data parallelism; replica 0 alone
   /// without it), whose peers are the stages of its own replica. The
-  /// LoadedPlan must outlive the executor. With `gpu` >= 0 the device runs
-  /// on that GPU (runtime/cuda/): its arena and weights in GPU memory, its
-  /// nodes as CUDA kernels on its stream; inputs, outputs, messages and
-  /// gradients pass through a pinned host buffer, and a training plan's
-  /// weights are uploaded at the start of every step (the optimizer runs
-  /// on the host).
+  /// LoadedPlan must outlive the executor. The device runs on the CPU
+  /// (runtime/cpu/CpuBackend.h) or, with `gpu` >= 0, on that GPU
+  /// (runtime/cuda/CudaBackend.h): its arena and weights in the backend's
+  /// memory, its nodes as the backend's kernels; inputs, outputs, messages
+  /// and gradients pass between host and device through the backend
+  /// (runtime/kernel/Backend.h).
   static Expected<std::unique_ptr<DeviceExecutor>> create(const plan::LoadedPlan &lp, int index,
                                                           int gpu = -1);
-  /// Whether the device runs on a GPU: address() then gives GPU memory.
-  bool onGpu() const { return gpu_ != nullptr; }
+  /// Whether the host can read address()'s memory directly (the CPU).
+  bool hostAddressable() const { return backend_->hostAddressable(); }
 
   /// Feeds, runs and collects: `feed(tensorId, microBatch, dst)` fills a graph
   /// input instance before the first instruction that reads it;
@@ -171,8 +171,10 @@ private:
   std::shared_ptr<void> arena_;
   std::vector<int64_t> offsetOf_;       ///< tensor * M + mb -> arena offset, -1 if none
   std::vector<void *> weightAddr_;      ///< tensor -> resident weight data
-  std::vector<cpu::KernelPtr> kernels_; ///< per device node
-  LargeVector<unsigned char> workspace_;
+  std::vector<kernel::KernelPtr> kernels_; ///< per device node
+  /// The kernels' scratch memory, in the backend's memory: the largest
+  /// workspaceBytes() of the device's kernels.
+  void *workspace_ = nullptr;
   /// Per instruction: inputs to feed before it and outputs to collect after.
   std::vector<std::vector<int32_t>> feedBefore_, collectAfter_;
   /// Per compute instruction: its nodes' operand addresses (prepare()),
@@ -188,17 +190,10 @@ private:
   std::vector<uint64_t> highWater_;
   DeviceStats stats_;
   std::vector<double> nodeSeconds_;
-  /// On a GPU: the device, its weights in GPU memory (weightAddr_ points
-  /// there) with their host copies, and its workspace.
-  std::unique_ptr<cuda::GpuDevice> gpu_;
-  std::vector<std::pair<void *, const void *>> gpuWeights_; ///< (GPU, host) per weight
-  std::vector<uint64_t> gpuWeightBytes_;
-  void *gpuWorkspace_ = nullptr;
-  Status prepareGpu();
-  /// Host <-> arena through the pinned buffer, for feeds, collects, sends
-  /// and receives.
-  Expected<void *> toHost(int32_t tensor, unsigned mb);
-  Status fromHost(int32_t tensor, unsigned mb, const void *src);
+  /// Where the device's memory is and its kernels run.
+  kernel::BackendPtr backend_;
+  /// A tensor instance readable by the host (the backend's hostView).
+  Expected<void *> hostView(int32_t tensor, unsigned mb);
   bool tracing_ = false;
   std::chrono::steady_clock::time_point epoch_;
   std::vector<TraceEvent> trace_;

@@ -863,7 +863,7 @@ Status Session::collectUnproduced(StepIo &io) {
       } else {
         int holder = deviceHolding(t, mb % M);
         src = residentData(t); // a constant; a GPU's arena is not for the host to read
-        if (!src && holder >= 0 && !devices_[holder]->onGpu())
+        if (!src && holder >= 0 && devices_[holder]->hostAddressable())
           src = devices_[holder]->address(t, mb % M);
       }
       if (!src)

@@ -5,10 +5,6 @@
 
 namespace pipec::cpu {
 
-std::string OpDesc::where() const {
-  return cat("node '", name, "' (", domain.empty() ? "" : domain + ":", opType, ")");
-}
-
 Expected<std::vector<Tensor>> evaluate(const OpDesc &desc,
                                        const std::vector<Tensor> &inputs,
                                        ExecContext ctx) {

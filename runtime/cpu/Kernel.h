@@ -1,102 +1,25 @@
-//===- runtime/cpu/Kernel.h - The CPU kernel interface ---------*- C++ -*-===//
+//===- runtime/cpu/Kernel.h - The CPU kernel table -------------*- C++ -*-===//
 //
-// A kernel is prepared once per node from its OpDesc (static shapes, so all
-// index arithmetic, broadcast strides and library primitives are set up at
-// load time) and then run on raw pointers as often as the schedule says.
-// Kernels are listed in runtime/cpu/KernelTable.cpp; one kernel per file in
-// runtime/cpu/kernels/. This header knows nothing of the compiler's IR: the
-// runtime and constant folding both describe ops with OpDesc.
+// The CPU backend's kernels implement runtime/kernel/Kernel.h; this header
+// gives them their names in namespace pipec::cpu and declares the table
+// (runtime/cpu/KernelTable.cpp, built from runtime/cpu/KernelTable.def),
+// one file per kernel family in runtime/cpu/kernels/.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "support/Attribute.h"
-#include "support/Error.h"
-#include "support/Tensor.h"
+#include "runtime/kernel/Kernel.h"
 
-#include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 namespace pipec::cpu {
 
-/// Everything a kernel factory may know about a node.
-struct OpDesc {
-  std::string name;   ///< node name, for messages
-  std::string opType; ///< e.g. "MatMul"
-  std::string domain; ///< "" for ai.onnx
-  int64_t opset = 0;  ///< opset version of the node's domain
-  AttrMap attrs;
-  /// One per input slot; dtype Undefined for an omitted optional input.
-  std::vector<TensorDesc> inputs;
-  std::vector<TensorDesc> outputs;
-  /// Values of inputs known when the kernel is prepared (constants), else
-  /// empty tensors. Kernels may read attributes-turned-inputs (Slice starts,
-  /// Reshape shape, Clip min...) from here; when an input is not constant
-  /// they must read it at run time.
-  std::vector<Tensor> constInputs;
-  /// Per input: its bytes, at the same address, do not change during a
-  /// step (ExecContext::step): a trained parameter, which the optimizer
-  /// updates after the step's last backward, or a constant no state update
-  /// writes. A kernel may keep something derived from such an input (a
-  /// reordered copy of a convolution's weights) from the first run of a
-  /// step to the last. Empty or false where unknown.
-  std::vector<bool> stepInvariant;
-
-  bool hasInput(size_t i) const {
-    return i < inputs.size() && inputs[i].dtype != DType::Undefined;
-  }
-  bool isStepInvariant(size_t i) const { return i < stepInvariant.size() && stepInvariant[i]; }
-  const Tensor *constInput(size_t i) const {
-    return i < constInputs.size() && !constInputs[i].empty() ? &constInputs[i]
-                                                             : nullptr;
-  }
-  /// "node 'fc1' (Gemm)": the prefix of kernel error messages.
-  std::string where() const;
-};
-
-/// Per-run state passed to every kernel call.
-struct ExecContext {
-  /// Identifiers for counter-based random number generation (Dropout):
-  /// results depend on these, never on the schedule or partition.
-  uint64_t seed = 0;
-  /// Counts the session's runs (training steps and inference calls alike):
-  /// what OpDesc::stepInvariant inputs keep constant.
-  uint64_t step = 0;
-  uint64_t microBatch = 0;
-  /// Training mode (Dropout draws masks, BatchNormalization uses batch
-  /// statistics) versus inference.
-  bool training = false;
-  /// Scratch memory of at least the kernel's workspaceBytes().
-  void *workspace = nullptr;
-  /// The CUDA stream a GPU device's kernels launch on (runtime/cuda/); null
-  /// for the CPU kernels.
-  void *stream = nullptr;
-  /// Add the result to what out[0] holds instead of overwriting it; set
-  /// only for kernels that canAccumulate() (gradients summed over
-  /// micro-batches in place, DeviceExecutor::accumulateInto).
-  bool accumulate = false;
-};
-
-class Kernel {
-public:
-  virtual ~Kernel() = default;
-  /// `in[i]` is null for an omitted optional input. Outputs never alias
-  /// inputs unless the kernel says so.
-  virtual Status run(ExecContext &ctx, const void *const *in, void *const *out) = 0;
-  virtual size_t workspaceBytes() const { return 0; }
-  /// Memory the kernel holds from run to run (a reordered copy of weights,
-  /// OpDesc::stepInvariant), outside the arena and the workspace.
-  virtual size_t heldBytes() const { return 0; }
-  /// Whether run() honours ExecContext::accumulate.
-  virtual bool canAccumulate() const { return false; }
-  /// A stable id for the node, used to key random streams.
-  uint64_t nodeId = 0;
-};
-
-using KernelPtr = std::unique_ptr<Kernel>;
-using KernelFactory = Expected<KernelPtr> (*)(const OpDesc &);
+using kernel::ExecContext;
+using kernel::Kernel;
+using kernel::KernelFactory;
+using kernel::KernelPtr;
+using kernel::OpDesc;
 
 /// Prepares the kernel for a node, or says why pipec has none for it.
 Expected<KernelPtr> createKernel(const OpDesc &desc);

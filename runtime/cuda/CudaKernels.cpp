@@ -16,10 +16,10 @@ namespace pipec::cuda {
 
 namespace {
 
-using cpu::ExecContext;
-using cpu::Kernel;
-using cpu::KernelPtr;
-using cpu::OpDesc;
+using kernel::ExecContext;
+using kernel::Kernel;
+using kernel::KernelPtr;
+using kernel::OpDesc;
 
 Status cublasCheck(cublasStatus_t s, const char *what) {
   if (s == CUBLAS_STATUS_SUCCESS)
