@@ -1,0 +1,65 @@
+//===- runtime/cuda/kernels/CudaCommon.cpp - What the CUDA kernel families share -===//
+#include "runtime/cuda/kernels/CudaCommon.h"
+
+#include <cuda_runtime.h>
+
+#include <map>
+
+namespace pipec::cuda {
+
+Status cublasCheck(cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return Status::ok();
+  return errorf(what, " failed: ", cublasGetStatusString(s));
+}
+
+Expected<cublasHandle_t> cublasFor(void *stream) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return errorf("cudaGetDevice failed");
+  thread_local std::map<int, cublasHandle_t> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    cublasHandle_t h = nullptr;
+    PIPEC_TRY(cublasCheck(cublasCreate(&h), "cublasCreate"));
+    PIPEC_TRY(cublasCheck(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
+    it = handles.emplace(device, h).first;
+  }
+  PIPEC_TRY(cublasCheck(cublasSetStream(it->second, static_cast<cudaStream_t>(stream)), "cublasSetStream"));
+  return it->second;
+}
+
+Status needF32(const OpDesc &d, int other, DType otherType) {
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
+    if (static_cast<int>(i) == other) {
+      if (d.inputs[i].dtype != otherType)
+        return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype), "; the CUDA kernel takes ",
+                      dtypeName(otherType), " there");
+      continue;
+    }
+    if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
+      return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype),
+                    "; the CUDA kernels take float32 only");
+  }
+  for (const TensorDesc &o : d.outputs)
+    if (o.dtype != DType::F32)
+      return errorf(d.where(), ": output is ", dtypeName(o.dtype), "; the CUDA kernels take float32 only");
+  return Status::ok();
+}
+
+body::Broadcast broadcastOf(const Shape &in, const Shape &out) {
+  return body::makeBroadcast(out.data(), static_cast<int>(out.size()), in.data(), static_cast<int>(in.size()));
+}
+
+Status checkFlag(ExecContext &ctx, const std::string &what) {
+  int bad = 0;
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  if (cudaMemcpyAsync(&bad, ctx.workspace, sizeof bad, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+      cudaStreamSynchronize(stream) != cudaSuccess)
+    return errorf(what, ": ", cudaGetErrorString(cudaGetLastError()));
+  if (bad)
+    return errorf(what, ": an index is out of range");
+  return Status::ok();
+}
+
+} // namespace pipec::cuda

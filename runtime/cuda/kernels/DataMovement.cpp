@@ -1,0 +1,119 @@
+//===- runtime/cuda/kernels/DataMovement.cpp - CUDA data movement kernels -===//
+//
+// Transpose, Concat and Split along an axis, Gather and pipec:GatherGrad.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cuda/kernels/CudaCommon.h"
+
+#include <cuda_runtime.h>
+
+namespace pipec::cuda {
+
+namespace {
+
+
+} // namespace
+
+Expected<KernelPtr> makeTranspose(const OpDesc &d) {
+  const Shape &in = d.inputs[0].shape;
+  const size_t rank = in.size();
+  if (rank > static_cast<size_t>(body::kMaxRank))
+    return errorf(d.where(), ": rank ", rank, " (the CUDA kernel transposes up to rank ", body::kMaxRank, ")");
+  std::vector<int64_t> perm = attrInts(d.attrs, "perm");
+  if (perm.empty())
+    for (size_t a = 0; a < rank; ++a)
+      perm.push_back(static_cast<int64_t>(rank - 1 - a));
+  if (perm.size() != rank)
+    return errorf(d.where(), ": perm has ", perm.size(), " axes for rank ", rank);
+  std::vector<int64_t> strides(rank, 1);
+  for (size_t a = rank; a-- > 1;)
+    strides[a - 1] = strides[a] * in[a];
+  // Output axis a reads input axis perm[a].
+  body::Broadcast b;
+  b.rank = static_cast<int>(rank);
+  for (size_t a = 0; a < rank; ++a) {
+    if (perm[a] < 0 || perm[a] >= static_cast<int64_t>(rank))
+      return errorf(d.where(), ": perm ", perm[a], " out of range");
+    b.dims[a] = in[static_cast<size_t>(perm[a])];
+    b.strides[a] = strides[static_cast<size_t>(perm[a])];
+  }
+  const int64_t n = d.outputs[0].numel();
+  return launchKernel([b, n](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchBroadcastScale(static_cast<const float *>(in[0]), b, 1.0f, static_cast<float *>(out[0]), n,
+                                ctx.stream);
+  });
+}
+
+/// Concat (parts = inputs) and Split (parts = outputs) along an axis.
+Expected<KernelPtr> makeSlices(const OpDesc &d, bool concat) {
+  const TensorDesc &whole = concat ? d.outputs[0] : d.inputs[0];
+  const int64_t axis = normAxis(attrInt(d.attrs, "axis", concat ? 0 : 0), whole.shape.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(whole.shape.size()))
+    return errorf(d.where(), ": axis out of range for ", whole.str());
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t inner = prodDims(whole.shape, ax + 1, whole.shape.size());
+  const int64_t wholeLen = whole.shape[ax];
+  struct Part {
+    int64_t n, len, offset;
+  };
+  std::vector<Part> parts;
+  int64_t offset = 0;
+  const std::vector<TensorDesc> &ps = concat ? d.inputs : d.outputs;
+  for (const TensorDesc &t : ps) {
+    if (t.shape.size() != whole.shape.size())
+      return errorf(d.where(), ": part ", t.str(), " does not match ", whole.str());
+    parts.push_back({t.numel(), t.shape[ax], offset});
+    offset += t.shape[ax];
+  }
+  if (offset != wholeLen)
+    return errorf(d.where(), ": the parts add up to ", offset, " along axis ", axis, ", not ", wholeLen);
+  return launchKernel([parts, wholeLen, inner, concat](ExecContext &ctx, const void *const *in,
+                                                       void *const *out) -> Status {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Part &pt = parts[i];
+      if (concat)
+        PIPEC_TRY(launchSliceCopy(static_cast<const float *>(in[i]), static_cast<float *>(out[0]), pt.n, pt.len,
+                                  wholeLen, pt.offset, inner, true, ctx.stream));
+      else
+        PIPEC_TRY(launchSliceCopy(static_cast<const float *>(in[0]), static_cast<float *>(out[i]), pt.n, pt.len,
+                                  wholeLen, pt.offset, inner, false, ctx.stream));
+    }
+    return Status::ok();
+  });
+}
+
+Expected<KernelPtr> makeGather(const OpDesc &d) {
+  const bool grad = d.domain == "pipec";
+  const TensorDesc &data = grad ? d.outputs[0] : d.inputs[0];
+  const TensorDesc &idx = d.inputs[1];
+  if (idx.dtype != DType::I64)
+    return errorf(d.where(), ": indices are ", dtypeName(idx.dtype), "; the CUDA kernel takes int64");
+  if ((grad ? d.inputs[0].dtype : data.dtype) != DType::F32 || d.outputs[0].dtype != DType::F32)
+    return errorf(d.where(), ": the CUDA kernel takes float32 data");
+  const int64_t axis = normAxis(attrInt(d.attrs, "axis", 0), data.shape.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(data.shape.size()))
+    return errorf(d.where(), ": axis out of range for ", data.str());
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t outer = prodDims(data.shape, 0, ax), len = data.shape[ax];
+  const int64_t inner = prodDims(data.shape, ax + 1, data.shape.size()), count = idx.numel();
+  if (grad)
+    return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+      return launchGatherGrad(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),
+                              static_cast<float *>(out[0]), outer, len, inner, count, ctx.stream);
+    });
+  return launchKernel(
+      [=, where = d.where()](ExecContext &ctx, const void *const *in, void *const *out) -> Status {
+        if (cudaMemsetAsync(ctx.workspace, 0, sizeof(int), static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess)
+          return errorf(where, ": cudaMemsetAsync failed");
+        PIPEC_TRY(launchGather(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),
+                               static_cast<float *>(out[0]), outer, len, inner, count,
+                               static_cast<int *>(ctx.workspace), ctx.stream));
+        return checkFlag(ctx, where);
+      },
+      256);
+}
+
+Expected<KernelPtr> makeConcat(const OpDesc &d) { return makeSlices(d, true); }
+Expected<KernelPtr> makeSplit(const OpDesc &d) { return makeSlices(d, false); }
+
+} // namespace pipec::cuda

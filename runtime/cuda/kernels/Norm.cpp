@@ -1,0 +1,281 @@
+//===- runtime/cuda/kernels/Norm.cpp - CUDA row kernels: softmax, layer norm, reductions, losses -===//
+//
+// Softmax and LogSoftmax, pipec:MaskedSoftmax and pipec:SoftmaxGrad,
+// LayerNormalization and its gradients, ReduceSum, and softmax
+// cross-entropy with its gradient.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cuda/kernels/CudaCommon.h"
+
+#include <cuda_runtime.h>
+
+namespace pipec::cuda {
+
+namespace {
+
+class MaskedSoftmaxKernel final : public Kernel {
+public:
+  MaskedSoftmaxKernel(int64_t rows, int64_t n, body::Broadcast mask, float scale, float fill, bool fillWhen)
+      : rows_(rows), n_(n), mask_(mask), scale_(scale), fill_(fill), fillWhen_(fillWhen) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchMaskedSoftmax(static_cast<const float *>(in[0]), static_cast<const bool *>(in[1]),
+                               static_cast<float *>(out[0]), rows_, n_, mask_, scale_, fill_, fillWhen_,
+                               ctx.stream);
+  }
+
+private:
+  int64_t rows_, n_;
+  body::Broadcast mask_;
+  float scale_, fill_;
+  bool fillWhen_;
+};
+
+class SoftmaxKernel final : public Kernel {
+public:
+  SoftmaxKernel(bool log, int64_t outer, int64_t len, int64_t inner)
+      : log_(log), outer_(outer), len_(len), inner_(inner) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchSoftmax(log_, static_cast<const float *>(in[0]), static_cast<float *>(out[0]), outer_, len_,
+                         inner_, ctx.stream);
+  }
+
+private:
+  bool log_;
+  int64_t outer_, len_, inner_;
+};
+
+class ReduceSumKernel final : public Kernel {
+public:
+  ReduceSumKernel(body::Reduction r, int64_t outN) : r_(r), outN_(outN) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return launchReduceSum(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), outN_, r_, ctx.stream);
+  }
+
+private:
+  body::Reduction r_;
+  int64_t outN_;
+};
+
+/// Softmax cross-entropy (reduction 0 none, 1 sum, 2 mean) and its
+/// gradient, without class weights or an ignore index. The workspace
+/// holds a flag the kernels raise for a target outside [0, C), read back
+/// after the launch: an error, not a silent NaN.
+class SceKernel final : public Kernel {
+public:
+  SceKernel(bool grad, int reduction, int64_t n, int64_t c, int64_t d)
+      : grad_(grad), reduction_(reduction), n_(n), c_(c), d_(d) {}
+  size_t workspaceBytes() const override { return 256 + static_cast<size_t>(n_ * d_) * sizeof(float); }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    auto stream = static_cast<cudaStream_t>(ctx.stream);
+    int *flag = static_cast<int *>(ctx.workspace);
+    float *per = reinterpret_cast<float *>(static_cast<char *>(ctx.workspace) + 256);
+    if (cudaMemsetAsync(flag, 0, sizeof(int), stream) != cudaSuccess)
+      return errorf("SoftmaxCrossEntropyLoss: cudaMemsetAsync failed");
+    if (grad_) {
+      PIPEC_TRY(launchSceGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                              static_cast<const int64_t *>(in[2]), n_, c_, d_, reduction_,
+                              static_cast<float *>(out[0]), flag, ctx.stream));
+    } else {
+      float *loss = static_cast<float *>(out[0]);
+      PIPEC_TRY(launchSceLoss(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]), n_, c_, d_,
+                              reduction_ == 0 ? loss : per, flag, ctx.stream));
+      if (reduction_ != 0)
+        PIPEC_TRY(launchSumInOrder(per, n_ * d_, reduction_ == 2, loss, ctx.stream));
+    }
+    int bad = 0;
+    if (cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess)
+      return errorf("SoftmaxCrossEntropyLoss: ", cudaGetErrorString(cudaGetLastError()));
+    if (bad)
+      return errorf("a target is outside [0, ", c_, ") (SoftmaxCrossEntropyLoss on the GPU)");
+    return Status::ok();
+  }
+
+private:
+  bool grad_;
+  int reduction_;
+  int64_t n_, c_, d_;
+};
+
+/// The geometry of summing a row-major tensor of shape `s` over the axes
+/// `reduced` marks (rank at most body::kMaxRank).
+body::Reduction reductionOf(const Shape &s, const std::vector<bool> &reduced) {
+  body::Reduction r;
+  const int rank = static_cast<int>(s.size());
+  int64_t stride = 1;
+  std::vector<int64_t> strides(static_cast<size_t>(rank));
+  for (int a = rank - 1; a >= 0; --a) {
+    strides[a] = stride;
+    stride *= s[a];
+  }
+  for (int a = 0; a < rank; ++a) {
+    if (reduced[a]) {
+      r.reducedDims[r.reducedRank] = s[a];
+      r.reducedStrides[r.reducedRank++] = strides[a];
+      r.reducedCount *= s[a];
+    } else {
+      r.keptDims[r.keptRank] = s[a];
+      r.keptStrides[r.keptRank++] = strides[a];
+    }
+  }
+  if (r.keptRank == 0) { // one output element
+    r.keptDims[0] = 1;
+    r.keptStrides[0] = 0;
+    r.keptRank = 1;
+  }
+  return r;
+}
+
+} // namespace
+
+Expected<KernelPtr> makeReduceSum(const OpDesc &d) {
+  const Shape &s = d.inputs[0].shape;
+  const int rank = static_cast<int>(s.size());
+  if (rank > body::kMaxRank)
+    return errorf(d.where(), ": rank ", rank, " (the CUDA kernel reduces up to rank ", body::kMaxRank, ")");
+  std::vector<int64_t> axes;
+  if (d.opset >= 13) {
+    if (d.hasInput(1)) {
+      const Tensor *a = d.constInput(1);
+      if (!a || a->dtype() != DType::I64)
+        return errorf(d.where(), ": axes must be a constant int64 tensor");
+      axes = a->toInts();
+    }
+  } else {
+    axes = attrInts(d.attrs, "axes");
+  }
+  const bool noop = attrInt(d.attrs, "noop_with_empty_axes", 0) != 0;
+  std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty() && !noop);
+  for (int64_t a : axes) {
+    if (a < 0)
+      a += rank;
+    if (a < 0 || a >= rank)
+      return errorf(d.where(), ": axis out of range for ", shapeStr(s));
+    reduced[static_cast<size_t>(a)] = true;
+  }
+  return KernelPtr(new ReduceSumKernel(reductionOf(s, reduced), d.outputs[0].numel()));
+}
+
+Expected<KernelPtr> makeSce(const OpDesc &d) {
+  const bool grad = d.domain == "pipec";
+  const size_t scores = grad ? 1 : 0;
+  PIPEC_TRY(needF32(d, static_cast<int>(scores) + 1));
+  if (d.hasInput(scores + 2))
+    return errorf(d.where(), ": class weights are not implemented in the CUDA kernel");
+  if (attrHas(d.attrs, "ignore_index"))
+    return errorf(d.where(), ": ignore_index is not implemented in the CUDA kernel");
+  if (!grad && d.outputs.size() > 1)
+    return errorf(d.where(), ": the log_prob output is not implemented in the CUDA kernel");
+  const std::string red = attrHas(d.attrs, "reduction") ? d.attrs.at("reduction").s : "mean";
+  const int reduction = red == "none" ? 0 : red == "sum" ? 1 : red == "mean" ? 2 : -1;
+  if (reduction < 0)
+    return errorf(d.where(), ": unknown reduction '", red, "'");
+  const Shape &x = d.inputs[scores].shape;
+  if (x.size() < 2)
+    return errorf(d.where(), ": scores must be [N, C, ...], got ", shapeStr(x));
+  int64_t dd = 1;
+  for (size_t a = 2; a < x.size(); ++a)
+    dd *= x[a];
+  return KernelPtr(new SceKernel(grad, reduction, x[0], x[1], dd));
+}
+
+Expected<KernelPtr> makeLayerNorm(const OpDesc &d) {
+  const bool grad = d.opType == "LayerNormalizationGrad", scaleGrad = d.opType == "LayerNormalizationScaleGrad";
+  const TensorDesc &x = grad || scaleGrad ? d.inputs[1] : d.inputs[0];
+  const int64_t axis = normAxis(attrInt(d.attrs, "axis", -1), x.shape.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(x.shape.size()))
+    return errorf(d.where(), ": axis out of range for ", x.str());
+  const double eps = attrFloat(d.attrs, "epsilon", 1e-5f);
+  const int64_t rows = prodDims(x.shape, 0, static_cast<size_t>(axis));
+  const int64_t cols = prodDims(x.shape, static_cast<size_t>(axis), x.shape.size());
+  if (scaleGrad)
+    return launchKernel(
+        [=](ExecContext &ctx, const void *const *in, void *const *out) {
+          return launchLayerNormScaleGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                                          static_cast<float *>(out[0]), rows, cols, eps,
+                                          static_cast<body::RowStats *>(ctx.workspace), ctx.stream);
+        },
+        static_cast<size_t>(rows) * sizeof(body::RowStats));
+  if (grad && d.outputs.size() == 3) {
+    // dX, dScale and dBias (autodiff's form when all three train): the dX
+    // and scale-gradient kernels, then dY's column sums.
+    const body::Reduction columns = reductionOf({rows, cols}, {true, false});
+    return launchKernel(
+        [=](ExecContext &ctx, const void *const *in, void *const *out) {
+          const auto *dy = static_cast<const float *>(in[0]), *xp = static_cast<const float *>(in[1]);
+          PIPEC_TRY(launchLayerNormGrad(dy, xp, static_cast<const float *>(in[2]), static_cast<float *>(out[0]), rows,
+                                        cols, eps, ctx.stream));
+          PIPEC_TRY(launchLayerNormScaleGrad(dy, xp, static_cast<float *>(out[1]), rows, cols, eps,
+                                             static_cast<body::RowStats *>(ctx.workspace), ctx.stream));
+          return launchReduceSum(dy, static_cast<float *>(out[2]), cols, columns, ctx.stream);
+        },
+        static_cast<size_t>(rows) * sizeof(body::RowStats));
+  }
+  if (grad && d.outputs.size() == 1)
+    return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+      return launchLayerNormGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                                 static_cast<const float *>(in[2]), static_cast<float *>(out[0]), rows, cols, eps,
+                                 ctx.stream);
+    });
+  if (grad)
+    return errorf(d.where(), ": expects dX, or dX, dScale and dBias");
+  if (d.outputs.size() > 1)
+    return errorf(d.where(), ": the Mean and InvStdDev outputs are not implemented in the CUDA kernel");
+  if (d.inputs[1].numel() != cols || (d.hasInput(2) && d.inputs[2].numel() != cols))
+    return errorf(d.where(), ": scale and bias must hold ", cols, " elements (the CUDA kernel does not broadcast them)");
+  const bool bias = d.hasInput(2);
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchLayerNorm(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                           bias ? static_cast<const float *>(in[2]) : nullptr, static_cast<float *>(out[0]), rows,
+                           cols, eps, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeSoftmaxGrad(const OpDesc &d) {
+  if (attrInt(d.attrs, "coerce2d", 0) != 0)
+    return errorf(d.where(), ": the opset < 13 form (coerce2d) is not implemented in the CUDA kernel");
+  const Shape &s = d.inputs[1].shape;
+  const int64_t axis = normAxis(attrInt(d.attrs, "axis", -1), s.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(s.size()))
+    return errorf(d.where(), ": axis out of range for ", shapeStr(s));
+  const int64_t outer = prodDims(s, 0, static_cast<size_t>(axis)), len = s[static_cast<size_t>(axis)];
+  const int64_t inner = prodDims(s, static_cast<size_t>(axis) + 1, s.size());
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchSoftmaxGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
+                             static_cast<float *>(out[0]), outer, len, inner, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeMaskedSoftmax(const OpDesc &d) {
+  const Shape &x = d.inputs[0].shape, &c = d.inputs[1].shape;
+  if (x.empty() || c.size() > x.size() || x.size() > static_cast<size_t>(body::kMaxRank) ||
+      d.inputs[1].dtype != DType::Bool)
+    return errorf(d.where(), ": the mask ", d.inputs[1].str(), " does not broadcast to ", d.inputs[0].str());
+  for (size_t a = 0; a < c.size(); ++a)
+    if (c[a] != 1 && c[a] != x[a + x.size() - c.size()])
+      return errorf(d.where(), ": the mask ", d.inputs[1].str(), " does not broadcast to ", d.inputs[0].str());
+  const int64_t n = x.back(), rows = n ? d.inputs[0].numel() / n : 0;
+  return KernelPtr(new MaskedSoftmaxKernel(rows, n, broadcastOf(c, x), attrFloat(d.attrs, "scale", 1.0f),
+                                           attrFloat(d.attrs, "fill", -INFINITY),
+                                           attrInt(d.attrs, "fill_when", 1) != 0));
+}
+
+Expected<KernelPtr> makeSoftmax(const OpDesc &d) {
+  const Shape &s = d.inputs[0].shape;
+  const int64_t rank = static_cast<int64_t>(s.size());
+  int64_t axis = attrInt(d.attrs, "axis", d.opset >= 13 ? -1 : 1);
+  if (axis < 0)
+    axis += rank;
+  if (rank == 0 || axis < 0 || axis >= rank)
+    return errorf(d.where(), ": axis out of range for ", shapeStr(s));
+  if (d.opset < 13)
+    return errorf(d.where(), ": opset ", d.opset, " Softmax flattens to 2-D; the CUDA kernel implements opset 13 and later");
+  int64_t outer = 1, inner = 1;
+  for (int64_t a = 0; a < axis; ++a)
+    outer *= s[a];
+  for (int64_t a = axis + 1; a < rank; ++a)
+    inner *= s[a];
+  return KernelPtr(new SoftmaxKernel(d.opType == "LogSoftmax", outer, s[axis], inner));
+}
+
+} // namespace pipec::cuda
