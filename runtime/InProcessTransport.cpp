@@ -190,8 +190,7 @@ private:
   /// A buffer of at least `bytes` from the pool (the smallest that fits),
   /// or a new one. One pool for all devices: a device's next send then
   /// reuses the buffer it has just received from, still in its cache
-  /// (per-receiver pools made a round trip of two 8 KiB messages 3.4 ->
-  /// 5.2 us).
+  /// (per-receiver pools made a round trip slower: bench/results/log.md).
   Buffer takeBuffer(size_t bytes) {
     std::lock_guard<std::mutex> lock(poolMu_);
     size_t best = pool_.size();
