@@ -201,7 +201,7 @@ Expected<double> timeOptimizerStep(const std::string &kind, int64_t n, int repea
   return median(t) / static_cast<double>(n);
 }
 
-/// "2026-11-25 07:20 UTC".
+/// The time now as "YYYY-MM-DD HH:MM UTC".
 std::string utcNow() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
