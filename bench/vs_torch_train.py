@@ -35,9 +35,9 @@ sys.path.insert(0, HERE)
 # PyTorch allocates through glibc malloc, whose mmap threshold moves with
 # the process's history: a run either reuses freed blocks for every step's
 # gradients and temporaries or maps and faults in fresh pages for them (the
-# MLP's two-thread step took 35-36 ms in some runs and 57-68 ms in others).
-# A fixed threshold of 32 MB (the most glibc accepts) and no trimming keep
-# them on the heap: 34.7-35.3 ms in four runs out of four. Both run each
+# MLP's two-thread step then varied widely from run to run). A fixed
+# threshold of 32 MB (the most glibc accepts) and no trimming keep them on
+# the heap, and the step steady (bench/results/log.md). Both run each
 # round; the faster is the round's PyTorch (its best configuration).
 TORCH_CONFIGS = {
     'default': {},

@@ -19,20 +19,17 @@
 // MemoryPlannerTest.cpp checks they agree).
 //
 // The scan is cheaper per buffer (one pass over a vector) but quadratic;
-// below kTreeFrom buffers it runs instead, with the same result. Measured
-// on 1F1B-like stages (M micro-batches x L layers x 3 buffers, random
-// sizes; a 2-core machine, 2026-11-26, sets in sorted vectors): 3,840
-// buffers the scan 0.005 s, the tree 0.005 s; 6,000: 0.013 and 0.009 s;
-// 24,000: 0.168 and 0.052 s; 96,000: 2.63 and 0.27 s; 288,000: the tree
-// 0.96 s. With the sets in std::map the tree took 0.12 s at 24,000 and
-// 2.9 s at 288,000.
+// below kTreeFrom buffers it runs instead, with the same result. On
+// 1F1B-like stages (M micro-batches x L layers x 3 buffers, random sizes)
+// the two are level at a few thousand buffers and the tree pulls away
+// beyond; the sets in sorted vectors rather than std::map made the tree
+// itself faster still (bench/results/log.md).
 //
 // From kSweepFrom buffers (MemoryPlanner.h) a stage is planned in time
 // order instead, best fit into merged free blocks: O(n log n) with a small
 // constant. Greedy by size sees every buffer before placing the first, so
-// it packs better in general; on pipeline stages the two differ by under
-// 1% (the sweep 10x faster: 220,800 buffers of a 1F1B-like stage, random
-// sizes, 0.82 s and 0.074 s, peaks 1.003x apart).
+// it packs better in general; on pipeline stages the two peaks come out
+// close, and the sweep is much the faster (bench/results/log.md).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/MemoryPlanner.h"
@@ -55,8 +52,8 @@ namespace {
 /// Disjoint half-open offset intervals [start, end), merged on insertion,
 /// in a sorted vector: most sets hold a handful of intervals (unions merge
 /// neighbours), where a binary search over contiguous memory beats a
-/// tree's pointer chasing and per-node allocation 3-4x. The storage comes
-/// from the tree's pool.
+/// tree's pointer chasing and per-node allocation (bench/results/log.md).
+/// The storage comes from the tree's pool.
 class IntervalUnion {
 public:
   explicit IntervalUnion(std::pmr::memory_resource *pool) : spans_(pool) {}
@@ -104,8 +101,9 @@ class TimeTree {
 public:
   explicit TimeTree(size_t steps) : n_(std::max<size_t>(steps, 1)) {
     // The sets live in arena_ and are never destroyed: walking every map
-    // node to free it was 15% of a large plan's time; the resources hand
-    // all their memory back at once instead (the nodes hold plain numbers).
+    // node to free it was a sizeable part of a large plan's time; the
+    // resources hand all their memory back at once instead (the nodes hold
+    // plain numbers).
     std::pmr::polymorphic_allocator<IntervalUnion> alloc(&arena_);
     cover_ = alloc.allocate(4 * n_);
     below_ = alloc.allocate(4 * n_);
@@ -208,8 +206,8 @@ void placeBySweep(const std::vector<BufferRequest> &, const Aligned &, MemoryPla
 
 /// The indices 0 .. n-1 ordered by key(i), ties in index order: a counting
 /// sort when the keys (time steps) span at most a few times n values, a
-/// comparison sort otherwise. Sorting the requests by time was a tenth of
-/// a large compile.
+/// comparison sort otherwise: a large compile sorts millions of requests by
+/// time, and a comparison sort of them showed in its time.
 template <typename Key> std::vector<size_t> orderByKey(size_t n, const Key &key) {
   std::vector<size_t> order(n);
   if (n == 0)

@@ -42,9 +42,10 @@ struct MemoryPlan {
 ///    time (n log^2 n).
 ///  - Sweep: in time order, each buffer into the smallest free block that
 ///    holds it (best fit, freed blocks merged), the arena growing at its end
-///    otherwise: O(n log n) with a small constant, 10x the tree's speed on
-///    large stages, its peak within 1% of greedy on pipeline stages (the
-///    tests and bench/results/log.md have the figures); a different plan.
+///    otherwise: O(n log n) with a small constant, much faster than the
+///    tree on large stages, its peak close to greedy's on pipeline stages
+///    (the tests and bench/results/log.md have the figures); a different
+///    plan.
 ///  - Auto: the scan below 4,096 buffers, the tree below kSweepFrom
 ///    (MemoryPlanner.cpp), the sweep from there.
 /// Requests that wrap (BufferRequest::wrapEnd) are placed by the scan or

@@ -65,7 +65,7 @@ struct DeviceProfile {
   /// it; a single device's are not.
   double concurrentSlowdown = 1;
   std::string source;         ///< data sheet or measurement
-  /// When a measured profile was measured ("2026-11-25 07:20 UTC"); empty
+  /// When a measured profile was measured ("YYYY-MM-DD HH:MM UTC"); empty
   /// for data sheets. The machine's speed drifts: a profile is a snapshot.
   std::string measuredAt;
   std::string assumptions;    ///< figures no data sheet gives, and why

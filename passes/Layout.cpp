@@ -2,11 +2,11 @@
 //
 // Pass `channels-last`, on inference graphs (the default inference pipeline
 // runs it before fuse-gemm-epilogue and fuse-elementwise). ONNX
-// convolutions read and write NCHW; oneDNN's fast convolutions on this
-// machine's AVX-512 work on channels-last data, and reordering every
-// activation into that layout and back around every convolution cost 2.5x
-// the convolution itself on MobileNetV2's depthwise layers (docs/passes.md
-// has the figures). The pass:
+// convolutions read and write NCHW; oneDNN's fast convolutions on AVX-512
+// work on channels-last data, and reordering every activation into that
+// layout and back around every convolution cost more than the convolution
+// itself on MobileNetV2's depthwise layers (docs/passes.md has the
+// figures). The pass:
 //
 //   1. rewrites each f32 2-D Conv into Transpose(perm 0,2,3,1) ->
 //      pipec:NhwcConv -> Transpose(perm 0,3,1,2), the NCHW value keeping

@@ -288,8 +288,8 @@ Status Session::prepareTraining() {
   // output (the weight-gradient GEMMs: Parameter.accumulate_in_place), it
   // sums the micro-batches straight into the parameter's accumulator:
   // collect() then has no copy and no pass over the gradient per
-  // micro-batch (3.8% of a K=1 step of the GPT-like sample at M=16 in
-  // perf). A backend whose kernel cannot collects it instead.
+  // micro-batch (which showed in perf profiles of the GPT-like sample's
+  // step). A backend whose kernel cannot collects it instead.
   if (opts_.accumulateInPlace)
     for (ParamState &ps : params_) {
       if (!ps.planInPlace)

@@ -303,8 +303,8 @@ private:
   train::LrSchedule lrSchedule_;
   std::vector<ParamState> params_;
   /// The last step's outputs, shared with the caller: the next step writes
-  /// into those the caller has let go of (a fresh quarter-megabyte of
-  /// logits per step cost page faults and zeroing, 7% of a step).
+  /// into those the caller has let go of (fresh buffers for the logits
+  /// every step cost page faults and zeroing).
   std::vector<Tensor> lastOutputs_;
   std::vector<int> paramOfGrad_; ///< tensor -> index into params_, -1
   /// Some trained parameter is resident on more than one device.

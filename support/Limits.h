@@ -17,8 +17,7 @@ namespace pipec {
 /// sums stay far from int64's limit.
 constexpr int64_t kMaxTensorElements = int64_t(1) << 48;
 /// Micro-batches per step. Compile time grows with M (the schedule and the
-/// memory planner see M instances of every activation): 4096 took 1.4 s on
-/// the MLP sample.
+/// memory planner see M instances of every activation).
 constexpr uint32_t kMaxMicroBatches = 1u << 14;
 /// Pipeline stages (devices) of one plan.
 constexpr uint32_t kMaxStages = 1u << 14;

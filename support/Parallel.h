@@ -4,9 +4,9 @@
 // that calls it (piperun --threads-per-device). With a budget of one, an
 // OpenMP region is pure cost: libgomp still builds a team of one and ends
 // it with a futex system call, whether or not an `if` clause disabled the
-// region (1.3 us per region measured here; 240 regions per training step of
-// the GPT-like sample). parallelFor opens a region only when the budget has
-// more than one thread and the caller says the work is worth it.
+// region, and a training step opens hundreds of them (bench/results/log.md).
+// parallelFor opens a region only when the budget has more than one thread
+// and the caller says the work is worth it.
 //
 // Iterations must be independent: results are then the same on any number
 // of threads. usableCores() tells how many cores the process may use, and

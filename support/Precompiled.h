@@ -3,11 +3,10 @@
 // The standard headers and support/ headers that nearly every file of pipec
 // includes, compiled once into a precompiled header (CMake's
 // target_precompile_headers, the pipec_pch target of the top-level
-// CMakeLists.txt) that every library reuses. Each of them cost a file about
-// a second to parse (support/Error.h alone 0.9 s), over 180 files: about 3
-// of the 15 CPU-minutes of README's first build. Only stable headers
-// belong here: a change to one rebuilds everything. Files still include
-// what they use; this header only makes it cheaper.
+// CMakeLists.txt) that every library reuses. Parsing them again in every
+// file was a sizeable part of a first build (bench/results/log.md). Only
+// stable headers belong here: a change to one rebuilds everything. Files
+// still include what they use; this header only makes it cheaper.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -8,11 +8,11 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-asan}
 shift || true
 # -O2 -g1: -g1's line tables are enough for the reports' stack traces and
-# compile faster than -g (Binary.cpp, the slowest file: 80 s against 109 s
-# here); no NDEBUG, so assertions run too. Not -O1: GCC contracts a * b + c
-# into FMA only from -O2 (-fexpensive-optimizations), and the accuracy tests
-# (erf, the zoo's gradients against float64) are set for the code a release
-# build runs; at -O1 two of them fail their tolerance.
+# compile faster than -g (docs/robustness.md); no NDEBUG, so assertions run
+# too. Not -O1: GCC contracts a * b + c into FMA only from -O2
+# (-fexpensive-optimizations), and the accuracy tests (erf, the zoo's
+# gradients against float64) are set for the code a release build runs; at
+# -O1 two of them fail their tolerance.
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1" \
   -DPIPEC_SANITIZE=ON > /dev/null

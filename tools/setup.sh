@@ -65,11 +65,11 @@ else
   cmake --build "$BUILD_DIR" -j "$(nproc)" --target pipec piperun samples
 fi
 
-# Measure this machine (about 10 s) for the cost model's default profile
-# (pipec --calibrate --install: ~/.config/pipec/profiles/this-cpu.json), so
-# that predictions are of this machine, not of the one the checked-in
-# partitioner/profiles/this-cpu.json was measured on. PIPEC_NO_CALIBRATE=1
-# skips it.
+# Measure this machine (a short run: docs/partitioner.md) for the cost
+# model's default profile (pipec --calibrate --install:
+# ~/.config/pipec/profiles/this-cpu.json), so that predictions are of this
+# machine, not of the one the checked-in partitioner/profiles/this-cpu.json
+# was measured on. PIPEC_NO_CALIBRATE=1 skips it.
 if [ "${PIPEC_NO_CALIBRATE:-0}" != 1 ]; then
   "$BUILD_DIR/bin/pipec" --calibrate --install
 fi

@@ -15,8 +15,8 @@
 // (P = the product of A's leading dimensions):
 //   dA = Gemm(dY, B, transB) viewed as A,  dB = Gemm(A, dY, transA).
 // The batched form would transpose A and B, run one GEMM per batch entry
-// and sum the batch of weight gradients (ReduceSum): on the GPT-like
-// sample those Transposes and ReduceSums took a quarter of the step.
+// and sum the batch of weight gradients (ReduceSum): copies and sums that
+// took a large part of the GPT-like sample's step (bench/results/log.md).
 // When A and B have the same batch dimensions (attention), each gradient
 // is an Einsum whose batched GEMM reads its operand transposed, without a
 // Transpose node.

@@ -6,15 +6,16 @@
 // the thread count). From kOneDnnMinMacs multiply-adds up it is oneDNN's
 // sgemm, below that OpenBLAS's:
 //
-//  - OpenBLAS 0.3.21 (Debian 12) does not know this machine's CPU (AMD
-//    family 26) and runs its AVX2 kernels; oneDNN's JIT uses AVX-512. One
-//    thread, same minutes: 64x192x64 17.5 us (OpenBLAS) against 8.3 us
-//    (oneDNN), 256^3 354 us against 177 us.
+//  - OpenBLAS 0.3.21 (Debian 12) does not know every CPU (AMD family 26
+//    among them) and runs its AVX2 kernels there, where oneDNN's JIT uses
+//    AVX-512, and oneDNN runs the larger products faster.
 //  - OpenBLAS's buffer allocator takes a lock and writes shared state on
-//    every call: two device threads calling 16x16x8 products at once took
-//    0.25 us a call each, one thread alone 0.12 us. oneDNN's calls do not
-//    contend (0.44 us either way), so it wins from about 8K multiply-adds
-//    up when two devices compute, where OpenBLAS's calls are cheaper alone.
+//    every call, so its calls slow each other down when two device threads
+//    make them at once. oneDNN's calls do not contend, so it wins from
+//    about 8K multiply-adds up when two devices compute, where OpenBLAS's
+//    calls are cheaper alone.
+//
+// The figures behind both: docs/cpu-linalg-kernels.md.
 //
 // pipec --calibrate measures this function, so the cost model sees the GEMM
 // the runtime runs.
@@ -43,8 +44,9 @@ bool oneDnnEnabled();
 void capOneDnnIsa();
 
 /// oneDnnEnabled(), and when it is true, oneDNN's one-time GEMM setup done
-/// on the first call (its JIT, about 40 ms here), so that kernels pay it
-/// when they are prepared, not in the first step a run times.
+/// on the first call (its JIT, long enough to show in a timed step), so
+/// that kernels pay it when they are prepared, not in the first step a run
+/// times.
 bool prepareSgemm();
 
 /// Row-major C = alpha op(A) op(B) + beta C (op: transpose when ta / tb),

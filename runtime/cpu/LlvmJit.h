@@ -80,8 +80,8 @@ inline Jit &jit() {
 }
 
 /// The JIT of the schedules: straight-line calls, nothing to optimize, and
-/// thousands of them (the fast instruction selector: 1,683 calls took 40
-/// ms to compile against 250 ms at the loops' level).
+/// thousands of them, so the fast instruction selector, which compiles them
+/// several times faster than the loops' level (bench/results/log.md).
 inline Jit &fastJit() {
   static Jit *j = makeJit(llvm::CodeGenOpt::None);
   return *j;

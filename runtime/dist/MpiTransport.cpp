@@ -235,9 +235,9 @@ private:
   /// Polls `reqs` until all complete or another rank's abort notice comes:
   /// spins for spin_, then yields the core between polls for 2 ms (another
   /// rank that shares it runs; alone, the poll goes on at once), then
-  /// sleeps in pauses growing to 200 us. (Sleeping at once cost a 1F1B
-  /// step of the GPT-like sample 28 ms instead of 1.6 ms: every message
-  /// waited for the end of a pause.)
+  /// sleeps in pauses growing to 200 us. (Sleeping at once made a 1F1B
+  /// step of the GPT-like sample many times longer: every message waited
+  /// for the end of a pause; bench/results/log.md.)
   Status wait(std::vector<MPI_Request> &reqs, std::vector<MPI_Status> &st) {
     const auto start = std::chrono::steady_clock::now();
     int pauseUs = 0;

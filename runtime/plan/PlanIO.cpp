@@ -152,7 +152,7 @@ Status checkWeightRegions(const Plan &p) {
 
 /// `what` names the referrer: a string, or a callable that makes one only
 /// for an error (a large plan has millions of references, and formatting a
-/// description for each was a fifth of its validation).
+/// description for each showed in its validation time).
 template <typename What>
 Status checkTensorRef(const Plan &p, int32_t t, const What &what, bool allowNone) {
   if (allowNone && t == -1)

@@ -161,7 +161,7 @@ Status checkDevice(const Plan &p, int d) {
   auto find = [&](size_t k) { return instances.find(k); };
   int64_t time = 0;
   // `node` is the reader (null for a SEND); its text is built only for an
-  // error: formatting it for every read was a fifth of a large check.
+  // error: formatting it for every read showed in a large check's time.
   auto read = [&](int32_t t, unsigned mb, int i, const Node *node) -> Status {
     auto what = [&] { return node ? cat("node '", node->name(), "'") : std::string("SEND"); };
     const TensorInfo &ti = p.tensors(t);

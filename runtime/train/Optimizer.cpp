@@ -46,10 +46,9 @@ template <typename F> void forChunks(int64_t n, F body) {
 /// time inside a chunk: the prologue's pass over a piece leaves it in L1
 /// for the update, and the update's streams from memory keep flowing from
 /// piece to piece. With the prologue over the whole chunk first (16K
-/// elements), Adam with the squared sum took 4.12-4.29 ms over eight
-/// 1024 x 1024 layers on one thread against 3.24-3.28 for Adam alone; in
-/// pieces of 512 or 1024, 3.29-3.36; of 2048, 3.75-3.78
-/// (bench/GemmBench.cpp, 2026-11-27).
+/// elements) the squared sum added a large part to Adam's time; pieces of
+/// 512 or 1024 took it back to about Adam's alone, larger pieces did not
+/// (bench/GemmBench.cpp; bench/results/log.md).
 constexpr int64_t kProloguePiece = 1024;
 
 /// forChunks(n, body), with `prologue(lo, hi)` before `body(lo, hi)` on

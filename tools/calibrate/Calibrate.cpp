@@ -201,7 +201,7 @@ Expected<double> timeOptimizerStep(const std::string &kind, int64_t n, int repea
   return median(t) / static_cast<double>(n);
 }
 
-/// "2026-11-25 07:20 UTC".
+/// The time now as "YYYY-MM-DD HH:MM UTC".
 std::string utcNow() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -263,7 +263,8 @@ Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeT
   // producer's buffer, so the kernels see the data and the cache state of a
   // pass over the graph, as in a training step. (Timing each kernel alone,
   // over and over on the same inputs, measured it with its operands in L1
-  // and L2: the GPT-like sample's step came out 11-15% under piperun's.)
+  // and L2, and the predicted step came out under piperun's:
+  // bench/results/log.md.)
   std::unordered_map<const ir::Value *, Tensor> data;
   uint64_t seed = 1;
   auto buffer = [&](const ir::Value *v) -> void * {

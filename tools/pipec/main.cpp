@@ -256,10 +256,10 @@ Expected<std::unique_ptr<ir::Graph>> loadModel(const Options &o) {
 }
 
 /// The plan is written: exit without destroying the graph, the plan and
-/// the report, as compilers do (clang -disable-free). Freeing the millions
-/// of nodes, tensors and allocations of a large compile was 1.3 s of a
-/// 15 s one. Under AddressSanitizer the objects are destroyed as usual, so
-/// that LeakSanitizer still checks them.
+/// the report, as compilers do (clang -disable-free): freeing the millions
+/// of nodes, tensors and allocations of a large compile takes a noticeable
+/// part of it (bench/results/log.md). Under AddressSanitizer the objects
+/// are destroyed as usual, so that LeakSanitizer still checks them.
 void exitWithoutTeardown() {
 #if !defined(__SANITIZE_ADDRESS__)
   std::cout.flush();

@@ -7,17 +7,17 @@
 // (NC[D]HW / [G]OI[D]HW) layouts the graph uses. Everything else (f64, rank
 // > 5, a case oneDNN declines) runs im2col + a GEMM batched over groups per
 // image; im2col fills independent rows in parallel and LinalgBatchedGemm
-// tiles the GEMM independently of the thread count. One thread, oneDNN
-// measured 1.1-2.1x faster than the fallback on ResNet-like 3x3, 1x1, 7x7/2
-// and 1-D convolutions, and even on depthwise 3x3.
+// tiles the GEMM independently of the thread count. oneDNN is the faster
+// of the two on ResNet-like 3x3, 1x1, 7x7/2 and 1-D convolutions, and even
+// on depthwise 3x3 (bench/results/log.md).
 //
 // pipec:NhwcConv (made by channels-last, passes/Layout.cpp) is the same
 // convolution on X [N, H, W, C] and Y [N, OH, OW, M], with an optional
 // Relu or Clip applied to Y: oneDNN's primitive reads and writes that
 // layout itself (only the weights are reordered, once), the activation is
-// its eltwise post-op. Measured on an AVX-512 oneDNN (one thread, batch
-// 16): a 3x3 depthwise convolution over 96 channels at 16x16 ran 82 us,
-// its two reorders around it on the plain NCHW path 203 us more. Where
+// its eltwise post-op. On the plain NCHW path the two reorders around a
+// small convolution can cost more than the convolution itself (a depthwise
+// 3x3 of MobileNetV2 on AVX-512: bench/results/log.md). Where
 // oneDNN has no NHWC kernel of its own (AVX2), ungrouped convolutions run
 // on its blocked layout between reorders instead (makeDnnlConv says why).
 // Without oneDNN the loop runs on NCHW copies in the workspace.
@@ -273,10 +273,9 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = fals
     // On NHWC the primitive reads and writes the tensors as they are, but
     // where the output has 4 pixels or fewer and the channels come in 16s
     // (ResNet's last stage at 64x64: [16, 512, 2, 2]) oneDNN's direct
-    // kernel on 16-channel blocks beat its NHWC one by 1.6x with the
-    // weights out of cache (one thread: 1.6 against 2.6 ms; at 4x4 NHWC
-    // won, 1.26 against 1.35 ms), and the reorders of activations that
-    // small cost microseconds.
+    // kernel on 16-channel blocks beats its NHWC one with the weights out
+    // of cache (at 4x4 NHWC already wins: bench/results/log.md), and the
+    // reorders of activations that small cost next to nothing.
     const bool blocked = nhwc && g.G == 1 && g.C % 16 == 0 && g.M % 16 == 0 && g.outSpatial <= 4;
     auto block16 = [](const std::vector<int64_t> &d) {
       return memory::desc(linalgDnnlDims(d), memory::data_type::f32, memory::format_tag::nChw16c);
@@ -284,13 +283,10 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = fals
     // Where oneDNN has no kernel of its own for NHWC (brgconv: avx512_core
     // and up in oneDNN 2.6; on AVX2 its direct kernel takes NHWC at a
     // loss), the primitive runs on the blocked layout it picks, with
-    // reorders of X and Y around it. One thread, inference, 3x3 convolutions
-    // at batch 32 on an AVX2 Zen 3, ms NHWC against blocked with both
-    // reorders: 128 channels on 8x8 12.6 / 7.1, 11.9 / 9.2; 32 on 32x32
-    // 9.9 / 7.4, 7.7 / 7.3; 64 on 16x16 13.5 / 10.3, 8.0 / 9.5. The
-    // inference steps (four interleaved rounds): bench's cnn-like 1.09x,
-    // the zoo's resnet18 1.10x, resnet50 1.00x. Grouped convolutions keep
-    // NHWC.
+    // reorders of X and Y around it: on an AVX2 CPU the blocked kernel
+    // with both reorders beat NHWC on ungrouped 3x3 convolutions, and the
+    // CNNs' inference steps gained or held (bench/results/log.md). Grouped
+    // convolutions keep NHWC.
     const bool pick = nhwc && !blocked && g.G == 1 && !linalgDnnlHasNhwcConv();
     const memory::desc xc = blocked ? block16(cs.src) : nhwc && !pick ? xmd : any(cs.src),
                        yc = blocked ? block16(cs.dst) : nhwc && !pick ? ymd : any(cs.dst);

@@ -11,7 +11,7 @@
 //
 // f32 with 1-3 spatial dimensions runs oneDNN deconvolution_forward with
 // ONNX's weight layout described by strides (no reorder in our code;
-// measured 2.3x faster than the fallback on a 4x4/2 upsampling). The
+// faster than the fallback: docs/cpu-linalg-kernels.md). The
 // fallback computes col = W_g^T X_g per image (a GEMM batched over groups)
 // and scatters col into the output (col2im), in parallel over output
 // channels only, so each output element accumulates in a fixed order.

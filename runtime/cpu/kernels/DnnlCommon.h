@@ -71,8 +71,8 @@ inline dnnl::primitive_attr linalgDnnlAttr() {
 
 /// A primitive with its argument descriptors. The first run() wraps the raw
 /// pointers in memory objects; later runs only point those objects at the
-/// new buffers (dnnl_memory_create allocates, about a microsecond a call,
-/// which is most of a small LayerNormalization). So one object must not run
+/// new buffers (dnnl_memory_create allocates, which costs most of a small
+/// LayerNormalization: docs/cpu-linalg-kernels.md). So one object must not run
 /// on two threads at once: a kernel that runs a primitive on several threads
 /// holds a copy per thread (GradConv.cpp); a copy starts with no memory
 /// objects bound.
@@ -151,8 +151,9 @@ private:
 /// A primitive run on the layouts oneDNN prefers (format `any`, blocked for
 /// its JIT convolutions) between buffers in the graph's plain layouts:
 /// inputs are reordered into the workspace before it runs, outputs out of it
-/// after. Blocked layouts measured 1.3-7.5x faster than the plain ones' im2col
-/// + GEMM on 3x3 convolutions (one thread, reorders included; ConvGradPerf).
+/// after. Blocked layouts beat the plain ones' im2col + GEMM on 3x3
+/// convolutions even with the reorders included (ConvGradPerf;
+/// bench/results/log.md).
 /// The workspace holds the reordered copies, then one scratchpad that the
 /// primitives share (they run in turn).
 struct LinalgDnnlBlocked {
@@ -194,9 +195,8 @@ struct LinalgDnnlBlocked {
       if (chosen == plain[i])
         continue;
       // A 1x1 convolution's weight gradient in 16x16 tiles: transposed
-      // here, since oneDNN's reorder of that case ran at 2.5-4 GB/s
-      // (512x2048: 2.0 ms; its 3x3 ones and the other weight formats at
-      // 18-50 GB/s).
+      // here, since oneDNN's reorder of that case runs far below the rate
+      // of its 3x3 ones and the other weight formats (bench/results/log.md).
       const dnnl::memory::dims d = plain[i].dims();
       if (output[i] && d.size() == 4 && d[2] * d[3] == 1 && d[0] % 16 == 0 && d[1] % 16 == 0 &&
           plain[i] == linalgDnnlPlain({d[0], d[1], d[2], d[3]}) &&

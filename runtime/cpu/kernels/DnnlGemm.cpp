@@ -2,32 +2,27 @@
 //
 // LinalgBatchedGemm<float>::prepare asks here for one oneDNN matmul
 // primitive for its whole batch. The primitive is made where it beats the
-// per-GEMM sgemm calls (one thread, same minutes, us):
+// per-GEMM sgemm calls (the figures: docs/cpu-linalg-kernels.md):
 //
 //  - one GEMM with B transposed (input gradients of MatMul layers,
 //    dA = dY B^T), from kOneDnnMinMacs multiply-adds: oneDNN's sgemm runs
-//    it 1.3-1.9x slower (32x64x256 10.3 against 6.7, 32x64x192 7.8 against
-//    5.1, 16x64x256 7.9 against 4.1); from 32x64x64 to 1024x128x1024 the
-//    primitive was never slower. Without transB the two are within about
-//    10% either way (32x256x64: the primitive 13% slower), so those stay on
-//    sgemm. A GEMM with B transposed that runs in tiles gets a primitive
-//    per tile (LinalgBatchedGemm::prepare), on a dense destination: oneDNN
-//    takes its brgemm kernel only there (128x512x1024 with bias and Relu:
-//    546 us against 640-657 for the sgemm call).
-//  - a batch of two or more (attention's per-head products): 8 of 16x16x16
-//    2.0 against 1.4, 64 of 16x16x16 16.0 against 7.5, 8 of 8x8x8 4.7
-//    against 1.0, 8 of 64x64x64 28.7 against 23.4, 2 of 128x128x64 level.
-//    The primitive runs the batch on one thread, where the sgemm path
-//    spreads the GEMMs over the device's threads, so batches above 4
-//    MFLOP stay on it.
+//    it slower at a micro-batch's sizes, and over the shapes tried the
+//    primitive was never slower. Without transB neither is clearly ahead,
+//    so those stay on sgemm. A GEMM with B transposed that runs in tiles
+//    gets a primitive per tile (LinalgBatchedGemm::prepare), on a dense
+//    destination: oneDNN takes its brgemm kernel only there.
+//  - a batch of two or more (attention's per-head products), where the
+//    primitive's one call beats the per-GEMM calls on small products and
+//    its lead shrinks as they grow. The primitive runs the batch on one
+//    thread, where the sgemm path spreads the GEMMs over the device's
+//    threads, so batches above 4 MFLOP stay on it.
 //
 // A GEMM whose B changes only between steps (a layer's weights:
 // OpDesc::stepInvariant) runs in inference as a matmul on B reordered into
 // oneDNN's blocked layout once and kept (linalgDnnlGemmPreparePacked): the
-// sgemm call and the plain-layout primitive pack B on every call. (In
-// training the reorder would run every step and cost more than it saves.) One thread, us: 128x1024x1024 with B
-// transposed 1297 (sgemm), 1123 (plain primitive), 1014 (packed);
-// 128x256x1024 325, 281, 254; 1024x256x256 526, 522, 506.
+// sgemm call and the plain-layout primitive pack B on every call, so the
+// packed primitive is the fastest of the three (bench/results/log.md). (In
+// training the reorder would run every step and cost more than it saves.)
 //
 // LinalgBatchedGemm::prepare also asks for plain-layout primitives that
 // oneDNN runs with its brgemm kernel (linalgDnnlGemmPrepareBrgemm, null

@@ -122,9 +122,10 @@ constexpr int64_t kChunk = 1 << 14;
 /// parallel when there is more than one chunk. In the parallel case `f`
 /// runs inside OpenMP's outlined function, where the variables a
 /// by-reference lambda captured are memory that every store in the loop
-/// might alias: GCC reloads them per element and does not vectorize (a
-/// ReluGrad of 32768 floats took 60x longer than of 16384). Lambdas copy
-/// their pointers into local __restrict variables before the loop.
+/// might alias: GCC reloads them per element and does not vectorize, so a
+/// kernel of two chunks can take many times as long as one of a chunk
+/// (bench/results/log.md). Lambdas copy their pointers into local
+/// __restrict variables before the loop.
 template <typename F> void parallelChunks(int64_t n, int64_t chunk, F &&f) {
   if (n <= 0)
     return;

@@ -5,8 +5,9 @@
 //       [max(0, c - floor((size - 1) / 2)), min(C - 1, c + ceil((size - 1) / 2))]
 //   Y = X / (bias + alpha / size * square_sum) ^ beta
 // f32 with an odd size runs oneDNN's lrn_forward (across channels, the same
-// formula and window; measured 2.8x faster than the loop). Even sizes have
-// an asymmetric window, which oneDNN's is not, so a loop does them (and f64):
+// formula and window; faster than the loop: docs/cpu-linalg-kernels.md).
+// Even sizes have an asymmetric window, which oneDNN's is not, so a loop
+// does them (and f64):
 // (n, c) planes in parallel, each summing its window of channels in
 // ascending order (thread-count independent).
 //

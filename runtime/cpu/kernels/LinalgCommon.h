@@ -40,8 +40,7 @@ template <typename T> using LinalgAcc = std::conditional_t<std::is_floating_poin
 /// Sum of f(i) over i in [0, n) in double, in 16 interleaved lanes (lane j
 /// takes the i = j mod 16) combined in a fixed order: the order depends on
 /// n only, and the compiler can vectorize the lanes, which one serial chain
-/// of dependent additions would not allow (LayerNormalizationGrad of 64 rows
-/// of 64 columns: 10.5 -> 5.5 us).
+/// of dependent additions would not allow.
 template <typename F> double laneSum(int64_t n, F &&f) {
   double acc[16] = {};
   int64_t i = 0;
@@ -51,8 +50,8 @@ template <typename F> double laneSum(int64_t n, F &&f) {
   for (int j = 0; i < n; ++i, ++j)
     acc[j] += f(i);
   // The lanes pairwise, halving: written out, since GCC 12 kept the loop
-  // over the width scalar, through the stack (LayerNormalizationGrad of
-  // 32 rows of 64 columns, four sums a row: 4.0 -> 3.2 us, same bits).
+  // over the width scalar, through the stack; the order, and so the bits,
+  // are the same either way.
   for (int j = 0; j < 8; ++j)
     acc[j] += acc[j + 8];
   for (int j = 0; j < 4; ++j)
@@ -266,10 +265,9 @@ inline constexpr double kPackedMinMacs = 1 << 20;
 inline constexpr double kBatchPrimitiveMaxFlops = 4e6;
 /// The fewest rows a packed GEMM's blocks of whole rows may have
 /// (LinalgBatchedGemm::prepare); below, it is cut into blocks of columns.
-/// Each block reads all of B: the MLP's 128x1024x1024 layers in two blocks
-/// of 64 rows ran 6% slower on one thread and 12% on two than in blocks
-/// of columns (inference, interleaved, 2026-11-27), its 4 MB weights
-/// coming from memory twice.
+/// Each block reads all of B, so thinner blocks read B from memory more
+/// often: the MLP's 128x1024x1024 layers ran slower in two blocks of 64
+/// rows than in blocks of columns (docs/cpu-linalg-kernels.md).
 inline constexpr int64_t kPackedBlockRows = 128;
 /// The fewest rows of K each part of a GEMM cut along K has
 /// (LinalgBatchedGemm::prepare).
@@ -412,11 +410,9 @@ template <typename T> struct LinalgBatchedGemm {
   /// product), at most 8; the grid of tiles as square as the shape allows
   /// (tiles at least 128 rows and columns), the longer side cut more.
   /// Each tile call packs its own panels of A and B, so fewer and squarer
-  /// grids pack less: measured on one thread, a layer's 1024 x 256 weight
-  /// gradient (A transposed, K 1024) ran at 195 GFLOP/s in four 256 x 256
-  /// tiles and 220 in four 512 x 128 ones, its 256 x 1024 x 1024 one at 231
-  /// in four tiles and 243 in two. The tiling depends on the shape alone,
-  /// never on the thread count.
+  /// grids pack less (a layer's weight gradients ran faster in fewer or
+  /// squarer tiles: docs/cpu-linalg-kernels.md). The tiling depends on the
+  /// shape alone, never on the thread count.
   Tiling tiling() const {
     double work = 2.0 * double(M) * double(N) * double(K);
     int64_t target = static_cast<int64_t>(std::clamp(work / 128e6, 1.0, 8.0));
@@ -466,18 +462,13 @@ template <typename T> struct LinalgBatchedGemm {
       if (!machine.oneDnn || batch == 0 || M <= 0 || N <= 0 || K <= 0)
         return c;
       // The sgemm tiles' library. Without brgemm (AVX2), oneDNN 2.6's
-      // sgemm runs products with B plain (NN, and A transposed: TN) at
-      // about half of OpenBLAS's rate on some of the training step's
-      // shapes, where B is 64-byte aligned (the runtime's buffers are):
-      // one thread, operands out of cache, GFLOP/s oneDNN against
-      // OpenBLAS, on an AVX2 Zen 3 (docs/cpu-linalg-kernels.md):
-      // 128x1024x1024 NN 37-38 against 68-73, TN 35-39 against 65-81;
-      // 1024x256x1024 TN 35-38 against 67-77; 1024x256x256 TN 39-41
-      // against 70-75. OpenBLAS held 57-87 on every shape and
-      // transposition timed; with B transposed (NT, the forward layers)
-      // oneDNN was as fast or faster (128x1024x1024 64-80 against 59-74).
-      // With brgemm (avx512_core) oneDNN's sgemm is about twice
-      // OpenBLAS's AVX2 kernels (Gemm.h).
+      // sgemm runs products with B plain (NN, and A transposed: TN) well
+      // below OpenBLAS's rate on some of the training step's shapes, where
+      // B is 64-byte aligned (the runtime's buffers are); OpenBLAS held its
+      // rate on every shape and transposition timed, and with B transposed
+      // (NT, the forward layers) oneDNN was as fast or faster
+      // (docs/cpu-linalg-kernels.md). With brgemm (avx512_core) oneDNN's
+      // sgemm beats OpenBLAS's AVX2 kernels (Gemm.h).
       c.openBlasTiles = !machine.brgemm && !(tb && !ta);
       const Tiling tl = tiling();
       const int64_t count = tl.tm * tl.tn, mc = (M + count - 1) / count;
@@ -495,15 +486,13 @@ template <typename T> struct LinalgBatchedGemm {
       // layout the first one holds (one copy of B; each block rereads all
       // of B, so blocks have at least kPackedBlockRows rows: 32
       // multiply-adds a byte of B). A GELU runs after each block as the
-      // sgemm tiles' epilogue computes it: oneDNN's post-op cost more
-      // (2332 us against 2030 without). Timed alone on one thread,
-      // 1024x1024x256 with bias and GELU erf: 2639 us in 512 x 512 sgemm
-      // tiles, 2271 in four 256-row blocks. oneDNN keeps B's plain layout
-      // where A is transposed: those keep the tiles. Where the tiles span
-      // all rows (tm == 1): a packed primitive per column block, each
-      // holding its block of B (blocks of 64 whole rows, the MLP's
-      // 128x1024x1024 in two, ran slower: kPackedBlockRows), each block
-      // at least kPackedMinMacs.
+      // sgemm tiles' epilogue computes it: oneDNN's post-op cost more.
+      // The blocks beat the sgemm tiles (docs/cpu-linalg-kernels.md).
+      // oneDNN keeps B's plain layout where A is transposed: those keep
+      // the tiles. Where the tiles span all rows (tm == 1): a packed
+      // primitive per column block, each holding its block of B (blocks
+      // of 64 whole rows, the MLP's 128x1024x1024 in two, ran slower:
+      // kPackedBlockRows), each block at least kPackedMinMacs.
       const bool packable = brgemm && bStepInvariant;
       if (packable && tl.tm > 1 && ldc == N && !ta && mc >= kPackedBlockRows)
         c.packedRows = mc;
@@ -514,11 +503,8 @@ template <typename T> struct LinalgBatchedGemm {
       // least four times as wide as K is deep (a layer that widens its
       // input, and the input gradient of one that narrows it): each
       // block's primitive packs B itself, and its dense destination takes
-      // oneDNN's brgemm. Two threads, operands out of cache, four blocks
-      // against 2x2 tiles, us: 1024x1024x256 1146-1157 against 1289-1309,
-      // B transposed 1153-1194 against 1220-1243, 1024x2048x256 2204-2275
-      // against 2432-2522. Narrower, the tiles were as fast or faster:
-      // 1024x768x256 915-920 against 827-840.
+      // oneDNN's brgemm. The blocks won on products this wide; on narrower
+      // ones the tiles were as fast or faster (docs/cpu-linalg-kernels.md).
       if (brgemm && !ta && N >= 4 * K && ldc == N && tl.tm > 1 && mc >= kPackedBlockRows)
         c.plainRows = mc;
       // One GEMM of several tiles with B transposed: a plain-layout
@@ -536,12 +522,10 @@ template <typename T> struct LinalgBatchedGemm {
       // and B, which oneDNN runs as brgemm; cut into tiles, A's columns
       // are strided and it does not. Part 0 writes C (with beta), the
       // others a dense buffer each, and C then adds them in part order:
-      // the sums depend on the shape only. Two threads, operands out of
-      // cache, us: 1024x256x1024 1207-1326 in two parts against 1383-1457
-      // in 2x2 sgemm tiles, 1024x512x1024 2320-2351 against 2768-2960.
+      // the sums depend on the shape only. The parts beat 2x2 sgemm tiles
+      // where C is at least as tall as wide (docs/cpu-linalg-kernels.md).
       // Where C is wider than tall A is the smaller operand, the tiles
-      // read it well, and the partial sums cost more than brgemm saves:
-      // 256x1024x1024 1204-1275 against 1185-1204.
+      // read it well, and the partial sums cost more than brgemm saves.
       if (brgemm && ta && !tb && M >= N && ldc == N && count > 1 && act == FusedActivation::None && !bias) {
         int64_t parts = std::min<int64_t>(count >= 8 ? 4 : 2, K / kSplitMinK);
         const int64_t kc = parts >= 2 ? roundUp16((K + parts - 1) / parts) : K;
@@ -722,8 +706,8 @@ template <typename T> struct LinalgBatchedGemm {
   /// the same order whatever the device's thread count).
   /// `packed`: B never changes (inference), so a packed primitive's
   /// reorder of it runs once; in training B changes every step, and its
-  /// reorder (0.7 ms of a 1.8 ms 128x1024x1024 step on one thread) costs
-  /// more than packing saves, so the plain path runs.
+  /// reorder costs more than packing saves (bench/results/log.md), so the
+  /// plain path runs.
   /// `biasData`: the epilogue's bias (N values) when `bias` is set.
   Status runPrepared(const T *A, const T *B, T *C, void *workspace, bool packed = false,
                      const T *biasData = nullptr) const {
@@ -1089,8 +1073,9 @@ inline Status linalgCheckSpatialOut(const OpDesc &d, const TensorDesc &desc, int
 /// the lanes persist from segment to segment and are added pairwise at the
 /// end (laneSum's order), so the order depends on the shape only. Where the
 /// runs are short (a channel of a 4x4 or 2x2 feature map) the lanes still
-/// give independent chains: BatchNormalization's per-channel sums on
-/// ResNet-50's layers ran about 3x faster than one running double sum.
+/// give independent chains, where one running double sum per run would be
+/// a chain of dependent additions (BatchNormalization's per-channel sums on
+/// ResNet-50's layers: docs/cpu-linalg-kernels.md).
 template <int K, typename F>
 void linalgSegmentLaneSums(int64_t segments, int64_t len, F &&f, double (&sums)[K]) {
   double acc[K][16] = {};

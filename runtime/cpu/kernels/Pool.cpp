@@ -8,8 +8,8 @@
 // f32 windowed pools use oneDNN pooling_v2_forward when it computes the
 // same thing: ceil_mode is expressed as extra end padding, which oneDNN's
 // include-padding average would count, so that case (and Indices, and
-// other types) uses the loop, 3-6x slower than oneDNN (2-D max 3x3/2, avg
-// 2x2/2 and 3x3/1, one thread). The loop works per (n, c) plane in parallel;
+// other types) uses the loop, which is slower than oneDNN's JIT kernels
+// (docs/cpu-linalg-kernels.md). The loop works per (n, c) plane in parallel;
 // each output reads its window in a fixed order. In ceil_mode the divisor of
 // count_include_pad counts the positions inside the padded input only.
 //
@@ -316,8 +316,8 @@ LinalgDnnlPrim makeDnnlPool(const PoolGeom &g, int64_t N, int64_t C, bool nhwc =
                                   linalgDnnlDims(dil), linalgDnnlDims(pl), linalgDnnlDims(pr));
     pooling_v2_forward::primitive_desc pd(pdsc, linalgDnnlAttr(), linalgDnnlEngine());
     // Where oneDNN has no JIT kernel for the case it falls back to a
-    // reference one: VGG's first 2x2/2 max pool (4x64x224x224) took 45 ms
-    // there against 9 ms in the loop below.
+    // reference one, slower than the loop below (VGG's first 2x2/2 max
+    // pool: docs/cpu-linalg-kernels.md).
     if (linalgDnnlIsReference(pd.impl_info_str()))
       return LinalgDnnlPrim();
     p.init<pooling_v2_forward>(pd);

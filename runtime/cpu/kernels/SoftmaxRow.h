@@ -6,11 +6,11 @@
 // with i mod kSoftmaxLanes = l, in index order), which the vectorizer keeps
 // in registers, then combined in a fixed tree (lane l with l + 8, then
 // l + 4, ...): the same sum for any thread count and schedule. A serial
-// float sum cannot be vectorized; it took 2.1 of the GPT-like model's 36
-// ms. The CUDA kernels' rows add the same way (cuda::body::treeSum). For
-// Softmax x and y may be the same buffer (LogSoftmax rereads x). Also the
-// layout of a mask over a softmax's rows (pipec:MaskedSoftmax and
-// pipec:Attention).
+// float sum cannot be vectorized, and took a noticeable part of the
+// GPT-like model's step (bench/results/log.md). The CUDA kernels' rows add
+// the same way (cuda::body::treeSum). For Softmax x and y may be the same
+// buffer (LogSoftmax rereads x). Also the layout of a mask over a
+// softmax's rows (pipec:MaskedSoftmax and pipec:Attention).
 //
 // A float row runs as explicit vector code, chosen when the process starts
 // (runtime/cpu/CpuIsa.h): with AVX-512 the 16 lanes are one register, with
@@ -18,11 +18,11 @@
 // (the two AVX2 registers added, or the AVX-512 register's halves, then
 // halvings), and the exponentials are summed as they are made: the same
 // operations on the same pairs, so every path is bitwise
-// softmaxRowGeneric (ElementwiseKernelsTest: SoftmaxRow.*). On
-// attention's 128-wide rows the AVX-512 row took 0.30 ns an element
-// against 0.76 for the loops below, where the two trees, walked element by
-// element through memory, and the separate passes cost more than the
-// row's arithmetic.
+// softmaxRowGeneric (ElementwiseKernelsTest: SoftmaxRow.*). The vector
+// rows are faster than the loops below, where the two trees, walked
+// element by element through memory, and the separate passes cost more
+// than the row's arithmetic (attention's 128-wide rows:
+// bench/results/log.md).
 //
 //===----------------------------------------------------------------------===//
 #pragma once

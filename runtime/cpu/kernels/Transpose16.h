@@ -2,9 +2,9 @@
 //
 // The 16x16 transpose of 4-byte elements that Transpose's kernel and the
 // weight-gradient reorder of 1x1 convolutions (DnnlCommon.h) share, in
-// registers instead of 256 single-element loads and stores (a 16 KiB
-// transpose of the GPT-like sample's logits took 2.6 us element by
-// element): one AVX-512 pass where the CPU has it (runtime/cpu/CpuIsa.h),
+// registers instead of 256 single-element loads and stores (which made
+// the GPT-like sample's transpose of its logits slow: bench/results/log.md):
+// one AVX-512 pass where the CPU has it (runtime/cpu/CpuIsa.h),
 // else four 8x8 AVX2 blocks. A transpose moves bits: every path gives the
 // same result (ElementwiseKernelsTest: Transpose16.*).
 //

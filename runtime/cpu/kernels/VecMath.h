@@ -3,8 +3,8 @@
 // Float exp, tanh and erf as branch-free inline code that GCC's loop
 // vectorizer turns into SIMD. libm's expf / tanhf / erff are scalar calls
 // (glibc's vector variants are only used under -ffast-math, which we do not
-// build with), so a loop that calls them does not vectorize: on 16384 floats
-// (AVX2) Exp took 92 us and Tanh 446 us with libm. Selects are written as
+// build with), so a loop that calls them does not vectorize and runs
+// element by element (bench/results/log.md). Selects are written as
 // `?:` on values computed unconditionally, and bit tricks use std::bit_cast
 // on unsigned integers (floatBits, bitsFloat: runtime/cuda/Hd.h). The
 // functions are PIPEC_HD: the CUDA kernels run the same code.
@@ -101,7 +101,7 @@ PIPEC_HD inline float tanhApprox(float x) {
 
 /// erf for float as a rational function of x on [-4, 4] (erf(4) rounds to
 /// 1 in float): branch-free, so the loop vectorizes, where libm's erff is a
-/// scalar call of about 20 ns. Largest error against erf in double: 3.8e-7
+/// scalar call per element. Largest error against erf in double: 3.8e-7
 /// absolute, measured over [-10, 10] in steps of 5e-6 (ElementwiseKernelsTest
 /// checks it). Doubles use std::erf.
 PIPEC_HD inline float erfRational(float x) {
