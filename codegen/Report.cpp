@@ -7,6 +7,7 @@
 #include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
+#include "support/TimelineSvg.h"
 #include "support/Json.h"
 
 #include <algorithm>
@@ -286,10 +287,6 @@ std::string renderReportText(const json &r) {
 }
 
 namespace {
-int px(double v, double max, int width) {
-  return max > 0 ? static_cast<int>(v / max * width + 0.5) : 0;
-}
-
 /// Per stage: predicted time per micro-batch (stacked forward, backward,
 /// recompute, send), forward FLOPs, and the memory breakdown against the
 /// budget (a red line).
@@ -329,7 +326,7 @@ std::string balanceSvg(const json &r) {
     os << "<text x=\"0\" y=\"" << y + 18 << "\" font-size=\"12\">stage " << i << "</text>\n";
     int x = x0;
     for (const auto &[key, color] : kTime) {
-      int w = px(s[key].get<double>(), maxT, barW);
+      int w = scalePixels(s[key].get<double>(), maxT, barW);
       os << "<rect class=\"time\" x=\"" << x << "\" y=\"" << y << "\" width=\"" << w
          << "\" height=\"12\" fill=\"" << color << "\"><title>" << key << " "
          << formatSeconds(s[key].get<double>()) << "</title></rect>\n";
@@ -337,14 +334,14 @@ std::string balanceSvg(const json &r) {
     }
     os << "<text x=\"" << x + 4 << "\" y=\"" << y + 10 << "\" font-size=\"10\">"
        << formatSeconds(s["stage_seconds_per_micro_batch"].get<double>()) << "</text>\n";
-    int wf = px(s["forward_flops_per_micro_batch"].get<double>(), maxF, barW);
+    int wf = scalePixels(s["forward_flops_per_micro_batch"].get<double>(), maxF, barW);
     os << "<rect class=\"flops\" x=\"" << x0 << "\" y=\"" << y + 14 << "\" width=\"" << wf
        << "\" height=\"8\" fill=\"#1f3f77\"><title>"
        << formatCount(s["forward_flops_per_micro_batch"].get<double>(), "FLOP") << "</title></rect>\n";
     x = x0;
     for (const auto &[key, color] : kMem) {
       double v = s["predicted_memory"][key].get<double>();
-      int w = px(v, maxM, barW);
+      int w = scalePixels(v, maxM, barW);
       os << "<rect class=\"memory\" x=\"" << x << "\" y=\"" << y + 24 << "\" width=\"" << w
          << "\" height=\"12\" fill=\"" << color << "\"><title>" << key << " " << formatBytes(v)
          << "</title></rect>\n";
@@ -354,7 +351,7 @@ std::string balanceSvg(const json &r) {
        << formatBytes(s["predicted_memory"]["total"].get<double>()) << "</text>\n";
   }
   if (budgetShown) {
-    int bx = x0 + px(budget, maxM, barW);
+    int bx = x0 + scalePixels(budget, maxM, barW);
     os << "<line class=\"budget\" x1=\"" << bx << "\" y1=\"32\" x2=\"" << bx << "\" y2=\"" << H - 4
        << "\" stroke=\"#cc0000\" stroke-width=\"2\"/>\n";
   }
@@ -365,56 +362,23 @@ std::string balanceSvg(const json &r) {
 /// GPipe's figure 2 from the simulation: per device, boxes F(mb), B(mb),
 /// W(mb), R(mb) and the optimizer over predicted time.
 std::string timelineSvg(const json &r) {
-  std::ostringstream os;
   const json &tl = r["timeline"];
   const double T = r["predicted_step_seconds"].get<double>();
-  const int x0 = 70, plotW = 900, rowH = 26;
-  int K = static_cast<int>(tl.size());
-  int W = x0 + plotW + 10, H = 46 + rowH * K;
-  os << "<svg id=\"pipeline-timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
-     << "\" height=\"" << H << "\">\n";
-  os << "<text x=\"0\" y=\"14\" font-size=\"12\">simulated step (" << escapeHtml(formatSeconds(T))
-     << ", " << r["timeline_source"].get<std::string>()
-     << " programs): F forward, B backward, W weight gradient, R recompute, opt optimizer; "
-        "gaps are the bubble</text>\n";
-  static const std::pair<const char *, const char *> kStyle[] = {
-      {"F", "fwd\" fill=\"#6aa84f"},  {"B", "bwd\" fill=\"#3d85c6"},
-      {"W", "wgrad\" fill=\"#76a5af"}, {"R", "recompute\" fill=\"#8e7cc3"},
-      {"send", "send\" fill=\"#cccccc"}, {"opt", "opt\" fill=\"#e69138"}};
-  for (int d = 0; d < K; ++d) {
-    int y = 24 + rowH * d;
-    os << "<text x=\"0\" y=\"" << y + 15 << "\" font-size=\"12\">device " << d << "</text>\n";
-    for (const json &ev : tl[static_cast<size_t>(d)]) {
-      std::string op = ev["op"].get<std::string>();
-      if (op == "recv")
-        continue;
-      double s = ev["start"].get<double>(), e = ev["end"].get<double>();
-      if (e <= s)
-        continue;
-      const char *style = "opt\" fill=\"#e69138";
-      for (const auto &[name, st] : kStyle)
-        if (op == name)
-          style = st;
-      int x = x0 + px(s, T, plotW), w = std::max(1, px(e - s, T, plotW));
-      int mb = ev["micro_batch"].get<int>();
-      std::string label = op == "opt" || op == "send" ? op : op + std::to_string(mb);
-      os << "<rect class=\"" << style << "\" x=\"" << x << "\" y=\"" << y << "\" width=\"" << w
-         << "\" height=\"20\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" << label
-         << " on device " << d << ": " << formatSeconds(s) << " to " << formatSeconds(e)
-         << "</title></rect>\n";
-      if (w >= 8 * static_cast<int>(label.size()) && op != "send")
-        os << "<text x=\"" << x + 2 << "\" y=\"" << y + 14 << "\" font-size=\"10\">" << label
-           << "</text>\n";
+  std::vector<std::vector<TimelineBox>> devices(tl.size());
+  for (size_t d = 0; d < tl.size(); ++d)
+    for (const json &ev : tl[d]) {
+      const std::string op = ev["op"].get<std::string>();
+      const int mb = ev["micro_batch"].get<int>();
+      devices[d].push_back({op, op == "opt" || op == "send" ? op : op + std::to_string(mb),
+                            ev["start"].get<double>(), ev["end"].get<double>()});
     }
-  }
-  int ya = 24 + rowH * K + 4;
-  os << "<line x1=\"" << x0 << "\" y1=\"" << ya << "\" x2=\"" << x0 + plotW << "\" y2=\"" << ya
-     << "\" stroke=\"#000000\"/>\n";
-  os << "<text x=\"" << x0 << "\" y=\"" << ya + 14 << "\" font-size=\"10\">0</text>\n";
-  os << "<text x=\"" << x0 + plotW - 60 << "\" y=\"" << ya + 14 << "\" font-size=\"10\">"
-     << escapeHtml(formatSeconds(T)) << "</text>\n";
-  os << "</svg>\n";
-  return os.str();
+  TimelineSvgOptions o;
+  o.attributes = "id=\"pipeline-timeline\"";
+  o.captionHtml = "simulated step (" + escapeHtml(formatSeconds(T)) + ", " + r["timeline_source"].get<std::string>() +
+                  " programs): F forward, B backward, W weight gradient, R recompute, opt optimizer; "
+                  "gaps are the bubble";
+  o.axisX = 70;
+  return pipec::timelineSvg(devices, T, o);
 }
 } // namespace
 

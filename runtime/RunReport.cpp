@@ -5,6 +5,7 @@
 #include "runtime/plan/Predicted.h"
 #include "support/FileIO.h"
 #include "support/Format.h"
+#include "support/TimelineSvg.h"
 #include "support/Json.h"
 
 #include <algorithm>
@@ -335,48 +336,19 @@ Expected<json> comparePrediction(const Session &session, size_t top) {
 
 namespace {
 
-int px(double v, double max, int width) {
-  return max > 0 ? static_cast<int>(v / max * width + 0.5) : 0;
-}
-
-/// One timeline (devices as rows) on the time scale [0, T].
-void timelineSvg(std::ostream &os, const json &timeline, double T, const std::string &title) {
-  const int rowH = 26, x0 = 90, plotW = 900;
-  const int K = static_cast<int>(timeline.size());
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"timeline\" width=\"" << x0 + plotW + 10
-     << "\" height=\"" << 24 + rowH * K + 24 << "\">\n";
-  os << "<text x=\"0\" y=\"14\" font-size=\"12\">" << escapeHtml(title) << "</text>\n";
-  static const std::pair<const char *, const char *> kFill[] = {
-      {"F", "#6aa84f"}, {"B", "#3d85c6"}, {"W", "#76a5af"},
-      {"R", "#8e7cc3"}, {"send", "#cccccc"}, {"opt", "#e69138"}};
-  for (int d = 0; d < K; ++d) {
-    const int y = 24 + rowH * d;
-    os << "<text x=\"0\" y=\"" << y + 15 << "\" font-size=\"12\">device " << d << "</text>\n";
-    for (const json &ev : timeline[static_cast<size_t>(d)]) {
-      const std::string kind = ev["kind"].get<std::string>();
-      const double s = ev["start"].get<double>(), e = ev["end"].get<double>();
-      if (kind == "recv" || e <= s)
-        continue;
-      const char *fill = "#999999";
-      for (const auto &[k, f] : kFill)
-        if (kind == k)
-          fill = f;
-      const int x = x0 + px(s, T, plotW), w = std::max(1, px(e - s, T, plotW));
-      const std::string label = ev["label"].get<std::string>();
-      os << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"20\" fill=\""
-         << fill << "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" << escapeHtml(label)
-         << " on device " << d << ": " << formatSeconds(s) << " to " << formatSeconds(e)
-         << "</title></rect>\n";
-      if (kind != "send" && w >= 7 * static_cast<int>(label.size()))
-        os << "<text x=\"" << x + 2 << "\" y=\"" << y + 14 << "\" font-size=\"10\">"
-           << escapeHtml(label) << "</text>\n";
-    }
-  }
-  const int ya = 24 + rowH * K + 4;
-  os << "<line x1=\"" << x0 << "\" y1=\"" << ya << "\" x2=\"" << x0 + plotW << "\" y2=\"" << ya
-     << "\" stroke=\"#000000\"/>\n<text x=\"" << x0 << "\" y=\"" << ya + 14
-     << "\" font-size=\"10\">0</text>\n<text x=\"" << x0 + plotW - 60 << "\" y=\"" << ya + 14
-     << "\" font-size=\"10\">" << escapeHtml(formatSeconds(T)) << "</text>\n</svg>\n";
+/// A timeline of comparePrediction's (devices as rows) on the time scale
+/// [0, T].
+std::string timeline(const json &timeline, double T, const std::string &title) {
+  std::vector<std::vector<TimelineBox>> devices(timeline.size());
+  for (size_t d = 0; d < timeline.size(); ++d)
+    for (const json &ev : timeline[d])
+      devices[d].push_back({ev["kind"].get<std::string>(), ev["label"].get<std::string>(),
+                            ev["start"].get<double>(), ev["end"].get<double>()});
+  TimelineSvgOptions o;
+  o.attributes = "class=\"timeline\"";
+  o.captionHtml = escapeHtml(title);
+  o.axisX = 90;
+  return timelineSvg(devices, T, o);
 }
 
 } // namespace
@@ -397,8 +369,8 @@ std::string renderRunReportHtml(const json &c) {
      << " (step " << c["measured"]["step_index"].get<size_t>() << " of "
      << c["measured"]["steps"].get<size_t>() << " traced, the median length). Both on one time scale.</p>\n";
   os << "<h2>Timelines</h2>\n";
-  timelineSvg(os, c["predicted"]["timeline"], T, "predicted (the plan's times, simulated)");
-  timelineSvg(os, c["measured"]["timeline"], T, "measured");
+  os << timeline(c["predicted"]["timeline"], T, "predicted (the plan's times, simulated)");
+  os << timeline(c["measured"]["timeline"], T, "measured");
   os << "<h2>Devices</h2>\n<table id=\"devices\"><tr><th>device</th><th>busy predicted</th>"
         "<th>busy measured</th><th>idle predicted</th><th>idle measured</th>"
         "<th>memory model</th><th>planned peak</th><th>measured peak</th></tr>\n";
