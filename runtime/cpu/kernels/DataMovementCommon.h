@@ -166,6 +166,40 @@ inline int64_t targetAt(const LossLayout &l, const void *target, int64_t p) {
                                     : static_cast<const int32_t *>(target)[p];
 }
 
+/// The tail both losses share, over the `len` positions of block `b`
+/// starting at position `first` of the [N, D] view: each position's loss is
+/// `term(j, t)` (-log p of its target t) times the target's weight, 0 where
+/// the target is ignored; written to out[p] (reduction none) or summed with
+/// the weights into the block's (loss, weight) pair of `sums`. Not inlined:
+/// one compiled copy serves the serial and the threaded loop over blocks,
+/// so that the compiler's contraction of `loss += term * weight` into an
+/// FMA cannot differ between them (float64 sums would then depend on the
+/// thread count).
+template <typename T, typename Term>
+__attribute__((noinline)) void lossBlockTail(const LossLayout &l, const void *target, const T *weights, T *out, double *sums, int64_t b,
+                   int64_t first, int64_t len, Term term) {
+  const bool none = l.reduction == Reduction::None;
+  double loss = 0.0, weight = 0.0;
+  for (int64_t j = 0; j < len; ++j) {
+    const int64_t p = first + j, t = targetAt(l, target, p);
+    T lv = 0, wv = 0;
+    if (!(l.hasIgnore && t == l.ignoreIndex)) {
+      wv = weights ? weights[t] : T(1);
+      lv = term(j, t) * wv;
+    }
+    if (none) {
+      out[p] = lv;
+    } else {
+      loss += lv;
+      weight += wv;
+    }
+  }
+  if (!none) {
+    sums[2 * b] = loss;
+    sums[2 * b + 1] = weight;
+  }
+}
+
 /// Sums the per-block (loss, weight) pairs in block order and writes the
 /// reduced loss (sum, or sum / total weight for mean) to `out`.
 template <typename T>

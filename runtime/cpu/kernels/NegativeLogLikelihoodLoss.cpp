@@ -40,31 +40,13 @@ private:
     const auto *w = l_.hasWeight ? static_cast<const T *>(in[2]) : nullptr;
     auto *o = static_cast<T *>(out[0]);
     const int64_t bpe = l_.blocksPerExample(), blocks = l_.numBlocks();
-    const bool none = l_.reduction == dm::Reduction::None;
     parallelFor(blocks, l_.n * l_.d >= 16384, [&](int64_t b) {
       const int64_t n = b / bpe, d0 = (b % bpe) * dm::LossLayout::kBlock;
       const int64_t d1 = std::min(l_.d, d0 + dm::LossLayout::kBlock);
-      double loss = 0.0, weight = 0.0;
-      for (int64_t dd = d0; dd < d1; ++dd) {
-        const int64_t p = n * l_.d + dd, t = dm::targetAt(l_, in[1], p);
-        T lv = 0, wv = 0;
-        if (!(l_.hasIgnore && t == l_.ignoreIndex)) {
-          wv = w ? w[t] : T(1);
-          lv = -x[(n * l_.c + t) * l_.d + dd] * wv;
-        }
-        if (none) {
-          o[p] = lv;
-        } else {
-          loss += lv;
-          weight += wv;
-        }
-      }
-      if (!none) {
-        sums[2 * b] = loss;
-        sums[2 * b + 1] = weight;
-      }
+      dm::lossBlockTail(l_, in[1], w, o, sums, b, n * l_.d + d0, d1 - d0,
+                        [&](int64_t j, int64_t t) { return -x[(n * l_.c + t) * l_.d + d0 + j]; });
     });
-    if (!none)
+    if (l_.reduction != dm::Reduction::None)
       dm::finishLoss(l_, sums, o);
   }
 

@@ -52,7 +52,6 @@ private:
     T *lp = logProb_ ? static_cast<T *>(out[1]) : nullptr;
     const int64_t C = l_.c, D = l_.d;
     const int64_t bpe = l_.blocksPerExample(), blocks = l_.numBlocks();
-    const bool none = l_.reduction == dm::Reduction::None;
     parallelFor(blocks, l_.n * C * D >= 16384, [&](int64_t b) {
       const int64_t n = b / bpe, d0 = (b % bpe) * kBlock;
       const int64_t len = std::min(D, d0 + kBlock) - d0;
@@ -93,27 +92,10 @@ private:
           for (int64_t j = 0; j < len; ++j)
             lb[c * D + j] = static_cast<T>(xb[c * D + j] - lse[j]);
       }
-      double loss = 0.0, weight = 0.0;
-      for (int64_t j = 0; j < len; ++j) {
-        const int64_t p = n * D + d0 + j, t = dm::targetAt(l_, in[1], p);
-        T lv = 0, wv = 0;
-        if (!(l_.hasIgnore && t == l_.ignoreIndex)) {
-          wv = w ? w[t] : T(1);
-          lv = static_cast<T>(lse[j] - xb[t * D + j]) * wv;
-        }
-        if (none) {
-          o[p] = lv;
-        } else {
-          loss += lv;
-          weight += wv;
-        }
-      }
-      if (!none) {
-        sums[2 * b] = loss;
-        sums[2 * b + 1] = weight;
-      }
+      dm::lossBlockTail(l_, in[1], w, o, sums, b, n * D + d0, len,
+                        [&](int64_t j, int64_t t) { return static_cast<T>(lse[j] - xb[t * D + j]); });
     });
-    if (!none)
+    if (l_.reduction != dm::Reduction::None)
       dm::finishLoss(l_, sums, o);
   }
 
