@@ -35,7 +35,7 @@
 // records its runs).
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cpu/kernels/LinalgGemm.h"
 #include "runtime/cpu/kernels/Transpose16.h"
 #include "runtime/train/Optimizer.h"
 #include "support/LargeAlloc.h"

@@ -11,7 +11,7 @@
 #include "runtime/cpu/CpuIsa.h"
 #include "runtime/cpu/ElementwiseJit.h"
 #include "runtime/cpu/Gemm.h"
-#include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cpu/kernels/LinalgGemm.h"
 #include "runtime/cpu/kernels/Transpose16.h"
 
 #include <gtest/gtest.h>

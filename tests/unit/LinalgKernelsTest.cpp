@@ -11,7 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
-#include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cpu/kernels/LinalgGemm.h"
 
 #include <cblas.h>
 #include <gtest/gtest.h>

@@ -24,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "runtime/cpu/kernels/LinalgGemm.h"
 #include "support/FusedOps.h"
 #include "support/Parallel.h"
 

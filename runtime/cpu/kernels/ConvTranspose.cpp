@@ -18,6 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "runtime/cpu/kernels/LinalgGemm.h"
 #include "support/Parallel.h"
 
 namespace pipec::cpu {

@@ -37,6 +37,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "runtime/cpu/kernels/LinalgGemm.h"
 
 #include <string_view>
 

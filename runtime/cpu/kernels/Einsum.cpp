@@ -15,7 +15,7 @@
 // gather loops over output elements, so any thread count gives the same bits.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cpu/kernels/LinalgGemm.h"
 #include "support/Parallel.h"
 
 #include <array>

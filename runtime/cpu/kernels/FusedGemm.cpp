@@ -19,7 +19,7 @@
 // fixed by the shape), so results stay independent of it.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cpu/kernels/LinalgGemm.h"
 
 namespace pipec::cpu {
 

@@ -13,7 +13,7 @@
 // (runtime/cpu/kernels/DnnlGemm.cpp).
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cpu/kernels/LinalgGemm.h"
 
 namespace pipec::cpu {
 
