@@ -74,7 +74,7 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   for (const plan::Device &d : p.devices())
     for (const plan::Instruction &ins : d.program())
       hasComm = hasComm || ins.kind() == plan::Instruction::SEND;
-  std::vector<pt::SimProgram> progs;
+  std::vector<pipeline::SimProgram> progs;
   if (part.numDevices() == 1 || hasComm) {
     progs = plan::predictedPrograms(p);
     r["timeline_source"] = "plan";
@@ -85,7 +85,7 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
     PIPEC_ASSIGN(progs, pt::idealSchedule(est.schedule, est.microBatches, est.training, times));
     r["timeline_source"] = "partition";
   }
-  auto sim = pt::simulate(progs);
+  auto sim = pipeline::simulate(progs);
   if (!sim)
     return sim.status().withContext("simulating the emitted schedule");
 
@@ -183,9 +183,9 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   json timeline = json::array();
   for (size_t d = 0; d < progs.size(); ++d) {
     json dev = json::array();
-    for (const pt::SimEvent &ev : sim->events[d]) {
-      const pt::SimInstr &in = progs[d][ev.instr];
-      dev.push_back({{"op", pt::simOpName(in.op)},
+    for (const pipeline::SimEvent &ev : sim->events[d]) {
+      const pipeline::SimInstr &in = progs[d][ev.instr];
+      dev.push_back({{"op", pipeline::simOpName(in.op)},
                      {"micro_batch", in.microBatch},
                      {"start", ev.start},
                      {"end", ev.end}});

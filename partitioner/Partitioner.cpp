@@ -11,6 +11,8 @@
 
 namespace pipec::partitioner {
 
+using pipeline::SimResult;
+
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();

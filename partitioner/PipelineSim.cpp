@@ -7,6 +7,10 @@
 
 namespace pipec::partitioner {
 
+using pipeline::SimInstr;
+using pipeline::SimOp;
+using pipeline::SimProgram;
+
 pipeline::StageCost stageCost(const StageTimes &t) {
   return {t.forward, t.backward + t.recompute, t.weightGrad, t.sendForward, t.sendBackward};
 }

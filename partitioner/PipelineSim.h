@@ -1,6 +1,6 @@
 //===- partitioner/PipelineSim.h - A partition's ideal programs -*- C++ -*-===//
 //
-// The simulator itself is pipeline/Simulate.h (its names are used here).
+// The simulator itself is pipeline/Simulate.h.
 //
 // idealSchedule() writes the programs of any pipeline schedule from
 // per-stage times, for estimating a partition before codegen runs.
@@ -17,15 +17,6 @@
 #include <vector>
 
 namespace pipec::partitioner {
-
-using pipeline::simOpName;
-using pipeline::SimEvent;
-using pipeline::SimInstr;
-using pipeline::SimOp;
-using pipeline::SimProgram;
-using pipeline::SimResult;
-using pipeline::simulate;
-
 
 /// Per-stage, per-micro-batch times for idealSchedule.
 struct StageTimes {
@@ -48,7 +39,7 @@ pipeline::StageCost stageCost(const StageTimes &t);
 /// another device, a SEND after it; consecutive stages on one device (the
 /// turn of zbv's V) pass their tensors in memory. Inference runs forwards
 /// only; the optimizer runs once per device, for all its stages.
-Expected<std::vector<SimProgram>> idealSchedule(const pipeline::Schedule &schedule,
+Expected<std::vector<pipeline::SimProgram>> idealSchedule(const pipeline::Schedule &schedule,
                                                 int microBatches, bool training,
                                                 const std::vector<StageTimes> &times);
 

@@ -10,6 +10,7 @@
 
 using namespace pipec;
 using namespace pipec::partitioner;
+using namespace pipec::calibrate;
 
 namespace {
 /// A valid profile with round figures and the given per-node overhead.
@@ -150,7 +151,7 @@ TEST(Calibrate, SmallRunGivesAValidProfile) {
   o.repeats = 3;
   o.copyBytes = 1 << 20;
   o.optimizerElements = 4096;
-  auto p = calibrate(o);
+  auto p = calibrate::calibrate(o);
   ASSERT_TRUE(p.isOk()) << p.status().message();
   EXPECT_GT(p->peakFlops.at("fp32"), 1e8);
   EXPECT_GT(p->memoryBandwidth, 1e8);

@@ -24,6 +24,9 @@
 
 using namespace pipec;
 using namespace pipec::partitioner;
+using pipeline::SimOp;
+using pipeline::SimProgram;
+using pipeline::simulate;
 
 namespace {
 

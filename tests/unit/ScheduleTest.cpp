@@ -20,7 +20,7 @@
 using namespace pipec;
 using namespace pipec::pipeline;
 using partitioner::idealSchedule;
-using partitioner::simulate;
+using pipeline::simulate;
 using partitioner::StageTimes;
 
 namespace {

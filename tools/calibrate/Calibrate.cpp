@@ -1,6 +1,8 @@
 //===- tools/calibrate/Calibrate.cpp - Measuring this machine -----------------===//
 #include "tools/calibrate/Calibrate.h"
 
+#include "driver/Driver.h"
+#include "frontend/OnnxImporter.h"
 #include "partitioner/CostModel.h"
 #include "passes/NodeEval.h"
 #include "runtime/cpu/Gemm.h"
@@ -8,7 +10,11 @@
 #include "runtime/train/Clip.h"
 #include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
+#include "support/Format.h"
+#include "support/Json.h"
 #include "support/Machine.h"
+#include "support/Parallel.h"
+#include "samples/gen/Models.h"
 
 #include <omp.h>
 
@@ -18,11 +24,14 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <iostream>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
-namespace pipec::partitioner {
+namespace pipec::calibrate {
+
+using namespace partitioner;
 
 namespace {
 
@@ -484,4 +493,104 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   return parseProfile(j, "calibration");
 }
 
-} // namespace pipec::partitioner
+Status addOpCurves(DeviceProfile &p, int threads) {
+  const int64_t kBatches[] = {1, 4, 16, 64};
+  const char *kModels[] = {"mlp", "gpt", "cnn"};
+  std::vector<NodeTiming> all;
+  std::unique_ptr<ir::Graph> gptAt4; // for the two-core measurement
+  for (int64_t batch : kBatches)
+    for (const char *name : kModels) {
+      samples::CommonOptions c;
+      c.batch = batch;
+      c.withLoss = true;
+      std::string model = name;
+      Expected<samples::BuiltModel> built = model == "mlp"   ? samples::buildMlp({}, c)
+                                            : model == "gpt" ? samples::buildGpt({}, c)
+                                                             : samples::buildCnn({}, c);
+      PIPEC_TRY(built.status());
+      std::string bytes;
+      if (!built->proto.SerializeToString(&bytes))
+        return errorf("cannot serialize the ", model, " sample");
+      PIPEC_ASSIGN(auto g, frontend::importOnnxBytes(bytes, model + " sample"));
+      driver::CompileOptions co;
+      co.emit.training = true;
+      PIPEC_TRY(driver::compileGraph(*g, co).status().withContext("compiling the " + model +
+                                                                  " sample for calibration"));
+      NodeTimingOptions to;
+      to.threads = threads;
+      PIPEC_ASSIGN(std::vector<NodeTiming> t, timeGraphNodes(*g, to));
+      std::cerr << "calibrate: " << model << " sample, micro-batch " << batch << ": " << t.size()
+                << " kernels timed\n";
+      all.insert(all.end(), t.begin(), t.end());
+      if (model == "gpt" && batch == 4)
+        gptAt4 = std::move(g);
+    }
+  p.opCurves = fitOpCurves(all);
+  // Devices of this thread count that fit the cores compute at once in a
+  // pipeline; what that costs each of them.
+  const int devices = static_cast<int>(usableCores()) / std::max(1, threads);
+  NodeTimingOptions to;
+  to.threads = threads;
+  constexpr int kTrials = 3;
+  PIPEC_ASSIGN(p.concurrentSlowdown,
+               measureConcurrentSlowdown(*gptAt4, devices, to, kTrials));
+  std::cerr << "calibrate: " << devices << " devices computing at once: kernels "
+            << p.concurrentSlowdown << "x as long\n";
+  p.source += "; concurrent_slowdown = the GPT-like sample's kernels (micro-batch 4) timed on " +
+              std::to_string(devices) +
+              " threads at once against one alone, median of " + std::to_string(kTrials) +
+              " interleaved trials (at least 1)";
+  p.source += "; op_curves = median kernel time per op against bytes moved, over the nodes of the "
+              "training graphs of the sample models (mlp, gpt, cnn with loss) at micro-batches of "
+              "1, 4, 16 and 64";
+  return Status::ok();
+}
+
+Status linkFromTransport(DeviceProfile &p, const std::string &file) {
+  PIPEC_ASSIGN(std::string text, readFile(file));
+  nlohmann::json rows = nlohmann::json::parse(text, nullptr, false);
+  auto bad = [&](const std::string &why) {
+    return errorf("--link '", file, "': ", why, " (write it with pipec-bench-transport --json)");
+  };
+  if (!rows.is_array() || rows.empty())
+    return bad("not a JSON array of measurements");
+  const nlohmann::json *small = nullptr, *large = nullptr;
+  for (const nlohmann::json &r : rows) {
+    if (!r.is_object() || !r.contains("bytes") || !r.contains("one_way_seconds") || !r["bytes"].is_number() ||
+        !r["one_way_seconds"].is_number() || !(r["one_way_seconds"].get<double>() > 0))
+      return bad("every entry needs bytes and a positive one_way_seconds");
+    if (!small || r["bytes"].get<double>() < (*small)["bytes"].get<double>())
+      small = &r;
+    if (!large || r["bytes"].get<double>() > (*large)["bytes"].get<double>())
+      large = &r;
+  }
+  if ((*large)["bytes"].get<double>() < 65536)
+    return bad("its largest message has fewer than 64 KiB: too small for a bandwidth");
+  p.linkLatency = (*small)["one_way_seconds"].get<double>();
+  p.linkBandwidth = (*large)["bytes"].get<double>() / (*large)["one_way_seconds"].get<double>();
+  const std::string kind = (*small).contains("transport") && (*small)["transport"].is_string()
+                               ? (*small)["transport"].get<std::string>()
+                               : std::string("given");
+  p.source += cat("; link figures from the ", kind, " transport (", file, ": one-way time of ",
+                  static_cast<int64_t>((*small)["bytes"].get<double>()), " bytes, bandwidth at ",
+                  static_cast<int64_t>((*large)["bytes"].get<double>()), " bytes)");
+  return Status::ok();
+}
+
+Expected<DeviceProfile> calibrateMachine(int threads, const std::string &linkFile) {
+  CalibrateOptions co;
+  co.threads = threads;
+  DeviceProfile link;
+  if (!linkFile.empty())
+    PIPEC_TRY(linkFromTransport(link, linkFile));
+  PIPEC_ASSIGN(DeviceProfile p, calibrate(co));
+  PIPEC_TRY(addOpCurves(p, threads));
+  if (!linkFile.empty()) {
+    p.linkLatency = link.linkLatency;
+    p.linkBandwidth = link.linkBandwidth;
+    p.source += link.source;
+  }
+  return p;
+}
+
+} // namespace pipec::calibrate

@@ -30,7 +30,9 @@
 #include <string>
 #include <vector>
 
-namespace pipec::partitioner {
+namespace pipec::calibrate {
+
+using partitioner::DeviceProfile;
 
 struct CalibrateOptions {
   int gemmSize = 2048;          ///< n of the n x n x n sgemm
@@ -87,4 +89,23 @@ fitOpCurves(const std::vector<NodeTiming> &timings);
 /// medians, sizes and repeat counts.
 Expected<DeviceProfile> calibrate(const CalibrateOptions &opts = {});
 
-} // namespace pipec::partitioner
+/// The profile's op curves (DeviceProfile::opCurves): every kernel of the
+/// sample models' training graphs (samples/gen: MLP, GPT-like and CNN with
+/// their losses, default sizes) timed at micro-batches of 1, 4, 16 and 64
+/// examples; and the concurrent slowdown of as many devices of `threads`
+/// threads as fit the cores.
+Status addOpCurves(DeviceProfile &p, int threads);
+
+/// The link figures from the transport that will run the plans, as
+/// `pipec-bench-transport --json` measured it into `file` (under mpirun:
+/// the MPI transport between two ranks): the latency is the one-way time
+/// of the smallest message, the bandwidth the bytes over the one-way time
+/// of the largest.
+Status linkFromTransport(DeviceProfile &p, const std::string &file);
+
+/// All pipec --calibrate measures: calibrate(), the op curves and, when
+/// `linkFile` is given (read first, so that a bad one is refused before
+/// the measuring), the link figures.
+Expected<DeviceProfile> calibrateMachine(int threads, const std::string &linkFile);
+
+} // namespace pipec::calibrate
