@@ -206,6 +206,37 @@ TEST(CudaKernels, OptimizerKernelsAreTheBodies) {
   EXPECT_LE(worst, 4e-7);
 }
 
+TEST(CudaKernels, SgdKernelIsTheBody) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 5000;
+  Tensor p = randomF32({n}, 24), g = randomF32({n}, 25), buf = randomF32({n}, 26);
+  // Momentum 0.9 with Nesterov and weight decay: every term of the body.
+  cuda::body::SgdScalars s{};
+  s.negLr = -0.1f;
+  s.wd = 0.01f;
+  s.mu = 0.9f;
+  s.oneMinusDamp = 1.0f;
+  s.weightDecay = s.momentum = s.nesterov = true;
+  s.first = false;
+  DeviceBuffer dp(p.bytes()), dg(g.bytes()), db(buf.bytes());
+  cudaMemcpy(dp.p, p.raw(), p.bytes(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dg.p, g.raw(), g.bytes(), cudaMemcpyHostToDevice);
+  cudaMemcpy(db.p, buf.raw(), buf.bytes(), cudaMemcpyHostToDevice);
+  ASSERT_TRUE(cuda::launchSgd(s, static_cast<float *>(dp.p), static_cast<const float *>(dg.p),
+                              static_cast<float *>(db.p), n, nullptr)
+                  .isOk());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> got(static_cast<size_t>(n));
+  cudaMemcpy(got.data(), dp.p, p.bytes(), cudaMemcpyDeviceToHost);
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float pi = p.data<float>()[i], bi = buf.data<float>()[i];
+    cuda::body::sgdElement(s, pi, g.data<float>()[i], &bi);
+    worst = std::max(worst, std::fabs(double(got[i]) - pi) / std::max(1.0, std::fabs(double(pi))));
+  }
+  EXPECT_LE(worst, 4e-7);
+}
+
 TEST(CudaKernels, ReduceSumAndLossAgainstCpu) {
   SKIP_WITHOUT_GPU();
   Tensor x = randomF32({64, 100}, 30);
