@@ -155,7 +155,8 @@ struct EwLayout {
 
 /// The layout of inputs of shapes `ins` broadcast (numpy, right-aligned)
 /// to `out`, or why the loop cannot read one: an input's axes of more
-/// than one element must be one contiguous run of the output's, and where
+/// than one element must be one contiguous run of the output's (the
+/// output's axes of one element do not break a run), and where
 /// an input is neither the whole output nor one value, rows of the last
 /// axis must see it contiguous or constant.
 inline Expected<EwLayout> ewLoopLayout(const std::vector<std::vector<int64_t>> &ins, const std::vector<int64_t> &out) {
@@ -175,7 +176,14 @@ inline Expected<EwLayout> ewLoopLayout(const std::vector<std::vector<int64_t>> &
       const int64_t od = out[static_cast<size_t>(a)];
       if (dim != 1 && dim != od)
         return errorf("an input's axis ", a, " of ", dim, " does not broadcast to ", od);
-      if (dim == od && dim > 1) {
+      if (od == 1) {
+        // An axis of one element is no gap: a run of the input's axes
+        // goes on through it ([8,1,16] is 128 contiguous elements).
+        if (lo >= 0 && hi == a)
+          hi = a + 1;
+        continue;
+      }
+      if (dim == od) {
         if (lo >= 0 && hi != a)
           return errorf("an input broadcasts over axes between its own");
         if (lo < 0)

@@ -13,9 +13,11 @@
 
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/Mangling.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,6 +72,22 @@ inline Jit *makeJit(llvm::CodeGenOpt::Level level) {
     return r;
   }
   r->lljit = std::move(*lljit);
+  // The code generator turns loops that copy or fill into calls of the C
+  // library's memcpy, memmove and memset (a program Neg(Neg(x)) is a
+  // copy): the JIT resolves those three, and no other symbol of the
+  // process, to the process's own.
+  llvm::orc::MangleAndInterner mangle(r->lljit->getExecutionSession(), r->lljit->getDataLayout());
+  llvm::orc::SymbolMap libc;
+  const std::pair<const char *, void *> kLibc[] = {{"memcpy", reinterpret_cast<void *>(&::memcpy)},
+                                                   {"memmove", reinterpret_cast<void *>(&::memmove)},
+                                                   {"memset", reinterpret_cast<void *>(&::memset)}};
+  for (const auto &[name, address] : kLibc)
+    libc[mangle(name)] =
+        llvm::JITEvaluatedSymbol(llvm::pointerToJITTargetAddress(address), llvm::JITSymbolFlags::Exported);
+  if (llvm::Error e = r->lljit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(libc)))) {
+    r->failure = errorText(std::move(e));
+    r->lljit.reset();
+  }
   return r;
 }
 

@@ -84,9 +84,16 @@ bool sameBits(const Tensor &a, const Tensor &b) {
 // applied one after the other agree to the bit (NaNs: NaN in all).
 TEST(ElementwiseJit, FusedEqualsUnfusedBitwise) {
   std::mt19937 rng(17);
-  const Shape out = {3, 5, 33};
-  const std::vector<Shape> inputShapes = {{3, 5, 33}, {}, {33}, {3, 5, 1}, {1, 5, 33}, {5, 33}};
-  for (int trial = 0; trial < 40; ++trial) {
+  // Outputs with an axis of one element between larger ones ([B,1,D] is a
+  // one-token decoding step's) as well as without.
+  const std::vector<std::pair<Shape, std::vector<Shape>>> cases = {
+      {{3, 5, 33}, {{3, 5, 33}, {}, {33}, {3, 5, 1}, {1, 5, 33}, {5, 33}}},
+      {{8, 1, 16}, {{8, 1, 16}, {}, {16}, {8, 1, 1}, {1, 1, 16}, {1, 16}}},
+      {{2, 3, 1, 5}, {{2, 3, 1, 5}, {}, {5}, {2, 3, 1, 1}, {1, 3, 1, 5}, {3, 1, 5}}},
+      {{1, 6, 1, 4}, {{1, 6, 1, 4}, {6, 1, 4}, {4}, {1, 6, 1, 1}}}};
+  for (int trial = 0; trial < 120; ++trial) {
+    const Shape &out = cases[static_cast<size_t>(trial) % cases.size()].first;
+    const std::vector<Shape> &inputShapes = cases[static_cast<size_t>(trial) % cases.size()].second;
     const int nIn = 2 + static_cast<int>(rng() % 4);
     EwProgram p;
     p.numInputs = nIn;
@@ -225,4 +232,8 @@ TEST(ElementwiseJit, BadProgramsAreRefused) {
   // Inputs the loop cannot read: broadcast across a gap of axes.
   EXPECT_FALSE(ewLoopLayout({{3, 1, 33}}, {3, 5, 33}).isOk());
   EXPECT_TRUE(ewLoopLayout({{5, 1}}, {3, 5, 33}).isOk());
+  // An output axis of one element is no gap between an input's axes.
+  EXPECT_TRUE(ewLoopLayout({{8, 1, 16}}, {8, 1, 16}).isOk());
+  EXPECT_TRUE(ewLoopLayout({{3, 1, 5}}, {2, 3, 1, 5}).isOk());
+  EXPECT_FALSE(ewLoopLayout({{2, 1, 1, 5}}, {2, 3, 1, 5}).isOk());
 }
