@@ -115,7 +115,6 @@ Expected<Node *> Graph::addNode(const std::string &name, const std::string &opTy
 }
 
 void Graph::reserve(size_t nodes, size_t values) {
-  nodes_.reserve(nodes);
   nodeByName_.reserve(nodes);
   valueByName_.reserve(values);
 }
@@ -151,12 +150,7 @@ Expected<Node *> Graph::insertNode(Node *pos, const std::string &name,
     n->outputs_.push_back(v);
   }
   nodeByName_[name] = n;
-  if (!pos) {
-    nodes_.push_back(std::move(node));
-  } else {
-    size_t at = indexOf(pos);
-    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(at), std::move(node));
-  }
+  n->self_ = nodes_.insert(pos ? pos->self_ : nodes_.end(), std::move(node));
   return n;
 }
 
@@ -199,9 +193,12 @@ std::vector<Node *> Graph::nodes() const {
 }
 
 size_t Graph::indexOf(const Node *n) const {
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (nodes_[i].get() == n)
+  size_t i = 0;
+  for (const auto &x : nodes_) {
+    if (x.get() == n)
       return i;
+    ++i;
+  }
   return nodes_.size();
 }
 
@@ -302,8 +299,7 @@ void Graph::eraseNode(Node *n) {
       valueByName_.erase(o->name_);
   }
   nodeByName_.erase(n->name_);
-  size_t at = indexOf(n);
-  nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(at));
+  nodes_.erase(n->self_);
   // Values of the erased node stay allocated (other code may still hold
   // pointers during a pass); they are unreachable from the graph.
 }
@@ -341,14 +337,27 @@ void Graph::removeDeadConstants() {
 Status Graph::topoSort() {
   // Kahn's algorithm, always taking the earliest ready node in the current
   // order, so an already sorted graph keeps its order exactly.
-  size_t n = nodes_.size();
+  std::vector<std::unique_ptr<Node>> order;
+  order.reserve(nodes_.size());
+  for (auto &x : nodes_)
+    order.push_back(std::move(x));
+  nodes_.clear();
+  // Back into the list in `ordered`'s order, each node's position kept.
+  auto relink = [this](std::vector<std::unique_ptr<Node>> &ordered) {
+    for (auto &x : ordered) {
+      Node *node = x.get();
+      nodes_.push_back(std::move(x));
+      node->self_ = std::prev(nodes_.end());
+    }
+  };
+  size_t n = order.size();
   std::unordered_map<const Node *, size_t> pos;
   for (size_t i = 0; i < n; ++i)
-    pos[nodes_[i].get()] = i;
+    pos[order[i].get()] = i;
   std::vector<int> pending(n, 0);
   std::vector<std::vector<size_t>> succ(n);
   for (size_t i = 0; i < n; ++i)
-    for (Value *v : nodes_[i]->inputs_)
+    for (Value *v : order[i]->inputs_)
       if (v && v->producer_) {
         size_t p = pos.at(v->producer_);
         succ[p].push_back(i);
@@ -366,16 +375,16 @@ Status Graph::topoSort() {
     for (size_t s : succ[i])
       if (--pending[s] == 0)
         ready.push(s);
-    sorted.push_back(std::move(nodes_[i]));
+    sorted.push_back(std::move(order[i]));
   }
   if (sorted.size() != n) {
     for (size_t i = 0; i < n; ++i)
-      if (nodes_[i])
-        sorted.push_back(std::move(nodes_[i]));
-    nodes_ = std::move(sorted);
+      if (order[i])
+        sorted.push_back(std::move(order[i]));
+    relink(sorted);
     return errorf("the graph has a cycle");
   }
-  nodes_ = std::move(sorted);
+  relink(sorted);
   return Status::ok();
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <list>
 #include <vector>
 
 namespace pipec::ir {
@@ -144,6 +145,10 @@ public:
 private:
   friend class Graph;
   static void removeUser(Value *v, Node *n);
+  /// Where the node sits in its graph's list (Graph::nodes_): inserting
+  /// and erasing a node are O(1), so a pass that rewrites many nodes stays
+  /// linear in the graph.
+  std::list<std::unique_ptr<Node>>::iterator self_;
   std::string name_, opType_, domain_;
   const OpInfo *info_ = nullptr;
   std::vector<Value *> inputs_;
@@ -204,7 +209,13 @@ public:
   /// to add many: autodiff quadruples a training graph, and growing the
   /// name indexes step by step rehashes every name several times).
   void reserve(size_t nodes, size_t values);
-  Node *nodeAt(size_t i) const { return nodes_[i].get(); }
+  /// The i-th node (walks the list: O(i)).
+  Node *nodeAt(size_t i) const { return std::next(nodes_.begin(), static_cast<std::ptrdiff_t>(i))->get(); }
+  /// The node after `n` in the order, or null.
+  Node *nextNode(const Node *n) const {
+    auto it = std::next(n->self_);
+    return it == nodes_.end() ? nullptr : it->get();
+  }
   /// Position of a node in the order (linear search).
   size_t indexOf(const Node *n) const;
 
@@ -248,7 +259,7 @@ private:
   std::string name_;
   std::map<std::string, int64_t> opsets_;
   std::vector<std::unique_ptr<Value>> values_;
-  std::vector<std::unique_ptr<Node>> nodes_;
+  std::list<std::unique_ptr<Node>> nodes_;
   std::vector<Value *> inputs_, outputs_;
   std::unordered_map<std::string, Value *> valueByName_;
   std::unordered_map<std::string, Node *> nodeByName_;

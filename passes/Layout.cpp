@@ -101,8 +101,7 @@ AttrMap permAttr(const Perm &p) { return {{"perm", Attribute::ofInts(p)}}; }
 
 /// The node after `n` in the graph's order (null at the end).
 ir::Node *nodeAfter(const ir::Graph &g, const ir::Node *n) {
-  const size_t i = g.indexOf(n) + 1;
-  return i < g.numNodes() ? g.nodeAt(i) : nullptr;
+  return g.nextNode(n);
 }
 
 /// Puts a Transpose(perm) node `name` right after `v`'s producer: it takes
