@@ -27,6 +27,9 @@ struct ImportOptions {
   /// means one size.
   std::optional<int64_t> batch;
   /// Binds symbolic dimensions by name (--dim name=value); wins over batch.
+  /// A key INPUT:AXIS that is no dimension's name binds dimension AXIS of
+  /// graph input INPUT (--dim input:1=128), which also reaches dimensions
+  /// without a name.
   std::map<std::string, int64_t> dims;
   /// Directory that external data paths are relative to; default: the
   /// model file's directory.

@@ -68,6 +68,8 @@ private:
   /// Symbolic dimension names that -b/--batch binds: those at dimension 0
   /// of some graph input (a name means one size wherever it appears).
   std::set<std::string> batchNames_;
+  /// --dim INPUT:AXIS=N: dimensions bound by input and axis (named or not).
+  std::map<std::pair<std::string, int64_t>, int64_t> axisDims_;
   /// Value and node names the file declares.
   std::set<std::string> reservedValues_, reservedNodes_;
   std::vector<PendingInput> pending_;

@@ -116,14 +116,44 @@ Status Importer::importInputs() {
       if (auto it = opts_.dims.find(b); it != opts_.dims.end() && it->second != *opts_.batch)
         return errorf("-b ", *opts_.batch, " and --dim ", b, "=", it->second,
                       " bind the same dimension to different sizes");
-  for (const auto &[name, v] : opts_.dims)
-    if (!params.count(name)) {
+  for (const auto &[name, v] : opts_.dims) {
+    if (params.count(name))
+      continue;
+    // INPUT:AXIS: a dimension by its input and position.
+    const size_t colon = name.rfind(':');
+    int64_t axis = -1;
+    if (colon != std::string::npos && colon > 0 && colon + 1 < name.size() &&
+        name.find_first_not_of("0123456789", colon + 1) == std::string::npos && name.size() - colon <= 10)
+      axis = std::stoll(name.substr(colon + 1));
+    if (axis >= 0) {
+      const std::string input = name.substr(0, colon);
+      const onnx::ValueInfoProto *vi = nullptr;
+      for (const auto &x : graph_.input())
+        if (x.name() == input)
+          vi = &x;
+      if (!vi || initializers_.count(input) || opts_.freezeInputs.count(input))
+        return errorf("--dim ", name, "=", v, ": the model has no graph input '", input, "' to bind");
+      const int rank = vi->type().value_case() == onnx::TypeProto::kTensorType && vi->type().tensor_type().has_shape()
+                           ? vi->type().tensor_type().shape().dim_size()
+                           : 0;
+      if (axis >= rank)
+        return errorf("--dim ", name, "=", v, ": input '", input, "' has ", rank, " dimension(s)");
+      const auto &d = vi->type().tensor_type().shape().dim(static_cast<int>(axis));
+      if (!isSymbolic(d) && d.dim_value() != v)
+        return errorf("--dim ", name, "=", v, ": dimension ", axis, " of input '", input, "' is ", d.dim_value(),
+                      " in the model");
+      axisDims_[{input, axis}] = v;
+      continue;
+    }
+    {
       std::string known;
       for (const std::string &p : params)
         known += (known.empty() ? "" : ", ") + p;
       return errorf("--dim ", name, "=", v, ": the model has no symbolic dimension '", name,
-                    "' (its symbolic dimensions: ", known.empty() ? "none" : known, ")");
+                    "' (its symbolic dimensions: ", known.empty() ? "none" : known,
+                    "; INPUT:AXIS=N binds a dimension by input and position)");
     }
+  }
   for (const auto &vi : graph_.input())
     PIPEC_TRY(importInput(vi));
   return Status::ok();
@@ -168,6 +198,10 @@ Expected<Shape> Importer::bindShape(const onnx::ValueInfoProto &vi) {
       continue;
     }
     const std::string &param = d.dim_param();
+    if (auto it = axisDims_.find({name, k}); it != axisDims_.end()) {
+      shape.push_back(it->second);
+      continue;
+    }
     if (auto it = opts_.dims.find(param); !param.empty() && it != opts_.dims.end()) {
       shape.push_back(it->second);
       continue;
@@ -184,8 +218,7 @@ Expected<Shape> Importer::bindShape(const onnx::ValueInfoProto &vi) {
       return errorf("unbound symbolic dimension of input '", name,
                     "' (dimension 0, unnamed): bind it with -b/--batch <value>");
     return errorf("unbound symbolic dimension of input '", name, "' (dimension ", k,
-                  ", unnamed): an unnamed dimension past the first cannot be bound; "
-                  "name it (dim_param) or make it static in the model");
+                  ", unnamed): bind it with --dim ", name, ":", k, "=<value>");
   }
   PIPEC_TRY(validShape(shape, cat("graph input '", name, "'")).status());
   return shape;

@@ -364,11 +364,53 @@ TEST(Frontend, UnboundDimensionErrors) {
 
   x->mutable_dim(1)->Clear();
   err = importError(importProto(m, opts));
-  EXPECT_NE(err.find("input 'x' (dimension 1, unnamed)"), std::string::npos) << err;
+  EXPECT_NE(err.find("input 'x' (dimension 1, unnamed): bind it with --dim x:1=<value>"), std::string::npos)
+      << err;
 
   opts.batch = 0;
   err = importError(importModel("symbolic_dims", opts));
   EXPECT_NE(err.find("batch size must be positive"), std::string::npos) << err;
+}
+
+TEST(Frontend, DimensionsBoundByInputAndAxis) {
+  // x is [N, seq, 4]; its second dimension without a name, as exporters
+  // write a dynamic axis they were not told to name.
+  onnx::ModelProto m = loadModel("symbolic_dims");
+  auto *x = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  x->mutable_dim(1)->Clear();
+  ImportOptions opts;
+  opts.batch = 2;
+  opts.dims["x:1"] = 7;
+  opts.dims["seq"] = 7; // mask's, named
+  GraphOrError r = importProto(m, opts);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_EQ((*r)->findValue("x")->type().str(), "f32[2,7,4]");
+  // Named ones too (each input's own), and a static one where the value
+  // agrees.
+  ImportOptions named;
+  named.dims["x:0"] = 3;
+  named.dims["x:1"] = 5;
+  named.dims["x:2"] = 4;
+  named.dims["mask:0"] = 3;
+  named.dims["mask:1"] = 5;
+  named.dims["lengths:0"] = 3;
+  r = importProto(loadModel("symbolic_dims"), named);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_EQ((*r)->findValue("x")->type().str(), "f32[3,5,4]");
+  EXPECT_EQ((*r)->findValue("mask")->type().str(), "f32[3,5]");
+  // Mistakes are refused, naming the binding.
+  for (const auto &[key, want] : std::vector<std::pair<std::string, std::string>>{
+           {"x:2", "dimension 2 of input 'x' is 4 in the model"},
+           {"x:3", "input 'x' has 3 dimension(s)"},
+           {"nope:0", "the model has no graph input 'nope' to bind"},
+           {"nope", "INPUT:AXIS=N binds a dimension by input and position"}}) {
+    ImportOptions bad;
+    bad.batch = 2;
+    bad.dims["seq"] = 5;
+    bad.dims[key] = 9;
+    std::string err = importError(importModel("symbolic_dims", bad));
+    EXPECT_NE(err.find(want), std::string::npos) << key << ": " << err;
+  }
 }
 
 //===-- Frozen inputs ------------------------------------------------------===//

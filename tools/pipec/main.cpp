@@ -393,7 +393,9 @@ int main(int argc, char **argv) {
                  "stages per device v of the interleaved schedule (default 2)");
   app.add_option("-b,--batch", o.batch,
                  "bind the leading symbolic dimension of every input (the micro-batch size)");
-  app.add_option("--dim", o.dims, "bind a symbolic dimension: name=value (repeatable)");
+  app.add_option("--dim", o.dims,
+                 "bind a symbolic dimension: name=value, or INPUT:AXIS=value for dimension AXIS of "
+                 "graph input INPUT, named or not (repeatable)");
   app.add_option("--freeze-input", o.freeze,
                  "make a graph input a constant: NAME=FILE.npy (repeatable)");
   app.add_option("--emit", o.emit, "what to produce: plan (default), ir (print the IR after the passes; with --train after the training passes, with --recompute after partitioning and recompute), report (JSON)");
