@@ -228,8 +228,11 @@ Status Importer::importConstantNodes() {
     Expected<Tensor> value = constantNodeValue(n);
     if (!value)
       return value.status().withContext(where);
-    if (Status s = g_->addConstant(n.output(0), value.take()).status(); !s)
-      return s.withContext(where);
+    const bool trainable = opts_.trainableConstants && isFloat(value->dtype()) && value->numel() >= 2;
+    Expected<ir::Value *> v = g_->addConstant(n.output(0), value.take());
+    if (!v)
+      return v.status().withContext(where);
+    (*v)->setTrainable(trainable);
   }
   return Status::ok();
 }

@@ -37,6 +37,10 @@ struct ImportOptions {
   /// Graph inputs to turn into constants with the given values (for inputs
   /// whose values decide shapes, such as a Reshape target).
   std::map<std::string, Tensor> freezeInputs;
+  /// Makes the floating-point values of Constant nodes with two elements or
+  /// more trainable parameters, as initializers are (--train-constants):
+  /// some exporters (paddle2onnx) store every weight as a Constant node.
+  bool trainableConstants = false;
 };
 
 /// Imports a model file. Errors: missing or unreadable file, not an ONNX

@@ -170,6 +170,8 @@ public:
   /// The same bytes in place, not copied: valid while the session lives
   /// and runs no step (piperun --save writes them out).
   Expected<Tensor> weightView(const std::string &name) const;
+  /// Whether `name` is a parameter the plan trains.
+  bool isTrainedWeight(const std::string &name) const;
 
   /// One executor per device of the plan; in a distributed run only this
   /// process's device has one (the others are null).

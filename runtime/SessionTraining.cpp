@@ -445,6 +445,13 @@ Expected<Tensor> Session::weight(const std::string &name) const {
   return view.clone();
 }
 
+bool Session::isTrainedWeight(const std::string &name) const {
+  for (const ParamState &ps : params_)
+    if (lp_.plan.tensors(ps.weight).name() == name)
+      return true;
+  return false;
+}
+
 Expected<Tensor> Session::weightView(const std::string &name) const {
   const plan::Plan &p = lp_.plan;
   for (int32_t t = 0; t < p.tensors_size(); ++t) {

@@ -231,6 +231,21 @@ Status saveTrainedModel(const Session &session, const std::string &planDir, cons
     total += w.bytes();
     filled.emplace_back(&t, std::move(w));
   }
+  // Weights a model stored as Constant nodes (pipec --train-constants):
+  // their value attributes take the trained bytes, in the model file.
+  for (onnx::NodeProto &n : *model.mutable_graph()->mutable_node()) {
+    if (n.op_type() != "Constant" || n.output_size() != 1 || n.attribute_size() != 1 ||
+        n.attribute(0).name() != "value" || !session.isTrainedWeight(n.output(0)))
+      continue;
+    PIPEC_ASSIGN(Tensor w, session.weightView(n.output(0)));
+    onnx::TensorProto *t = n.mutable_attribute(0)->mutable_t();
+    if (static_cast<int32_t>(w.dtype()) != t->data_type())
+      return errorf("Constant node of '", n.output(0), "' in '", src, "' has data type ", t->data_type(),
+                    ", the plan holds ", dtypeName(w.dtype()));
+    t->clear_float_data();
+    t->clear_double_data();
+    t->set_raw_data(std::string(static_cast<const char *>(w.raw()), w.bytes()));
+  }
   external = external || total > kSaveExternalFrom;
   if (!external) {
     for (auto &[t, w] : filled)

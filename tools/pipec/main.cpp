@@ -54,6 +54,7 @@ struct Options {
   int64_t batch = 0;
   std::vector<std::string> dims;
   std::vector<std::string> freeze;
+  bool trainConstants = false;
   std::string emit = "plan";
   std::string passes;
   std::vector<std::string> printAfter;
@@ -141,6 +142,7 @@ Expected<std::unique_ptr<ir::Graph>> loadModel(const Options &o) {
     PIPEC_ASSIGN(auto kv, parseDim(d));
     io.dims[kv.first] = kv.second;
   }
+  io.trainableConstants = o.trainConstants;
   for (const std::string &f : o.freeze) {
     size_t eq = f.find('=');
     if (eq == std::string::npos)
@@ -172,6 +174,8 @@ Status compile(const Options &o, const std::string &commandLine) {
   if (trainFlags && !o.train)
     return errorf("--loss, --loss-output, --optimizer, --lr, --lr-schedule and --clip-grad-norm "
                   "need --train");
+  if (o.trainConstants && !o.train)
+    return errorf("--train-constants needs --train");
   auto schedule = pipeline::Schedule::parse(o.schedule, o.virtualStages);
   if (!schedule)
     return schedule.status();
@@ -396,6 +400,10 @@ int main(int argc, char **argv) {
   app.add_option("--dim", o.dims,
                  "bind a symbolic dimension: name=value, or INPUT:AXIS=value for dimension AXIS of "
                  "graph input INPUT, named or not (repeatable)");
+  app.add_flag("--train-constants", o.trainConstants,
+               "with --train: train the float values of Constant nodes (two elements or more) as "
+               "parameters, as initializers are; for models that store their weights as Constant "
+               "nodes (paddle2onnx)");
   app.add_option("--freeze-input", o.freeze,
                  "make a graph input a constant: NAME=FILE.npy (repeatable)");
   app.add_option("--emit", o.emit, "what to produce: plan (default), ir (print the IR after the passes; with --train after the training passes, with --recompute after partitioning and recompute), report (JSON)");
