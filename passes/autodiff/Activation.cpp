@@ -132,13 +132,40 @@ Status hardSigmoidGrad(GradContext &c) {
 }
 
 Status clipGrad(GradContext &c) {
-  for (size_t i = 1; i < 3; ++i)
-    if (c.needsGrad(i))
-      return c.error(cat("the gradient with respect to ", i == 1 ? "min" : "max",
-                         " is not supported (make the bounds constants)"));
+  ir::Value *x = c.input(0), *dy = c.outGrad(0);
+  // Bounds that need a gradient (trainable, or computed from a parameter):
+  // y = min(max(x, lo), hi) is lo where x < lo (and lo <= hi), hi where
+  // x > hi or lo > hi; each bound's gradient is dy summed over the
+  // elements it decides, to its own shape.
+  if (c.needsGrad(1) || c.needsGrad(2)) {
+    ir::Value *lo = c.input(1), *hi = c.input(2);
+    ir::Value *zero = c.scalar(0.0, x->dtype());
+    ir::Value *crossed = nullptr; // lo > hi
+    if (lo && hi) {
+      PIPEC_ASSIGN(crossed, c.emit("Greater", {lo, hi}));
+    }
+    if (c.needsGrad(1)) {
+      PIPEC_ASSIGN(ir::Value * mask, c.emit("Less", {x, lo}));
+      if (crossed) {
+        PIPEC_ASSIGN(ir::Value * ordered, c.emit("Not", {crossed}));
+        PIPEC_ASSIGN(mask, c.emit("And", {mask, ordered}));
+      }
+      PIPEC_ASSIGN(ir::Value * g, c.emit("Where", {mask, dy, zero}));
+      PIPEC_ASSIGN(g, c.sumToShape(g, lo->shape()));
+      c.setGrad(1, g);
+    }
+    if (c.needsGrad(2)) {
+      PIPEC_ASSIGN(ir::Value * mask, c.emit("Greater", {x, hi}));
+      if (crossed) {
+        PIPEC_ASSIGN(mask, c.emit("Or", {mask, crossed}));
+      }
+      PIPEC_ASSIGN(ir::Value * g, c.emit("Where", {mask, dy, zero}));
+      PIPEC_ASSIGN(g, c.sumToShape(g, hi->shape()));
+      c.setGrad(2, g);
+    }
+  }
   if (!c.needsGrad(0))
     return Status::ok();
-  ir::Value *x = c.input(0), *dy = c.outGrad(0);
   const DType t = x->dtype();
   ir::Value *lo = nullptr, *hi = nullptr;
   if (c.opset() < 11) {

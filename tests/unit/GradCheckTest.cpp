@@ -345,17 +345,18 @@ TEST(GradCheck, Clip) {
     gradCheck("Clip opset 10 max attribute", b, y);
   }
   {
-    // A trainable bound is refused, naming the node.
+    // Trainable bounds: each one's gradient is dy summed where it clips.
     Builder b(426, 13);
-    ir::Value *y = b.op("Clip", {b.param("X", {3}), b.param("lo", {}), b.f64s("hi", {0.6}, {})});
-    ir::Value *l = b.op("ReduceSum", {y}, {{"keepdims", I(0)}});
-    ASSERT_TRUE(passes::inferShapes(b.g).isOk());
-    auto grads = passes::differentiate(b.g, {l->name()});
-    ASSERT_FALSE(grads.isOk());
-    EXPECT_NE(grads.status().message().find("node 'Clip' (Clip, opset 13): the gradient with "
-                                            "respect to min is not supported"),
-              std::string::npos)
-        << grads.status().message();
+    ir::Value *y = b.op("Clip", {b.param("X", {3, 4}), b.param("lo", {}), b.param("hi", {})});
+    gradCheck("Clip opset 13 trainable bounds", b, y);
+  }
+  {
+    // A bound computed from the input (the gradient reaches x both ways).
+    Builder b(427, 13);
+    ir::Value *x = b.param("X", {3, 4});
+    ir::Value *lo = b.op("Mul", {b.op("ReduceMean", {x}, {{"keepdims", I(0)}}), b.f64s("half", {0.5}, {})});
+    ir::Value *y = b.op("Clip", {x, lo, b.f64s("hi", {0.6}, {})});
+    gradCheck("Clip opset 13 min computed from the input", b, y);
   }
 }
 
