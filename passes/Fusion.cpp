@@ -1,7 +1,10 @@
 //===- passes/Fusion.cpp - Pattern fusions of exported subgraphs ----------===//
 //
 // Passes `fuse-layernorm`, `fuse-gelu`, `fuse-masked-softmax`,
-// `fuse-attention`, `fuse-gemm-epilogue` and `fuse-elementwise`.
+// `fuse-attention` and `fuse-gemm-epilogue` (`fuse-elementwise` is
+// passes/FuseElementwise.cpp). One file for the pattern fusions, over 700
+// lines: they share their matchers (constants, single readers, the chain
+// replacement) and each pattern is a short section.
 // torch.onnx.export before opset
 // 17 (and many other exporters) writes LayerNorm and GELU as chains of
 // elementwise and reduction nodes; each node is a kernel and a pass over
