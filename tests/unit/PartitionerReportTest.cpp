@@ -25,9 +25,10 @@ Expected<driver::Compiled> compileSample(const std::string &model, int K, int M,
   PIPEC_ASSIGN(auto g, frontend::importOnnxFile(joinPath(PIPEC_BINARY_DIR, "samples/" + model), io));
   driver::CompileOptions co;
   co.partition.numStages = K;
-  co.partition.schedule = pipeline::Schedule::parse("gpipe").take();
+  PIPEC_ASSIGN(pipeline::Schedule gpipe, pipeline::Schedule::parse("gpipe"));
+  co.partition.schedule = gpipe;
   co.partition.profile = profile;
-  co.emit.schedule = pipeline::Schedule::parse("gpipe").take();
+  co.emit.schedule = gpipe;
   co.emit.microBatches = M;
   co.emit.training = train;
   auto c = driver::compileGraph(*g, co);
