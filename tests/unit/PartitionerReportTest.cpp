@@ -2,13 +2,15 @@
 //
 // The report of real compiles: every figure present and consistent with the
 // partition's estimate, and report.html rendering in a headless browser
-// (Debian's chromium; skipped with a message when it is not installed).
+// (Debian's chromium; without it that test fails, unless the build allows
+// skips: tests/unit/TestDependency.h).
 //
 //===----------------------------------------------------------------------===//
-#include "driver/Driver.h"
 #include "codegen/Report.h"
+#include "driver/Driver.h"
 #include "frontend/OnnxImporter.h"
 #include "support/FileIO.h"
+#include "tests/unit/TestDependency.h"
 
 #include <gtest/gtest.h>
 
@@ -92,8 +94,8 @@ TEST(Report, HtmlRendersInAHeadlessBrowser) {
   for (const char *b : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
     if (fileExists(b))
       browser = b;
-  if (browser.empty())
-    GTEST_SKIP() << "chromium is not installed (apt-get install chromium); report.html not rendered";
+  PIPEC_REQUIRE_TEST_DEPENDENCY(!browser.empty(), "chromium",
+                                "a headless browser to render report.html (/usr/bin/chromium)");
   std::string dom = runCommand(browser + " --headless --no-sandbox --disable-gpu --dump-dom file://" +
                                joinPath(dir, "report.html") + " 2>/dev/null");
   ASSERT_FALSE(dom.empty()) << "chromium printed no DOM";

@@ -4,7 +4,9 @@
 // and error messages) on graphs written in the IR text form, the
 // infer-shapes pass's folding of shape subgraphs, and a broad check against
 // ONNX's own single-node test data: every node test of an op in ir/Ops.def
-// must infer the dtypes and shapes of its expected outputs.
+// must infer the dtypes and shapes of its expected outputs (Debian's
+// libonnx-testdata; without it that test fails, unless the build allows
+// skips: tests/unit/TestDependency.h).
 //
 //===----------------------------------------------------------------------===//
 #include "ir/shape/ShapeRules.h"
@@ -14,6 +16,7 @@
 #include "passes/ShapeInference.h"
 #include "runtime/cpu/Kernel.h"
 #include "support/FileIO.h"
+#include "tests/unit/TestDependency.h"
 
 #include <gtest/gtest.h>
 
@@ -695,8 +698,8 @@ NodeTestResult checkNodeTest(const std::string &dir) {
 } // namespace
 
 TEST(ShapeRules, OnnxNodeTests) {
-  if (!isDirectory(kOnnxTestData))
-    GTEST_SKIP() << "ONNX test data not installed (libonnx-testdata)";
+  PIPEC_REQUIRE_TEST_DEPENDENCY(isDirectory(kOnnxTestData), "libonnx-testdata",
+                                cat("ONNX's test data (", kOnnxTestData, ")"));
   std::vector<std::string> dirs;
   for (const char *suite : kOnnxSuites)
     if (isDirectory(joinPath(kOnnxTestData, suite)))
