@@ -7,7 +7,6 @@ batch axis dynamic. Seeded random weights.
 
     /usr/bin/python3 bench/ort_models.py OUT_DIR    # writes gpt-like.onnx, mlp-8x1024.onnx, cnn-like.onnx
 """
-import math
 import os
 import sys
 import warnings
@@ -16,56 +15,24 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-class Attention(nn.Module):
-    """Causal self-attention with its mask a float buffer compared with 0
-    (Equal, Where on export), as many GPT ports write it: the zoo's GPT-2
-    (tests/zoo/models.py) masks with a bool buffer and ~ (Not, Where), so the
-    two exercise both forms fuse-masked-softmax meets."""
-
-    def __init__(self, d, heads, seq):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.register_buffer('mask', torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        h = self.heads
-        q = q.view(b, t, h, d // h).transpose(1, 2)
-        k = k.view(b, t, h, d // h).transpose(1, 2)
-        v = v.view(b, t, h, d // h).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))
-        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float('-inf'))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
-        return self.proj(y)
-
-
-class Block(nn.Module):
-    def __init__(self, d, heads, seq):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d)
-        self.attn = Attention(d, heads, seq)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc = nn.Linear(d, 4 * d)
-        self.out = nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+# The zoo's transformer block (tests/zoo/models.py), as bench/vs_ort.py
+# finds the zoo.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'zoo'))
+from models import Block  # noqa: E402
 
 
 class GptLike(nn.Module):
-    """4 pre-norm blocks, d 256, 4 heads, sequence 128, vocabulary 512."""
+    """4 pre-norm blocks, d 256, 4 heads, sequence 128, vocabulary 512. The
+    blocks are the zoo's GPT-2 blocks with the causal mask a float buffer
+    compared with 0 (Equal, Where on export), as many GPT ports write it:
+    the zoo's GPT-2 masks with a bool buffer and ~ (Not, Where), so the two
+    exercise both forms fuse-masked-softmax meets."""
 
     def __init__(self, vocab=512, d=256, heads=4, layers=4, seq=128):
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.02)
-        self.blocks = nn.Sequential(*[Block(d, heads, seq) for _ in range(layers)])
+        self.blocks = nn.Sequential(*[Block(d, heads, seq, float_mask=True) for _ in range(layers)])
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
 

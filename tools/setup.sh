@@ -29,12 +29,15 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev
 )
 # The tests and benchmarks: GoogleTest, FileCheck and lit, ONNX's own test
-# data and checker, the reference frameworks, the fuzzers' clang.
+# data and checker, the reference frameworks, a headless browser for the
+# partition report's HTML, the fuzzers' clang. A test whose package is
+# missing fails (tests/CMakeLists.txt: PIPEC_TESTS_ALLOW_SKIPS).
 if [ "$ALL" = 1 ]; then
   PACKAGES+=(
     python3 python3-numpy python3-onnx libonnx-testdata
     libgtest-dev libgmock-dev llvm-14-tools
     python3-torch python3-torchvision
+    chromium
     clang-14 libclang-rt-14-dev libfuzzer-14-dev
   )
 fi

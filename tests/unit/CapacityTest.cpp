@@ -29,7 +29,10 @@ CapacityQuery query(std::string label, int K, int M, int64_t B, std::string rec)
   q.microBatchSize = B;
   q.recompute = std::move(rec);
   q.profile = "accel-8gb";
-  q.schedule = pipeline::Schedule::parse("gpipe").take(); // the schedule of GPipe's table
+  auto gpipe = pipeline::Schedule::parse("gpipe"); // the schedule of GPipe's table
+  EXPECT_TRUE(gpipe.isOk()) << gpipe.status().message();
+  if (gpipe.isOk())
+    q.schedule = *gpipe;
   return q;
 }
 
@@ -94,7 +97,9 @@ TEST(Capacity, ExtrapolationMatchesDirectEvaluation) {
   for (Case c : {Case{"gpipe", "full", 22}, Case{"1f1b", "none", 44}, Case{"1f1b", "full", 30}}) {
     const char *schedule = c.schedule;
     CapacityQuery q = query("Pipeline-3", 3, 4, 2, c.recompute);
-    q.schedule = pipeline::Schedule::parse(schedule).take();
+    auto parsed = pipeline::Schedule::parse(schedule);
+    ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+    q.schedule = *parsed;
     q.memoryBudget = c.mib * (1 << 20);
     auto r = maxTrainableBlocks(f, q);
     ASSERT_TRUE(r.isOk()) << r.status().message();
@@ -114,7 +119,9 @@ TEST(Capacity, ExtrapolationMatchesDirectEvaluation) {
         order.push_back(n);
     PartitionOptions po;
     po.profile = q.profile;
-    CostModel cost = *makeCostModel(po);
+    auto made = makeCostModel(po);
+    ASSERT_TRUE(made.isOk()) << made.status().message();
+    CostModel cost = made.take();
     ChainOptions co;
     co.training = true;
     co.microBatches = q.microBatches;

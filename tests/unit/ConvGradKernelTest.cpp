@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Kernel.h"
+#include "tests/unit/KernelTestSupport.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -19,11 +20,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
-#include <random>
 
 using namespace pipec;
 using namespace pipec::cpu;
+using namespace pipec::test;
 
 namespace {
 
@@ -74,19 +74,6 @@ Shape outShape(const Case &c) {
   return y;
 }
 
-Tensor randomT(DType dt, const Shape &s, uint32_t seed) {
-  Tensor t(dt, s);
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == DType::F32)
-      t.data<float>()[i] = static_cast<float>(u(g));
-    else
-      t.data<double>()[i] = u(g);
-  }
-  return t;
-}
-
 /// The same values in another dtype, optionally as magnitudes.
 Tensor convert(const Tensor &t, DType dt, bool abs = false) {
   Tensor r(dt, t.shape());
@@ -120,28 +107,11 @@ OpDesc gradDesc(const Case &c, bool weight, DType dt) {
   return d;
 }
 
-Tensor eval1(const OpDesc &d, const std::vector<Tensor> &in) {
-  auto r = evaluate(d, in);
-  EXPECT_TRUE(r.isOk()) << r.status().message();
-  return r.isOk() ? (*r)[0] : Tensor();
-}
-
 /// Evaluates with the oneDNN path (`dnnl`) or the loops.
 Tensor evalPath(const OpDesc &d, const std::vector<Tensor> &in, bool dnnl) {
-  if (dnnl)
-    unsetenv("PIPEC_LINALG_NO_DNNL");
-  else
-    setenv("PIPEC_LINALG_NO_DNNL", "1", 1);
-  Tensor t = eval1(d, in);
-  unsetenv("PIPEC_LINALG_NO_DNNL");
-  return t;
-}
-
-Tensor withThreads(int n, const std::function<Tensor()> &f) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(n);
-  Tensor t = f();
-  omp_set_num_threads(saved);
+  useDnnl(dnnl);
+  Tensor t = evalOne(d, in);
+  useDnnl(true);
   return t;
 }
 
@@ -153,8 +123,9 @@ TEST(ConvGradKernel, DnnlAndLoopsMatchF64) {
       Tensor dy = randomT(DType::F64, outShape(c), ++seed);
       Tensor other = randomT(DType::F64, weight ? c.x : c.w, ++seed);
       const OpDesc d64 = gradDesc(c, weight, DType::F64), d32 = gradDesc(c, weight, DType::F32);
-      const Tensor want = eval1(d64, {dy, other});
-      const Tensor scale = eval1(d64, {convert(dy, DType::F64, true), convert(other, DType::F64, true)});
+      const Tensor want = evalOne(d64, {dy, other});
+      const Tensor scale =
+          evalOne(d64, {convert(dy, DType::F64, true), convert(other, DType::F64, true)});
       const std::vector<Tensor> in32 = {convert(dy, DType::F32), convert(other, DType::F32)};
       for (bool dnnl : {true, false}) {
         const Tensor got = evalPath(d32, in32, dnnl);
@@ -204,12 +175,9 @@ TEST(ConvGradKernel, Deterministic) {
 /// Mean seconds per run of a prepared kernel, over `reps` runs after one
 /// warm-up.
 double timeKernel(const OpDesc &d, const std::vector<Tensor> &in, bool dnnl, int reps) {
-  if (dnnl)
-    unsetenv("PIPEC_LINALG_NO_DNNL");
-  else
-    setenv("PIPEC_LINALG_NO_DNNL", "1", 1);
+  useDnnl(dnnl);
   auto k = createKernel(d);
-  unsetenv("PIPEC_LINALG_NO_DNNL");
+  useDnnl(true);
   EXPECT_TRUE(k.isOk()) << k.status().message();
   if (!k.isOk())
     return 0;

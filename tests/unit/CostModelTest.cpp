@@ -43,6 +43,7 @@ TEST(DeviceProfile, EveryCheckedInProfileLoadsAndCitesASource) {
     EXPECT_EQ(again->peakFlops, p->peakFlops);
   }
   auto v100 = loadProfile("v100-sxm2-16gb");
+  ASSERT_TRUE(v100.isOk()) << v100.status().message();
   EXPECT_DOUBLE_EQ(v100->flopsFor(DType::F32), 15.7e12);
   EXPECT_DOUBLE_EQ(v100->flopsFor(DType::F16), 125e12);
   auto gpipe = loadProfile("tpu-v2-core"); // alias
@@ -55,10 +56,13 @@ TEST(DeviceProfile, EveryCheckedInProfileLoadsAndCitesASource) {
 }
 
 TEST(DeviceProfile, ParseByteSize) {
-  EXPECT_DOUBLE_EQ(*parseByteSize("16GiB"), 16.0 * 1073741824.0);
-  EXPECT_DOUBLE_EQ(*parseByteSize("8 GB"), 8e9);
-  EXPECT_DOUBLE_EQ(*parseByteSize("512MiB"), 512.0 * 1048576.0);
-  EXPECT_DOUBLE_EQ(*parseByteSize("1e6"), 1e6);
+  const std::pair<const char *, double> sizes[] = {
+      {"16GiB", 16.0 * 1073741824.0}, {"8 GB", 8e9}, {"512MiB", 512.0 * 1048576.0}, {"1e6", 1e6}};
+  for (const auto &[text, bytes] : sizes) {
+    auto b = parseByteSize(text);
+    ASSERT_TRUE(b.isOk()) << text << ": " << b.status().message();
+    EXPECT_DOUBLE_EQ(*b, bytes) << text;
+  }
   EXPECT_FALSE(parseByteSize("16 parsecs").isOk());
   EXPECT_FALSE(parseByteSize("-1GiB").isOk());
   EXPECT_FALSE(parseByteSize("lots").isOk());
@@ -73,8 +77,10 @@ TEST(CostModel, RooflineAndMeasuredTimes) {
   mm->output(0)->setType(TensorDesc{DType::F32, {256, 1024}});
   ir::Node *relu = *g.addNode("relu", "Relu", "", {mm->output(0)}, {"z"});
   relu->output(0)->setType(TensorDesc{DType::F32, {256, 1024}});
+  auto v100 = loadProfile("v100-sxm2-16gb");
+  ASSERT_TRUE(v100.isOk()) << v100.status().message();
   CostModel m;
-  m.profile = *loadProfile("v100-sxm2-16gb");
+  m.profile = *v100;
   NodeCost c = forwardCost(*mm);
   EXPECT_DOUBLE_EQ(c.flops, 2.0 * 256 * 1024 * 512);
   // MatMul is compute-bound, Relu memory-bound on a V100.

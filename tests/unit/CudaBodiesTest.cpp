@@ -11,6 +11,7 @@
 #include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Launch.h"
 #include "runtime/train/Optimizer.h"
+#include "tests/unit/KernelTestSupport.h"
 
 #include <gtest/gtest.h>
 
@@ -20,40 +21,8 @@
 #include <set>
 
 using namespace pipec;
+using namespace pipec::test;
 namespace body = pipec::cuda::body;
-
-namespace {
-
-cpu::OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<TensorDesc> out,
-                     const std::string &domain = "") {
-  return cpu::OpDesc{.name = "n", .opType = op, .domain = domain, .opset = 17, .attrs = {},
-                     .inputs = std::move(in), .outputs = std::move(out), .constInputs = {}, .stepInvariant = {}};
-}
-
-Tensor randomF32(Shape s, uint32_t seed, float lo = -4.f, float hi = 4.f) {
-  Tensor t(DType::F32, std::move(s));
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (int64_t i = 0; i < t.numel(); ++i)
-    t.data<float>()[i] = u(g);
-  return t;
-}
-
-Tensor evalOne(const cpu::OpDesc &d, const std::vector<Tensor> &in) {
-  auto r = cpu::evaluate(d, in);
-  EXPECT_TRUE(r.isOk()) << (r.isOk() ? "" : r.status().message());
-  return r.isOk() ? (*r)[0] : Tensor();
-}
-
-/// Largest |a - b| / max(|b|, 1) over the elements.
-double worstError(const float *a, const float *b, int64_t n) {
-  double w = 0;
-  for (int64_t i = 0; i < n; ++i)
-    w = std::max(w, std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(1.0, std::fabs(double(b[i]))));
-  return w;
-}
-
-} // namespace
 
 TEST(CudaBodies, ElementwiseMatchTheCpuKernels) {
   Tensor x = randomF32({4099}, 1, -12.f, 12.f);
@@ -94,8 +63,8 @@ TEST(CudaBodies, ElementwiseMatchTheCpuKernels) {
   }
   // GeluGrad (pipec domain), both forms, against the CPU kernel.
   for (const char *approx : {"none", "tanh"}) {
-    Tensor g = randomF32({4099}, 3);
-    cpu::OpDesc d = makeDesc("GeluGrad", {g.desc(), x.desc()}, {g.desc()}, "pipec");
+    Tensor g = randomF32({4099}, 3, -4.f, 4.f);
+    cpu::OpDesc d = makeDesc("GeluGrad", {g.desc(), x.desc()}, {g.desc()}, {}, 17, "pipec");
     d.attrs["approximate"] = Attribute::ofString(approx);
     Tensor ref = evalOne(d, {g, x});
     std::vector<float> dx(static_cast<size_t>(n));
@@ -104,9 +73,10 @@ TEST(CudaBodies, ElementwiseMatchTheCpuKernels) {
     EXPECT_LE(worstError(dx.data(), ref.data<float>(), n), 2e-6) << "GeluGrad " << approx;
   }
   // ReluGrad (pipec domain): dY where Y > 0.
-  Tensor dy = randomF32({4099}, 2);
+  Tensor dy = randomF32({4099}, 2, -4.f, 4.f);
   Tensor ry = evalOne(makeDesc("Relu", {x.desc()}, {x.desc()}), {x});
-  Tensor ref = evalOne(makeDesc("ReluGrad", {dy.desc(), ry.desc()}, {dy.desc()}, "pipec"), {dy, ry});
+  Tensor ref =
+      evalOne(makeDesc("ReluGrad", {dy.desc(), ry.desc()}, {dy.desc()}, {}, 17, "pipec"), {dy, ry});
   std::vector<float> dx(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
     dx[i] = body::reluGrad(dy.data<float>()[i], ry.data<float>()[i]);
@@ -129,7 +99,7 @@ TEST(CudaBodies, BroadcastBinaryOpsMatchTheCpuKernelsBitwise) {
   uint32_t seed = 10;
   for (const Shapes &s : shapes)
     for (const auto &[name, op] : ops) {
-      Tensor a = randomF32(s.a, ++seed), b = randomF32(s.b, ++seed, 0.5f, 3.f);
+      Tensor a = randomF32(s.a, ++seed, -4.f, 4.f), b = randomF32(s.b, ++seed, 0.5f, 3.f);
       Tensor ref = evalOne(makeDesc(name, {a.desc(), b.desc()}, {{DType::F32, s.out}}), {a, b});
       const body::Broadcast ba = body::makeBroadcast(s.out.data(), static_cast<int>(s.out.size()), s.a.data(),
                                                      static_cast<int>(s.a.size()));
@@ -194,7 +164,7 @@ TEST(CudaBodies, SoftmaxRowsMatchTheCpuKernel) {
 }
 
 TEST(CudaBodies, TreeSumIsTheFixedOrderItSays) {
-  Tensor x = randomF32({10007}, 5);
+  Tensor x = randomF32({10007}, 5, -4.f, 4.f);
   const float *v = x.data<float>();
   for (int lanes : {1, 2, 32, 256}) {
     std::vector<float> partial(static_cast<size_t>(lanes));
@@ -327,7 +297,7 @@ TEST(CudaGpus, ListingSaysWhyThereIsNoneInsteadOfCrashing) {
 
 TEST(CudaBodies, ReduceSumAndTheLossMatchTheCpuKernels) {
   // ReduceSum over axis 0 (a bias gradient) and over axes {1, 2}.
-  Tensor x = randomF32({6, 5, 7}, 30);
+  Tensor x = randomF32({6, 5, 7}, 30, -4.f, 4.f);
   for (const std::vector<int64_t> &axes : {std::vector<int64_t>{0}, std::vector<int64_t>{1, 2}}) {
     Tensor ax(DType::I64, {static_cast<int64_t>(axes.size())});
     for (size_t i = 0; i < axes.size(); ++i)
@@ -371,7 +341,8 @@ TEST(CudaBodies, ReduceSumAndTheLossMatchTheCpuKernels) {
     sum += body::sceLoss(s.data<float>() + i * C, C, 1, t.data<int64_t>()[i]);
   EXPECT_NEAR(sum / N, loss.data<float>()[0], 1e-6 * std::max(1.0, std::fabs(sum / N)));
   Tensor g = Tensor::scalarF32(1.0f);
-  Tensor dx = evalOne(makeDesc("SoftmaxCrossEntropyLossGrad", {g.desc(), s.desc(), t.desc()}, {s.desc()}, "pipec"),
+  Tensor dx = evalOne(makeDesc("SoftmaxCrossEntropyLossGrad", {g.desc(), s.desc(), t.desc()},
+                               {s.desc()}, {}, 17, "pipec"),
                       {g, s, t});
   std::vector<float> mine(static_cast<size_t>(N * C));
   for (int64_t i = 0; i < N; ++i)
@@ -381,8 +352,8 @@ TEST(CudaBodies, ReduceSumAndTheLossMatchTheCpuKernels) {
 
 TEST(CudaBodies, LayerNormAndSoftmaxGradientsMatchTheCpuKernels) {
   const int64_t rows = 12, cols = 64;
-  Tensor x = randomF32({3, 4, cols}, 50), dy = randomF32({3, 4, cols}, 51);
-  Tensor scale = randomF32({cols}, 52, 0.5f, 1.5f), bias = randomF32({cols}, 53);
+  Tensor x = randomF32({3, 4, cols}, 50, -4.f, 4.f), dy = randomF32({3, 4, cols}, 51, -4.f, 4.f);
+  Tensor scale = randomF32({cols}, 52, 0.5f, 1.5f), bias = randomF32({cols}, 53, -4.f, 4.f);
   // Forward.
   cpu::OpDesc f = makeDesc("LayerNormalization", {x.desc(), scale.desc(), bias.desc()}, {x.desc()});
   f.attrs["axis"] = Attribute::ofInt(-1);
@@ -395,7 +366,8 @@ TEST(CudaBodies, LayerNormAndSoftmaxGradientsMatchTheCpuKernels) {
   // The CPU's float LayerNormalization is oneDNN's: a few ulps apart.
   EXPECT_LE(worstError(mine.data(), y.data<float>(), rows * cols), 5e-7) << "LayerNormalization";
   // dX.
-  cpu::OpDesc g = makeDesc("LayerNormalizationGrad", {dy.desc(), x.desc(), scale.desc()}, {x.desc()}, "pipec");
+  cpu::OpDesc g = makeDesc("LayerNormalizationGrad", {dy.desc(), x.desc(), scale.desc()},
+                           {x.desc()}, {}, 17, "pipec");
   g.attrs["axis"] = Attribute::ofInt(2);
   g.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
   Tensor dx = evalOne(g, {dy, x, scale});
@@ -404,7 +376,8 @@ TEST(CudaBodies, LayerNormAndSoftmaxGradientsMatchTheCpuKernels) {
                            mine.data() + r * cols, cols, static_cast<double>(1e-5f));
   EXPECT_LE(worstError(mine.data(), dx.data<float>(), rows * cols), 2e-7) << "LayerNormalizationGrad";
   // dScale.
-  cpu::OpDesc sg = makeDesc("LayerNormalizationScaleGrad", {dy.desc(), x.desc()}, {scale.desc()}, "pipec");
+  cpu::OpDesc sg = makeDesc("LayerNormalizationScaleGrad", {dy.desc(), x.desc()}, {scale.desc()},
+                            {}, 17, "pipec");
   sg.attrs["axis"] = Attribute::ofInt(2);
   sg.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
   sg.attrs["shape"] = Attribute::ofInts({cols});
@@ -417,8 +390,8 @@ TEST(CudaBodies, LayerNormAndSoftmaxGradientsMatchTheCpuKernels) {
     dsMine[c] = body::layerNormScaleGradColumn(dy.data<float>(), x.data<float>(), stats.data(), rows, cols, c);
   EXPECT_LE(worstError(dsMine.data(), ds.data<float>(), cols), 2e-7) << "LayerNormalizationScaleGrad";
   // SoftmaxGrad along a middle axis.
-  Tensor sy = randomF32({4, 9, 5}, 54, 0.f, 1.f), sdy = randomF32({4, 9, 5}, 55);
-  cpu::OpDesc sm = makeDesc("SoftmaxGrad", {sdy.desc(), sy.desc()}, {sy.desc()}, "pipec");
+  Tensor sy = randomF32({4, 9, 5}, 54, 0.f, 1.f), sdy = randomF32({4, 9, 5}, 55, -4.f, 4.f);
+  cpu::OpDesc sm = makeDesc("SoftmaxGrad", {sdy.desc(), sy.desc()}, {sy.desc()}, {}, 17, "pipec");
   sm.attrs["axis"] = Attribute::ofInt(1);
   Tensor sdx = evalOne(sm, {sdy, sy});
   std::vector<float> smMine(static_cast<size_t>(sy.numel()));

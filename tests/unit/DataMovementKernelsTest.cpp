@@ -9,9 +9,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Kernel.h"
+#include "tests/unit/KernelTestSupport.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -20,92 +20,11 @@
 
 using namespace pipec;
 using namespace pipec::cpu;
+using namespace pipec::test;
 
 namespace {
 
-OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<TensorDesc> out,
-                int64_t opset = 17) {
-  OpDesc d;
-  d.name = std::string("n"); // not a literal: GCC 12 -Wrestrict false positive
-  d.opType = op;
-  d.opset = opset;
-  d.inputs = std::move(in);
-  d.outputs = std::move(out);
-  return d;
-}
-
-/// Marks input `i` of `d` as the compile-time constant `t`.
-void setConst(OpDesc &d, size_t i, const Tensor &t) {
-  d.constInputs.resize(d.inputs.size());
-  d.constInputs[i] = t;
-}
-
 Tensor ints(const std::vector<int64_t> &v) { return Tensor::fromInts(v); }
-
-/// A tensor of `dt` whose bytes are a deterministic pseudo-random pattern.
-Tensor randomBytes(DType dt, Shape s, uint32_t seed) {
-  Tensor t(dt, std::move(s));
-  std::mt19937 g(seed);
-  auto *p = static_cast<unsigned char *>(t.raw());
-  for (size_t i = 0; i < t.bytes(); ++i)
-    p[i] = static_cast<unsigned char>(g());
-  return t;
-}
-
-Tensor randomF(DType dt, Shape s, uint32_t seed, double lo = -3, double hi = 3) {
-  Tensor t(dt, std::move(s));
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == DType::F32)
-      t.data<float>()[i] = static_cast<float>(u(g));
-    else
-      t.data<double>()[i] = u(g);
-  }
-  return t;
-}
-
-template <typename T> Tensor fromVec(DType dt, Shape s, const std::vector<T> &v) {
-  Tensor t(dt, std::move(s));
-  EXPECT_EQ(static_cast<int64_t>(v.size()), t.numel());
-  std::memcpy(t.raw(), v.data(), v.size() * sizeof(T));
-  return t;
-}
-
-template <typename T> std::vector<T> toVec(const Tensor &t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  std::memcpy(v.data(), t.raw(), t.bytes());
-  return v;
-}
-
-std::vector<Tensor> eval(const OpDesc &d, const std::vector<Tensor> &in) {
-  auto r = evaluate(d, in);
-  EXPECT_TRUE(r.isOk()) << r.status().message();
-  return r.isOk() ? r.take() : std::vector<Tensor>{};
-}
-
-std::string evalError(const OpDesc &d, const std::vector<Tensor> &in) {
-  auto r = evaluate(d, in);
-  EXPECT_FALSE(r.isOk()) << d.opType << " unexpectedly succeeded";
-  return r.isOk() ? "" : r.status().message();
-}
-
-/// Runs `d` with 1, 2 and 3 OpenMP threads; expects identical bytes.
-std::vector<Tensor> expectThreadInvariant(const OpDesc &d, const std::vector<Tensor> &in) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  std::vector<Tensor> ref = eval(d, in);
-  for (int threads : {2, 3}) {
-    omp_set_num_threads(threads);
-    std::vector<Tensor> got = eval(d, in);
-    EXPECT_EQ(ref.size(), got.size());
-    for (size_t i = 0; i < ref.size() && i < got.size(); ++i)
-      EXPECT_TRUE(ref[i].identical(got[i]))
-          << d.opType << " output " << i << " differs with " << threads << " threads";
-  }
-  omp_set_num_threads(saved);
-  return ref;
-}
 
 /// Naive transpose: output multi-index o reads input index with
 /// in[perm[k]] = o[k].
@@ -222,9 +141,8 @@ TEST(DataMovementKernels, SliceNegativeStepsAndClamping) {
   // axis 0 from -1 to the start.
   Tensor starts = ints({100, -1}), ends = ints({-100, -3}), axes = ints({1, 0}),
          steps = ints({-2, -1});
-  OpDesc d = makeDesc("Slice",
-                      {x.desc(), starts.desc(), ends.desc(), axes.desc(), steps.desc()},
-                      {{DType::I32, {2, 3}}}, 13);
+  OpDesc d = makeDesc("Slice", {x.desc(), starts.desc(), ends.desc(), axes.desc(), steps.desc()},
+                      {{DType::I32, {2, 3}}}, {}, 13);
   for (size_t i = 1; i < 5; ++i)
     setConst(d, i, std::vector<Tensor>{x, starts, ends, axes, steps}[i]);
   EXPECT_EQ(toVec<int32_t>(eval(d, {x, starts, ends, axes, steps})[0]),
@@ -242,7 +160,7 @@ TEST(DataMovementKernels, LargeSliceAndPadMatchNaive) {
   Tensor starts = ints({1, 38}), ends = ints({INT64_MAX, 0}), axes = ints({0, -1}),
          steps = ints({2, -3});
   OpDesc s = makeDesc("Slice", {x.desc(), starts.desc(), ends.desc(), axes.desc(), steps.desc()},
-                      {{DType::F32, {32, 50, 13}}}, 13);
+                      {{DType::F32, {32, 50, 13}}}, {}, 13);
   for (size_t i = 1; i < 5; ++i)
     setConst(s, i, std::vector<Tensor>{x, starts, ends, axes, steps}[i]);
   Tensor y = expectThreadInvariant(s, {x, starts, ends, axes, steps})[0];
@@ -253,7 +171,7 @@ TEST(DataMovementKernels, LargeSliceAndPadMatchNaive) {
 
   // Reflect padding, numpy semantics (pads may exceed dim - 1).
   Tensor pads = ints({1, 2, 45, 3, 4, 5});
-  OpDesc p = makeDesc("Pad", {x.desc(), pads.desc()}, {{DType::F32, {68, 56, 90}}}, 13);
+  OpDesc p = makeDesc("Pad", {x.desc(), pads.desc()}, {{DType::F32, {68, 56, 90}}}, {}, 13);
   p.attrs["mode"] = Attribute::ofString("reflect");
   setConst(p, 1, pads);
   Tensor z = expectThreadInvariant(p, {x, pads})[0];
@@ -272,7 +190,7 @@ TEST(DataMovementKernels, LargeSliceAndPadMatchNaive) {
 
 TEST(DataMovementKernels, SliceOpset1Attributes) {
   Tensor x = fromVec<int32_t>(DType::I32, {2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
-  OpDesc d = makeDesc("Slice", {x.desc()}, {{DType::I32, {2, 2}}}, 1);
+  OpDesc d = makeDesc("Slice", {x.desc()}, {{DType::I32, {2, 2}}}, {}, 1);
   d.attrs["starts"] = Attribute::ofInts({1});
   d.attrs["ends"] = Attribute::ofInts({-2});
   d.attrs["axes"] = Attribute::ofInts({1});
@@ -282,17 +200,18 @@ TEST(DataMovementKernels, SliceOpset1Attributes) {
 TEST(DataMovementKernels, SplitNumOutputsUnevenLastChunk) {
   Tensor x = fromVec<int16_t>(DType::I16, {7}, {0, 1, 2, 3, 4, 5, 6});
   OpDesc d = makeDesc("Split", {x.desc()},
-                      {{DType::I16, {3}}, {DType::I16, {3}}, {DType::I16, {1}}}, 18);
+                      {{DType::I16, {3}}, {DType::I16, {3}}, {DType::I16, {1}}}, {}, 18);
   d.attrs["num_outputs"] = Attribute::ofInt(3);
   std::vector<Tensor> out = eval(d, {x});
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(toVec<int16_t>(out[2]), (std::vector<int16_t>{6}));
   // Opset 11: 'split' attribute; opset 13: constant input.
-  OpDesc a = makeDesc("Split", {x.desc()}, {{DType::I16, {2}}, {DType::I16, {5}}}, 11);
+  OpDesc a = makeDesc("Split", {x.desc()}, {{DType::I16, {2}}, {DType::I16, {5}}}, {}, 11);
   a.attrs["split"] = Attribute::ofInts({2, 5});
   EXPECT_EQ(toVec<int16_t>(eval(a, {x})[1]), (std::vector<int16_t>{2, 3, 4, 5, 6}));
   Tensor sizes = ints({2, 5});
-  OpDesc b = makeDesc("Split", {x.desc(), sizes.desc()}, {{DType::I16, {2}}, {DType::I16, {5}}}, 13);
+  OpDesc b =
+      makeDesc("Split", {x.desc(), sizes.desc()}, {{DType::I16, {2}}, {DType::I16, {5}}}, {}, 13);
   setConst(b, 1, sizes);
   EXPECT_EQ(toVec<int16_t>(eval(b, {x, sizes})[0]), (std::vector<int16_t>{0, 1}));
 }
@@ -305,7 +224,7 @@ TEST(DataMovementKernels, ConcatSplitRoundTripLarge) {
   c.attrs["axis"] = Attribute::ofInt(1);
   Tensor ab = expectThreadInvariant(c, {a, b})[0];
   Tensor sizes = ints({300, 200});
-  OpDesc s = makeDesc("Split", {ab.desc(), sizes.desc()}, {a.desc(), b.desc()}, 13);
+  OpDesc s = makeDesc("Split", {ab.desc(), sizes.desc()}, {a.desc(), b.desc()}, {}, 13);
   s.attrs["axis"] = Attribute::ofInt(-2);
   setConst(s, 1, sizes);
   std::vector<Tensor> parts = expectThreadInvariant(s, {ab, sizes});
@@ -320,7 +239,7 @@ TEST(DataMovementKernels, PadModesWithAxesAndNegativePads) {
                  int64_t opset) {
     Tensor pads = ints(p);
     OpDesc d = makeDesc("Pad", {x.desc(), pads.desc(), {}, axes.desc()},
-                        {{DType::F32, {1, outLen}}}, opset);
+                        {{DType::F32, {1, outLen}}}, {}, opset);
     d.attrs["mode"] = Attribute::ofString(mode);
     setConst(d, 1, pads);
     setConst(d, 3, axes);
@@ -338,11 +257,11 @@ TEST(DataMovementKernels, PadConstantValueRuntimeAndAttribute) {
   Tensor x = fromVec<int64_t>(DType::I64, {2, 1}, {5, 6});
   Tensor pads = ints({1, 0, 0, 2});
   Tensor value = fromVec<int64_t>(DType::I64, {}, {-7});
-  OpDesc d = makeDesc("Pad", {x.desc(), pads.desc(), value.desc()}, {{DType::I64, {3, 3}}}, 13);
+  OpDesc d = makeDesc("Pad", {x.desc(), pads.desc(), value.desc()}, {{DType::I64, {3, 3}}}, {}, 13);
   setConst(d, 1, pads);
   EXPECT_EQ(toVec<int64_t>(eval(d, {x, pads, value})[0]),
             (std::vector<int64_t>{-7, -7, -7, 5, -7, -7, 6, -7, -7}));
-  OpDesc old = makeDesc("Pad", {x.desc()}, {{DType::I64, {3, 3}}}, 2);
+  OpDesc old = makeDesc("Pad", {x.desc()}, {{DType::I64, {3, 3}}}, {}, 2);
   old.attrs["pads"] = Attribute::ofInts({1, 0, 0, 2});
   old.attrs["value"] = Attribute::ofFloat(1.5f);
   EXPECT_EQ(toVec<int64_t>(eval(old, {x})[0]),
@@ -381,7 +300,7 @@ TEST(DataMovementKernels, ExpandAndTileMatchNaive) {
 TEST(DataMovementKernels, TriluWithRuntimeK) {
   Tensor x = fromVec<float>(DType::F32, {3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
   Tensor k = fromVec<int64_t>(DType::I64, {}, {-1});
-  OpDesc d = makeDesc("Trilu", {x.desc(), k.desc()}, {x.desc()}, 14);
+  OpDesc d = makeDesc("Trilu", {x.desc(), k.desc()}, {x.desc()}, {}, 14);
   EXPECT_EQ(toVec<float>(eval(d, {x, k})[0]), (std::vector<float>{1, 2, 3, 4, 5, 6, 0, 8, 9}));
   d.attrs["upper"] = Attribute::ofInt(0);
   EXPECT_EQ(toVec<float>(eval(d, {x, k})[0]), (std::vector<float>{0, 0, 0, 4, 0, 0, 7, 8, 0}));
@@ -423,13 +342,13 @@ TEST(DataMovementKernels, LossesAreThreadCountInvariant) {
       for (const char *reduction : {"sum", "mean"}) {
         // [N, C, D] with D not a multiple of the block and N * D large.
         const Shape xs{40, 7, 1000};
-        Tensor x = randomF(dt, xs, 31);
+        Tensor x = randomT(dt, xs, 31, -3, 3);
         Tensor target(DType::I32, {40, 1000});
         std::mt19937 g(5);
         for (int64_t i = 0; i < target.numel(); ++i)
           target.data<int32_t>()[i] = static_cast<int32_t>(g() % 8); // 7 is ignored
-        Tensor w = randomF(dt, {7}, 32, 0.1, 2.0);
-        OpDesc d = makeDesc(op, {x.desc(), target.desc(), w.desc()}, {{dt, {}}}, 13);
+        Tensor w = randomT(dt, {7}, 32, 0.1, 2.0);
+        OpDesc d = makeDesc(op, {x.desc(), target.desc(), w.desc()}, {{dt, {}}}, {}, 13);
         d.attrs["reduction"] = Attribute::ofString(reduction);
         d.attrs["ignore_index"] = Attribute::ofInt(7);
         if (std::string(op) == "SoftmaxCrossEntropyLoss")
@@ -455,17 +374,17 @@ TEST(DataMovementKernels, LossGradientsMatchReference) {
     const bool softmax = std::string(op) == "SoftmaxCrossEntropyLossGrad";
     for (const Shape &xs : {Shape{6, 5}, Shape{3, 5, 65}}) {
       const int64_t N = xs[0], C = xs[1], D = xs.size() > 2 ? xs[2] : 1;
-      Tensor x = randomF(DType::F32, xs, 51);
+      Tensor x = randomT(DType::F32, xs, 51, -3, 3);
       Shape ts = xs;
       ts.erase(ts.begin() + 1);
       Tensor target(DType::I64, ts);
       std::mt19937 g(9);
       for (int64_t i = 0; i < target.numel(); ++i)
         target.data<int64_t>()[i] = static_cast<int64_t>(g() % 6); // 5 is ignored
-      Tensor w = randomF(DType::F32, {C}, 52, 0.1, 2.0);
+      Tensor w = randomT(DType::F32, {C}, 52, 0.1, 2.0);
       Tensor dl(DType::F32, {});
       dl.data<float>()[0] = 0.75f;
-      OpDesc d = makeDesc(op, {dl.desc(), x.desc(), target.desc(), w.desc()}, {x.desc()}, 13);
+      OpDesc d = makeDesc(op, {dl.desc(), x.desc(), target.desc(), w.desc()}, {x.desc()}, {}, 13);
       d.domain = "pipec";
       d.attrs["reduction"] = Attribute::ofString("mean");
       d.attrs["ignore_index"] = Attribute::ofInt(5);
@@ -498,10 +417,10 @@ TEST(DataMovementKernels, LossGradientsMatchReference) {
 }
 
 TEST(DataMovementKernels, LossTargetOutOfRangeIsAnError) {
-  Tensor x = randomF(DType::F32, {2, 3}, 41);
+  Tensor x = randomT(DType::F32, {2, 3}, 41, -3, 3);
   Tensor target = ints({1, 3});
   for (const char *op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
-    OpDesc d = makeDesc(op, {x.desc(), target.desc()}, {{DType::F32, {}}}, 13);
+    OpDesc d = makeDesc(op, {x.desc(), target.desc()}, {{DType::F32, {}}}, {}, 13);
     std::string msg = evalError(d, {x, target});
     EXPECT_NE(msg.find("target 3 at position 1"), std::string::npos) << msg;
     d.attrs["ignore_index"] = Attribute::ofInt(3);
@@ -534,8 +453,9 @@ TEST(DataMovementKernels, BadDescriptionsAreErrors) {
   setConst(reshape, 1, ints({4}));
   EXPECT_TRUE(contains(prepareError(reshape), "cannot reshape"));
 
-  OpDesc slice = makeDesc("Slice", {f23, {DType::I64, {1}}, {DType::I64, {1}}, {}, {DType::I64, {1}}},
-                          {{DType::F32, {2, 3}}}, 13);
+  OpDesc slice =
+      makeDesc("Slice", {f23, {DType::I64, {1}}, {DType::I64, {1}}, {}, {DType::I64, {1}}},
+               {{DType::F32, {2, 3}}}, {}, 13);
   setConst(slice, 1, ints({0}));
   setConst(slice, 2, ints({2}));
   setConst(slice, 4, ints({0}));
@@ -548,7 +468,7 @@ TEST(DataMovementKernels, BadDescriptionsAreErrors) {
   transpose.outputs = {{DType::F32, {2, 3}}};
   EXPECT_TRUE(contains(prepareError(transpose), "the op computes f32[3,2]"));
 
-  OpDesc split = makeDesc("Split", {f23}, {{DType::F32, {2, 1}}, {DType::F32, {2, 1}}}, 11);
+  OpDesc split = makeDesc("Split", {f23}, {{DType::F32, {2, 1}}, {DType::F32, {2, 1}}}, {}, 11);
   split.attrs["axis"] = Attribute::ofInt(1);
   split.attrs["split"] = Attribute::ofInts({1, 1});
   EXPECT_TRUE(contains(prepareError(split), "summing to 3"));
@@ -559,7 +479,8 @@ TEST(DataMovementKernels, BadDescriptionsAreErrors) {
   gather.attrs["axis"] = Attribute::ofInt(2);
   EXPECT_TRUE(contains(prepareError(gather), "axis 2 is out of range"));
 
-  OpDesc pad = makeDesc("Pad", {{DType::F32, {0, 3}}, {DType::I64, {4}}}, {{DType::F32, {2, 3}}}, 13);
+  OpDesc pad =
+      makeDesc("Pad", {{DType::F32, {0, 3}}, {DType::I64, {4}}}, {{DType::F32, {2, 3}}}, {}, 13);
   pad.attrs["mode"] = Attribute::ofString("reflect");
   setConst(pad, 1, ints({1, 0, 1, 0}));
   EXPECT_TRUE(contains(prepareError(pad), "no elements left"));
@@ -571,11 +492,11 @@ TEST(DataMovementKernels, BadDescriptionsAreErrors) {
   EXPECT_TRUE(contains(prepareError(tile), "one value per axis"));
 
   OpDesc range = makeDesc("Range", {{DType::F32, {}}, {DType::F32, {}}, {DType::F32, {}}},
-                          {{DType::F32, {3}}}, 11);
+                          {{DType::F32, {3}}}, {}, 11);
   EXPECT_TRUE(contains(prepareError(range), "compile-time constant"));
 
-  OpDesc loss = makeDesc("NegativeLogLikelihoodLoss", {f23, {DType::I64, {3}}},
-                         {{DType::F32, {}}}, 13);
+  OpDesc loss =
+      makeDesc("NegativeLogLikelihoodLoss", {f23, {DType::I64, {3}}}, {{DType::F32, {}}}, {}, 13);
   EXPECT_TRUE(contains(prepareError(loss), "need a target of shape [2]"));
   loss.inputs[1].shape = {2};
   loss.attrs["reduction"] = Attribute::ofString("avg");
@@ -590,28 +511,28 @@ TEST(DataMovementKernels, BadDescriptionsAreErrors) {
 }
 
 TEST(DataMovementKernels, ShapeOpsAndConstants) {
-  OpDesc shape = makeDesc("Shape", {{DType::F32, {2, 3, 4, 5}}}, {{DType::I64, {2}}}, 15);
+  OpDesc shape = makeDesc("Shape", {{DType::F32, {2, 3, 4, 5}}}, {{DType::I64, {2}}}, {}, 15);
   shape.attrs["start"] = Attribute::ofInt(-3);
   shape.attrs["end"] = Attribute::ofInt(-1);
   EXPECT_EQ(toVec<int64_t>(eval(shape, {Tensor(DType::F32, {2, 3, 4, 5})})[0]),
             (std::vector<int64_t>{3, 4}));
 
   Tensor dims = ints({2, 2});
-  OpDesc cos = makeDesc("ConstantOfShape", {dims.desc()}, {{DType::F16, {2, 2}}}, 9);
+  OpDesc cos = makeDesc("ConstantOfShape", {dims.desc()}, {{DType::F16, {2, 2}}}, {}, 9);
   setConst(cos, 0, dims);
   Tensor h(DType::F16, {1});
   h.data<uint16_t>()[0] = 0x3c00; // 1.0
   cos.attrs["value"] = Attribute::ofTensor(h);
   EXPECT_EQ(toVec<uint16_t>(eval(cos, {dims})[0]), (std::vector<uint16_t>(4, 0x3c00)));
 
-  OpDesc c = makeDesc("Constant", {}, {{DType::I64, {3}}}, 13);
+  OpDesc c = makeDesc("Constant", {}, {{DType::I64, {3}}}, {}, 13);
   c.attrs["value_ints"] = Attribute::ofInts({4, 5, 6});
   EXPECT_EQ(toVec<int64_t>(eval(c, {})[0]), (std::vector<int64_t>{4, 5, 6}));
 
   Tensor start = fromVec<int32_t>(DType::I32, {}, {10}), limit = fromVec<int32_t>(DType::I32, {}, {1}),
          delta = fromVec<int32_t>(DType::I32, {}, {-4});
-  OpDesc range = makeDesc("Range", {start.desc(), limit.desc(), delta.desc()},
-                          {{DType::I32, {3}}}, 11);
+  OpDesc range =
+      makeDesc("Range", {start.desc(), limit.desc(), delta.desc()}, {{DType::I32, {3}}}, {}, 11);
   setConst(range, 0, start);
   setConst(range, 1, limit);
   setConst(range, 2, delta);

@@ -11,6 +11,7 @@
 #include "runtime/cpu/ElementwiseJit.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cuda/Bodies.h"
+#include "tests/unit/KernelTestSupport.h"
 
 #include <gtest/gtest.h>
 
@@ -20,24 +21,16 @@
 #include <random>
 
 using namespace pipec;
+using namespace pipec::test;
 
 namespace {
 
-cpu::OpDesc desc(const std::string &op, const std::string &domain, std::vector<TensorDesc> in, TensorDesc out) {
-  cpu::OpDesc d;
-  d.name = "n";
-  d.opType = op;
-  d.domain = domain;
-  d.opset = 17;
-  d.inputs = std::move(in);
-  d.outputs = {std::move(out)};
-  return d;
-}
-
 Tensor runKernel(const cpu::OpDesc &d, const std::vector<const Tensor *> &in) {
+  Tensor y(d.outputs[0]);
   auto k = cpu::createKernel(d);
   EXPECT_TRUE(k.isOk()) << k.status().message();
-  Tensor y(d.outputs[0]);
+  if (!k.isOk())
+    return y;
   std::vector<const void *> ins;
   for (const Tensor *t : in)
     ins.push_back(t->raw());
@@ -119,7 +112,7 @@ TEST(ElementwiseJit, FusedEqualsUnfusedBitwise) {
     for (const EwStep &s : p.steps) {
       const Tensor &a = v[static_cast<size_t>(s.a)];
       if (ewArity(s.op) == 1) {
-        v.push_back(runKernel(desc(ewOpName(s.op), "", {a.desc()}, TensorDesc{DType::F32, out}), {&a}));
+        v.push_back(runKernel(makeDesc(ewOpName(s.op), {a.desc()}, {{DType::F32, out}}), {&a}));
       } else {
         const Tensor &b = v[static_cast<size_t>(s.b)];
         if (s.op == EwOp::ReluGrad) {
@@ -127,12 +120,15 @@ TEST(ElementwiseJit, FusedEqualsUnfusedBitwise) {
           Tensor bb(DType::F32, out);
           Tensor zero(DType::F32, out);
           std::memset(zero.raw(), 0, zero.bytes());
-          Tensor full = runKernel(desc("Add", "", {zero.desc(), b.desc()}, TensorDesc{DType::F32, out}), {&zero, &b});
+          Tensor full =
+              runKernel(makeDesc("Add", {zero.desc(), b.desc()}, {{DType::F32, out}}), {&zero, &b});
           // Add(0, x) turns -0 into +0; ReluGrad only compares b with 0.
-          v.push_back(runKernel(desc("ReluGrad", "pipec", {a.desc(), full.desc()}, TensorDesc{DType::F32, out}),
-                                {&a, &full}));
+          v.push_back(runKernel(
+              makeDesc("ReluGrad", {a.desc(), full.desc()}, {{DType::F32, out}}, {}, 17, "pipec"),
+              {&a, &full}));
         } else {
-          v.push_back(runKernel(desc(ewOpName(s.op), "", {a.desc(), b.desc()}, TensorDesc{DType::F32, out}), {&a, &b}));
+          v.push_back(runKernel(makeDesc(ewOpName(s.op), {a.desc(), b.desc()}, {{DType::F32, out}}),
+                                {&a, &b}));
         }
       }
     }
@@ -145,7 +141,7 @@ TEST(ElementwiseJit, FusedEqualsUnfusedBitwise) {
       descs.push_back(t.desc());
       ptrs.push_back(&t);
     }
-    cpu::OpDesc fd = desc("FusedElementwise", "pipec", descs, TensorDesc{DType::F32, out});
+    cpu::OpDesc fd = makeDesc("FusedElementwise", descs, {{DType::F32, out}}, {}, 17, "pipec");
     fd.attrs["program"] = Attribute::ofInts(p.encode());
     const Tensor fused = runKernel(fd, ptrs);
     EXPECT_TRUE(sameBits(fused, unfused)) << p.str();

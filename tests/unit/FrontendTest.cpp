@@ -3,7 +3,10 @@
 // The models live in tests/models/frontend/*.onnxtxt (ONNX's protobuf text
 // form); each test parses one, serializes it and imports the bytes, so the
 // importer sees exactly what a .onnx file holds. Error cases mostly edit a
-// valid model in place, which keeps the broken part obvious.
+// valid model in place, which keeps the broken part obvious. Also: every
+// model of ONNX's node tests (Debian's libonnx-testdata; without it that
+// test fails, unless the build allows skips: tests/unit/TestDependency.h)
+// imports or fails with a message, never crashes.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/OnnxImporter.h"
@@ -11,6 +14,7 @@
 #include "ir/Text.h"
 #include "ir/Verifier.h"
 #include "support/FileIO.h"
+#include "tests/unit/TestDependency.h"
 
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
@@ -594,8 +598,8 @@ TEST(Frontend, HugeDeclaredTensorIsAnError) {
 
 TEST(Frontend, ConformanceModelsNeverCrash) {
   const fs::path root = "/usr/share/libonnx-testdata/data/node";
-  if (!fs::is_directory(root))
-    GTEST_SKIP() << root << " not found (install libonnx-testdata)";
+  PIPEC_REQUIRE_TEST_DEPENDENCY(fs::is_directory(root), "libonnx-testdata",
+                                "ONNX's test data (" + root.string() + ")");
   std::vector<fs::path> models;
   for (const auto &e : fs::directory_iterator(root))
     if (fs::exists(e.path() / "model.onnx"))

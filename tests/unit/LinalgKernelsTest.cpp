@@ -12,6 +12,7 @@
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/kernels/LinalgGemm.h"
+#include "tests/unit/KernelTestSupport.h"
 
 #include <cblas.h>
 #include <gtest/gtest.h>
@@ -26,59 +27,9 @@
 
 using namespace pipec;
 using namespace pipec::cpu;
+using namespace pipec::test;
 
 namespace {
-
-OpDesc makeDesc(const std::string &op, std::vector<TensorDesc> in, std::vector<TensorDesc> out,
-                AttrMap attrs = {}, int64_t opset = 17) {
-  OpDesc d;
-  d.name = "n";
-  d.opType = op;
-  d.opset = opset;
-  d.attrs = std::move(attrs);
-  d.inputs = std::move(in);
-  d.outputs = std::move(out);
-  return d;
-}
-
-Tensor randomT(DType dt, Shape s, uint32_t seed, double lo = -1.0, double hi = 1.0) {
-  Tensor t(dt, std::move(s));
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    double v = u(g);
-    switch (dt) {
-    case DType::F32:
-      t.data<float>()[i] = static_cast<float>(v);
-      break;
-    case DType::F64:
-      t.data<double>()[i] = v;
-      break;
-    case DType::I32:
-      t.data<int32_t>()[i] = static_cast<int32_t>(std::lround(v * 10));
-      break;
-    case DType::I64:
-      t.data<int64_t>()[i] = std::lround(v * 10);
-      break;
-    default:
-      break;
-    }
-  }
-  return t;
-}
-Tensor randomF32(Shape s, uint32_t seed) { return randomT(DType::F32, std::move(s), seed); }
-
-std::vector<Tensor> eval(const OpDesc &d, const std::vector<Tensor> &in, ExecContext ctx = {}) {
-  auto r = evaluate(d, in, ctx);
-  EXPECT_TRUE(r.isOk()) << r.status().message();
-  return r.isOk() ? r.take() : std::vector<Tensor>{};
-}
-
-std::string evalError(const OpDesc &d, const std::vector<Tensor> &in) {
-  auto r = evaluate(d, in);
-  EXPECT_FALSE(r.isOk()) << d.opType << " unexpectedly succeeded";
-  return r.isOk() ? "" : r.status().message();
-}
 
 /// Expects |got - want| <= tol * scale[i] + 1e-6 elementwise, where scale
 /// bounds the magnitude of the terms summed into element i.
@@ -94,31 +45,6 @@ void expectClose(const Tensor &got, const std::vector<double> &want,
       ++bad;
     }
   }
-}
-
-/// Runs `f` with the oneDNN path enabled, then with the loop fallback.
-void bothPaths(const std::function<void(const std::string &)> &f) {
-  unsetenv("PIPEC_LINALG_NO_DNNL");
-  f("dnnl");
-  setenv("PIPEC_LINALG_NO_DNNL", "1", 1);
-  f("loop");
-  unsetenv("PIPEC_LINALG_NO_DNNL");
-}
-
-/// Evaluates with 1 and with 2 threads; true if every output is identical.
-bool sameWithThreads(const OpDesc &d, const std::vector<Tensor> &in, ExecContext ctx = {}) {
-  int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  std::vector<Tensor> one = eval(d, in, ctx);
-  omp_set_num_threads(2);
-  std::vector<Tensor> two = eval(d, in, ctx);
-  omp_set_num_threads(saved);
-  if (one.size() != two.size() || one.empty())
-    return false;
-  for (size_t i = 0; i < one.size(); ++i)
-    if (!one[i].identical(two[i]))
-      return false;
-  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -271,9 +197,10 @@ TEST(LinalgKernels, FusedGemmEqualsItsUnfusedNodes) {
         const int64_t K = c.a.back();
         const std::string what = cat(shapeStr(c.a), " N=", c.N, " tb=", c.tb, " act=", act, " bias=", bias,
                                      c.training ? " training" : " inference");
-        Tensor A = randomF32(c.a, static_cast<uint32_t>(K + c.N));
-        Tensor B = randomF32(c.tb ? Shape{c.N, K} : Shape{K, c.N}, static_cast<uint32_t>(3 * K));
-        Tensor bv = randomF32({c.N}, static_cast<uint32_t>(c.N));
+        Tensor A = randomT(DType::F32, c.a, static_cast<uint32_t>(K + c.N));
+        Tensor B =
+            randomT(DType::F32, c.tb ? Shape{c.N, K} : Shape{K, c.N}, static_cast<uint32_t>(3 * K));
+        Tensor bv = randomT(DType::F32, {c.N}, static_cast<uint32_t>(c.N));
         Shape ys(c.a.begin(), c.a.end() - 1);
         ys.push_back(c.N);
         ExecContext ctx;
@@ -364,11 +291,12 @@ TEST(LinalgKernels, AttentionGradGivenTheForwardsProbabilitiesIsBitwiseTheSame) 
       const Shape v = inner ? Shape{2, 12, 3, 4} : Shape{2, 3, 12, 4};
       const Shape o = inner ? Shape{2, 16, 3, 4} : Shape{2, 3, 16, 4};
       const Shape scores{2, 3, 16, 12};
-      std::vector<Tensor> in{randomF32(q, 301), randomF32(k, 302), randomF32(v, 303)};
+      std::vector<Tensor> in{randomT(DType::F32, q, 301), randomT(DType::F32, k, 302),
+                             randomT(DType::F32, v, 303)};
       AttrMap attrs{{"scale", Attribute::ofFloat(0.35f)}, {"mask", Attribute::ofString(kind)},
                     {"heads_inner", Attribute::ofInt(inner)}};
       if (std::string(kind) == "add") {
-        in.push_back(randomF32({16, 12}, 304));
+        in.push_back(randomT(DType::F32, {16, 12}, 304));
       } else if (std::string(kind) == "bool") {
         Tensor m(DType::Bool, {16, 12});
         for (int i = 0; i < 16; ++i)
@@ -398,7 +326,7 @@ TEST(LinalgKernels, AttentionGradGivenTheForwardsProbabilitiesIsBitwiseTheSame) 
       std::vector<Tensor> one = eval(node("Attention", descs, {{DType::F32, o}}), in);
       ASSERT_EQ(one.size(), 1u);
       EXPECT_TRUE(one[0].identical(fwd[0])) << what;
-      in.push_back(randomF32(o, 305));
+      in.push_back(randomT(DType::F32, o, 305));
       AttentionGradRun given = attentionGradBothWays(attrs, in, fwd[1], what);
       EXPECT_TRUE(sameWithThreads(given.node, given.in)) << what;
       // A P of the wrong shape is refused.
@@ -443,7 +371,8 @@ TEST(LinalgKernels, AttentionSkipsMaskedBlocks) {
         const Shape v = inner ? Shape{n, t, h, dv} : Shape{n, h, t, dv};
         const Shape o = inner ? Shape{n, s, h, dv} : Shape{n, h, s, dv};
         const Shape scores{n, h, s, t};
-        std::vector<Tensor> in{randomF32(q, 311), randomF32(k, 312), randomF32(v, 313)};
+        std::vector<Tensor> in{randomT(DType::F32, q, 311), randomT(DType::F32, k, 312),
+                               randomT(DType::F32, v, 313)};
         AttrMap attrs{{"scale", Attribute::ofFloat(0.35f)}, {"mask", Attribute::ofString(kind)},
                       {"heads_inner", Attribute::ofInt(inner)}};
         Tensor unblockedMask(DType::F32, {s, t});
@@ -455,7 +384,7 @@ TEST(LinalgKernels, AttentionSkipsMaskedBlocks) {
           in.push_back(m);
           attrs["fill"] = Attribute::ofFloat(-INFINITY);
         } else {
-          Tensor m = randomF32({s, t}, 314);
+          Tensor m = randomT(DType::F32, {s, t}, 314);
           for (int64_t i = 0; i < s * t; ++i) {
             const bool off = c.masked(i / t, i % t);
             unblockedMask.data<float>()[i] = off ? -1e29f : m.data<float>()[i];
@@ -464,7 +393,7 @@ TEST(LinalgKernels, AttentionSkipsMaskedBlocks) {
           }
           in.push_back(m);
         }
-        in.push_back(randomF32(o, 315)); // dO
+        in.push_back(randomT(DType::F32, o, 315)); // dO
         // Element (r, col) of item b, head e of a [n, h, rows, cols] operand
         // ([n, rows, h, cols] heads inner); KT is [n, h, d, t], K [n, t, h, d].
         auto idx = [&](const Shape &sh, int64_t b, int64_t e, int64_t r, int64_t col) {
@@ -612,7 +541,7 @@ TEST(LinalgKernels, PackedQkvAttentionIsBitwiseTheSplitOne) {
   const int64_t n = 2, s = 12, h = 3, d = 8, hd = h * d;
   for (const char *kind : {"none", "add", "bool"})
     for (bool probs : {false, true}) {
-      const Tensor X = randomF32({n, s, 3 * hd}, 311);
+      const Tensor X = randomT(DType::F32, {n, s, 3 * hd}, 311);
       // The three parts as [n, s, h, d] tensors (Split, then Reshape).
       std::vector<Tensor> parts;
       for (int p = 0; p < 3; ++p) {
@@ -626,7 +555,7 @@ TEST(LinalgKernels, PackedQkvAttentionIsBitwiseTheSplitOne) {
                     {"heads_inner", Attribute::ofInt(1)}};
       std::vector<Tensor> extra; // the mask
       if (std::string(kind) == "add") {
-        extra.push_back(randomF32({s, s}, 314));
+        extra.push_back(randomT(DType::F32, {s, s}, 314));
       } else if (std::string(kind) == "bool") {
         Tensor m(DType::Bool, {s, s});
         for (int i = 0; i < s; ++i)
@@ -665,7 +594,7 @@ TEST(LinalgKernels, PackedQkvAttentionIsBitwiseTheSplitOne) {
       for (size_t i = 0; i < a.size(); ++i)
         EXPECT_TRUE(a[i].identical(b[i])) << what << " forward output " << i;
       EXPECT_TRUE(sameWithThreads(packedFwd, packedIn)) << what;
-      const Tensor dO = randomF32(o.shape, 315);
+      const Tensor dO = randomT(DType::F32, o.shape, 315);
       plainIn.push_back(dO);
       packedIn.push_back(dO);
       if (probs) {
@@ -716,8 +645,9 @@ TEST(LinalgKernels, TransposedBGemmIsExactAnywhereAndAccumulates) {
     for (bool ta : {false, true}) {
       const int64_t M = sh.M, N = sh.N, K = sh.K;
       const std::string what = cat(M, "x", N, "x", K, " ta=", ta);
-      Tensor A = randomF32(ta ? Shape{K, M} : Shape{M, K}, static_cast<uint32_t>(M + K + ta));
-      Tensor B = randomF32({N, K}, static_cast<uint32_t>(N + 3 * K));
+      Tensor A =
+          randomT(DType::F32, ta ? Shape{K, M} : Shape{M, K}, static_cast<uint32_t>(M + K + ta));
+      Tensor B = randomT(DType::F32, {N, K}, static_cast<uint32_t>(N + 3 * K));
       OpDesc d = makeDesc("Gemm", {A.desc(), B.desc()}, {{DType::F32, {M, N}}},
                           {{"transA", Attribute::ofInt(ta)}, {"transB", Attribute::ofInt(1)}}, 13);
       EXPECT_TRUE(sameWithThreads(d, {A, B})) << what;
@@ -844,10 +774,11 @@ TEST(LinalgKernels, RowBlocksMatchTheProduct) {
                         Case{1024, 1024, 256, true}})
     for (FusedActivation act : {FusedActivation::None, FusedActivation::GeluErf}) {
       const std::string what = cat(c.M, "x", c.N, "x", c.K, " tb=", c.tb, " gelu=", act != FusedActivation::None);
-      Tensor A = randomF32({c.M, c.K}, static_cast<uint32_t>(c.M + c.K));
+      Tensor A = randomT(DType::F32, {c.M, c.K}, static_cast<uint32_t>(c.M + c.K));
       const Shape bs = c.tb ? Shape{c.N, c.K} : Shape{c.K, c.N};
-      Tensor B1 = randomF32(bs, static_cast<uint32_t>(7 * c.N)), B2 = randomF32(bs, 99u);
-      Tensor bias = randomF32({c.N}, 5u);
+      Tensor B1 = randomT(DType::F32, bs, static_cast<uint32_t>(7 * c.N)),
+             B2 = randomT(DType::F32, bs, 99u);
+      Tensor bias = randomT(DType::F32, {c.N}, 5u);
       LinalgBatchedGemm<float> g;
       g.tb = c.tb;
       g.M = c.M;
@@ -923,9 +854,10 @@ TEST(LinalgKernels, SplitAlongKMatchesTheProduct) {
   for (const Case &c : {Case{1024, 256, 1024, 512}, Case{1024, 256, 1000, 512}, Case{1024, 1024, 2048, 512}})
     for (float beta : {0.0f, 1.0f}) {
       const std::string what = cat(c.M, "x", c.N, "x", c.K, " beta=", beta);
-      Tensor A = randomF32({c.K, c.M}, static_cast<uint32_t>(c.M + 3 * c.K)); // transposed: [K, M]
-      Tensor B = randomF32({c.K, c.N}, static_cast<uint32_t>(5 * c.N));
-      Tensor C0 = randomF32({c.M, c.N}, 17u);
+      Tensor A = randomT(DType::F32, {c.K, c.M},
+                         static_cast<uint32_t>(c.M + 3 * c.K)); // transposed: [K, M]
+      Tensor B = randomT(DType::F32, {c.K, c.N}, static_cast<uint32_t>(5 * c.N));
+      Tensor C0 = randomT(DType::F32, {c.M, c.N}, 17u);
       LinalgBatchedGemm<float> g;
       g.ta = true;
       g.M = c.M;
@@ -987,7 +919,7 @@ TEST(LinalgKernels, BatchedMatMulBitsDoNotDependOnPlacementOrThreads) {
   for (const Case &c : {Case{{2, 4, 16, 16}, {2, 4, 16, 16}, {2, 4, 16, 16}},
                         Case{{8, 16, 64}, {8, 64, 16}, {8, 16, 16}},
                         Case{{5, 7}, {4, 7, 3}, {4, 5, 3}}}) {
-    Tensor A = randomF32(c.a, 91), B = randomF32(c.b, 92);
+    Tensor A = randomT(DType::F32, c.a, 91), B = randomT(DType::F32, c.b, 92);
     OpDesc d = makeDesc("MatMul", {A.desc(), B.desc()}, {{DType::F32, c.out}});
     const std::string what = cat(shapeStr(c.a), " x ", shapeStr(c.b));
     EXPECT_TRUE(sameWithThreads(d, {A, B})) << what;
@@ -1101,10 +1033,12 @@ TEST(LinalgKernels, MatMulMatchesReference) {
 }
 
 TEST(LinalgKernels, EinsumMatchesReference) {
-  Tensor a = randomF32({3, 4}, 1), b = randomF32({4, 5}, 2), sq = randomF32({4, 4}, 3);
-  Tensor bat = randomF32({2, 3, 4}, 4), bat2 = randomF32({2, 5, 4}, 5);
-  Tensor e3 = randomF32({2, 1, 3, 4}, 6), e3b = randomF32({3, 4, 5}, 7);
-  Tensor v = randomF32({4}, 8), w = randomF32({5}, 9), c3 = randomF32({5, 6}, 10);
+  Tensor a = randomT(DType::F32, {3, 4}, 1), b = randomT(DType::F32, {4, 5}, 2),
+         sq = randomT(DType::F32, {4, 4}, 3);
+  Tensor bat = randomT(DType::F32, {2, 3, 4}, 4), bat2 = randomT(DType::F32, {2, 5, 4}, 5);
+  Tensor e3 = randomT(DType::F32, {2, 1, 3, 4}, 6), e3b = randomT(DType::F32, {3, 4, 5}, 7);
+  Tensor v = randomT(DType::F32, {4}, 8), w = randomT(DType::F32, {5}, 9),
+         c3 = randomT(DType::F32, {5, 6}, 10);
   struct Case {
     std::string eq;
     std::vector<Tensor> in;
@@ -1341,7 +1275,8 @@ TEST(LinalgKernels, ConvMatchesNaiveLoop) {
       int64_t N = c.x[0], C = c.x[1], M = c.w[0], G = c.group, cg = C / G, mg = M / G;
       Shape ys = {N, M};
       ys.insert(ys.end(), out.begin(), out.end());
-      Tensor X = randomF32(c.x, ++seed), W = randomF32(c.w, ++seed), B = randomF32({M}, ++seed);
+      Tensor X = randomT(DType::F32, c.x, ++seed), W = randomT(DType::F32, c.w, ++seed),
+             B = randomT(DType::F32, {M}, ++seed);
       AttrMap at = {{"group", Attribute::ofInt(G)},
                     {"strides", Attribute::ofInts(c.strides)},
                     {"dilations", Attribute::ofInts(c.dil)}};
@@ -1429,7 +1364,8 @@ TEST(LinalgKernels, NhwcConvEqualsConvThenActivation) {
     for (const ConvCase &c : cases)
       for (const char *act : {"", "Relu", "Clip"}) {
         const std::string what = cat("NhwcConv (", path, ") ", shapeStr(c.x), " * ", shapeStr(c.w), " ", act);
-        Tensor X = randomF32(c.x, ++seed), W = randomF32(c.w, ++seed), B = randomF32({c.w[0]}, ++seed);
+        Tensor X = randomT(DType::F32, c.x, ++seed), W = randomT(DType::F32, c.w, ++seed),
+               B = randomT(DType::F32, {c.w[0]}, ++seed);
         AttrMap at = {{"group", Attribute::ofInt(c.group)},
                       {"strides", Attribute::ofInts(c.strides)},
                       {"dilations", Attribute::ofInts(c.dil)}};
@@ -1510,7 +1446,7 @@ TEST(LinalgKernels, NhwcPoolsEqualTheirNchwPools) {
     uint32_t seed = 500;
     for (const Case &c : cases) {
       const std::string what = cat("Nhwc", c.op, " (", path, ") ", shapeStr(c.x));
-      Tensor X = randomF32(c.x, ++seed);
+      Tensor X = randomT(DType::F32, c.x, ++seed);
       AttrMap at = {{"kernel_shape", Attribute::ofInts(c.k)},
                     {"strides", Attribute::ofInts(c.s)},
                     {"pads", Attribute::ofInts(c.pads)},
@@ -1566,7 +1502,8 @@ TEST(LinalgKernels, ConvTransposeMatchesNaiveLoop) {
                  c.pads[j + nd];
       Shape ys = {N, M};
       ys.insert(ys.end(), out.begin(), out.end());
-      Tensor X = randomF32(c.x, ++seed), W = randomF32(c.w, ++seed), B = randomF32({M}, ++seed);
+      Tensor X = randomT(DType::F32, c.x, ++seed), W = randomT(DType::F32, c.w, ++seed),
+             B = randomT(DType::F32, {M}, ++seed);
       AttrMap at = {{"group", Attribute::ofInt(G)},
                     {"strides", Attribute::ofInts(c.strides)},
                     {"dilations", Attribute::ofInts(c.dil)},
@@ -1651,7 +1588,7 @@ TEST(LinalgKernels, PoolsMatchNaiveLoop) {
       int64_t planes = c.x[0] * c.x[1];
       Shape ys = {c.x[0], c.x[1]};
       ys.insert(ys.end(), out.begin(), out.end());
-      Tensor X = randomF32(c.x, ++seed);
+      Tensor X = randomT(DType::F32, c.x, ++seed);
       AttrMap at = {{"kernel_shape", Attribute::ofInts(c.k)},
                     {"strides", Attribute::ofInts(c.s)},
                     {"pads", Attribute::ofInts(c.pads)},
@@ -1714,7 +1651,7 @@ TEST(LinalgKernels, PoolsMatchNaiveLoop) {
 }
 
 TEST(LinalgKernels, GlobalPools) {
-  Tensor X = randomF32({2, 3, 5, 7}, 9);
+  Tensor X = randomT(DType::F32, {2, 3, 5, 7}, 9);
   for (std::string op : {"GlobalAveragePool", "GlobalMaxPool"}) {
     OpDesc d = makeDesc(op, {X.desc()}, {{DType::F32, {2, 3, 1, 1}}});
     std::vector<Tensor> got = eval(d, {X});
@@ -1737,8 +1674,9 @@ TEST(LinalgKernels, GlobalPools) {
 
 TEST(LinalgKernels, BatchNormTrainingAndInference) {
   Shape xs = {3, 4, 5, 2};
-  Tensor X = randomF32(xs, 21), scale = randomF32({4}, 22), bias = randomF32({4}, 23),
-         mean = randomF32({4}, 24), var = randomT(DType::F32, {4}, 25, 0.5, 2.0);
+  Tensor X = randomT(DType::F32, xs, 21), scale = randomT(DType::F32, {4}, 22),
+         bias = randomT(DType::F32, {4}, 23), mean = randomT(DType::F32, {4}, 24),
+         var = randomT(DType::F32, {4}, 25, 0.5, 2.0);
   float eps = 1e-3f, mom = 0.8f;
   std::vector<TensorDesc> ins = {X.desc(), scale.desc(), bias.desc(), mean.desc(), var.desc()};
   std::vector<Tensor> vals = {X, scale, bias, mean, var};
@@ -1809,8 +1747,9 @@ TEST(LinalgKernels, BatchNormTrainingAndInference) {
   expectClose(got[4], bv, {}, 1e-5, "BN saved_var");
 
   // Opset 7 spatial = 0: statistics per activation.
-  Tensor X2 = randomF32({4, 3, 2}, 30), s2 = randomF32({3, 2}, 31), b2 = randomF32({3, 2}, 32),
-         m2 = randomF32({3, 2}, 33), v2 = randomT(DType::F32, {3, 2}, 34, 0.5, 2);
+  Tensor X2 = randomT(DType::F32, {4, 3, 2}, 30), s2 = randomT(DType::F32, {3, 2}, 31),
+         b2 = randomT(DType::F32, {3, 2}, 32), m2 = randomT(DType::F32, {3, 2}, 33),
+         v2 = randomT(DType::F32, {3, 2}, 34, 0.5, 2);
   OpDesc sp =
       makeDesc("BatchNormalization", {X2.desc(), s2.desc(), b2.desc(), m2.desc(), v2.desc()},
                {X2.desc()}, {{"spatial", Attribute::ofInt(0)}}, 7);
@@ -1829,17 +1768,18 @@ TEST(LinalgKernels, BatchNormTrainingAndInference) {
 TEST(LinalgKernels, LayerNormBroadcastAndStats) {
   bothPaths([](const std::string &path) {
     Shape xs = {2, 3, 4, 5};
-    Tensor X = randomF32(xs, 41), S = randomF32({1, 5}, 42), B = randomF32({4, 5}, 43);
+    Tensor X = randomT(DType::F32, xs, 41), S = randomT(DType::F32, {1, 5}, 42),
+           B = randomT(DType::F32, {4, 5}, 43);
     for (int64_t axis : {-2, 1, 3}) {
       int64_t ax = axis < 0 ? axis + 4 : axis;
       Shape norm(xs.begin() + ax, xs.end()), stat(xs.begin(), xs.begin() + ax);
       stat.resize(4, 1);
       Tensor s = S, b = B;
       if (ax == 3) {
-        s = randomF32({5}, 44);
-        b = randomF32({5}, 45);
+        s = randomT(DType::F32, {5}, 44);
+        b = randomT(DType::F32, {5}, 45);
       } else if (ax == 1) {
-        b = randomF32({1, 4, 1}, 46);
+        b = randomT(DType::F32, {1, 4, 1}, 46);
       }
       OpDesc d =
           makeDesc("LayerNormalization", {X.desc(), s.desc(), b.desc()},
@@ -1894,7 +1834,8 @@ TEST(LinalgKernels, LayerNormBroadcastAndStats) {
 }
 
 TEST(LinalgKernels, InstanceNormAndLRN) {
-  Tensor X = randomF32({2, 6, 5, 3}, 51), S = randomF32({6}, 52), B = randomF32({6}, 53);
+  Tensor X = randomT(DType::F32, {2, 6, 5, 3}, 51), S = randomT(DType::F32, {6}, 52),
+         B = randomT(DType::F32, {6}, 53);
   OpDesc in = makeDesc("InstanceNormalization", {X.desc(), S.desc(), B.desc()}, {X.desc()},
                        {{"epsilon", Attribute::ofFloat(1e-3f)}});
   std::vector<Tensor> got = eval(in, {X, S, B});
@@ -1945,20 +1886,20 @@ TEST(LinalgKernels, ThreadCountBehaviour) {
   // only, with single-threaded BLAS calls: required to be invariant (raw
   // OpenBLAS sgemm is not: its threaded driver blocks K differently).
   // oneDNN's reduction order is its own: reported, not required.
-  Tensor A = randomF32({4, 200, 300}, 61), B = randomF32({300, 250}, 62);
+  Tensor A = randomT(DType::F32, {4, 200, 300}, 61), B = randomT(DType::F32, {300, 250}, 62);
   OpDesc mm = makeDesc("MatMul", {A.desc(), B.desc()}, {{DType::F32, {4, 200, 250}}});
   bool sgemmSame = sameWithThreads(mm, {A, B});
-  Tensor A2 = randomF32({16, 40, 50}, 63), B2 = randomF32({16, 50, 30}, 64);
+  Tensor A2 = randomT(DType::F32, {16, 40, 50}, 63), B2 = randomT(DType::F32, {16, 50, 30}, 64);
   OpDesc bmm = makeDesc("MatMul", {A2.desc(), B2.desc()}, {{DType::F32, {16, 40, 30}}});
   bool batchedSame = sameWithThreads(bmm, {A2, B2});
-  Tensor X = randomF32({2, 16, 28, 28}, 65), W = randomF32({32, 16, 3, 3}, 66),
-         Bc = randomF32({32}, 67);
+  Tensor X = randomT(DType::F32, {2, 16, 28, 28}, 65), W = randomT(DType::F32, {32, 16, 3, 3}, 66),
+         Bc = randomT(DType::F32, {32}, 67);
   OpDesc conv = makeDesc("Conv", {X.desc(), W.desc(), Bc.desc()}, {{DType::F32, {2, 32, 28, 28}}},
                          {{"pads", Attribute::ofInts({1, 1, 1, 1})}}, 11);
   bool dnnlSame = sameWithThreads(conv, {X, W, Bc});
-  setenv("PIPEC_LINALG_NO_DNNL", "1", 1);
+  useDnnl(false);
   bool im2colSame = sameWithThreads(conv, {X, W, Bc});
-  unsetenv("PIPEC_LINALG_NO_DNNL");
+  useDnnl(true);
   std::printf("[ threads  ] 1 vs 2 threads bitwise identical: sgemm MatMul %s, batched "
               "MatMul %s, oneDNN conv %s, im2col+sgemm conv %s\n",
               sgemmSame ? "yes" : "NO", batchedSame ? "yes" : "NO", dnnlSame ? "yes" : "NO",
@@ -1967,18 +1908,19 @@ TEST(LinalgKernels, ThreadCountBehaviour) {
   EXPECT_TRUE(sgemmSame);
   EXPECT_TRUE(batchedSame);
   EXPECT_TRUE(im2colSame);
-  Tensor Ga = randomF32({300, 700}, 72), Gb = randomF32({500, 700}, 73), Gc = randomF32({500}, 74);
+  Tensor Ga = randomT(DType::F32, {300, 700}, 72), Gb = randomT(DType::F32, {500, 700}, 73),
+         Gc = randomT(DType::F32, {500}, 74);
   EXPECT_TRUE(
       sameWithThreads(makeDesc("Gemm", {Ga.desc(), Gb.desc(), Gc.desc()},
                                {{DType::F32, {300, 500}}}, {{"transB", Attribute::ofInt(1)}}, 13),
                       {Ga, Gb, Gc}));
-  Tensor Tx = randomF32({2, 8, 12, 12}, 75), Tw = randomF32({8, 6, 3, 3}, 76);
+  Tensor Tx = randomT(DType::F32, {2, 8, 12, 12}, 75), Tw = randomT(DType::F32, {8, 6, 3, 3}, 76);
   OpDesc ct = makeDesc("ConvTranspose", {Tx.desc(), Tw.desc()}, {{DType::F32, {2, 6, 25, 25}}},
                        {{"strides", Attribute::ofInts({2, 2})}}, 11);
   bool dnnlDeconvSame = sameWithThreads(ct, {Tx, Tw});
-  setenv("PIPEC_LINALG_NO_DNNL", "1", 1);
+  useDnnl(false);
   EXPECT_TRUE(sameWithThreads(ct, {Tx, Tw}));
-  unsetenv("PIPEC_LINALG_NO_DNNL");
+  useDnnl(true);
   std::printf("[ threads  ] oneDNN deconvolution 1 vs 2 threads identical: %s\n",
               dnnlDeconvSame ? "yes" : "NO");
 
@@ -2093,7 +2035,8 @@ TEST(LinalgPerf, MatMulVsBlas) {
   int saved = omp_get_max_threads();
   omp_set_num_threads(1);
   const int64_t n = 1024;
-  Tensor A = randomF32({n, n}, 81), B = randomF32({n, n}, 82), C(DType::F32, {n, n});
+  Tensor A = randomT(DType::F32, {n, n}, 81), B = randomT(DType::F32, {n, n}, 82),
+         C(DType::F32, {n, n});
   OpDesc d = makeDesc("MatMul", {A.desc(), B.desc()}, {C.desc()});
   auto k = createKernel(d);
   ASSERT_TRUE(k.isOk());
@@ -2116,10 +2059,10 @@ TEST(LinalgPerf, MatMulVsBlas) {
   const int64_t batch = 128, width = 1024, layers = 8;
   std::vector<Tensor> W, Bias, act;
   std::vector<KernelPtr> ks;
-  act.push_back(randomF32({batch, width}, 90));
+  act.push_back(randomT(DType::F32, {batch, width}, 90));
   for (int64_t l = 0; l < layers; ++l) {
-    W.push_back(randomF32({width, width}, 91 + l));
-    Bias.push_back(randomF32({width}, 191 + l));
+    W.push_back(randomT(DType::F32, {width, width}, 91 + l));
+    Bias.push_back(randomT(DType::F32, {width}, 191 + l));
     act.emplace_back(DType::F32, Shape{batch, width});
     OpDesc g =
         makeDesc("Gemm", {act[l].desc(), W[l].desc(), Bias[l].desc()}, {act[l + 1].desc()}, {}, 13);

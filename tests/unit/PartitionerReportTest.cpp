@@ -2,13 +2,15 @@
 //
 // The report of real compiles: every figure present and consistent with the
 // partition's estimate, and report.html rendering in a headless browser
-// (Debian's chromium; skipped with a message when it is not installed).
+// (Debian's chromium; without it that test fails, unless the build allows
+// skips: tests/unit/TestDependency.h).
 //
 //===----------------------------------------------------------------------===//
-#include "driver/Driver.h"
 #include "codegen/Report.h"
+#include "driver/Driver.h"
 #include "frontend/OnnxImporter.h"
 #include "support/FileIO.h"
+#include "tests/unit/TestDependency.h"
 
 #include <gtest/gtest.h>
 
@@ -25,9 +27,10 @@ Expected<driver::Compiled> compileSample(const std::string &model, int K, int M,
   PIPEC_ASSIGN(auto g, frontend::importOnnxFile(joinPath(PIPEC_BINARY_DIR, "samples/" + model), io));
   driver::CompileOptions co;
   co.partition.numStages = K;
-  co.partition.schedule = pipeline::Schedule::parse("gpipe").take();
+  PIPEC_ASSIGN(pipeline::Schedule gpipe, pipeline::Schedule::parse("gpipe"));
+  co.partition.schedule = gpipe;
   co.partition.profile = profile;
-  co.emit.schedule = pipeline::Schedule::parse("gpipe").take();
+  co.emit.schedule = gpipe;
   co.emit.microBatches = M;
   co.emit.training = train;
   auto c = driver::compileGraph(*g, co);
@@ -91,8 +94,8 @@ TEST(Report, HtmlRendersInAHeadlessBrowser) {
   for (const char *b : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
     if (fileExists(b))
       browser = b;
-  if (browser.empty())
-    GTEST_SKIP() << "chromium is not installed (apt-get install chromium); report.html not rendered";
+  PIPEC_REQUIRE_TEST_DEPENDENCY(!browser.empty(), "chromium",
+                                "a headless browser to render report.html (/usr/bin/chromium)");
   std::string dom = runCommand(browser + " --headless --no-sandbox --disable-gpu --dump-dom file://" +
                                joinPath(dir, "report.html") + " 2>/dev/null");
   ASSERT_FALSE(dom.empty()) << "chromium printed no DOM";

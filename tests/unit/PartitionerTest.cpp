@@ -118,12 +118,12 @@ Brute bruteForce(const ChainModel &chain, int K) {
   return best;
 }
 
-ChainModel chainFor(const ir::Graph &g, const PartitionOptions &o, double budget) {
+Expected<ChainModel> chainFor(const ir::Graph &g, const PartitionOptions &o, double budget) {
   std::vector<const ir::Node *> order;
   for (const ir::Node *n : g.nodes())
     if (n->phase() == ir::Phase::Forward)
       order.push_back(n);
-  CostModel cost = *makeCostModel(o);
+  PIPEC_ASSIGN(CostModel cost, makeCostModel(o));
   ChainOptions co;
   co.training = o.training;
   co.microBatches = o.microBatches;
@@ -131,7 +131,7 @@ ChainModel chainFor(const ir::Graph &g, const PartitionOptions &o, double budget
   co.recompute = o.recompute;
   co.optimizerStates = o.optimizerStates;
   co.memoryBudget = budget;
-  return *ChainModel::build(g, order, cost, co);
+  return ChainModel::build(g, order, cost, co);
 }
 
 } // namespace
@@ -148,11 +148,13 @@ TEST(Partitioner, NeverWorseThanBruteForce) {
     o.numStages = 1 + t % std::min(4, n);
     o.microBatches = 4;
     // Every third case gets a tight budget.
-    ChainModel free = chainFor(*g, o, 0);
-    double total = free.evaluate(0, free.size(), 0, 1).memory.total();
+    auto free = chainFor(*g, o, 0);
+    ASSERT_TRUE(free.isOk()) << free.status().message();
+    double total = free->evaluate(0, free->size(), 0, 1).memory.total();
     o.memoryBudget = t % 3 == 2 ? total / o.numStages * 1.2 : 0;
-    ChainModel chain = chainFor(*g, o, o.memoryBudget > 0 ? o.memoryBudget : 1e12);
-    Brute b = bruteForce(chain, o.numStages);
+    auto chain = chainFor(*g, o, o.memoryBudget > 0 ? o.memoryBudget : 1e12);
+    ASSERT_TRUE(chain.isOk()) << chain.status().message();
+    Brute b = bruteForce(*chain, o.numStages);
     auto p = partitionGraph(*g, o);
     ++cases;
     if (b.bottleneck == std::numeric_limits<double>::infinity()) {
@@ -182,8 +184,9 @@ TEST(Partitioner, BisectionMatchesBruteForceWithoutCommunication) {
     o.profile = profile;
     o.numStages = 1 + t % std::min(5, n);
     o.search = "bisect";
-    ChainModel chain = chainFor(*g, o, 1e12);
-    Brute b = bruteForce(chain, o.numStages);
+    auto chain = chainFor(*g, o, 1e12);
+    ASSERT_TRUE(chain.isOk()) << chain.status().message();
+    Brute b = bruteForce(*chain, o.numStages);
     auto p = partitionGraph(*g, o);
     ASSERT_TRUE(p.isOk()) << p.status().message();
     EXPECT_NEAR(p->estimate.bottleneck, b.bottleneck, 1e-8 * b.bottleneck) << "case " << t;
@@ -235,8 +238,9 @@ TEST(Partitioner, DevicesPicksTheFewestStagesThatFit) {
   auto g = randomChain(rng, 40, false, 64);
   PartitionOptions o;
   o.profile = writeProfile("devices", 1e9, 1e-6);
-  ChainModel chain = chainFor(*g, o, 0);
-  double whole = chain.evaluate(0, chain.size(), 0, 1).memory.total();
+  auto chain = chainFor(*g, o, 0);
+  ASSERT_TRUE(chain.isOk()) << chain.status().message();
+  double whole = chain->evaluate(0, chain->size(), 0, 1).memory.total();
   o.maxDevices = 8;
   o.memoryBudget = whole * 0.7; // one device is not enough, two are
   auto p = partitionGraph(*g, o);
@@ -273,7 +277,7 @@ TEST(Partitioner, TenThousandNodesTakeTheBisectSearch) {
 
 namespace {
 /// A GPT with 48 blocks, differentiated (training), as pipec compiles it.
-std::unique_ptr<ir::Graph> gpt48() {
+Expected<std::unique_ptr<ir::Graph>> gpt48() {
   samples::GptOptions go;
   go.layers = 48;
   go.dmodel = 128;
@@ -283,27 +287,25 @@ std::unique_ptr<ir::Graph> gpt48() {
   samples::CommonOptions co;
   co.batch = 8;
   co.withLoss = true;
-  auto m = samples::buildGpt(go, co);
-  EXPECT_TRUE(m.isOk()) << m.status().message();
+  PIPEC_ASSIGN(auto m, samples::buildGpt(go, co));
   std::string bytes;
-  m->proto.SerializeToString(&bytes);
-  auto g = frontend::importOnnxBytes(bytes, "gpt48");
-  EXPECT_TRUE(g.isOk()) << g.status().message();
+  m.proto.SerializeToString(&bytes);
+  PIPEC_ASSIGN(auto g, frontend::importOnnxBytes(bytes, "gpt48"));
   driver::CompileOptions opts;
   opts.emit.training = true; // the graph is differentiated below
-  EXPECT_TRUE(driver::runPasses(**g, opts).isOk());
-  auto loss = passes::findLoss(**g, "loss");
-  EXPECT_TRUE(loss.isOk()) << loss.status().message();
+  PIPEC_TRY(driver::runPasses(*g, opts));
+  PIPEC_ASSIGN(ir::Value * loss, passes::findLoss(*g, "loss"));
   passes::AutodiffOptions ao;
-  ao.loss = (*loss)->name();
-  auto grads = passes::differentiate(**g, ao);
-  EXPECT_TRUE(grads.isOk()) << grads.status().message();
-  return g.take();
+  ao.loss = loss->name();
+  PIPEC_TRY(passes::differentiate(*g, ao).status());
+  return g;
 }
 } // namespace
 
 TEST(Partitioner, Gpt48BalancesWithinFivePercent) {
-  auto g = gpt48();
+  auto gpt = gpt48();
+  ASSERT_TRUE(gpt.isOk()) << gpt.status().message();
+  const std::unique_ptr<ir::Graph> &g = *gpt;
   for (const char *search : {"auto", "bisect"})
   for (int K : {2, 4, 8}) {
     PartitionOptions o;
@@ -317,8 +319,9 @@ TEST(Partitioner, Gpt48BalancesWithinFivePercent) {
     ASSERT_TRUE(p.isOk()) << p.status().message();
     // Ideal: one device's per-micro-batch time split evenly.
     const PartitionEstimate &e = p->estimate;
-    ChainModel chain = chainFor(*g, o, 0);
-    StageEstimate whole = chain.evaluate(0, chain.size(), 0, 1);
+    auto chain = chainFor(*g, o, 0);
+    ASSERT_TRUE(chain.isOk()) << chain.status().message();
+    StageEstimate whole = chain->evaluate(0, chain->size(), 0, 1);
     double ideal = whole.time() / K;
     double err = e.bottleneck / ideal - 1;
     std::printf("gpt 48 layers, K=%d: bottleneck %.4g s, ideal %.4g s, balance error %.2f%%, "
@@ -333,14 +336,18 @@ TEST(Partitioner, Gpt48BalancesWithinFivePercent) {
 }
 
 TEST(MemoryModel, InFlightMicroBatchesAndRecompute) {
-  auto g = gpt48();
+  auto gpt = gpt48();
+  ASSERT_TRUE(gpt.isOk()) << gpt.status().message();
+  const std::unique_ptr<ir::Graph> &g = *gpt;
   PartitionOptions o;
   o.profile = "v100-sxm2-16gb";
   o.training = true;
   o.microBatches = 8;
   o.numStages = 4;
   o.optimizerStates = 2;
-  o.schedule = pipeline::Schedule::parse("1f1b").take();
+  auto oneFOneB = pipeline::Schedule::parse("1f1b");
+  ASSERT_TRUE(oneFOneB.isOk()) << oneFOneB.status().message();
+  o.schedule = *oneFOneB;
   auto p = partitionGraph(*g, o);
   ASSERT_TRUE(p.isOk()) << p.status().message();
   for (int s = 0; s < 4; ++s)
@@ -348,20 +355,33 @@ TEST(MemoryModel, InFlightMicroBatchesAndRecompute) {
   const MemoryBreakdown &m0 = p->estimate.stages[0].memory;
   EXPECT_DOUBLE_EQ(m0.gradients, m0.optimizerState / 2);
   EXPECT_GT(m0.activations, 0);
-  o.schedule = pipeline::Schedule::parse("gpipe").take();
+  auto gpipe = pipeline::Schedule::parse("gpipe");
+  ASSERT_TRUE(gpipe.isOk()) << gpipe.status().message();
+  o.schedule = *gpipe;
   auto pg = partitionGraph(*g, o);
-  ASSERT_TRUE(pg.isOk());
+  ASSERT_TRUE(pg.isOk()) << pg.status().message();
   for (int s = 0; s < 4; ++s)
     EXPECT_EQ(pg->estimate.stages[s].inFlight, 8);
   // Full recompute keeps stage inputs per micro-batch: less memory, more time.
   o.recompute = "full";
   auto pr = partitionGraph(*g, o);
-  ASSERT_TRUE(pr.isOk());
-  ChainModel none = chainFor(*g, [&] { PartitionOptions q = o; q.recompute = "none"; return q; }(), 0);
-  ChainModel full = chainFor(*g, o, 0);
+  ASSERT_TRUE(pr.isOk()) << pr.status().message();
+  auto none = chainFor(
+      *g,
+      [&] {
+        PartitionOptions q = o;
+        q.recompute = "none";
+        return q;
+      }(),
+      0);
+  ASSERT_TRUE(none.isOk()) << none.status().message();
+  auto full = chainFor(*g, o, 0);
+  ASSERT_TRUE(full.isOk()) << full.status().message();
   for (size_t s = 0; s < pr->stages.size(); ++s) {
-    StageEstimate a = none.evaluate(pr->stages[s].begin, pr->stages[s].end, static_cast<int>(s), 4);
-    StageEstimate b = full.evaluate(pr->stages[s].begin, pr->stages[s].end, static_cast<int>(s), 4);
+    StageEstimate a =
+        none->evaluate(pr->stages[s].begin, pr->stages[s].end, static_cast<int>(s), 4);
+    StageEstimate b =
+        full->evaluate(pr->stages[s].begin, pr->stages[s].end, static_cast<int>(s), 4);
     EXPECT_LT(b.memory.activations, a.memory.activations);
     EXPECT_DOUBLE_EQ(b.recomputeTime, b.forwardTime);
     EXPECT_EQ(b.recompute, "full");
@@ -369,7 +389,7 @@ TEST(MemoryModel, InFlightMicroBatchesAndRecompute) {
   // auto: no recompute when everything fits.
   o.recompute = "auto";
   auto pa = partitionGraph(*g, o);
-  ASSERT_TRUE(pa.isOk());
+  ASSERT_TRUE(pa.isOk()) << pa.status().message();
   for (const StageEstimate &e : pa->estimate.stages)
     EXPECT_EQ(e.recompute, "none");
 }

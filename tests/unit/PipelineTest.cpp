@@ -82,6 +82,8 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   io.batch = b;
   auto g = frontend::importOnnxFile(samplePath(model), io);
   EXPECT_TRUE(g.isOk()) << g.status().message();
+  if (!g.isOk())
+    return "";
   auto schedule = pipeline::Schedule::parse(c.schedule, c.virtualStages);
   EXPECT_TRUE(schedule.isOk()) << schedule.status().message();
   if (!schedule.isOk())
@@ -182,7 +184,9 @@ RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o
   if (train)
     for (const plan::Parameter &pp : session.plan().training().params()) {
       auto w = session.weight(session.plan().tensors(pp.weight()).name());
-      EXPECT_TRUE(w.isOk());
+      EXPECT_TRUE(w.isOk()) << w.status().message();
+      if (!w.isOk())
+        return r;
       r.weights.push_back(*w);
     }
   return r;
@@ -260,9 +264,13 @@ RunResult twoWeightVersionsByHand(const std::string &dir, int steps) {
     return r;
   runtime::Session &session = **s;
   auto oc = train::parseOptimizer(session.plan().training().optimizer());
-  EXPECT_TRUE(oc.isOk());
+  EXPECT_TRUE(oc.isOk()) << oc.status().message();
+  if (!oc.isOk())
+    return r;
   auto opt = train::Optimizer::create(*oc);
-  EXPECT_TRUE(opt.isOk());
+  EXPECT_TRUE(opt.isOk()) << opt.status().message();
+  if (!opt.isOk())
+    return r;
   train::LrSchedule lr;
   lr.baseLr = opt->baseLr();
   std::vector<std::string> names;
@@ -271,7 +279,9 @@ RunResult twoWeightVersionsByHand(const std::string &dir, int steps) {
   for (const plan::Parameter &pp : session.plan().training().params()) {
     names.push_back(session.plan().tensors(pp.weight()).name());
     auto w = session.weight(names.back());
-    EXPECT_TRUE(w.isOk());
+    EXPECT_TRUE(w.isOk()) << w.status().message();
+    if (!w.isOk())
+      return r;
     current.push_back(w->clone());
     previous.push_back(w->clone());
     state.emplace_back(opt->stateTensors(), std::vector<float>(static_cast<size_t>(w->numel()), 0.0f));
@@ -394,7 +404,7 @@ TEST(Pipeline, GradientsAccumulatedInPlaceTrainAsCollected) {
     EXPECT_EQ(inPlace, 9) << "K=" << K;
     int flagged = 0;
     auto lp = plan::loadPlan(dir);
-    ASSERT_TRUE(lp.isOk());
+    ASSERT_TRUE(lp.isOk()) << lp.status().message();
     for (const plan::Parameter &pp : lp->plan.training().params())
       flagged += pp.accumulate_in_place();
     EXPECT_EQ(flagged, 9) << "K=" << K;
@@ -558,7 +568,7 @@ namespace {
 plan::Plan loadedPlan(const std::string &dir) {
   auto lp = plan::loadPlan(dir);
   EXPECT_TRUE(lp.isOk()) << lp.status().message();
-  return lp->plan;
+  return lp.isOk() ? lp->plan : plan::Plan();
 }
 
 int findInstruction(const plan::Device &d, plan::Instruction::Kind k) {
@@ -785,7 +795,11 @@ TEST(Pipeline, TiedWeightsAndLongSkipConnections) {
     driver::CompileOptions co;
     co.emit.training = true;
     co.emit.microBatches = 2;
-    co.emit.schedule = pipeline::Schedule::parse(schedule).take();
+    auto parsed = pipeline::Schedule::parse(schedule);
+    EXPECT_TRUE(parsed.isOk()) << parsed.status().message();
+    if (!parsed.isOk())
+      return std::string();
+    co.emit.schedule = *parsed;
     co.partition.numStages = K;
     co.partition.schedule = co.emit.schedule;
     co.partition.training = true;
@@ -794,6 +808,8 @@ TEST(Pipeline, TiedWeightsAndLongSkipConnections) {
     co.train.clipGradNorm = clip;
     auto compiled = driver::compileGraph(g, co);
     EXPECT_TRUE(compiled.isOk()) << compiled.status().message();
+    if (!compiled.isOk())
+      return std::string();
     std::string dir = tempDir(cat("tied-k", K, schedule, clip));
     EXPECT_TRUE(codegen::writePlanDirectory(dir, compiled->plan).isOk());
     return dir;
@@ -1094,7 +1110,7 @@ TEST(Pipeline, AutoPlanChoosesTheFastestPredictedPipelineThatFits) {
   // The first candidate's figures are its partition's.
   const driver::AutoCandidate &best = plan->feasible.front();
   auto g = load(best.microBatchSize);
-  ASSERT_TRUE(g.isOk());
+  ASSERT_TRUE(g.isOk()) << g.status().message();
   driver::CompileOptions co = base;
   co.partition.numStages = best.devices;
   co.partition.recompute = "auto";

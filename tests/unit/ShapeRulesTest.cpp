@@ -4,7 +4,9 @@
 // and error messages) on graphs written in the IR text form, the
 // infer-shapes pass's folding of shape subgraphs, and a broad check against
 // ONNX's own single-node test data: every node test of an op in ir/Ops.def
-// must infer the dtypes and shapes of its expected outputs.
+// must infer the dtypes and shapes of its expected outputs (Debian's
+// libonnx-testdata; without it that test fails, unless the build allows
+// skips: tests/unit/TestDependency.h).
 //
 //===----------------------------------------------------------------------===//
 #include "ir/shape/ShapeRules.h"
@@ -14,6 +16,7 @@
 #include "passes/ShapeInference.h"
 #include "runtime/cpu/Kernel.h"
 #include "support/FileIO.h"
+#include "tests/unit/TestDependency.h"
 
 #include <gtest/gtest.h>
 
@@ -76,12 +79,18 @@ TEST(ShapeRules, EveryOpHasARule) {
 }
 
 TEST(ShapeRules, HelperFunctions) {
-  EXPECT_EQ(*ir::broadcastShapes({2, 1, 4}, {3, 1}), (Shape{2, 3, 4}));
-  EXPECT_EQ(*ir::broadcastShapes({}, {5}), (Shape{5}));
+  auto wide = ir::broadcastShapes({2, 1, 4}, {3, 1});
+  ASSERT_TRUE(wide) << wide.status().message();
+  EXPECT_EQ(*wide, (Shape{2, 3, 4}));
+  auto scalar = ir::broadcastShapes({}, {5});
+  ASSERT_TRUE(scalar) << scalar.status().message();
+  EXPECT_EQ(*scalar, (Shape{5}));
   auto bad = ir::broadcastShapes({2, 3}, {4});
   ASSERT_FALSE(bad);
   EXPECT_TRUE(has(bad.status().message(), "[2,3] and [4]")) << bad.status().message();
-  EXPECT_EQ(*ir::normalizeAxis(-1, 3), 2);
+  auto last = ir::normalizeAxis(-1, 3);
+  ASSERT_TRUE(last) << last.status().message();
+  EXPECT_EQ(*last, 2);
   auto axis = ir::normalizeAxis(3, 3);
   ASSERT_FALSE(axis);
   EXPECT_TRUE(has(axis.status().message(), "axis 3 is out of range for rank 3"));
@@ -474,10 +483,10 @@ TEST(ShapeInference, PassReportsChanges) {
   auto pass = passes::createShapeInferencePass();
   EXPECT_EQ(pass->name(), "infer-shapes");
   auto first = pass->run(**g);
-  ASSERT_TRUE(first);
+  ASSERT_TRUE(first) << first.status().message();
   EXPECT_TRUE(*first);
   auto second = pass->run(**g);
-  ASSERT_TRUE(second);
+  ASSERT_TRUE(second) << second.status().message();
   EXPECT_FALSE(*second);
 }
 
@@ -504,7 +513,7 @@ TEST(ShapeInference, ErrorExplainsWhyAValueIsUnknown) {
 
 TEST(ShapeInference, MissingOpsetIsAnError) {
   auto g = ir::parseGraph("graph \"t\" {\n input %x: f32[2]\n node \"n\" Relu(%x) -> %y: ?\n}\n");
-  ASSERT_TRUE(g);
+  ASSERT_TRUE(g) << g.status().message();
   Status s = passes::inferShapes(**g);
   ASSERT_FALSE(s);
   EXPECT_TRUE(has(s.message(), "imports no opset for domain 'ai.onnx'")) << s.message();
@@ -689,8 +698,8 @@ NodeTestResult checkNodeTest(const std::string &dir) {
 } // namespace
 
 TEST(ShapeRules, OnnxNodeTests) {
-  if (!isDirectory(kOnnxTestData))
-    GTEST_SKIP() << "ONNX test data not installed (libonnx-testdata)";
+  PIPEC_REQUIRE_TEST_DEPENDENCY(isDirectory(kOnnxTestData), "libonnx-testdata",
+                                cat("ONNX's test data (", kOnnxTestData, ")"));
   std::vector<std::string> dirs;
   for (const char *suite : kOnnxSuites)
     if (isDirectory(joinPath(kOnnxTestData, suite)))

@@ -66,13 +66,22 @@ class Encoder(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d, heads, max_len):
+    """Causal self-attention. Its mask is a bool buffer inverted (Not, Where
+    on export) or, with float_mask, a float buffer compared with 0 (Equal,
+    Where), as many GPT ports write it (bench/ort_models.py's GPT-like
+    model): the two forms fuse-masked-softmax meets."""
+
+    def __init__(self, d, heads, max_len, float_mask=False):
         super().__init__()
         self.heads = heads
+        self.float_mask = float_mask
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
-        mask = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
-        self.register_buffer('mask', mask.view(1, 1, max_len, max_len), persistent=False)
+        if float_mask:
+            self.register_buffer('mask', torch.tril(torch.ones(max_len, max_len)).view(1, 1, max_len, max_len))
+        else:
+            mask = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+            self.register_buffer('mask', mask.view(1, 1, max_len, max_len), persistent=False)
 
     def forward(self, x):
         B, T, C = x.shape
@@ -82,17 +91,21 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, h, C // h).transpose(1, 2)
         v = v.view(B, T, h, C // h).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // h))
-        att = att.masked_fill(~self.mask[:, :, :T, :T], float('-inf'))
+        masked = self.mask[:, :, :T, :T] == 0 if self.float_mask else ~self.mask[:, :, :T, :T]
+        att = att.masked_fill(masked, float('-inf'))
         att = F.softmax(att, dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.proj(y)
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, max_len):
+    """A pre-norm GPT block: attention and an MLP of 4 d with exact GELU,
+    each added to its input."""
+
+    def __init__(self, d, heads, max_len, float_mask=False):
         super().__init__()
         self.ln1 = nn.LayerNorm(d)
-        self.attn = CausalSelfAttention(d, heads, max_len)
+        self.attn = CausalSelfAttention(d, heads, max_len, float_mask)
         self.ln2 = nn.LayerNorm(d)
         self.fc = nn.Linear(d, 4 * d)
         self.out = nn.Linear(4 * d, d)
