@@ -7,6 +7,8 @@
 // normalizations' training and broadcasting cases; results with 1 and 2
 // OpenMP threads; errors (not crashes) on bad descriptions. LinalgPerf.*
 // prints GEMM throughput of the MatMul kernel next to raw cblas_sgemm.
+// Over 700 lines: one binary for the family, whose kernels share the GEMM
+// front end and its machine-dependent choices; the TESTs are independent.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Gemm.h"

@@ -7,6 +7,8 @@
 // runs, an error on one device stops every device with that error, the
 // schedule validator rejects hand-broken plans, and the in-process
 // transport delivers, refuses and aborts.
+// Over 700 lines: every schedule and sample against K = 1 shares one
+// compile-and-train harness; the TESTs are independent.
 //
 //===----------------------------------------------------------------------===//
 #include "driver/Driver.h"

@@ -7,6 +7,7 @@
 // must infer the dtypes and shapes of its expected outputs (Debian's
 // libonnx-testdata; without it that test fails, unless the build allows
 // skips: tests/unit/TestDependency.h).
+// Over 700 lines: a case per rule family and the ONNX node-test sweep.
 //
 //===----------------------------------------------------------------------===//
 #include "ir/shape/ShapeRules.h"
