@@ -10,8 +10,6 @@
 #include "support/Format.h"
 #include "support/Machine.h"
 #include "support/Parallel.h"
-#include "runtime/train/Checkpoint.h"
-#include "runtime/train/Clip.h"
 
 #include <algorithm>
 #include <chrono>
@@ -537,7 +535,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   std::vector<Tensor> &outputs = io->outputs;
   const int lossIndex = training ? io->outputIndex[p.training().loss()] : -1;
   std::vector<double> replicaLoss(static_cast<size_t>(D), 0.0);
-  std::vector<double> noSquares(params_.size(), 0.0);
+  std::vector<double> noSquares(update ? 0 : params_.size(), 0.0); // inference: no norm
   std::vector<double> &sq = update ? update->squares() : noSquares;
   auto sumLoss = [&](int r) {
     const Tensor &l = outputs[lossIndex];
