@@ -82,6 +82,81 @@ Importer::Importer(const onnx::ModelProto &model, const ImportOptions &opts,
     : model_(model), graph_(model.graph()), opts_(opts), baseDir_(std::move(baseDir)),
       g_(std::make_unique<ir::Graph>()) {}
 
+Importer::Importer(const onnx::ModelProto &model, const onnx::GraphProto &body,
+                   const ImportOptions &opts, std::string baseDir, Importer *parent)
+    : model_(model), graph_(body), opts_(opts), baseDir_(std::move(baseDir)),
+      g_(std::make_unique<ir::Graph>()), parent_(parent) {}
+
+Expected<Importer::ImportedSubgraph> Importer::runSubgraph() {
+  g_->setName(graph_.name().empty() ? "subgraph" : graph_.name());
+  for (const auto &[domain, version] : parent_->g_->opsets())
+    g_->setOpset(domain, version);
+  reserveNames();
+  PIPEC_TRY(importInitializers());
+  PIPEC_TRY(importSubgraphInputs());
+  const size_t formal = g_->inputs().size();
+  PIPEC_TRY(importConstantNodes());
+  PIPEC_TRY(importNodes());
+  PIPEC_TRY(importOutputs());
+  return ImportedSubgraph{std::move(g_), formal, std::move(captures_)};
+}
+
+Status Importer::importSubgraphInputs() {
+  for (const auto &vi : graph_.input()) {
+    // The expansion binds formal inputs to the node's values, whose types
+    // shape inference knows; a declared type is not needed.
+    TensorDesc desc{DType::F32, {}};
+    if (vi.has_type() && vi.type().value_case() == onnx::TypeProto::kTensorType &&
+        vi.type().tensor_type().elem_type() != 0)
+      desc.dtype = static_cast<DType>(vi.type().tensor_type().elem_type());
+    if (initializers_.count(vi.name()))
+      return errorf("subgraph '", g_->name(), "': input '", vi.name(),
+                    "' is also an initializer");
+    PIPEC_TRY(g_->addInput(vi.name(), desc).status());
+  }
+  return Status::ok();
+}
+
+ir::Value *Importer::capture(const std::string &name) {
+  if (ir::Value *v = g_->findValue(name))
+    return v;
+  captures_.push_back(name);
+  // Typed when the expansion binds it to the outer value.
+  return *g_->addInput(name, TensorDesc{DType::F32, {}});
+}
+
+Status Importer::importSubgraphs(const onnx::NodeProto &n, const std::string &where,
+                                 std::vector<ir::Value *> &inputs,
+                                 std::vector<std::pair<size_t, std::string>> &later,
+                                 std::map<std::string, ImportedSubgraph> &subgraphs,
+                                 std::map<std::string, std::vector<size_t>> &slots) {
+  // One node input per distinct captured name, shared by the subgraphs.
+  std::map<std::string, size_t> slotOf;
+  for (const onnx::AttributeProto &a : n.attribute()) {
+    if (a.type() == onnx::AttributeProto::GRAPHS)
+      return errorf(where, ": attribute '", a.name(), "' is a list of graphs, which no op pipec supports takes");
+    if (a.type() != onnx::AttributeProto::GRAPH && !(a.type() == 0 && a.has_g()))
+      continue;
+    Importer sub(model_, a.g(), opts_, baseDir_, this);
+    Expected<ImportedSubgraph> body = sub.runSubgraph();
+    if (!body)
+      return body.status().withContext(cat(where, ", subgraph '", a.name(), "'"));
+    std::vector<size_t> &s = slots[a.name()];
+    for (const std::string &c : body->captures) {
+      auto [it, fresh] = slotOf.emplace(c, inputs.size());
+      if (fresh) {
+        ir::Value *v = g_->findValue(c);
+        if (!v)
+          later.emplace_back(inputs.size(), c);
+        inputs.push_back(v);
+      }
+      s.push_back(it->second);
+    }
+    subgraphs.emplace(a.name(), body.take());
+  }
+  return Status::ok();
+}
+
 Expected<std::unique_ptr<ir::Graph>> Importer::run() {
   g_->setName(graph_.name().empty() ? "model" : graph_.name());
   PIPEC_TRY(checkOptions());
@@ -160,7 +235,7 @@ Status Importer::importInitializers() {
       return errorf("initializer '", t.name(), "' is defined twice");
     // A frozen graph input overrides its initializer (the initializer is
     // only the input's default value); importInputs adds the frozen tensor.
-    if (opts_.freezeInputs.count(t.name()) && inputNames.count(t.name()))
+    if (!parent_ && opts_.freezeInputs.count(t.name()) && inputNames.count(t.name()))
       continue;
     PIPEC_ASSIGN(Tensor data, tensorFromProto(t, baseDir_));
     bool trainable = isFloat(data.dtype());
@@ -252,6 +327,8 @@ Status Importer::importNodes() {
   }
   for (const PendingInput &p : pending_) {
     ir::Value *v = g_->findValue(p.value);
+    if (!v && parent_)
+      v = capture(p.value);
     if (!v)
       return errorf(p.where, ": input ", p.slot, " '", p.value,
                     "' is not defined by any node, graph input or initializer");
@@ -317,10 +394,18 @@ Status Importer::importNode(const onnx::NodeProto &n, const std::string &name) {
     outputs.push_back(std::move(o));
   }
 
+  std::map<std::string, ImportedSubgraph> subgraphs;
+  std::map<std::string, std::vector<size_t>> captureSlots;
+  PIPEC_TRY(importSubgraphs(n, where, inputs, later, subgraphs, captureSlots));
+  if (!subgraphs.empty() && !info->has(ir::op::Expanded))
+    return errorf(where, ": has a graph attribute, which the op does not take");
+
   AttrMap attrs;
   for (const onnx::AttributeProto &a : n.attribute()) {
     if (a.name().empty())
       return errorf(where, ": has an attribute without a name");
+    if (subgraphs.count(a.name()))
+      continue;
     if (!a.ref_attr_name().empty())
       return errorf(where, ": attribute '", a.name(),
                     "' refers to a function attribute outside a function");
@@ -335,6 +420,9 @@ Status Importer::importNode(const onnx::NodeProto &n, const std::string &name) {
       g_->addNode(name, n.op_type(), domain, inputs, outputs, std::move(attrs));
   if (!node)
     return node.status().withContext(where);
+  for (auto &[attr, body] : subgraphs)
+    (*node)->subgraphs()[attr] = ir::Subgraph{std::shared_ptr<ir::Graph>(std::move(body.graph)),
+                                              body.numFormalInputs, captureSlots[attr]};
   for (auto &[slot, value] : later)
     pending_.push_back(PendingInput{*node, slot, value, where});
   return Status::ok();
@@ -343,6 +431,8 @@ Status Importer::importNode(const onnx::NodeProto &n, const std::string &name) {
 Status Importer::importOutputs() {
   for (const auto &o : graph_.output()) {
     ir::Value *v = g_->findValue(o.name());
+    if (!v && parent_)
+      v = capture(o.name());
     if (!v)
       return errorf("graph output '", o.name(),
                     "' is not defined by any node, graph input or initializer");

@@ -28,6 +28,15 @@ public:
   /// Runs every phase; the importer is spent afterwards.
   Expected<std::unique_ptr<ir::Graph>> run();
 
+  /// A graph attribute imported on its own: its formal inputs, then one
+  /// input per outer value it reads by name (`captures`, in first-use
+  /// order).
+  struct ImportedSubgraph {
+    std::unique_ptr<ir::Graph> graph;
+    size_t numFormalInputs = 0;
+    std::vector<std::string> captures;
+  };
+
 private:
   /// A node input that names a value defined later in the file.
   struct PendingInput {
@@ -37,6 +46,21 @@ private:
     std::string where;
   };
 
+  /// The importer of a graph attribute of a node of `parent`'s graph.
+  Importer(const onnx::ModelProto &model, const onnx::GraphProto &body, const ImportOptions &opts,
+           std::string baseDir, Importer *parent);
+  Expected<ImportedSubgraph> runSubgraph();
+  Status importSubgraphInputs();
+  /// A subgraph's value `name` defined outside it: a capture input.
+  ir::Value *capture(const std::string &name);
+  /// Imports the graph attributes of node `n` into `node` (its
+  /// subgraphs), appending each captured outer value to `inputs` (or to
+  /// `later` when the outer graph defines it further on).
+  Status importSubgraphs(const onnx::NodeProto &n, const std::string &where,
+                         std::vector<ir::Value *> &inputs,
+                         std::vector<std::pair<size_t, std::string>> &later,
+                         std::map<std::string, ImportedSubgraph> &subgraphs,
+                         std::map<std::string, std::vector<size_t>> &slots);
   Status checkOptions();
   Status importOpsets();
   void reserveNames();
@@ -73,6 +97,10 @@ private:
   /// Value and node names the file declares.
   std::set<std::string> reservedValues_, reservedNodes_;
   std::vector<PendingInput> pending_;
+  /// The importer of the graph this subgraph belongs to; null at the top.
+  Importer *parent_ = nullptr;
+  /// A subgraph's captured outer values, in first-use order.
+  std::vector<std::string> captures_;
 };
 
 } // namespace pipec::frontend::detail

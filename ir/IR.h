@@ -35,6 +35,7 @@ enum Trait : unsigned {
   CostNormalization = 1u << 5,
   Cpu = 1u << 6,
   Cuda = 1u << 7,
+  Expanded = 1u << 8,
 };
 } // namespace op
 
@@ -71,6 +72,19 @@ std::string_view phaseName(Phase p);
 
 class Node;
 class Graph;
+
+/// A graph attribute of a node (If's branches, Loop's and Scan's body). Its
+/// inputs are the op's formal inputs (numFormalInputs of them: Loop's
+/// iteration number, condition and carried values), then the outer values
+/// the body reads by name, which ONNX lets a subgraph do: captureSlots[j]
+/// is the input of the node that supplies subgraph input numFormalInputs + j,
+/// so that outer data flow, topological order and dead-code elimination see
+/// every value a subgraph uses.
+struct Subgraph {
+  std::shared_ptr<Graph> graph;
+  size_t numFormalInputs = 0;
+  std::vector<size_t> captureSlots;
+};
 
 class Value {
 public:
@@ -135,6 +149,10 @@ public:
 
   AttrMap &attrs() { return attrs_; }
   const AttrMap &attrs() const { return attrs_; }
+  /// Graph attributes by name (only ops with the Expanded trait have any:
+  /// passes/expand/ replaces them before anything else reads the graph).
+  std::map<std::string, Subgraph> &subgraphs() { return subgraphs_; }
+  const std::map<std::string, Subgraph> &subgraphs() const { return subgraphs_; }
 
   Phase phase() const { return phase_; }
   void setPhase(Phase p) { phase_ = p; }
@@ -154,6 +172,7 @@ private:
   std::vector<Value *> inputs_;
   std::vector<Value *> outputs_;
   AttrMap attrs_;
+  std::map<std::string, Subgraph> subgraphs_;
   Phase phase_ = Phase::Forward;
   std::string forwardOf_;
 };
@@ -211,6 +230,12 @@ public:
   void reserve(size_t nodes, size_t values);
   /// The i-th node (walks the list: O(i)).
   Node *nodeAt(size_t i) const { return std::next(nodes_.begin(), static_cast<std::ptrdiff_t>(i))->get(); }
+  /// The first node in the order, or null.
+  Node *firstNode() const { return nodes_.empty() ? nullptr : nodes_.front().get(); }
+  /// The node before `n` in the order, or null.
+  Node *prevNode(const Node *n) const {
+    return n->self_ == nodes_.begin() ? nullptr : std::prev(n->self_)->get();
+  }
   /// The node after `n` in the order, or null.
   Node *nextNode(const Node *n) const {
     auto it = std::next(n->self_);

@@ -9,6 +9,7 @@
 
 #include "ir/shape/ShapeRules.h"
 #include "passes/NodeEval.h"
+#include "passes/expand/Expand.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -56,17 +57,29 @@ public:
   Expected<bool> run(ir::Graph &g) override {
     kept_.clear();
     bool changed = false, folded = false;
-    for (ir::Node *n : g.nodes()) {
+    expand::SameTypeChecks checks;
+    for (ir::Node *n = g.firstNode(), *next = nullptr; n; n = next) {
       // pipec's own domains need no import; ONNX's rules depend on it.
       int64_t opset = g.opset(n->domain());
       if (opset == 0 && n->domain().empty())
         return errorf("node '", n->name(), "' (", n->opType(),
                       "): the graph imports no opset for domain 'ai.onnx'");
       opset = std::max<int64_t>(opset, 1);
+      if (n->info()->has(ir::op::Expanded)) {
+        // Its replacement goes where it was; go on from its first node.
+        ir::Node *prev = g.prevNode(n);
+        PIPEC_TRY(expand::expandNode(g, n, checks));
+        next = prev ? g.nextNode(prev) : g.firstNode();
+        changed = true;
+        continue;
+      }
+      next = g.nextNode(n);
       std::vector<TensorDesc> types;
       Status s = ir::inferNodeTypes(*n, opset, types);
       if (!s)
         return Status::error(s.message() + explainMissingValues(*n));
+      if (auto c = checks.find(n); c != checks.end() && n->input(1)->type() != n->input(2)->type())
+        return errorf(c->second, ": ", n->input(1)->type().str(), " and ", n->input(2)->type().str());
       for (size_t i = 0; i < types.size(); ++i) {
         ir::Value *out = n->output(i);
         if (!out->typeKnown() || out->type() != types[i]) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "ir/IR.h"
+#include "passes/NodeBuilder.h"
 
 #include <string>
 #include <string_view>
@@ -20,21 +21,19 @@
 
 namespace pipec::passes::autodiff {
 
-/// What a rule sees and how it emits nodes. Emitted nodes are appended to
-/// the graph with phase Backward and forwardOf = the forward node's name;
-/// the driver refines phases once everything is emitted.
-class GradContext {
+/// What a rule sees and how it emits nodes (NodeBuilder's building blocks).
+/// Emitted nodes are appended to the graph with phase Backward and
+/// forwardOf = the forward node's name; the driver refines phases once
+/// everything is emitted.
+class GradContext : public NodeBuilder {
 public:
   GradContext(ir::Graph &g, ir::Node &fwd, std::vector<ir::Value *> outGrads,
               std::vector<bool> needsGrad);
 
-  ir::Graph &graph() { return g_; }
   const ir::Node &node() const { return fwd_; }
   const AttrMap &attrs() const { return fwd_.attrs(); }
   ir::Value *input(size_t i) const { return fwd_.input(i); }
   ir::Value *output(size_t i) const { return fwd_.output(i); }
-  /// ai.onnx opset of the graph (decides how emitted ONNX ops are spelled).
-  int64_t opset() const { return opset_; }
 
   /// Gradient of output i, or null when no gradient flows into it.
   ir::Value *outGrad(size_t i) const { return i < outGrads_.size() ? outGrads_[i] : nullptr; }
@@ -45,68 +44,15 @@ public:
   void setGrad(size_t i, ir::Value *grad);
   /// Gradients set so far, one slot per input (null where none).
   const std::vector<ir::Value *> &inputGrads() const { return inGrads_; }
-  /// Nodes emitted by this context, in order.
-  const std::vector<ir::Node *> &emitted() const { return emitted_; }
 
   /// An error naming the forward node, its op type and opset.
-  Status error(const std::string &message) const;
-
-  /// Emits `op` and types its outputs; returns all outputs.
-  Expected<std::vector<ir::Value *>> emitN(const std::string &op,
-                                           const std::vector<ir::Value *> &inputs,
-                                           size_t numOutputs, AttrMap attrs = {},
-                                           const std::string &domain = "");
-  /// Emits a single-output op.
-  Expected<ir::Value *> emit(const std::string &op, const std::vector<ir::Value *> &inputs,
-                             AttrMap attrs = {}, const std::string &domain = "");
-  /// Emits an op of the domain "pipec".
-  Expected<ir::Value *> emitPipec(const std::string &op, const std::vector<ir::Value *> &inputs,
-                                  AttrMap attrs = {});
-
-  /// A new constant (not trainable).
-  ir::Value *constant(Tensor t);
-  /// A constant holding `v` in dtype `t`, of shape `shape` (default scalar).
-  ir::Value *scalar(double v, DType t, const Shape &shape = {});
-  /// An int64 1-D constant.
-  ir::Value *ints(const std::vector<int64_t> &v);
-
-  // Building blocks shared by the rules.
-  Expected<ir::Value *> add(ir::Value *a, ir::Value *b) { return emit("Add", {a, b}); }
-  Expected<ir::Value *> sub(ir::Value *a, ir::Value *b) { return emit("Sub", {a, b}); }
-  Expected<ir::Value *> mul(ir::Value *a, ir::Value *b) { return emit("Mul", {a, b}); }
-  Expected<ir::Value *> div(ir::Value *a, ir::Value *b) { return emit("Div", {a, b}); }
-  Expected<ir::Value *> neg(ir::Value *a) { return emit("Neg", {a}); }
-  /// x * c for a constant c (no node when c == 1).
-  Expected<ir::Value *> scale(ir::Value *x, double c);
-  /// Reshape to a static shape (no node when the shape is already `s`).
-  Expected<ir::Value *> reshape(ir::Value *x, const Shape &s);
-  /// Transpose with a permutation.
-  Expected<ir::Value *> transpose(ir::Value *x, const std::vector<int64_t> &perm);
-  /// ReduceSum over `axes` (attribute before opset 13, input from 13).
-  Expected<ir::Value *> reduceSum(ir::Value *x, const std::vector<int64_t> &axes, bool keepdims);
-  /// Any Reduce* op over `axes` (attribute before the op's axes-input opset:
-  /// 13 for ReduceSum, 18 for the others; input from then on).
-  Expected<ir::Value *> reduce(const std::string &op, ir::Value *x,
-                               const std::vector<int64_t> &axes, bool keepdims);
-  /// Slice along `axes` (attributes before opset 10, inputs from 10).
-  Expected<ir::Value *> slice(ir::Value *x, const std::vector<int64_t> &starts,
-                              const std::vector<int64_t> &ends, const std::vector<int64_t> &axes);
-  /// Sums a broadcast gradient back to `target` (numpy broadcasting undone):
-  /// ReduceSum over the broadcast axes, then Reshape. No node when equal.
-  Expected<ir::Value *> sumToShape(ir::Value *g, const Shape &target);
-  /// Expand to `target` (no node when equal).
-  Expected<ir::Value *> expandTo(ir::Value *x, const Shape &target);
-  /// A tensor of zeros of `type` (ConstantOfShape, so plans stay small).
-  Expected<ir::Value *> zeros(const TensorDesc &type);
+  Status error(const std::string &message) const override;
 
 private:
-  ir::Graph &g_;
   ir::Node &fwd_;
-  int64_t opset_;
   std::vector<ir::Value *> outGrads_;
   std::vector<bool> needs_;
   std::vector<ir::Value *> inGrads_;
-  std::vector<ir::Node *> emitted_;
 };
 
 /// A rule; returns an error when the node's configuration is unsupported.

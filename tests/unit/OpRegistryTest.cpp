@@ -1,7 +1,8 @@
 //===- tests/unit/OpRegistryTest.cpp - ir/Ops.def against the op tables ---===//
 //
 // ir/Ops.def is the registry: each row says which tables implement its op
-// (traits Grad, Fusible, Cpu, Cuda) and every op has a shape rule. These
+// (traits Grad, Fusible, Cpu, Cuda, Expanded) and every op that is not
+// expanded into others has a shape rule. These
 // tests fail when a table lacks an entry its row promises, when a table has
 // an entry the row does not declare, or when an entry names no op at all,
 // so that adding an op (docs/adding-an-op.md) cannot leave one table behind.
@@ -10,6 +11,7 @@
 #include "ir/IR.h"
 #include "ir/shape/ShapeRules.h"
 #include "passes/autodiff/GradRules.h"
+#include "passes/expand/Expand.h"
 #include "runtime/cpu/Kernel.h"
 #include "support/ElementwiseProgram.h"
 #if PIPEC_TEST_CUDA_TABLE
@@ -75,7 +77,23 @@ TEST(OpRegistry, NamesAreUniqueAndArityConsistent) {
 }
 
 TEST(OpRegistry, EveryOpHasAShapeRule) {
-  expectSameOps(rowsWith(0), toSet(ir::shapeRuleOps()), "ir/shape/ShapeRules.cpp", "");
+  std::set<std::string> typed = rowsWith(0);
+  for (const std::string &op : rowsWith(ir::op::Expanded))
+    typed.erase(op);
+  expectSameOps(typed, toSet(ir::shapeRuleOps()), "ir/shape/ShapeRules.cpp", "");
+}
+
+TEST(OpRegistry, ExpansionsMatchTheExpandedTrait) {
+  expectSameOps(rowsWith(ir::op::Expanded), toSet(passes::expand::expansionOps()),
+                "passes/expand/Expand.cpp", "Expanded");
+  // An expanded op is replaced before anything else sees it: it has nothing
+  // of its own.
+  for (const ir::OpInfo &op : ir::allOps()) {
+    if (op.has(ir::op::Expanded)) {
+      EXPECT_EQ(op.traits, unsigned(ir::op::Expanded))
+          << op.qualifiedName() << " is expanded but also claims a kernel, gradient or cost class";
+    }
+  }
 }
 
 TEST(OpRegistry, GradientRulesMatchTheGradTrait) {
