@@ -99,36 +99,43 @@ Status expandIf(Expansion &x) {
 
 Status expandLoop(Expansion &x) {
   const ir::Node &n = x.node();
+  // The rest of a loop is a node "loop@3": errors name the model's node.
+  const std::string root = n.name().substr(0, n.name().rfind('@'));
+  const int64_t iteration = attrInt(n.attrs(), "pipec_iteration", 0);
+  auto fail = [&](const std::string &message) {
+    return errorf("node '", root, "' (Loop, opset ", x.nodeOpset(), ")",
+                  iteration > 0 ? cat(", unrolled to iteration ", iteration) : std::string(), ": ",
+                  message);
+  };
   auto body = n.subgraphs().find("body");
   if (body == n.subgraphs().end())
-    return x.error("has no 'body' graph");
+    return fail("has no 'body' graph");
   const ir::Subgraph &sub = body->second;
   if (sub.numFormalInputs < 2)
-    return x.error(cat("its body takes ", sub.numFormalInputs,
+    return fail(cat("its body takes ", sub.numFormalInputs,
                        " inputs; it needs the iteration number and the condition"));
   const size_t carried = sub.numFormalInputs - 2;
   const size_t bodyOutputs = sub.graph->outputs().size();
   if (bodyOutputs < 1 + carried)
-    return x.error(cat("its body gives ", bodyOutputs, " outputs for ", carried,
+    return fail(cat("its body gives ", bodyOutputs, " outputs for ", carried,
                        " loop-carried values and the condition"));
   const size_t scans = bodyOutputs - 1 - carried;
   if (x.numOutputs() != carried + scans)
-    return x.error(cat("has ", x.numOutputs(), " outputs; its body makes ", carried,
+    return fail(cat("has ", x.numOutputs(), " outputs; its body makes ", carried,
                        " carried values and ", scans, " scan outputs"));
 
-  const int64_t iteration = attrInt(n.attrs(), "pipec_iteration", 0);
   const int64_t sliced = attrInt(n.attrs(), "pipec_scan_slices", 0);
   const size_t firstSlice = n.numInputs() - static_cast<size_t>(sliced) * scans;
 
   std::optional<int64_t> tripCount;
   if (ir::Value *m = x.input(0)) {
     if (!m->isConstant())
-      return x.error(cat("its trip count '", m->name(),
+      return fail(cat("its trip count '", m->name(),
                          "' is not a compile-time value; pipec unrolls loops, so the trip "
                          "count must fold to a constant (freeze the inputs it depends on)"));
     Expected<int64_t> v = scalarValue(*m);
     if (!v)
-      return x.error(cat("its trip count: ", v.status().message()));
+      return fail(cat("its trip count: ", v.status().message()));
     tripCount = *v;
   }
   ir::Value *cond = x.input(1);
@@ -136,7 +143,7 @@ Status expandLoop(Expansion &x) {
   if (cond && cond->isConstant()) {
     Expected<int64_t> v = scalarValue(*cond);
     if (!v)
-      return x.error(cat("its condition: ", v.status().message()));
+      return fail(cat("its condition: ", v.status().message()));
     condValue = *v != 0;
   }
   std::vector<ir::Value *> state;
@@ -148,7 +155,7 @@ Status expandLoop(Expansion &x) {
     std::vector<ir::Value *> outs = state;
     for (size_t j = 0; j < scans; ++j) {
       if (sliced == 0)
-        return x.error(cat("runs no iteration, so its scan output ", j,
+        return fail(cat("runs no iteration, so its scan output ", j,
                            " is empty with an element shape nothing defines"));
       std::vector<ir::Value *> parts;
       for (int64_t t = 0; t < sliced; ++t) {
@@ -165,18 +172,18 @@ Status expandLoop(Expansion &x) {
 
   const bool dataDependent = !condValue.has_value();
   if (dataDependent && !tripCount)
-    return x.error(cat("its condition '", cond->name(),
+    return fail(cat("its condition '", cond->name(),
                        "' depends on data and it has no trip count (M): pipec unrolls loops "
                        "and needs a bound"));
   if (dataDependent && scans > 0)
-    return x.error(cat("its condition '", cond->name(),
+    return fail(cat("its condition '", cond->name(),
                        "' depends on data, so its ", scans,
                        " scan output(s) would have a data-dependent length"));
   if (iteration >= kMaxUnrolledIterations)
-    return x.error(cat("would unroll to more than ", kMaxUnrolledIterations,
+    return fail(cat("would unroll to more than ", kMaxUnrolledIterations,
                        " iterations (its trip count and condition do not end it sooner)"));
   if (dataDependent && tripCount && *tripCount > kMaxUnrolledIterations)
-    return x.error(cat("its condition depends on data, so pipec unrolls it to its trip count ",
+    return fail(cat("its condition depends on data, so pipec unrolls it to its trip count ",
                        *tripCount, ", more than ", kMaxUnrolledIterations));
 
   // One iteration.
@@ -198,8 +205,8 @@ Status expandLoop(Expansion &x) {
     for (size_t i = 0; i < carried; ++i) {
       PIPEC_ASSIGN(ir::Value * s, x.emit("Where", {c, next[i], state[i]}));
       x.requireSameType(s->producer(),
-                        x.error(cat("its loop-carried value ", i,
-                                    " changes type in an iteration")).message());
+                        fail(cat("its loop-carried value ", i, " changes type in an iteration"))
+                            .message());
       next[i] = s;
     }
     PIPEC_ASSIGN(condNext, x.emit("And", {cond, condNext}));
@@ -221,7 +228,6 @@ Status expandLoop(Expansion &x) {
   ir::Node *restNode = rest[0]->producer();
   restNode->subgraphs() = n.subgraphs();
   // "loop@3": the name stays short however far the loop unrolls.
-  const std::string root = n.name().substr(0, n.name().rfind('@'));
   PIPEC_TRY(x.graph().renameNode(restNode, x.graph().uniqueNodeName(cat(root, "@", iteration + 1))));
   x.setOutputs(std::move(rest));
   return Status::ok();

@@ -18,7 +18,8 @@ class Spec:
     """How one zoo model is built, fed, exported and trained."""
 
     def __init__(self, name, build, inputs, batch, loss, output_names,
-                 dims=None, num_classes=10, step_micro_batches=2, lr=2.0 ** 20, bench_batch=16):
+                 dims=None, num_classes=10, step_micro_batches=2, lr=2.0 ** 20, bench_batch=16,
+                 script=False):
         self.name = name
         self.build = build          # () -> nn.Module (seeded by the caller)
         self.inputs = inputs        # [(name, per-example shape, kind)], kind: float | tokens
@@ -30,6 +31,7 @@ class Spec:
         self.step_micro_batches = step_micro_batches  # M of the K=4 / K=1 runs
         self.lr = lr                # SGD rate of the gradient check (a power of two)
         self.bench_batch = bench_batch  # examples per step in bench/run-zoo.sh
+        self.script = script        # export torch.jit.script(model): control flow as If and Loop
 
     def dynamic_axes(self):
         axes = {}
@@ -152,6 +154,36 @@ def _vit():
     return m
 
 
+class ControlFlow(nn.Module):
+    """Python control flow that torch.jit.script exports as ONNX If and Loop:
+    a branch on the data (both are planned; the one taken runs into the
+    result and the gradient), a loop whose trip count comes from a shape
+    (unrolled), and a branch on a shape (folded; the untaken branch would
+    not even type-check at this width)."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.inp = nn.Linear(d, d)
+        self.a = nn.Linear(d, d)
+        self.b = nn.Linear(d, d)
+        self.step = nn.Linear(d, d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.inp(x)
+        if bool(h.sum() > 0):
+            h = torch.relu(self.a(h))
+        else:
+            h = torch.tanh(self.b(h))
+        for _ in range(h.size(1) // 8):
+            h = h + 0.5 * torch.tanh(self.step(h))
+        if h.size(1) == 32:
+            h = h * 2.0
+        else:
+            h = self.out(h.reshape(-1, 7))
+        return self.out(h)
+
+
 def _cnn(ctor, **kw):
     return lambda: ctor(weights=None, num_classes=10, **kw)
 
@@ -180,6 +212,7 @@ ZOO = {s.name: s for s in [
          dims={'seq': 16}, bench_batch=32),
     Spec('gpt2', GPT2, [('idx', (32,), 'tokens')], 4, 'model', ['loss', 'logits'],
          dims={'seq': 32}, num_classes=256),
+    Spec('control_flow', ControlFlow, [('x', (32,), 'float')], 4, 'mse', ['y'], script=True),
 ]}
 
 

@@ -180,6 +180,8 @@ class Zoo:
         path = os.path.join(self.work, f'{self.s.name}-{opset}-{mode}.onnx')
         names, args = self.model_inputs(0, 2)
         m = copy.deepcopy(self.model)
+        if self.s.script:
+            m = torch.jit.script(m)
         training = torch.onnx.TrainingMode.TRAINING if mode == 'train' else torch.onnx.TrainingMode.EVAL
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
