@@ -17,9 +17,13 @@
 //    trip count M with the state frozen once it turns false (Where on each
 //    carried value), which is ONNX's result; scan outputs then have a
 //    data-dependent length and are refused.
+//  - Scan unrolls over its inputs' static length: each iteration's slices,
+//    the body, and the scan outputs stacked from the iterations' outputs.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/expand/Expand.h"
+
+#include <algorithm>
 
 namespace pipec::passes::expand {
 
@@ -230,6 +234,168 @@ Status expandLoop(Expansion &x) {
   // "loop@3": the name stays short however far the loop unrolls.
   PIPEC_TRY(x.graph().renameNode(restNode, x.graph().uniqueNodeName(cat(root, "@", iteration + 1))));
   x.setOutputs(std::move(rest));
+  return Status::ok();
+}
+
+namespace {
+
+/// Axis `a` of rank `rank`, negative counting from the end; -1 if out of range.
+int64_t normAxis(int64_t a, int64_t rank) {
+  if (a < 0)
+    a += rank;
+  return a >= 0 && a < rank ? a : -1;
+}
+
+} // namespace
+
+namespace {
+
+/// The scan proper (opset 9's form): states, scan inputs with their axes
+/// and directions; returns the final states, then the stacked outputs.
+Expected<std::vector<ir::Value *>> unrollScan(Expansion &x, std::vector<ir::Value *> state,
+                                              const std::vector<ir::Value *> &inputs,
+                                              std::vector<int64_t> inAxes,
+                                              const std::vector<int64_t> &inDirs,
+                                              const std::vector<int64_t> &outAxes,
+                                              const std::vector<int64_t> &outDirs) {
+  int64_t length = -1;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    const ir::Value *v = inputs[j];
+    const int64_t a = normAxis(inAxes[j], v->type().rank());
+    if (a < 0)
+      return x.error(cat("scan axis ", inAxes[j], " is outside input '", v->name(),
+                         "' of rank ", v->type().rank()));
+    inAxes[j] = a;
+    const int64_t len = v->shape()[static_cast<size_t>(a)];
+    if (length >= 0 && len != length)
+      return x.error(cat("its scan inputs have lengths ", length, " and ", len));
+    length = len;
+  }
+  if (length < 1)
+    return x.error("its scan inputs are empty, so its scan outputs have no element shape");
+  if (length > kMaxUnrolledIterations)
+    return x.error(cat("would unroll to ", length, " iterations, more than ",
+                       kMaxUnrolledIterations));
+  const size_t states = state.size();
+  std::vector<std::vector<ir::Value *>> slices(outAxes.size());
+  for (int64_t t = 0; t < length; ++t) {
+    std::vector<ir::Value *> formals = state;
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      const int64_t at = inDirs[j] ? length - 1 - t : t;
+      PIPEC_ASSIGN(ir::Value * s, x.slice(inputs[j], {at}, {at + 1}, {inAxes[j]}));
+      PIPEC_ASSIGN(s, x.squeeze(s, {inAxes[j]}));
+      formals.push_back(s);
+    }
+    PIPEC_ASSIGN(std::vector<ir::Value *> outs, x.inlineSubgraph("body", formals));
+    if (outs.size() != states + slices.size())
+      return x.error(cat("its body gives ", outs.size(), " outputs for ", states,
+                         " state values and ", slices.size(), " scan outputs"));
+    state.assign(outs.begin(), outs.begin() + static_cast<long>(states));
+    for (size_t k = 0; k < slices.size(); ++k)
+      slices[k].push_back(outs[states + k]);
+  }
+  // The slices stacked along their axis (a negative axis counts from the
+  // stacked value's end, by Unsqueeze's own rule).
+  std::vector<ir::Value *> result = state;
+  for (size_t k = 0; k < slices.size(); ++k) {
+    if (outDirs[k])
+      std::reverse(slices[k].begin(), slices[k].end());
+    std::vector<ir::Value *> parts;
+    for (ir::Value *s : slices[k]) {
+      PIPEC_ASSIGN(ir::Value * u, x.unsqueeze(s, {outAxes[k]}));
+      parts.push_back(u);
+    }
+    PIPEC_ASSIGN(ir::Value * stacked, x.concat(parts, outAxes[k]));
+    result.push_back(stacked);
+  }
+  return result;
+}
+
+} // namespace
+
+Status expandScan(Expansion &x) {
+  const ir::Node &n = x.node();
+  auto body = n.subgraphs().find("body");
+  if (body == n.subgraphs().end())
+    return x.error("has no 'body' graph");
+  const ir::Subgraph &sub = body->second;
+  const int64_t numScanIn = attrInt(n.attrs(), "num_scan_inputs", -1);
+  const size_t formal = sub.numFormalInputs;
+  if (numScanIn < 1 || static_cast<size_t>(numScanIn) > formal)
+    return x.error(cat("num_scan_inputs ", numScanIn, " is not between 1 and the body's ",
+                       formal, " inputs"));
+  const size_t scanIn = static_cast<size_t>(numScanIn);
+  const size_t states = formal - scanIn;
+  const size_t bodyOutputs = sub.graph->outputs().size();
+  if (bodyOutputs < states || x.numOutputs() != bodyOutputs)
+    return x.error(cat("its body gives ", bodyOutputs, " outputs for ", states,
+                       " state values; the node has ", x.numOutputs()));
+  const size_t scanOut = bodyOutputs - states;
+  auto perInput = [&](const char *name, size_t count) -> Expected<std::vector<int64_t>> {
+    std::vector<int64_t> v = attrInts(n.attrs(), name, std::vector<int64_t>(count, 0));
+    if (v.size() != count)
+      return x.error(cat("attribute ", name, " has ", v.size(), " entries for ", count));
+    return v;
+  };
+  const bool batched = x.nodeOpset() < 9; // opset 8: axis 0 is a batch, 1 the sequence
+  const size_t first = batched ? 1 : 0;    // opset 8's input 0 is sequence_lens
+  if (x.node().numInputs() < first + formal)
+    return x.error(cat("has ", x.node().numInputs(), " inputs; its body takes ", formal));
+  PIPEC_ASSIGN(std::vector<int64_t> inDirs,
+               perInput(batched ? "directions" : "scan_input_directions", scanIn));
+  std::vector<int64_t> inAxes(scanIn, 0), outAxes(scanOut, 0), outDirs(scanOut, 0);
+  if (!batched) {
+    PIPEC_ASSIGN(inAxes, perInput("scan_input_axes", scanIn));
+    PIPEC_ASSIGN(outAxes, perInput("scan_output_axes", scanOut));
+    PIPEC_ASSIGN(outDirs, perInput("scan_output_directions", scanOut));
+  }
+  std::vector<ir::Value *> state, inputs;
+  for (size_t i = 0; i < states; ++i)
+    state.push_back(x.input(first + i));
+  for (size_t j = 0; j < scanIn; ++j)
+    inputs.push_back(x.input(first + states + j));
+  if (!batched) {
+    PIPEC_ASSIGN(std::vector<ir::Value *> outs,
+                 unrollScan(x, state, inputs, inAxes, inDirs, outAxes, outDirs));
+    x.setOutputs(std::move(outs));
+    return Status::ok();
+  }
+
+  // Opset 8: each batch entry scanned alone, the results stacked on axis 0.
+  if (ir::Value *lens = x.input(0))
+    return x.error(cat("sequence_lens ('", lens->name(),
+                       "') is not supported: re-export without it or at opset 9 or later"));
+  const int64_t batch = inputs[0]->shape().empty() ? 0 : inputs[0]->shape()[0];
+  std::vector<std::vector<ir::Value *>> perBatch(x.numOutputs());
+  for (int64_t b = 0; b < batch; ++b) {
+    auto entry = [&](ir::Value *v) -> Expected<ir::Value *> {
+      PIPEC_ASSIGN(ir::Value * s, x.slice(v, {b}, {b + 1}, {0}));
+      return x.squeeze(s, {0});
+    };
+    std::vector<ir::Value *> bs, bi;
+    for (ir::Value *v : state) {
+      PIPEC_ASSIGN(ir::Value * e, entry(v));
+      bs.push_back(e);
+    }
+    for (ir::Value *v : inputs) {
+      PIPEC_ASSIGN(ir::Value * e, entry(v));
+      bi.push_back(e);
+    }
+    PIPEC_ASSIGN(std::vector<ir::Value *> outs,
+                 unrollScan(x, bs, bi, inAxes, inDirs, outAxes, outDirs));
+    for (size_t k = 0; k < outs.size(); ++k) {
+      PIPEC_ASSIGN(ir::Value * u, x.unsqueeze(outs[k], {0}));
+      perBatch[k].push_back(u);
+    }
+  }
+  if (batch < 1)
+    return x.error("its batch is empty");
+  std::vector<ir::Value *> outs;
+  for (auto &parts : perBatch) {
+    PIPEC_ASSIGN(ir::Value * v, x.concat(parts, 0));
+    outs.push_back(v);
+  }
+  x.setOutputs(std::move(outs));
   return Status::ok();
 }
 

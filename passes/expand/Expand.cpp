@@ -15,6 +15,7 @@ struct Entry {
 constexpr Entry kRules[] = {
     {"", "If", expandIf},
     {"", "Loop", expandLoop},
+    {"", "Scan", expandScan},
 };
 
 } // namespace

@@ -83,5 +83,6 @@ Status expandNode(ir::Graph &g, ir::Node *n, SameTypeChecks &checks);
 // ControlFlow.cpp
 Status expandIf(Expansion &);
 Status expandLoop(Expansion &);
+Status expandScan(Expansion &);
 
 } // namespace pipec::passes::expand

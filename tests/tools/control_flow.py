@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/tools/control_flow.py - If and Loop models, with numpy's answers.
+"""tests/tools/control_flow.py - If, Loop and Scan models, with numpy's answers.
 
     control_flow.py make DIR    writes DIR/<case>/{model.onnx,x.npy,expected.npy}
                                 and DIR/bad-<case>.onnx (models pipec refuses)
@@ -107,6 +107,27 @@ def shape_if(x):
     return model(nodes, [2, 3], [2, 3]), -x
 
 
+def scan(x):
+    """Scan (opset 9+) over axis 1 of x in reverse: a running sum as state,
+    each step's state times w as a scan output stacked on axis 1."""
+    w = rng.randn(2).astype(np.float32)
+    body = h.make_graph(
+        [h.make_node("Add", ["acc", "col"], ["acc_out"]), h.make_node("Mul", ["acc_out", "w"], ["scaled"])],
+        "body", [vi("acc", T.FLOAT, [2]), vi("col", T.FLOAT, [2])],
+        [vi("acc_out", T.FLOAT, [2]), vi("scaled", T.FLOAT, [2])])
+    nodes = [const("zeros", np.zeros(2, np.float32)),
+             h.make_node("Scan", ["zeros", "x"], ["total", "y"], body=body, num_scan_inputs=1,
+                         scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1])]
+    m = model(nodes, [2, 5], [2, 5], [nh.from_array(w, "w")],
+              outputs=[vi("total", T.FLOAT, [2]), vi("y", T.FLOAT, [2, 5])])
+    acc = np.zeros(2, np.float32)
+    cols = []
+    for t in reversed(range(5)):
+        acc = acc + x[:, t]
+        cols.append(acc * w)
+    return m, np.stack(cols, axis=1)
+
+
 def bad_cases():
     """Models pipec refuses, each with a clear error (control-flow.test)."""
     then = branch("then", [h.make_node("Identity", ["x"], ["t"])], "t")
@@ -138,7 +159,7 @@ def bad_cases():
 # (name, model and answer for x, shape of x); data-if runs once per branch.
 CASES = [("data-if-then", data_if, [2, 4], 1), ("data-if-else", data_if, [2, 4], -1),
          ("nested-loop", nested_loop, [3, 4], 0), ("while-loop", while_loop, [2, 3], 0),
-         ("shape-if", shape_if, [2, 3], 0)]
+         ("shape-if", shape_if, [2, 3], 0), ("scan", scan, [2, 5], 0)]
 
 
 def main():
