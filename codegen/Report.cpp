@@ -168,6 +168,15 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   }
   r["stage_list"] = stages;
   r["total_parameters"] = totalParams;
+  // Parameters the model stored as Constant nodes (pipec --train-constants).
+  double promoted = 0, promotedTensors = 0;
+  for (const ir::Value *c : g.constants())
+    if (c->isPromotedConstant() && ir::isParameter(*c)) {
+      promoted += static_cast<double>(c->type().numel());
+      ++promotedTensors;
+    }
+  r["parameters_from_constant_nodes"] = promoted;
+  r["parameter_tensors_from_constant_nodes"] = promotedTensors;
   r["total_forward_flops_per_micro_batch"] = totalFlops;
   const double M = p.pipeline().num_micro_batches();
   const double mbSize = static_cast<double>(p.pipeline().micro_batch_size());
@@ -255,8 +264,13 @@ std::string renderReportText(const json &r) {
                   formatBytes(s["bytes_sent_per_micro_batch"].get<double>()).c_str());
     os << line;
   }
-  std::snprintf(line, sizeof line, "total: %s parameters, %s per micro-batch forward\n",
-                formatCount(r["total_parameters"].get<double>(), "").c_str(),
+  std::string promoted;
+  if (r.value("parameter_tensors_from_constant_nodes", 0.0) > 0)
+    promoted = cat(" (", formatCount(r["parameters_from_constant_nodes"].get<double>(), ""),
+                   " of them in ", r["parameter_tensors_from_constant_nodes"].get<double>(),
+                   " Constant nodes, trained by --train-constants)");
+  std::snprintf(line, sizeof line, "total: %s parameters%s, %s per micro-batch forward\n",
+                formatCount(r["total_parameters"].get<double>(), "").c_str(), promoted.c_str(),
                 formatCount(r["total_forward_flops_per_micro_batch"].get<double>(), "FLOP").c_str());
   os << line;
   if (r.contains("data_parallel")) {

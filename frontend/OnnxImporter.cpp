@@ -308,6 +308,7 @@ Status Importer::importConstantNodes() {
     if (!v)
       return v.status().withContext(where);
     (*v)->setTrainable(trainable);
+    (*v)->setPromotedConstant(trainable);
   }
   return Status::ok();
 }

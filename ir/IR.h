@@ -108,6 +108,11 @@ public:
   /// which training may update. Passes never fold it into other constants.
   bool isTrainable() const { return trainable_; }
   void setTrainable(bool t) { trainable_ = t; }
+  /// A trainable value the model stored as a Constant node, which the
+  /// importer promoted to a parameter (ImportOptions::trainableConstants);
+  /// the partition report counts them.
+  bool isPromotedConstant() const { return promotedConstant_; }
+  void setPromotedConstant(bool p) { promotedConstant_ = p; }
   const Tensor &constant() const { return constant_; }
   /// Nodes that read this value, once per input slot.
   const std::vector<Node *> &users() const { return users_; }
@@ -124,6 +129,7 @@ private:
   bool isInput_ = false;
   bool isOutput_ = false;
   bool trainable_ = false;
+  bool promotedConstant_ = false;
   Tensor constant_;
   std::vector<Node *> users_;
 };
