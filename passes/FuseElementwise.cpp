@@ -24,8 +24,12 @@ class ElementwiseFusion final : public Pass {
 public:
   explicit ElementwiseFusion(const TrainingResults *protect) : protect_(protect) {}
   std::string_view name() const override { return "fuse-elementwise"; }
+  /// One step per node visited as a root, per input examined while a
+  /// cluster grows, and per node of a cluster replaced.
+  uint64_t workSteps() const override { return steps_; }
 
   Expected<bool> run(ir::Graph &g) override {
+    steps_ = 0;
     const std::unordered_set<const ir::Value *> keep = protectedValues(protect_);
     std::unordered_set<const ir::Node *> done;
     std::unordered_map<std::string, std::string> renamed; // fused forward node -> its fused node
@@ -33,6 +37,7 @@ public:
     const std::vector<ir::Node *> order = g.nodes();
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       ir::Node *root = *it;
+      ++steps_;
       EwOp op;
       if (done.count(root) || !fusable(root, op))
         continue;
@@ -48,6 +53,8 @@ public:
       PIPEC_ASSIGN(bool fused, replace(g, root, c, renamed));
       changed = changed || fused;
     }
+    if (!renamed.empty())
+      steps_ += g.numNodes(); // renameForwardOf's walk
     renameForwardOf(g, renamed);
     return changed;
   }
@@ -96,6 +103,7 @@ private:
       ir::Node *x = work.back();
       work.pop_back();
       for (ir::Value *v : x->inputs()) {
+        ++steps_;
         ir::Node *p = v->producer();
         EwOp op;
         if (!p || c.nodes.count(p) || done.count(p) || !fusable(p, op) || !readable(p, c.shape) ||
@@ -127,6 +135,7 @@ private:
       steps.push_back(x);
     };
     visit(root);
+    steps_ += steps.size();
     // Inputs first (v0 ..), then one value per step.
     for (const ir::Node *x : steps)
       for (ir::Value *v : x->inputs())
@@ -167,6 +176,7 @@ private:
   /// What the CUDA kernel takes by value (runtime/cuda/Bodies.h).
   static constexpr size_t kMaxSteps = 64, kMaxInputs = 16;
   const TrainingResults *protect_;
+  uint64_t steps_ = 0;
 };
 
 } // namespace

@@ -9,6 +9,7 @@
 
 #include "ir/IR.h"
 
+#include <cstdint>
 #include <memory>
 #include <string_view>
 
@@ -21,6 +22,9 @@ public:
   virtual std::string_view name() const = 0;
   /// Runs on the graph; true if anything changed.
   virtual Expected<bool> run(ir::Graph &g) = 0;
+  /// Units of work the last run did, for tests that check a pass's
+  /// complexity by counting (0 where a pass does not count).
+  virtual uint64_t workSteps() const { return 0; }
 };
 
 } // namespace pipec::passes
