@@ -68,6 +68,12 @@ def models(build, work, which):
     out = []
     for name, (_, _, _, _, _, batch) in ort_models.MODELS.items():
         out.append((name, ort_models.export(name, work), batch, [], {}))
+    # A Keras-style CNN as tf2onnx writes it (tests/tools/tf_style_cnn.py):
+    # NHWC input, 1x3 and 3x1 convolutions, LeakyRelu, Max, MaxPool.
+    tf_cnn = os.path.join(work, 'tf-kws-cnn.onnx')
+    run([sys.executable, os.path.join(ROOT, 'tests', 'tools', 'tf_style_cnn.py'), tf_cnn])
+    for batch in (1, 16):
+        out.append((f'tf-kws-cnn b{batch}', tf_cnn, batch, [], {}))
     samples = os.path.join(build, 'samples')
     for name, batch in (('mlp', 128), ('gpt', 8), ('cnn', 32)):
         out.append((f'sample {name}', os.path.join(samples, name + '.onnx'), batch, [], {}))

@@ -35,9 +35,9 @@
 //          and an Add that move on like the others;
 //        - two Transposes of one value with one perm: the later one's
 //          readers read the earlier one;
-//   3. folds the Relus, and Clips with constant bounds, that alone read a
-//      pipec:NhwcConv into it (oneDNN's eltwise post-op; a chain clamps to
-//      the intersection of its ranges);
+//   3. folds the Relus, Clips with constant bounds and LeakyRelus that
+//      alone read a pipec:NhwcConv into it (oneDNN's eltwise post-op; a
+//      chain of clamps clamps to the intersection of its ranges);
 //   4. turns a Transpose that keeps the order of its non-unit axes
 //      ([N, 1, 1, C] -> [N, C, 1, 1]) into a Reshape, which the plan runs
 //      as a view.
@@ -479,8 +479,8 @@ bool clampRange(const ir::Node *u, float &lo, float &hi) {
   return lo <= hi;
 }
 
-/// Step 3: Relus and Clips with constant bounds that alone read a
-/// pipec:NhwcConv, into its epilogue. Clamping to [a, b] and then to an
+/// Step 3: Relus and Clips with constant bounds, and a LeakyRelu, that
+/// alone read a pipec:NhwcConv, into its epilogue. Clamping to [a, b] and then to an
 /// overlapping [c, d] is clamping to [max(a, c), min(b, d)], so a chain
 /// (torch's relu6 exports as Relu, then Clip) folds whole.
 bool foldActivation(ir::Graph &g, ir::Node *c) {
@@ -490,11 +490,24 @@ bool foldActivation(ir::Graph &g, ir::Node *c) {
     if (y->isGraphOutput() || y->users().size() != 1)
       return folded;
     ir::Node *u = y->users()[0];
-    float lo, hi;
     if (u->numOutputs() != 1 || u->input(0) != y || u->output(0)->isGraphOutput() ||
-        u->output(0)->type() != y->type() || !clampRange(u, lo, hi))
+        u->output(0)->type() != y->type())
       return folded;
     AttrMap &a = c->attrs();
+    // A LeakyRelu folds into a convolution with no activation yet (after
+    // Relu or Clip it would need an epilogue of two steps).
+    if (u->is("LeakyRelu")) {
+      if (a.count("activation"))
+        return folded;
+      a["activation"] = Attribute::ofString("LeakyRelu");
+      a["leaky_alpha"] = Attribute::ofFloat(attrFloat(u->attrs(), "alpha", 0.01f));
+      g.replaceAllUsesWith(u->output(0), y);
+      g.eraseNode(u);
+      return true;
+    }
+    float lo, hi;
+    if (!clampRange(u, lo, hi))
+      return folded;
     if (a.count("activation")) {
       auto e = convEpilogueOf(a);
       if (!e)

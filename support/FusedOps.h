@@ -182,11 +182,13 @@ inline Expected<AttentionDims> attentionDims(const Shape &q, const Shape &k, con
   return r;
 }
 
-/// pipec:NhwcConv's epilogue: `activation` "" (none), "Relu" or "Clip"
-/// (to [clip_min, clip_max]), applied to each output after the bias.
+/// pipec:NhwcConv's epilogue: `activation` "" (none), "Relu", "Clip" (to
+/// [clip_min, clip_max]) or "LeakyRelu" (x >= 0 ? x : leaky_alpha x, as the
+/// LeakyRelu kernel computes it), applied to each output after the bias.
 struct ConvEpilogue {
-  enum Kind { None, Relu, Clip } kind = None;
+  enum Kind { None, Relu, Clip, LeakyRelu } kind = None;
   float lo = 0, hi = 0;
+  float alpha = 0;
 };
 
 inline Expected<ConvEpilogue> convEpilogueOf(const AttrMap &attrs) {
@@ -200,8 +202,11 @@ inline Expected<ConvEpilogue> convEpilogueOf(const AttrMap &attrs) {
     e.hi = attrFloat(attrs, "clip_max", 0.0f);
     if (!(e.lo <= e.hi))
       return errorf("clip_min ", e.lo, " is above clip_max ", e.hi);
+  } else if (a == "LeakyRelu") {
+    e.kind = ConvEpilogue::LeakyRelu;
+    e.alpha = attrFloat(attrs, "leaky_alpha", 0.01f);
   } else if (!a.empty()) {
-    return errorf("unknown activation '", a, "' (Relu or Clip)");
+    return errorf("unknown activation '", a, "' (Relu, Clip or LeakyRelu)");
   }
   return e;
 }

@@ -44,6 +44,21 @@ def conv2d(x, w, b, a):
     return out
 
 
+def maxpool2d(x, a):
+    k = a["kernel_shape"]
+    strides = a.get("strides", [1, 1])
+    pads = a.get("pads", [0, 0, 0, 0])
+    assert a.get("dilations", [1, 1]) == [1, 1] and not a.get("ceil_mode", 0), "reference MaxPool: no dilation, floor"
+    x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=-np.inf)
+    oh = (x.shape[2] - k[0]) // strides[0] + 1
+    ow = (x.shape[3] - k[1]) // strides[1] + 1
+    out = np.full(x.shape[:2] + (oh, ow), -np.inf)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            out = np.maximum(out, x[:, :, i:i + strides[0] * oh:strides[0], j:j + strides[1] * ow:strides[1]])
+    return out
+
+
 def sce(logits, labels, a):
     # SoftmaxCrossEntropyLoss, reduction mean, no weights, no ignore_index.
     assert a.get("reduction", b"mean") in (b"mean", "mean")
@@ -67,6 +82,9 @@ def run_node(node, v, a):
         return [i[0] / i[1]]
     if op == "MatMul": return [np.matmul(i[0], i[1])]
     if op == "Relu": return [np.maximum(i[0], 0)]
+    if op == "LeakyRelu": return [np.where(i[0] >= 0, i[0], a.get("alpha", 0.01) * i[0])]
+    if op == "Max": return [np.maximum.reduce(i)]
+    if op == "MaxPool": return [maxpool2d(i[0], a)]
     if op == "Tanh": return [np.tanh(i[0])]
     if op == "Sqrt": return [np.sqrt(i[0])]
     if op == "Erf": return [np.vectorize(math.erf)(i[0])]

@@ -1345,7 +1345,7 @@ Tensor relayout(const Tensor &t, bool back = false) {
 Shape nhwcOf(const Shape &s) { return {s[0], s[2], s[3], s[1]}; }
 
 // pipec:NhwcConv (channels-last, passes/Layout.cpp) against Conv on the
-// same data in NCHW, then the Relu or Clip its epilogue applies: oneDNN's
+// same data in NCHW, then the Relu, Clip or LeakyRelu its epilogue applies: oneDNN's
 // primitive on NHWC and the loop on NCHW copies, to 1e-5 of the sum of
 // the products' magnitudes (the two layouts' kernels add in different
 // orders); the same bits on one and two threads.
@@ -1360,11 +1360,14 @@ TEST(LinalgKernels, NhwcConvEqualsConvThenActivation) {
       // 4 output pixels, channels in 16s: oneDNN on 16-channel blocks.
       {{2, 32, 2, 2}, {48, 32, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, "", true},
       {{2, 16, 4, 4}, {32, 16, 3, 3}, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}, "", false},
+      // 1x3 and 3x1, as Keras models separate time and frequency.
+      {{2, 8, 7, 9}, {8, 8, 1, 3}, 1, {1, 1}, {1, 1}, {0, 1, 0, 1}, "", true},
+      {{2, 8, 7, 9}, {8, 8, 3, 1}, 1, {1, 1}, {1, 1}, {1, 0, 1, 0}, "", true},
   };
   bothPaths([&](const std::string &path) {
     uint32_t seed = 300;
     for (const ConvCase &c : cases)
-      for (const char *act : {"", "Relu", "Clip"}) {
+      for (const char *act : {"", "Relu", "Clip", "LeakyRelu"}) {
         const std::string what = cat("NhwcConv (", path, ") ", shapeStr(c.x), " * ", shapeStr(c.w), " ", act);
         Tensor X = randomT(DType::F32, c.x, ++seed), W = randomT(DType::F32, c.w, ++seed),
                B = randomT(DType::F32, {c.w[0]}, ++seed);
@@ -1404,6 +1407,8 @@ TEST(LinalgKernels, NhwcConvEqualsConvThenActivation) {
             v = std::max(v, 0.0f);
           else if (std::string(act) == "Clip")
             v = std::min(std::max(v, lo), hi);
+          else if (std::string(act) == "LeakyRelu")
+            v = v >= 0.0f ? v : 0.125f * v;
           want[static_cast<size_t>(i)] = v;
           scale[static_cast<size_t>(i)] = mag[0].data<float>()[i];
         }
@@ -1414,6 +1419,8 @@ TEST(LinalgKernels, NhwcConvEqualsConvThenActivation) {
           nat["clip_min"] = Attribute::ofFloat(lo);
           nat["clip_max"] = Attribute::ofFloat(hi);
         }
+        if (std::string(act) == "LeakyRelu")
+          nat["leaky_alpha"] = Attribute::ofFloat(0.125f);
         std::vector<Tensor> nvals = vals;
         nvals[0] = relayout(X);
         std::vector<TensorDesc> nins = ins;

@@ -13,7 +13,7 @@
 //
 // pipec:NhwcConv (made by channels-last, passes/Layout.cpp) is the same
 // convolution on X [N, H, W, C] and Y [N, OH, OW, M], with an optional
-// Relu or Clip applied to Y: oneDNN's primitive reads and writes that
+// Relu, Clip or LeakyRelu applied to Y: oneDNN's primitive reads and writes that
 // layout itself (only the weights are reordered, once), the activation is
 // its eltwise post-op. On the plain NCHW path the two reorders around a
 // small convolution can cost more than the convolution itself (a depthwise
@@ -163,6 +163,9 @@ void applyEpilogue(const ConvEpilogue &e, float *y, int64_t n) {
     if (e.kind == ConvEpilogue::Relu) {
       for (int64_t i = 0; i < m; ++i)
         p[i] = p[i] < 0.0f ? 0.0f : p[i];
+    } else if (e.kind == ConvEpilogue::LeakyRelu) {
+      for (int64_t i = 0; i < m; ++i)
+        p[i] = p[i] >= 0.0f ? p[i] : e.alpha * p[i];
     } else {
       for (int64_t i = 0; i < m; ++i)
         p[i] = p[i] < e.lo ? e.lo : p[i] > e.hi ? e.hi : p[i];
@@ -303,8 +306,12 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = fals
     primitive_attr attr = linalgDnnlAttr();
     if (epilogue.kind != ConvEpilogue::None) {
       post_ops po;
+      // oneDNN's relu with alpha is s > 0 ? s : alpha s: the LeakyRelu
+      // kernel's values, signed zeros and NaNs included.
       if (epilogue.kind == ConvEpilogue::Relu)
         po.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+      else if (epilogue.kind == ConvEpilogue::LeakyRelu)
+        po.append_eltwise(1.0f, algorithm::eltwise_relu, epilogue.alpha, 0.0f);
       else
         po.append_eltwise(1.0f, algorithm::eltwise_clip, epilogue.lo, epilogue.hi);
       attr.set_post_ops(po);

@@ -6,7 +6,8 @@
 // channel: s = 2 / sqrt(3.99999 + 1e-5) = 1, t = 1 - 3 s = -2) and
 // GlobalAveragePool (ReduceMean over the spatial axes, then a Reshape: the
 // transpose moved only unit axes) and cancel in pairs; the image's transpose is the one left in the region. A
-// Relu and a Clip with constant bounds fold into the NhwcConv before them.
+// Relu, a Clip with constant bounds and a LeakyRelu fold into the NhwcConv
+// before them.
 // Two transposes of one value merge; a graph output keeps its name and
 // layout; an f64 Conv stays.
 
@@ -20,7 +21,7 @@
 // CHECK-NEXT: node "pw" pipec:NhwcConv(%[[DW]], %wp) -> %[[PW:.*]] : f32[2,4,4,8]
 // CHECK-NEXT: node "scale" Mul(%[[PW]], %s/nhwc) -> %[[SC:.*]] : f32[2,4,4,8]
 // CHECK-NEXT: node "res" Add(%[[SC]], %[[MP]]) -> %[[RES:.*]] : f32[2,4,4,8]
-// CHECK-NEXT: node "br" pipec:NhwcConv(%[[RES]], %w2) -> %[[BR:.*]] : f32[2,4,4,4]
+// CHECK-NEXT: node "br" pipec:NhwcConv(%[[RES]], %w2) {activation = "LeakyRelu", leaky_alpha = 0.25} -> %[[BR:.*]] : f32[2,4,4,4]
 // CHECK-NEXT: node "cat" Concat(%[[RES]], %[[BR]]) {axis = 3} -> %[[CAT:.*]] : f32[2,4,4,12]
 // CHECK-NEXT: node "bn/Mul" Mul(%[[CAT]], %bn/scale) -> %[[BS:.*]] : f32[2,4,4,12]
 // CHECK-NEXT: node "bn" Add(%[[BS]], %bn/shift) -> %[[BN:.*]] : f32[2,4,4,12]
@@ -59,7 +60,8 @@ graph "layout" {
   node "pw" Conv(%cl, %wp) -> %pw : f32[2,8,4,4]
   node "scale" Mul(%pw, %s) -> %sc : f32[2,8,4,4]
   node "res" Add(%sc, %mp) -> %res : f32[2,8,4,4]
-  node "br" Conv(%res, %w2) -> %br : f32[2,4,4,4]
+  node "br" Conv(%res, %w2) -> %brc : f32[2,4,4,4]
+  node "leaky" LeakyRelu(%brc) {alpha = 0.25} -> %br : f32[2,4,4,4]
   node "cat" Concat(%res, %br) {axis = 1} -> %cat : f32[2,12,4,4]
   node "bn" BatchNormalization(%cat, %g12, %b12, %m12, %v12) -> %bn : f32[2,12,4,4]
   node "relu2" Relu(%bn) -> %r2 : f32[2,12,4,4]
