@@ -114,7 +114,7 @@ NodeCost forwardCost(const ir::Node &n) {
              op == "GlobalMaxPool" || op == "AveragePool" || op == "MaxPool" ||
              ((op == "NhwcMaxPool" || op == "NhwcAveragePool") && n.domain() == "pipec")) {
     c.flops = numel(n.input(0));
-  } else if ((op == "Resize" || op == "Upsample") && n.domain().empty() ||
+  } else if (((op == "Resize" || op == "Upsample") && n.domain().empty()) ||
              (op == "ResizeGrad" && n.domain() == "pipec")) {
     // One pass per resized axis (runtime/cpu/kernels/Resize.cpp), a
     // multiply-add per tap: 2 taps linear, 4 cubic; nearest moves data.
