@@ -259,8 +259,8 @@ Expected<ResizeSpec> resolveResize(const ResizeArgs &a) {
       for (size_t i = 0; i < n; ++i) {
         const auto ax = static_cast<size_t>(axes[i]);
         s.scales[ax] = common;
-        s.out[ax] = static_cast<int64_t>(std::floor(common * static_cast<double>(a.x[ax]) + 0.5));
-        s.lengths[ax] = static_cast<double>(s.out[ax]);
+        s.lengths[ax] = common * static_cast<double>(a.x[ax]);
+        s.out[ax] = static_cast<int64_t>(std::floor(s.lengths[ax] + 0.5));
       }
     }
   }

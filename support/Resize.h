@@ -62,9 +62,10 @@ struct ResizeSpec {
   /// Per axis, the scale of the coordinate transformation (1 for an axis
   /// that is not resized).
   std::vector<double> scales;
-  /// Per axis, the output's extent as a real number (scale * extent where
-  /// scales are given, as ONNX's align_corners, pytorch_half_pixel and
-  /// tf_crop_and_resize formulas use it; the output extent otherwise).
+  /// Per axis, the output's extent as a real number, scale * extent, as
+  /// ONNX's align_corners, pytorch_half_pixel, half_pixel_symmetric and
+  /// tf_crop_and_resize formulas use it (exactly the size where sizes are
+  /// given with the policy stretch).
   std::vector<double> lengths;
   /// Per axis, the region of interest of tf_crop_and_resize (0 and 1 where
   /// none is given).
