@@ -49,16 +49,21 @@ double sourceCoord(const ResizeSpec &s, size_t ax, int64_t o) {
   const double in = static_cast<double>(s.in[ax]), out = s.lengths[ax];
   const double scale = s.scales[ax], x = static_cast<double>(o);
   switch (s.coord) {
-  case ResizeCoord::HalfPixel: return (x + 0.5) / scale - 0.5;
+  case ResizeCoord::HalfPixel:
+    return (x + 0.5) / scale - 0.5;
   case ResizeCoord::HalfPixelSymmetric: {
     const double adjustment = static_cast<double>(s.out[ax]) / out;
     const double offset = in / 2 * (1 - adjustment);
     return offset + (x + 0.5) / scale - 0.5;
   }
-  case ResizeCoord::PytorchHalfPixel: return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
-  case ResizeCoord::AlignCorners: return out > 1 ? x * (in - 1) / (out - 1) : 0.0;
-  case ResizeCoord::Asymmetric: return x / scale;
-  case ResizeCoord::TfHalfPixelForNn: return (x + 0.5) / scale;
+  case ResizeCoord::PytorchHalfPixel:
+    return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+  case ResizeCoord::AlignCorners:
+    return out > 1 ? x * (in - 1) / (out - 1) : 0.0;
+  case ResizeCoord::Asymmetric:
+    return x / scale;
+  case ResizeCoord::TfHalfPixelForNn:
+    return (x + 0.5) / scale;
   case ResizeCoord::TfCropAndResize: {
     const double a = s.roiStart[ax], b = s.roiEnd[ax];
     return out > 1 ? a * (in - 1) + x * (b - a) * (in - 1) / (out - 1) : 0.5 * (a + b) * (in - 1);
@@ -70,11 +75,16 @@ double sourceCoord(const ResizeSpec &s, size_t ax, int64_t o) {
 int64_t nearestIndex(double x, ResizeNearest m, double scale) {
   const double f = std::floor(x);
   switch (m) {
-  case ResizeNearest::RoundPreferFloor: return static_cast<int64_t>(x - f == 0.5 ? f : std::round(x));
-  case ResizeNearest::RoundPreferCeil: return static_cast<int64_t>(x - f == 0.5 ? f + 1 : std::round(x));
-  case ResizeNearest::Floor: return static_cast<int64_t>(f);
-  case ResizeNearest::Ceil: return static_cast<int64_t>(std::ceil(x));
-  case ResizeNearest::Simple: return static_cast<int64_t>(scale < 1 ? std::ceil(x) : f);
+  case ResizeNearest::RoundPreferFloor:
+    return static_cast<int64_t>(x - f == 0.5 ? f : std::round(x));
+  case ResizeNearest::RoundPreferCeil:
+    return static_cast<int64_t>(x - f == 0.5 ? f + 1 : std::round(x));
+  case ResizeNearest::Floor:
+    return static_cast<int64_t>(f);
+  case ResizeNearest::Ceil:
+    return static_cast<int64_t>(std::ceil(x));
+  case ResizeNearest::Simple:
+    return static_cast<int64_t>(scale < 1 ? std::ceil(x) : f);
   }
   return static_cast<int64_t>(f);
 }
@@ -125,7 +135,8 @@ Expected<ResizeSpec> resolveResize(const ResizeArgs &a) {
   else if (mode == "cubic" && !legacy)
     s.mode = ResizeMode::Cubic;
   else
-    return errorf("mode '", mode, "' is not ", legacy ? "nearest or linear" : "nearest, linear or cubic");
+    return errorf("mode '", mode, "' is not ",
+                  legacy ? "nearest or linear" : "nearest, linear or cubic");
 
   std::vector<int64_t> axes;
   std::string policy = "stretch";
@@ -393,8 +404,8 @@ ResizeTaps resizeAxisTaps(const ResizeSpec &s, size_t ax) {
 }
 
 namespace {
-const char *const kGradOnly[] = {"forward", "forward_opset", "shape", "roi_value", "scales_value",
-                                 "sizes_value"};
+const char *const kGradOnly[] = {"forward",   "forward_opset", "shape",
+                                 "roi_value", "scales_value",  "sizes_value"};
 } // namespace
 
 AttrMap resizeGradAttrs(const ResizeArgs &f) {

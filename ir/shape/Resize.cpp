@@ -9,8 +9,8 @@
 // of both) gives dX the forward input's shape.
 //
 //===----------------------------------------------------------------------===//
-#include "ir/shape/RuleUtil.h"
 #include "support/Resize.h"
+#include "ir/shape/RuleUtil.h"
 
 namespace pipec::ir::shape {
 
@@ -34,7 +34,8 @@ Status resizeRule(const ShapeContext &ctx, Outputs &out) {
   const std::string &op = ctx.node().opType();
   const TensorDesc &x = ctx.inputType(0);
   const ResizeInputSlots slots = resizeInputSlots(op, ctx.opset());
-  const size_t maxInputs = static_cast<size_t>(std::max({slots.roi, slots.scales, slots.sizes}) + 1);
+  const size_t maxInputs =
+      static_cast<size_t>(std::max({slots.roi, slots.scales, slots.sizes}) + 1);
   if (ctx.numInputs() > std::max<size_t>(maxInputs, 1))
     for (size_t i = std::max<size_t>(maxInputs, 1); i < ctx.numInputs(); ++i)
       if (ctx.hasInput(i))
@@ -73,8 +74,8 @@ Status resizeGradRule(const ShapeContext &ctx, Outputs &out) {
   if (!spec)
     return ctx.error(cat("forward ", fwd->opType, "-", fwd->opset, ": ", spec.status().message()));
   if (spec->out != dy.shape)
-    return ctx.error(cat("the output gradient ", dy.str(), " does not have the forward output's shape ",
-                         shapeStr(spec->out)));
+    return ctx.error(cat("the output gradient ", dy.str(),
+                         " does not have the forward output's shape ", shapeStr(spec->out)));
   out[0] = {dy.dtype, fwd->x};
   return Status::ok();
 }

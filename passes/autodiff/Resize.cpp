@@ -8,8 +8,8 @@
 // gradient: they decide the sampling, not the values.
 //
 //===----------------------------------------------------------------------===//
-#include "passes/autodiff/GradRules.h"
 #include "support/Resize.h"
+#include "passes/autodiff/GradRules.h"
 
 namespace pipec::passes::autodiff {
 

@@ -22,7 +22,9 @@ using namespace pipec::test;
 
 namespace {
 
-Tensor floats(const std::vector<float> &v) { return fromVec<float>(DType::F32, {int64_t(v.size())}, v); }
+Tensor floats(const std::vector<float> &v) {
+  return fromVec<float>(DType::F32, {int64_t(v.size())}, v);
+}
 
 /// Resize-`opset` of x with constant scales (or sizes when `sizes`).
 OpDesc resizeDesc(const TensorDesc &x, const Shape &out, const Tensor &param, bool sizes,
@@ -47,8 +49,7 @@ OpDesc gradDesc(const OpDesc &fwd) {
   a.roi = fwd.constInput(1);
   a.scales = fwd.constInput(2);
   a.sizes = fwd.constInput(3);
-  return makeDesc("ResizeGrad", {fwd.outputs[0]}, {fwd.inputs[0]}, resizeGradAttrs(a), 1,
-                  "pipec");
+  return makeDesc("ResizeGrad", {fwd.outputs[0]}, {fwd.inputs[0]}, resizeGradAttrs(a), 1, "pipec");
 }
 
 std::vector<Tensor> fwdInputs(const OpDesc &d, const Tensor &x) {
@@ -108,8 +109,9 @@ TEST(ResizeKernel, NearestMovesIntegersAndBools) {
     const size_t es = dtypeSize(dt);
     for (int64_t i = 0; i < 6; ++i)
       for (int64_t j = 0; j < 12; ++j)
-        EXPECT_EQ(0, std::memcmp(static_cast<const char *>(y.raw()) + (i * 12 + j) * es,
-                                 static_cast<const char *>(x.raw()) + ((i / 2) * 4 + j / 3) * es, es))
+        EXPECT_EQ(0,
+                  std::memcmp(static_cast<const char *>(y.raw()) + (i * 12 + j) * es,
+                              static_cast<const char *>(x.raw()) + ((i / 2) * 4 + j / 3) * es, es))
             << dtypeName(dt) << " (" << i << ", " << j << ")";
   }
 }
@@ -126,15 +128,22 @@ TEST(ResizeKernel, GradientIsTheAdjoint) {
   auto S = [](const char *s) { return Attribute::ofString(s); };
   const std::vector<Case> cases = {
       {"nearest", {}, {1, 1, 1.6f, 0.7f}, false},
-      {"linear align_corners", {{"mode", S("linear")}, {"coordinate_transformation_mode", S("align_corners")}},
-       {1, 1, 0.6f, 2.2f}, false},
+      {"linear align_corners",
+       {{"mode", S("linear")}, {"coordinate_transformation_mode", S("align_corners")}},
+       {1, 1, 0.6f, 2.2f},
+       false},
       {"cubic exclude_outside",
-       {{"mode", S("cubic")}, {"exclude_outside", Attribute::ofInt(1)}}, {1, 1, 2.5f, 0.8f}, false},
-      {"cubic antialias", {{"mode", S("cubic")}, {"antialias", Attribute::ofInt(1)}},
-       {1, 1, 0.4f, 0.6f}, false},
+       {{"mode", S("cubic")}, {"exclude_outside", Attribute::ofInt(1)}},
+       {1, 1, 2.5f, 0.8f},
+       false},
+      {"cubic antialias",
+       {{"mode", S("cubic")}, {"antialias", Attribute::ofInt(1)}},
+       {1, 1, 0.4f, 0.6f},
+       false},
       {"linear tf_crop_and_resize",
        {{"mode", S("linear")}, {"coordinate_transformation_mode", S("tf_crop_and_resize")}},
-       {1, 1, 1.5f, 1.4f}, true},
+       {1, 1, 1.5f, 1.4f},
+       true},
   };
   for (const Case &c : cases) {
     Shape ys;

@@ -48,11 +48,21 @@ public:
     const int64_t rowBytes = rowLen_ * static_cast<int64_t>(esize_);
     auto rowsOf = [this, src, dst](int64_t r0, int64_t r1) {
       switch (esize_) {
-      case 1: gatherRows<uint8_t>(src, dst, r0, r1); break;
-      case 2: gatherRows<uint16_t>(src, dst, r0, r1); break;
-      case 4: gatherRows<uint32_t>(src, dst, r0, r1); break;
-      case 8: gatherRows<uint64_t>(src, dst, r0, r1); break;
-      default: gatherRowsBytes(src, dst, r0, r1); break;
+      case 1:
+        gatherRows<uint8_t>(src, dst, r0, r1);
+        break;
+      case 2:
+        gatherRows<uint16_t>(src, dst, r0, r1);
+        break;
+      case 4:
+        gatherRows<uint32_t>(src, dst, r0, r1);
+        break;
+      case 8:
+        gatherRows<uint64_t>(src, dst, r0, r1);
+        break;
+      default:
+        gatherRowsBytes(src, dst, r0, r1);
+        break;
       }
     };
     if (static_cast<size_t>(rows_ * rowBytes) < dm::kParallelBytes || !threadsAvailable()) {
@@ -149,7 +159,8 @@ Expected<KernelPtr> makeKernel(const OpDesc &d) {
   a.opset = d.opset;
   a.attrs = &d.attrs;
   a.x = x.shape;
-  const bool crop = attrString(d.attrs, "coordinate_transformation_mode", "") == "tf_crop_and_resize";
+  const bool crop =
+      attrString(d.attrs, "coordinate_transformation_mode", "") == "tf_crop_and_resize";
   PIPEC_TRY(constSlot(d, slots.roi, crop, a.roi));
   PIPEC_TRY(constSlot(d, slots.scales, true, a.scales));
   PIPEC_TRY(constSlot(d, slots.sizes, true, a.sizes));
@@ -178,12 +189,11 @@ Expected<KernelPtr> makeKernel(const OpDesc &d) {
     }
     return KernelPtr(new NearestKernel(std::move(maps), x.shape, esize, std::move(fill)));
   }
-  return ew::dispatchKernel<ew::kFloats>(d, x.dtype, "X",
-                                         [&]<typename T>(ew::TypeTag<T>) -> Expected<KernelPtr> {
-                                           return KernelPtr(new resize::SeparableKernel<T>(
-                                               resize::SeparablePlan<T>(x.shape, taps,
-                                                                        spec->extrapolation)));
-                                         });
+  return ew::dispatchKernel<ew::kFloats>(
+      d, x.dtype, "X", [&]<typename T>(ew::TypeTag<T>) -> Expected<KernelPtr> {
+        return KernelPtr(new resize::SeparableKernel<T>(
+            resize::SeparablePlan<T>(x.shape, taps, spec->extrapolation)));
+      });
 }
 
 } // namespace

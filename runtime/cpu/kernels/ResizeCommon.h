@@ -35,8 +35,8 @@ template <typename T> struct Pass {
 /// the same compiled code, so contraction into FMAs cannot differ between
 /// them (results would then depend on the thread count).
 template <typename T>
-__attribute__((noinline)) void passRows(const Pass<T> &p, const T *__restrict in,
-                                        T *__restrict out, int64_t r0, int64_t r1) {
+__attribute__((noinline)) void passRows(const Pass<T> &p, const T *__restrict in, T *__restrict out,
+                                        int64_t r0, int64_t r1) {
   const int64_t inner = p.inner, nOut = p.nOut, nIn = p.nIn;
   const int64_t *start = p.start.data(), *idx = p.idx.data();
   const T *w = p.w.data();
