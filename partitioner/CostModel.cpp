@@ -114,6 +114,17 @@ NodeCost forwardCost(const ir::Node &n) {
              op == "GlobalMaxPool" || op == "AveragePool" || op == "MaxPool" ||
              ((op == "NhwcMaxPool" || op == "NhwcAveragePool") && n.domain() == "pipec")) {
     c.flops = numel(n.input(0));
+  } else if (((op == "Resize" || op == "Upsample") && n.domain().empty()) ||
+             (op == "ResizeGrad" && n.domain() == "pipec")) {
+    // One pass per resized axis (runtime/cpu/kernels/Resize.cpp), a
+    // multiply-add per tap: 2 taps linear, 4 cubic; nearest moves data.
+    const std::string mode = attrString(n.attrs(), "mode", "nearest");
+    const double taps = mode == "cubic" ? 4 : mode == "linear" ? 2 : 0;
+    const Shape &a = n.input(0)->shape(), &b = out->shape();
+    double axes = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+      axes += a[i] != b[i];
+    c.flops = 2.0 * taps * std::max(1.0, axes) * std::max(numel(n.input(0)), numel(out));
   } else if (op == "FusedElementwise" && n.domain() == "pipec") {
     // One operation per program step and element (support/ElementwiseProgram.h).
     const std::vector<int64_t> prog = attrInts(n.attrs(), "program", {});

@@ -122,6 +122,10 @@ Status sliceRule(const ShapeContext &, Outputs &);
 Status squeezeRule(const ShapeContext &, Outputs &);
 Status unsqueezeRule(const ShapeContext &, Outputs &);
 
+// Resize.cpp (Resize, Upsample and pipec:ResizeGrad)
+Status resizeRule(const ShapeContext &, Outputs &);
+Status resizeGradRule(const ShapeContext &, Outputs &);
+
 // Loss.cpp
 Status nllLossRule(const ShapeContext &, Outputs &);
 Status softmaxCrossEntropyRule(const ShapeContext &, Outputs &);

@@ -130,6 +130,7 @@ const RuleEntry kRules[] = {
     {"Pad", padRule},
     {"Range", rangeRule},
     {"Reshape", reshapeRule},
+    {"Resize", resizeRule},
     {"Shape", shapeRule},
     {"Size", sizeRule},
     {"Slice", sliceRule},
@@ -139,6 +140,7 @@ const RuleEntry kRules[] = {
     {"Transpose", transposeRule},
     {"Trilu", triluRule},
     {"Unsqueeze", unsqueezeRule},
+    {"Upsample", resizeRule},
     // Losses.
     {"NegativeLogLikelihoodLoss", nllLossRule},
     {"SoftmaxCrossEntropyLoss", softmaxCrossEntropyRule},
@@ -163,6 +165,7 @@ const RuleEntry kGradRules[] = {
     {"BatchNormalizationScaleGrad", batchNormScaleGradRule},
     {"MaxPoolGrad", maxPoolGradRule},
     {"AveragePoolGrad", shapeAttrGradRule},
+    {"ResizeGrad", resizeGradRule},
     // Fused ops (passes/Fusion.cpp).
     {"MaskedSoftmax", maskedSoftmaxRule},
     {"FusedElementwise", fusedElementwiseRule},

@@ -153,6 +153,9 @@ Status expandGrad(GradContext &);
 Status padGrad(GradContext &);
 Status tileGrad(GradContext &);
 
+// Resize.cpp
+Status resizeGrad(GradContext &); ///< Resize, Upsample
+
 /// For unary ops: dX = dY * f where f is computed by `factor`.
 template <typename F> Status unaryTimes(GradContext &c, F &&factor) {
   if (!c.needsGrad(0))

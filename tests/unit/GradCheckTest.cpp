@@ -804,6 +804,89 @@ TEST(GradCheck, Tile) {
   gradCheck("Tile [2,1,3] repeats [2,4,1]", b, y);
 }
 
+/// Resize (and Upsample): linear in X, so dX = A^T dY (pipec:ResizeGrad)
+/// for every mode and coordinate transformation, up and down.
+TEST(GradCheck, Resize) {
+  struct Case {
+    std::string label;
+    int64_t opset;
+    Shape x;
+    std::vector<double> scales; ///< empty: sizes
+    std::vector<int64_t> sizes;
+    AttrMap attrs;
+    std::vector<double> roi = {};
+  };
+  const std::vector<Case> cases = {
+      {"nearest up asymmetric", 13, {1, 2, 3, 2}, {1, 1, 2, 3}, {},
+       attrs({{"coordinate_transformation_mode", S("asymmetric")}})},
+      {"nearest down half_pixel ceil", 13, {1, 1, 5, 7}, {}, {1, 1, 3, 4},
+       attrs({{"nearest_mode", S("ceil")}})},
+      {"nearest up round_prefer_ceil", 13, {2, 3, 4}, {}, {2, 5, 9},
+       attrs({{"nearest_mode", S("round_prefer_ceil")}})},
+      {"linear up half_pixel", 13, {1, 2, 3, 4}, {1, 1, 1.5, 2}, {}, attrs({{"mode", S("linear")}})},
+      {"linear down align_corners", 13, {1, 2, 4, 5}, {}, {1, 2, 2, 3},
+       attrs({{"mode", S("linear")}, {"coordinate_transformation_mode", S("align_corners")}})},
+      {"linear down scales align_corners", 13, {1, 1, 4, 5}, {1, 1, 0.6, 0.6}, {},
+       attrs({{"mode", S("linear")}, {"coordinate_transformation_mode", S("align_corners")}})},
+      {"trilinear pytorch_half_pixel", 13, {1, 1, 2, 3, 2}, {1, 1, 2, 1.5, 0.5}, {},
+       attrs({{"mode", S("linear")}, {"coordinate_transformation_mode", S("pytorch_half_pixel")}})},
+      {"linear rank 1 asymmetric", 11, {5}, {}, {8},
+       attrs({{"mode", S("linear")}, {"coordinate_transformation_mode", S("asymmetric")}})},
+      {"cubic up half_pixel", 13, {1, 1, 4, 4}, {1, 1, 2, 1.5}, {}, attrs({{"mode", S("cubic")}})},
+      {"cubic down exclude_outside", 13, {1, 2, 6, 5}, {1, 1, 0.5, 0.8}, {},
+       attrs({{"mode", S("cubic")}, {"cubic_coeff_a", F(-0.5f)}, {"exclude_outside", I(1)}})},
+      {"cubic up align_corners", 13, {1, 1, 3, 4}, {}, {1, 1, 5, 7},
+       attrs({{"mode", S("cubic")}, {"coordinate_transformation_mode", S("align_corners")}})},
+      {"cubic asymmetric", 13, {1, 1, 4, 3}, {1, 1, 1.75, 2}, {},
+       attrs({{"mode", S("cubic")}, {"coordinate_transformation_mode", S("asymmetric")}})},
+      {"linear tf_crop_and_resize", 13, {1, 1, 4, 4}, {}, {1, 1, 3, 5},
+       attrs({{"mode", S("linear")},
+              {"coordinate_transformation_mode", S("tf_crop_and_resize")},
+              {"extrapolation_value", F(2.5f)}}),
+       {0, 0, -0.2, 0.3, 1, 1, 0.7, 1.3}},
+      {"nearest tf_half_pixel_for_nn", 13, {1, 1, 4, 4}, {}, {1, 1, 3, 2},
+       attrs({{"coordinate_transformation_mode", S("tf_half_pixel_for_nn")}})},
+      {"linear antialias down, axes", 18, {1, 2, 8, 7}, {0.5, 0.4}, {},
+       attrs({{"mode", S("linear")}, {"antialias", I(1)}, {"axes", Is({2, -1})}})},
+      {"cubic antialias down", 18, {1, 1, 9, 6}, {1, 1, 0.5, 0.7}, {},
+       attrs({{"mode", S("cubic")}, {"antialias", I(1)}})},
+      {"linear not_larger", 18, {1, 1, 4, 6}, {}, {3, 5},
+       attrs({{"mode", S("linear")}, {"axes", Is({2, 3})},
+              {"keep_aspect_ratio_policy", S("not_larger")}})},
+      {"linear half_pixel_symmetric", 19, {1, 1, 5, 4}, {1, 1, 1.7, 0.7}, {},
+       attrs({{"mode", S("linear")}, {"coordinate_transformation_mode", S("half_pixel_symmetric")}})},
+      {"nearest down", 10, {1, 1, 4, 5}, {1, 1, 0.6, 0.6}, {}, {}},
+      {"linear up", 10, {1, 1, 2, 3}, {1, 1, 2, 2.5}, {}, attrs({{"mode", S("linear")}})},
+  };
+  int seed = 530;
+  for (const Case &c : cases) {
+    Builder b(seed++, c.opset);
+    std::vector<ir::Value *> in = {b.param("X", c.x)};
+    const auto n = static_cast<int64_t>(c.scales.empty() ? c.sizes.size() : c.scales.size());
+    ir::Value *scales = c.scales.empty() ? nullptr : b.f64s("scales", c.scales, {n});
+    if (c.opset < 11) {
+      in.push_back(scales);
+    } else {
+      in.push_back(c.roi.empty() ? nullptr : b.f64s("roi", c.roi, {2 * n}));
+      in.push_back(scales);
+      if (!c.sizes.empty())
+        in.push_back(b.ints("sizes", c.sizes, {n}));
+    }
+    ir::Value *y = b.op("Resize", in, c.attrs);
+    gradCheck(cat("Resize-", c.opset, " ", c.label), b, y);
+  }
+  for (const char *mode : {"nearest", "linear"}) {
+    Builder b(seed++, 9);
+    ir::Value *y = b.op("Upsample", {b.param("X", {1, 2, 2, 3}), b.f64s("s", {1, 1, 2, 1.5}, {4})},
+                        attrs({{"mode", S(mode)}}));
+    gradCheck(cat("Upsample-9 ", mode), b, y);
+  }
+  Builder b(seed++, 8);
+  ir::Value *y = b.op("Upsample", {b.param("X", {1, 1, 2, 3})},
+                      attrs({{"mode", S("linear")}, {"scales", Attribute::ofFloats({1, 1, 3, 2})}}));
+  gradCheck("Upsample-8 linear", b, y);
+}
+
 TEST(GradCheck, Einsum) {
   struct Case {
     const char *eq;

@@ -184,6 +184,30 @@ class ControlFlow(nn.Module):
         return self.out(h)
 
 
+class UNet(nn.Module):
+    """A small U-Net: two downsamplings (max pool), two upsamplings (bilinear
+    and nearest interpolate: ONNX Resize) and the skip connections
+    concatenated; the output has the input's shape (MSE)."""
+
+    def __init__(self, c=8):
+        super().__init__()
+
+        def block(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
+        self.e1, self.e2, self.mid = block(3, c), block(c, 2 * c), block(2 * c, 4 * c)
+        self.d2, self.d1 = block(6 * c, 2 * c), block(3 * c, c)
+        self.out = nn.Conv2d(c, 3, 1)
+
+    def forward(self, x):
+        e1 = self.e1(x)
+        e2 = self.e2(F.max_pool2d(e1, 2))
+        m = self.mid(F.max_pool2d(e2, 2))
+        up = F.interpolate(m, scale_factor=2.0, mode='bilinear', align_corners=False)
+        d2 = self.d2(torch.cat([up, e2], 1))
+        d1 = self.d1(torch.cat([F.interpolate(d2, scale_factor=2.0, mode='nearest'), e1], 1))
+        return self.out(d1)
+
+
 def _cnn(ctor, **kw):
     return lambda: ctor(weights=None, num_classes=10, **kw)
 
@@ -206,6 +230,7 @@ ZOO = {s.name: s for s in [
     Spec('shufflenet_v2', _cnn(torchvision.models.shufflenet_v2_x1_0), IMAGE(64), 4, 'cross-entropy',
          ['logits']),
     Spec('vit', _vit, IMAGE(64), 4, 'cross-entropy', ['logits']),
+    Spec('unet', UNet, IMAGE(32), 4, 'mse', ['y']),
     Spec('encoder_post_norm', lambda: Encoder(False), [('x', (16, 64), 'float')], 4, 'mse', ['y'],
          dims={'seq': 16}, bench_batch=32),
     Spec('encoder_pre_norm', lambda: Encoder(True), [('x', (16, 64), 'float')], 4, 'mse', ['y'],
