@@ -74,9 +74,11 @@ bool has(const std::string &text, const std::string &part) {
 
 } // namespace
 
+// Every op but those expanded into others while shapes are inferred
+// (passes/expand/).
 TEST(ShapeRules, EveryOpHasARule) {
   for (const ir::OpInfo &op : ir::allOps())
-    EXPECT_TRUE(ir::hasShapeRule(op.domain, op.name)) << op.name;
+    EXPECT_EQ(ir::hasShapeRule(op.domain, op.name), !op.has(ir::op::Expanded)) << op.name;
 }
 
 TEST(ShapeRules, HelperFunctions) {
