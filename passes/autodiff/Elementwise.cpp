@@ -83,15 +83,27 @@ Status negGrad(GradContext &c) {
 }
 
 Status powGrad(GradContext &c) {
-  // y = x^e: dx = dy * e * x^(e-1). The exponent is data (not a gradient
-  // target): differentiating through it needs log(x), defined for x > 0
-  // only, and models use constant exponents.
-  if (c.needsGrad(1))
-    return c.error("the gradient with respect to the exponent is not supported (make the "
-                   "exponent a constant)");
+  // y = x^e: dx = dy * e * x^(e-1); de = dy * y * log(x), which is 0 where
+  // x = 0 and e >= 0 (y is 0 or 1 there; PyTorch's convention) and NaN
+  // where x < 0, as log(x) is.
+  ir::Value *x = c.input(0), *e = c.input(1);
+  if (c.needsGrad(1)) {
+    if (e->dtype() != x->dtype())
+      return c.error(cat("the gradient with respect to the exponent needs it in the base's type (",
+                         dtypeName(x->dtype()), "), it is ", dtypeName(e->dtype())));
+    PIPEC_ASSIGN(ir::Value * logx, c.emit("Log", {x}));
+    PIPEC_ASSIGN(ir::Value * ylog, c.mul(c.output(0), logx));
+    ir::Value *zero = c.scalar(0.0, x->dtype());
+    PIPEC_ASSIGN(ir::Value * x0, c.emit("Equal", {x, zero}));
+    PIPEC_ASSIGN(ir::Value * eNeg, c.emit("Less", {e, zero}));
+    PIPEC_ASSIGN(ir::Value * eNonNeg, c.emit("Not", {eNeg}));
+    PIPEC_ASSIGN(ir::Value * flat, c.emit("And", {x0, eNonNeg}));
+    PIPEC_ASSIGN(ir::Value * safe, c.emit("Where", {flat, zero, ylog}));
+    PIPEC_ASSIGN(ir::Value * ge, c.mul(c.outGrad(0), safe));
+    PIPEC_TRY(setReduced(c, 1, ge));
+  }
   if (!c.needsGrad(0))
     return Status::ok();
-  ir::Value *x = c.input(0), *e = c.input(1);
   if (e->dtype() != x->dtype()) {
     // DType values are ONNX's TensorProto codes.
     PIPEC_ASSIGN(e, c.emit("Cast", {e}, {{"to", Attribute::ofInt(static_cast<int64_t>(x->dtype()))}}));

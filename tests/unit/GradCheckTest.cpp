@@ -401,6 +401,14 @@ TEST(GradCheck, Pow) {
   Builder b(65);
   ir::Value *y = b.op("Pow", {b.param("X", {2, 3}, true, 0.5, 1.5), b.f64s("E", {1, 2, 3}, {3})});
   gradCheck("Pow exponent [1,2,3]", b, y);
+  // A trained exponent (a learned power, a computed bound): its gradient
+  // y log x, summed over the broadcast.
+  Builder t(66);
+  ir::Value *yt = t.op("Pow", {t.param("X", {2, 3}, true, 0.5, 1.5), t.param("E", {3}, true, -1.0, 2.0)});
+  gradCheck("Pow trained exponent [3]", t, yt);
+  Builder s(67);
+  ir::Value *ys = s.op("Pow", {s.param("X", {4}, true, 0.5, 2.0), s.param("E", {}, true, 0.5, 2.5)});
+  gradCheck("Pow trained scalar exponent", s, ys);
 }
 
 TEST(GradCheck, Reduce) {
