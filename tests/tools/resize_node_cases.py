@@ -29,27 +29,17 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
-from onnx import helper as h, numpy_helper as nh, save
+from onnx import helper as h
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onnx_node_cases import write as write_case  # noqa: E402
 
 rng = np.random.RandomState(18)
 
 
 def write(root, name, node, opset, inputs, outputs, inits=()):
-    """inputs/outputs: [(name, array)]; inits: constant inputs."""
-    def info(n, a):
-        return h.make_tensor_value_info(n, nh.from_array(a).data_type, list(a.shape))
-    g = h.make_graph([node], name, [info(n, a) for n, a in inputs],
-                     [info(n, a) for n, a in outputs],
-                     initializer=[nh.from_array(a, n) for n, a in inits])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
-    d = os.path.join(root, "node", name)
-    data = os.path.join(d, "test_data_set_0")
-    os.makedirs(data, exist_ok=True)
-    save(m, os.path.join(d, "model.onnx"))
-    for kind, items in (("input", inputs), ("output", outputs)):
-        for i, (n, a) in enumerate(items):
-            with open(os.path.join(data, f"{kind}_{i}.pb"), "wb") as f:
-                f.write(nh.from_array(a, n).SerializeToString())
+    """One node's test case, in ONNX's backend test layout."""
+    write_case(root, name, [node], opset, inputs, outputs, inits)
 
 
 def resize(x, inputs, **attrs):
