@@ -1,5 +1,7 @@
 //===- codegen/PlanEmitter.cpp - IR + partition -> plan directory ---------===//
 #include "codegen/PlanEmitter.h"
+
+#include "codegen/Guards.h"
 #include "support/Parallel.h"
 #include "support/PhaseTimer.h"
 
@@ -236,6 +238,8 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
           ids.add(t);
       for (int32_t t : dev.nodes(ni).outputs())
         ids.add(t);
+      for (const plan::Guard &gd : dev.nodes(ni).guards())
+        ids.add(gd.tensor());
     }
   }
   ids.finish();
@@ -285,6 +289,11 @@ MemoryPlan planDeviceMemory(const plan::Plan &p, plan::Device &dev, const std::v
         const bool input = p.tensors(t).kind() == plan::TensorInfo::INPUT;
         if (iv.start < 0 || (input && first < iv.start))
           iv.start = input ? first : time;
+        iv.end = std::max(iv.end, time);
+      }
+      // A guard's condition is read when the node would run.
+      for (const plan::Guard &gd : pn.guards()) {
+        Interval &iv = at(gd.tensor(), mb);
         iv.end = std::max(iv.end, time);
       }
       for (int32_t t : pn.outputs()) {
@@ -528,6 +537,17 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     stageNodes[d].push_back(n);
     nodeStage[d].push_back(static_cast<unsigned>(s));
   }
+  // The guards the plan keeps (codegen/Guards.h): what leaves the graph is
+  // needed whatever the conditions.
+  std::unordered_set<const ir::Value *> kept;
+  if (opts.training) {
+    kept.insert(opts.train.loss);
+    for (const auto &[param, grad] : opts.train.paramGrads)
+      kept.insert(grad);
+    for (const auto &[state, value] : opts.train.stateUpdates)
+      kept.insert(value);
+  }
+  const auto guards = planGuards(nodes, [&](const ir::Node *n) { return part.stageOf(n); }, kept);
   std::vector<std::vector<Work>> nodeWork(K);
   for (unsigned s = 0; s < K; ++s) {
     plan::Device *dev = p.add_devices();
@@ -567,6 +587,12 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
       for (const ir::Value *v : n->outputs())
         pn->add_outputs(table.id(v));
       pn->set_view(ir::isView(*n));
+      if (auto it = guards.find(n); it != guards.end())
+        for (const ir::Guard &gd : it->second) {
+          plan::Guard *pg = pn->add_guards();
+          pg->set_tensor(table.id(gd.cond));
+          pg->set_when(gd.when);
+        }
     }
     // Graph outputs that are weights are read from the last stage's device.
     if (s == schedule.deviceOf(S - 1, K))

@@ -71,6 +71,14 @@ void Node::setInput(size_t i, Value *v) {
 
 void Node::addInput(Value *v) { setInput(inputs_.size(), v); }
 
+void Node::setGuards(std::vector<Guard> g) {
+  for (const Guard &old : guards_)
+    old.cond->guarded_.erase(this);
+  guards_ = std::move(g);
+  for (const Guard &now : guards_)
+    now.cond->guarded_.insert(this);
+}
+
 //===-- Graph -------------------------------------------------------------===//
 
 int64_t Graph::opset(const std::string &domain) const {
@@ -268,6 +276,14 @@ void Graph::replaceAllUsesWith(Value *from, Value *to) {
   for (size_t i = 0; i < outputs_.size(); ++i)
     if (outputs_[i] == from)
       setOutput(i, to);
+  const std::vector<Node *> guarded(from->guarded_.begin(), from->guarded_.end());
+  for (Node *n : guarded) {
+    std::vector<Guard> g = n->guards_;
+    for (Guard &x : g)
+      if (x.cond == from)
+        x.cond = to;
+    n->setGuards(std::move(g));
+  }
 }
 
 Expected<Node *> Graph::replaceNode(Node *old, const std::string &name, const std::string &opType,
@@ -276,6 +292,7 @@ Expected<Node *> Graph::replaceNode(Node *old, const std::string &name, const st
   PIPEC_ASSIGN(Node * n, insertNode(old, name, opType, domain, inputs, {}, std::move(attrs)));
   n->phase_ = old->phase_;
   n->forwardOf_ = old->forwardOf_;
+  n->setGuards(old->guards_);
   n->outputs_ = std::move(old->outputs_);
   old->outputs_.clear();
   for (size_t i = 0; i < n->outputs_.size(); ++i) {
@@ -287,6 +304,7 @@ Expected<Node *> Graph::replaceNode(Node *old, const std::string &name, const st
 }
 
 void Graph::eraseNode(Node *n) {
+  n->setGuards({});
   for (size_t i = 0; i < n->inputs_.size(); ++i)
     if (n->inputs_[i])
       Node::removeUser(n->inputs_[i], n);

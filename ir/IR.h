@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <list>
 #include <vector>
 
@@ -72,6 +73,7 @@ std::string_view phaseName(Phase p);
 
 class Node;
 class Graph;
+class Value;
 
 /// A graph attribute of a node (If's branches, Loop's and Scan's body). Its
 /// inputs are the op's formal inputs (numFormalInputs of them: Loop's
@@ -84,6 +86,19 @@ struct Subgraph {
   std::shared_ptr<Graph> graph;
   size_t numFormalInputs = 0;
   std::vector<size_t> captureSlots;
+};
+
+/// A condition on a node: its outputs are needed only when the scalar bool
+/// `cond` equals `when` (the nodes of one branch of a data-dependent If:
+/// passes/expand/ControlFlow.cpp). Advisory: a plan may run the node
+/// anyway, so a guard never changes a result; the plan emitter keeps only
+/// guards whose every reader is guarded alike or is the If's select
+/// (codegen/Guards.cpp), and the runtime skips such a node when the
+/// condition says so.
+struct Guard {
+  Value *cond = nullptr;
+  bool when = true;
+  bool operator==(const Guard &o) const { return cond == o.cond && when == o.when; }
 };
 
 class Value {
@@ -116,6 +131,8 @@ public:
   const Tensor &constant() const { return constant_; }
   /// Nodes that read this value, once per input slot.
   const std::vector<Node *> &users() const { return users_; }
+  /// Nodes guarded on this value (Node::guards), which are not users.
+  const std::unordered_set<Node *> &guardedNodes() const { return guarded_; }
   bool isGraphOutput() const { return isOutput_; }
 
 private:
@@ -132,6 +149,7 @@ private:
   bool promotedConstant_ = false;
   Tensor constant_;
   std::vector<Node *> users_;
+  std::unordered_set<Node *> guarded_;
 };
 
 class Node {
@@ -162,6 +180,17 @@ public:
 
   Phase phase() const { return phase_; }
   void setPhase(Phase p) { phase_ = p; }
+  /// The conditions under which the node's outputs are needed (all of
+  /// them; empty: always).
+  const std::vector<Guard> &guards() const { return guards_; }
+  /// Replaces the guards (each condition then knows the node, so that
+  /// Graph::replaceAllUsesWith moves the guard along with the users).
+  void setGuards(std::vector<Guard> g);
+  /// A Where that selects between the two branches of a data-dependent
+  /// If on its condition (input 0): input 1 is needed only when it is
+  /// true, input 2 only when it is false.
+  bool isBranchSelect() const { return branchSelect_; }
+  void setBranchSelect(bool b) { branchSelect_ = b; }
   /// Name of the forward node this node belongs to (backward, recompute).
   const std::string &forwardOf() const { return forwardOf_; }
   void setForwardOf(std::string n) { forwardOf_ = std::move(n); }
@@ -179,6 +208,8 @@ private:
   std::vector<Value *> outputs_;
   AttrMap attrs_;
   std::map<std::string, Subgraph> subgraphs_;
+  std::vector<Guard> guards_;
+  bool branchSelect_ = false;
   Phase phase_ = Phase::Forward;
   std::string forwardOf_;
 };

@@ -22,6 +22,7 @@ Expected<std::vector<ir::Value *>> NodeBuilder::emitN(const std::string &op,
                                            names, std::move(attrs)));
   n->setPhase(phase_);
   n->setForwardOf(forwardOf_);
+  n->setGuards(guards_);
   emitted_.push_back(n);
   if (!domain.empty() && g_.opset(domain) == 0)
     g_.setOpset(domain, 1);

@@ -32,6 +32,9 @@ public:
   int64_t opset() const { return opset_; }
   /// Nodes emitted so far, in order.
   const std::vector<ir::Node *> &emitted() const { return emitted_; }
+  /// Guards every emitted node gets (an expansion's: those of the node it
+  /// replaces).
+  void setGuards(std::vector<ir::Guard> g) { guards_ = std::move(g); }
 
   /// An error naming the node the builder emits for.
   virtual Status error(const std::string &message) const = 0;
@@ -104,6 +107,7 @@ private:
   ir::Phase phase_;
   std::string forwardOf_;
   std::string what_;
+  std::vector<ir::Guard> guards_;
   std::vector<ir::Node *> emitted_;
 };
 

@@ -170,6 +170,17 @@ Status DeviceExecutor::prepare() {
   operands2_.clear();
   weightOperands_.assign(dev.program_size(), {});
   accumulates_.assign(dev.nodes_size(), 0);
+  guardCount_.assign(dev.nodes_size(), 0);
+  guardWhen_.assign(dev.nodes_size(), 0);
+  for (int ni = 0; ni < dev.nodes_size(); ++ni) {
+    const plan::Node &n = dev.nodes(ni);
+    if (!kernels_[ni] || !backend_->hostAddressable() || n.guards_size() == 0 || n.guards_size() > 32)
+      continue;
+    guardCount_[ni] = static_cast<uint8_t>(n.guards_size());
+    for (int k = 0; k < n.guards_size(); ++k)
+      if (n.guards(k).when())
+        guardWhen_[ni] |= 1u << k;
+  }
   auto reach = [&](int i, int32_t t, unsigned mb) {
     int64_t off = offsetOf_[static_cast<size_t>(t) * M + mb];
     if (off >= 0)
@@ -222,6 +233,14 @@ Status DeviceExecutor::prepare() {
         reach(i, t, mb);
         if (isOutput[t])
           collectAfter_[i].push_back(t);
+      }
+      for (int k = 0; k < guardCount_[ni]; ++k) {
+        const int32_t t = n.guards(k).tensor();
+        if (!address(t, mb))
+          return errorf("device ", index_, ": node '", n.name(), "' is guarded on '", p.tensors(t).name(),
+                        "' of micro-batch ", mb, ", which has no memory in the plan");
+        operands_[i].push_back(address(t, mb));
+        reach(i, t, mb);
       }
     }
   }
@@ -280,7 +299,7 @@ bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
         if (!operands2_.empty())
           operands2_[i][at + static_cast<size_t>(n.inputs_size())] = dst;
       }
-      at += static_cast<size_t>(n.inputs_size() + n.outputs_size());
+      at += static_cast<size_t>(n.inputs_size() + n.outputs_size() + guardCount_[ni]);
     }
     auto &c = collectAfter_[i];
     c.erase(std::remove(c.begin(), c.end(), tensor), c.end());
@@ -383,6 +402,16 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
 }
 
 Status DeviceExecutor::runNode(Run &r, int32_t node, void *const *in, void *const *out) {
+  if (const unsigned guards = guardCount_[node]) {
+    // The guards' conditions follow the outputs (one bool each): a node
+    // whose outputs this micro-batch does not need is not run.
+    void *const *cond = out + lp_.plan.devices(stage_).nodes(node).outputs_size();
+    for (unsigned k = 0; k < guards; ++k)
+      if ((*static_cast<const uint8_t *>(cond[k]) != 0) != (((guardWhen_[node] >> k) & 1u) != 0)) {
+        ++stats_.nodesSkipped;
+        return Status::ok();
+      }
+  }
   r.ctx.accumulate = accumulates_[node] && r.mb > 0;
   Status s = kernels_[node]->run(r.ctx, in, out);
   if (!s)
@@ -541,7 +570,7 @@ void DeviceExecutor::buildSchedule() {
         CompiledNode &cn = compiledNodes_[at++];
         cn.in = operands;
         cn.out = operands + n.inputs_size();
-        operands = cn.out + n.outputs_size();
+        operands = cn.out + n.outputs_size() + guardCount_[ni];
         calls.push_back({&thunkNode, &cn, nullptr, nullptr, parts});
         if (const ParamUpdate *u = updateAfter(i, ni))
           calls.push_back({&thunkUpdate, const_cast<ParamUpdate *>(u), nullptr, nullptr, parts});
@@ -589,7 +618,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
           continue; // a view
         const plan::Node &n = dev.nodes(ni);
         void *const *in = operands, *const *out = operands + n.inputs_size();
-        operands = out + n.outputs_size();
+        operands = out + n.outputs_size() + guardCount_[ni];
         const Clock::time_point n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
         PIPEC_TRY(runNode(r, ni, in, out));
         if (!nodeSeconds_.empty())

@@ -30,6 +30,9 @@ struct DeviceStats {
   double optimizerSeconds = 0;
   uint64_t instructions = 0;  ///< instructions executed
   uint64_t nodesRun = 0;
+  /// Nodes not run because a guard's condition said their outputs are
+  /// not needed (plan::Node.guards).
+  uint64_t nodesSkipped = 0;
   uint64_t bytesSent = 0;
   uint64_t arenaBytes = 0;    ///< the arena actually allocated
   /// Highest arena byte a tensor instance of this device occupied during
@@ -186,6 +189,12 @@ private:
   /// Per node: whether it accumulates its output in place
   /// (accumulateInto): its run for micro-batch 0 writes, the later ones add.
   std::vector<char> accumulates_;
+  /// Per node: how many guards the runtime evaluates (their addresses
+  /// follow the node's outputs among its operands; 0 where the backend's
+  /// memory is not the host's, which then runs every node), and bit k:
+  /// guard k's `when`.
+  std::vector<uint8_t> guardCount_;
+  std::vector<uint32_t> guardWhen_;
   /// Per instruction: the highest arena byte its tensor instances reach.
   std::vector<uint64_t> highWater_;
   DeviceStats stats_;

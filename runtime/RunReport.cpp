@@ -107,6 +107,7 @@ json deviceReport(const Session &session) {
     dj["bytes_sent_per_step"] = static_cast<double>(st.bytesSent) / n;
     dj["instructions"] = st.instructions;
     dj["nodes_run"] = st.nodesRun;
+    dj["nodes_skipped"] = st.nodesSkipped;
     // Compiled with LLVM or interpreted (runtime/cpu/ScheduleJit.h).
     if (const auto &ex = session.devices()[d])
       dj["host_schedule"] = ex->hostSchedule();

@@ -7,8 +7,10 @@
 //  - If with a compile-time condition (a shape test, a frozen input)
 //    becomes the nodes of its taken branch; the other is never typed.
 //  - If with a data-dependent condition becomes both branches and a Where
-//    per output. Both branches run; the result, and in training the
-//    gradient (Where's rule sends it to the taken side only), are those of
+//    per output (a branch select). Each branch's nodes carry a guard
+//    (ir::Guard) on the condition, so that a plan may run only the branch
+//    taken; where one runs both, the result, and in training the gradient
+//    (Where's rule sends it to the taken side only), are still those of
 //    the branch taken. Its branches must give outputs of one type.
 //  - Loop is unrolled one iteration at a time: the iteration's body, then a
 //    Loop for the rest, which the walk reaches after typing and folding the
@@ -65,6 +67,7 @@ Status selectOutputs(Expansion &x, ir::Value *cond, const std::vector<ir::Value 
       continue;
     }
     PIPEC_ASSIGN(ir::Value * s, x.emit("Where", {cond, a[i], b[i]}));
+    s->producer()->setBranchSelect(true);
     x.requireSameType(s->producer(), x.error(cat(what, " ", i, " differs")).message());
     outs.push_back(s);
   }
@@ -89,8 +92,11 @@ Status expandIf(Expansion &x) {
     return Status::ok();
   }
   PIPEC_ASSIGN(ir::Value * c, scalarCondition(x, cond));
-  PIPEC_ASSIGN(std::vector<ir::Value *> thenOuts, x.inlineSubgraph("then_branch", {}));
-  PIPEC_ASSIGN(std::vector<ir::Value *> elseOuts, x.inlineSubgraph("else_branch", {}));
+  // Each branch's nodes are needed only when the condition picks it: a
+  // plan may skip them otherwise (ir::Guard).
+  const ir::Guard onTrue{c, true}, onFalse{c, false};
+  PIPEC_ASSIGN(std::vector<ir::Value *> thenOuts, x.inlineSubgraph("then_branch", {}, &onTrue));
+  PIPEC_ASSIGN(std::vector<ir::Value *> elseOuts, x.inlineSubgraph("else_branch", {}, &onFalse));
   if (thenOuts.size() != x.numOutputs() || elseOuts.size() != x.numOutputs())
     return x.error(cat("its branches give ", thenOuts.size(), " and ", elseOuts.size(),
                        " outputs, the node has ", x.numOutputs()));

@@ -36,7 +36,9 @@ std::vector<std::string> expansionOps() {
 
 Expansion::Expansion(ir::Graph &g, ir::Node &n, SameTypeChecks &checks)
     : NodeBuilder(g, &n, n.name() + "/", n.phase(), n.forwardOf(), "its expansion"), n_(n),
-      checks_(checks) {}
+      checks_(checks) {
+  setGuards(n.guards());
+}
 
 Status Expansion::error(const std::string &message) const {
   return errorf("node '", n_.name(), "' (", n_.domain().empty() ? "" : n_.domain() + ":",
@@ -48,7 +50,8 @@ void Expansion::requireSameType(const ir::Node *select, std::string message) {
 }
 
 Expected<std::vector<ir::Value *>>
-Expansion::inlineSubgraph(const std::string &attr, const std::vector<ir::Value *> &formals) {
+Expansion::inlineSubgraph(const std::string &attr, const std::vector<ir::Value *> &formals,
+                          const ir::Guard *guard) {
   auto it = n_.subgraphs().find(attr);
   if (it == n_.subgraphs().end())
     return error(cat("has no graph attribute '", attr, "'"));
@@ -62,6 +65,9 @@ Expansion::inlineSubgraph(const std::string &attr, const std::vector<ir::Value *
     map[body.inputs()[i]] = i < formals.size() ? formals[i]
                                                : n_.input(sub.captureSlots[i - formals.size()]);
   const std::string prefix = cat(n_.name(), "/", attr, "/");
+  std::vector<ir::Guard> guards = n_.guards();
+  if (guard)
+    guards.push_back(*guard);
   for (ir::Value *c : body.constants()) {
     ir::Value *copy = g_.makeConstantValue(prefix + c->name(), c->constant());
     copy->setTrainable(c->isTrainable());
@@ -79,6 +85,7 @@ Expansion::inlineSubgraph(const std::string &attr, const std::vector<ir::Value *
                                bn->domain(), inputs, names, bn->attrs()));
     copy->setPhase(n_.phase());
     copy->setForwardOf(n_.forwardOf());
+    copy->setGuards(guards);
     copy->subgraphs() = bn->subgraphs();
     for (size_t i = 0; i < bn->numOutputs(); ++i)
       map[bn->output(i)] = copy->output(i);

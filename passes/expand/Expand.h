@@ -50,9 +50,11 @@ public:
   /// Copies the nodes of graph attribute `attr` before the node, binding
   /// its formal inputs to `formals` and its captured values to the node's
   /// inputs; returns the values of its outputs. The copies are untyped
-  /// (nested expandable ops among them), the walk types them.
+  /// (nested expandable ops among them), the walk types them; they get the
+  /// node's guards, and `guard` when given (a data-dependent If's branch).
   Expected<std::vector<ir::Value *>> inlineSubgraph(const std::string &attr,
-                                                    const std::vector<ir::Value *> &formals);
+                                                    const std::vector<ir::Value *> &formals,
+                                                    const ir::Guard *guard = nullptr);
   /// Requires `select`'s inputs 1 and 2 to have one type once typed.
   void requireSameType(const ir::Node *select, std::string message);
 

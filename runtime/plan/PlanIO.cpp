@@ -282,6 +282,12 @@ Status validatePlan(const Plan &p) {
         return errorf(where, " node '", n.name(), "' has no outputs");
       for (int32_t t : n.outputs())
         PIPEC_TRY(checkTensorRef(p, t, node, false));
+      for (const Guard &gd : n.guards()) {
+        PIPEC_TRY(checkTensorRef(p, gd.tensor(), node, false));
+        const TensorInfo &ti = p.tensors(gd.tensor());
+        if (ti.dtype() != static_cast<int32_t>(DType::Bool) || ti.bytes() != 1)
+          return errorf(node(), " is guarded on '", ti.name(), "', which is not one bool");
+      }
       for (const Attribute &a : n.attrs())
         if (Status s = checkAttribute(a); !s)
           return s.withContext(node());

@@ -132,6 +132,8 @@ Status checkDevice(const Plan &p, int d) {
         ids.add(t);
     for (int32_t t : n.outputs())
       ids.add(t);
+    for (const Guard &gd : n.guards())
+      ids.add(gd.tensor());
   }
   ids.finish();
   const size_t L = ids.size();
@@ -240,6 +242,8 @@ Status checkDevice(const Plan &p, int d) {
         for (int32_t t : n.inputs())
           if (t >= 0)
             PIPEC_TRY(read(t, mb, i, &n));
+        for (const Guard &gd : n.guards())
+          PIPEC_TRY(read(gd.tensor(), mb, i, &n));
         if (n.view())
           PIPEC_TRY(view(n, mb, i));
         else
