@@ -53,6 +53,11 @@ struct MemoryPlan {
 enum class PlanMethod { Auto, Scan, Tree, Sweep };
 /// Auto's switch from the tree to the sweep.
 inline constexpr size_t kSweepFrom = 131072;
+/// And for a whole plan: from this many tensor instances over all devices
+/// the plan emitter asks every device for the sweep (the tree's n log^2 n
+/// summed over many devices of a long chain was most of its compile:
+/// bench/results/log.md).
+inline constexpr size_t kSweepTotalFrom = size_t(1) << 20;
 
 MemoryPlan planMemory(const std::vector<BufferRequest> &requests, uint64_t alignment = 64,
                       PlanMethod method = PlanMethod::Auto);

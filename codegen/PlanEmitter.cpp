@@ -647,9 +647,21 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
   // The devices' arenas are independent: planned on the usable cores at
   // once (each device by one thread, so the plan does not depend on the
   // count); on long chains this is a sizeable part of the compile.
+  // Auto plans each device by its size, and the plan as a whole by the sweep
+  // once its instances (node outputs x micro-batches) reach
+  // kSweepTotalFrom.
+  PlanMethod method = opts.arenaPlanner;
+  if (method == PlanMethod::Auto) {
+    size_t instances = 0;
+    for (const plan::Device &dev : p.devices())
+      for (const plan::Node &pn : dev.nodes())
+        instances += static_cast<size_t>(pn.outputs_size()) * M;
+    if (instances >= kSweepTotalFrom)
+      method = PlanMethod::Sweep;
+  }
   std::vector<MemoryPlan> arenas(K);
   forEachOnCores(K, [&](size_t s) {
-    arenas[s] = planDeviceMemory(p, *p.mutable_devices(static_cast<int>(s)), keep, opts.arenaPlanner);
+    arenas[s] = planDeviceMemory(p, *p.mutable_devices(static_cast<int>(s)), keep, method);
   });
   for (const MemoryPlan &mp : arenas) {
     out.arenaPeak.push_back(mp.peak);
