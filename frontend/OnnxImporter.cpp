@@ -238,7 +238,10 @@ Status Importer::importInitializers() {
     if (!parent_ && opts_.freezeInputs.count(t.name()) && inputNames.count(t.name()))
       continue;
     PIPEC_ASSIGN(Tensor data, tensorFromProto(t, baseDir_));
-    bool trainable = isFloat(data.dtype());
+    // A subgraph's own initializers are constants: exporters keep a
+    // model's parameters in the main graph, where a branch or loop body
+    // reads them by name (and --save writes the main graph's back).
+    bool trainable = isFloat(data.dtype()) && !parent_;
     PIPEC_ASSIGN(ir::Value * v, g_->addConstant(t.name(), std::move(data)));
     v->setTrainable(trainable);
   }

@@ -57,7 +57,8 @@ public:
   Expected<bool> run(ir::Graph &g) override {
     kept_.clear();
     bool changed = false, folded = false;
-    expand::SameTypeChecks checks;
+    expand::ExpandState expansions;
+    const expand::SameTypeChecks &checks = expansions.checks;
     for (ir::Node *n = g.firstNode(), *next = nullptr; n; n = next) {
       // pipec's own domains need no import; ONNX's rules depend on it.
       int64_t opset = g.opset(n->domain());
@@ -68,7 +69,7 @@ public:
       if (n->info()->has(ir::op::Expanded)) {
         // Its replacement goes where it was; go on from its first node.
         ir::Node *prev = g.prevNode(n);
-        PIPEC_TRY(expand::expandNode(g, n, checks));
+        PIPEC_TRY(expand::expandNode(g, n, expansions));
         next = prev ? g.nextNode(prev) : g.firstNode();
         changed = true;
         continue;

@@ -34,9 +34,9 @@ std::vector<std::string> expansionOps() {
   return r;
 }
 
-Expansion::Expansion(ir::Graph &g, ir::Node &n, SameTypeChecks &checks)
+Expansion::Expansion(ir::Graph &g, ir::Node &n, ExpandState &state)
     : NodeBuilder(g, &n, n.name() + "/", n.phase(), n.forwardOf(), "its expansion"), n_(n),
-      checks_(checks) {
+      state_(state) {
   setGuards(n.guards());
 }
 
@@ -46,7 +46,7 @@ Status Expansion::error(const std::string &message) const {
 }
 
 void Expansion::requireSameType(const ir::Node *select, std::string message) {
-  checks_[select] = std::move(message);
+  state_.checks[select] = std::move(message);
 }
 
 Expected<std::vector<ir::Value *>>
@@ -69,8 +69,9 @@ Expansion::inlineSubgraph(const std::string &attr, const std::vector<ir::Value *
   if (guard)
     guards.push_back(*guard);
   for (ir::Value *c : body.constants()) {
-    ir::Value *copy = g_.makeConstantValue(prefix + c->name(), c->constant());
-    copy->setTrainable(c->isTrainable());
+    ir::Value *&copy = state_.constants[c];
+    if (!copy)
+      copy = g_.makeConstantValue(prefix + c->name(), c->constant());
     map[c] = copy;
   }
   for (const ir::Node *bn : body.nodes()) {
@@ -96,9 +97,9 @@ Expansion::inlineSubgraph(const std::string &attr, const std::vector<ir::Value *
   return outs;
 }
 
-Status expandNode(ir::Graph &g, ir::Node *n, SameTypeChecks &checks) {
+Status expandNode(ir::Graph &g, ir::Node *n, ExpandState &state) {
   ExpandRule rule = findExpansion(n->domain(), n->opType());
-  Expansion x(g, *n, checks);
+  Expansion x(g, *n, state);
   if (!rule)
     return x.error("has no expansion");
   PIPEC_TRY(rule(x));

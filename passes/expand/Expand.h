@@ -31,11 +31,19 @@ namespace pipec::passes::expand {
 /// of a data-dependent If, whose branches must agree for a static plan).
 using SameTypeChecks = std::unordered_map<const ir::Node *, std::string>;
 
+/// What the expansions of one shape inference walk share: the checks above,
+/// and each subgraph constant's one copy in the graph (a Loop's body
+/// inlined N times reads one copy, not N).
+struct ExpandState {
+  SameTypeChecks checks;
+  std::unordered_map<const ir::Value *, ir::Value *> constants;
+};
+
 /// What an expansion rule sees: the node, and a NodeBuilder that inserts
 /// before it.
 class Expansion : public NodeBuilder {
 public:
-  Expansion(ir::Graph &g, ir::Node &n, SameTypeChecks &checks);
+  Expansion(ir::Graph &g, ir::Node &n, ExpandState &state);
 
   const ir::Node &node() const { return n_; }
   const AttrMap &attrs() const { return n_.attrs(); }
@@ -64,7 +72,7 @@ public:
 
 private:
   ir::Node &n_;
-  SameTypeChecks &checks_;
+  ExpandState &state_;
   std::vector<ir::Value *> outputs_;
 };
 
@@ -80,7 +88,7 @@ std::vector<std::string> expansionOps();
 /// Replaces `n` (which has a rule and typed inputs) by its expansion: the
 /// new nodes sit where n was, n's outputs' users read their replacements
 /// (graph outputs keep their names), n is erased.
-Status expandNode(ir::Graph &g, ir::Node *n, SameTypeChecks &checks);
+Status expandNode(ir::Graph &g, ir::Node *n, ExpandState &state);
 
 // ControlFlow.cpp
 Status expandIf(Expansion &);
