@@ -85,7 +85,7 @@ Importer::Importer(const onnx::ModelProto &model, const ImportOptions &opts,
 Importer::Importer(const onnx::ModelProto &model, const onnx::GraphProto &body,
                    const ImportOptions &opts, std::string baseDir, Importer *parent)
     : model_(model), graph_(body), opts_(opts), baseDir_(std::move(baseDir)),
-      g_(std::make_unique<ir::Graph>()), parent_(parent) {}
+      g_(std::make_unique<ir::Graph>()), parent_(parent), depth_(parent->depth_ + 1) {}
 
 Expected<Importer::ImportedSubgraph> Importer::runSubgraph() {
   g_->setName(graph_.name().empty() ? "subgraph" : graph_.name());
@@ -137,6 +137,12 @@ Status Importer::importSubgraphs(const onnx::NodeProto &n, const std::string &wh
       return errorf(where, ": attribute '", a.name(), "' is a list of graphs, which no op pipec supports takes");
     if (a.type() != onnx::AttributeProto::GRAPH && !(a.type() == 0 && a.has_g()))
       continue;
+    // Each level is a frame of this recursion: a hostile file must not
+    // exhaust the stack.
+    constexpr int kMaxDepth = 64;
+    if (depth_ + 1 > kMaxDepth)
+      return errorf(where, ": subgraph '", a.name(), "' is nested more than ", kMaxDepth,
+                    " levels deep");
     Importer sub(model_, a.g(), opts_, baseDir_, this);
     Expected<ImportedSubgraph> body = sub.runSubgraph();
     if (!body)

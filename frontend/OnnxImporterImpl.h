@@ -99,6 +99,8 @@ private:
   std::vector<PendingInput> pending_;
   /// The importer of the graph this subgraph belongs to; null at the top.
   Importer *parent_ = nullptr;
+  /// Subgraphs this one is nested in (0 at the top).
+  int depth_ = 0;
   /// A subgraph's captured outer values, in first-use order.
   std::vector<std::string> captures_;
 };

@@ -60,6 +60,10 @@ Expansion::inlineSubgraph(const std::string &attr, const std::vector<ir::Value *
   if (formals.size() != sub.numFormalInputs)
     return error(cat("its subgraph '", attr, "' takes ", sub.numFormalInputs,
                      " inputs, the op gives it ", formals.size()));
+  state_.inlined += body.numNodes();
+  if (state_.inlined > kMaxInlinedNodes)
+    return error(cat("inlining its subgraph '", attr, "' again would make more than ",
+                     kMaxInlinedNodes, " nodes of subgraphs in all"));
   std::unordered_map<const ir::Value *, ir::Value *> map;
   for (size_t i = 0; i < body.inputs().size(); ++i)
     map[body.inputs()[i]] = i < formals.size() ? formals[i]

@@ -37,7 +37,13 @@ using SameTypeChecks = std::unordered_map<const ir::Node *, std::string>;
 struct ExpandState {
   SameTypeChecks checks;
   std::unordered_map<const ir::Value *, ir::Value *> constants;
+  /// Nodes inlined from subgraphs so far (bounded: kMaxInlinedNodes).
+  size_t inlined = 0;
 };
+
+/// The most nodes the expansions of one graph may inline (a Loop unrolled
+/// many times over a large body would exhaust memory first).
+inline constexpr size_t kMaxInlinedNodes = 20'000'000;
 
 /// What an expansion rule sees: the node, and a NodeBuilder that inserts
 /// before it.
