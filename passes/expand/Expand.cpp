@@ -15,6 +15,9 @@ struct Entry {
 constexpr Entry kRules[] = {
     {"", "If", expandIf},
     {"", "Loop", expandLoop},
+    {"", "LSTM", expandLstm},
+    {"", "GRU", expandGru},
+    {"", "RNN", expandRnn},
 };
 
 } // namespace

@@ -84,4 +84,9 @@ Status expandNode(ir::Graph &g, ir::Node *n, SameTypeChecks &checks);
 Status expandIf(Expansion &);
 Status expandLoop(Expansion &);
 
+// Recurrent.cpp
+Status expandLstm(Expansion &);
+Status expandGru(Expansion &);
+Status expandRnn(Expansion &);
+
 } // namespace pipec::passes::expand
