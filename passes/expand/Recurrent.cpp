@@ -5,12 +5,12 @@
 //
 //  - the input projection of every time step and direction at once: one
 //    Gemm X[T*B, I] x W[D*G*H, I]^T + (Wb + Rb), before the steps;
-//  - per step, its rows of that projection (one Split cuts them all: a
-//    Slice per step would differentiate into a Pad to the whole projection
-//    per step), one Gemm H_{t-1} x R^T with those rows as its C (two for
-//    GRU with linear_before_reset = 0: the reset gate multiplies H before
-//    its GEMM), and the gates' elementwise ops, which the fusion passes
-//    later merge;
+//  - per step, its rows of that projection (Splits cut them into steps and
+//    directions: a Slice per step would differentiate into a Pad to the
+//    whole projection per step), one Gemm H_{t-1} x R^T with those rows as
+//    its C (two for GRU with linear_before_reset = 0: the reset gate
+//    multiplies H before its GEMM), and the gates' elementwise ops, which
+//    the fusion passes later merge;
 //  - the outputs concatenated along the time axis (Y), the last states
 //    (Y_h, Y_c), in the layout asked for (0: time major, 1: batch major).
 //
@@ -42,15 +42,15 @@ namespace {
 enum class Cell { Rnn, Gru, Lstm };
 
 struct CellSpec {
-  int gates;                               ///< blocks of H rows in W and R
-  std::vector<std::string> activations;    ///< defaults, one direction
-  std::set<std::string> attributes;        ///< the op's attributes
+  int gates;                            ///< blocks of H rows in W and R
+  std::vector<std::string> activations; ///< defaults, one direction
+  std::set<std::string> attributes;     ///< the op's attributes
 };
 
 const CellSpec &specOf(Cell c) {
-  static const std::set<std::string> common{"activation_alpha", "activation_beta", "activations",
-                                            "clip",           "direction",       "hidden_size",
-                                            "layout"};
+  static const std::set<std::string> common{
+      "activation_alpha", "activation_beta", "activations", "clip",
+      "direction",        "hidden_size",     "layout"};
   static const CellSpec rnn{1, {"Tanh"}, common};
   static const CellSpec gru{3, {"Sigmoid", "Tanh"}, [] {
                               auto s = common;
@@ -92,11 +92,16 @@ struct ActivationKind {
   float alpha, beta;
 };
 constexpr ActivationKind kActivations[] = {
-    {"relu", 0, 0, 0, 0},           {"tanh", 0, 0, 0, 0},
-    {"sigmoid", 0, 0, 0, 0},        {"affine", 1, 1, 1.0f, 0.0f},
-    {"leakyrelu", 1, 0, 0.01f, 0},  {"thresholdedrelu", 1, 0, 1.0f, 0},
-    {"scaledtanh", 1, 1, 1.0f, 1.0f}, {"hardsigmoid", 1, 1, 0.2f, 0.5f},
-    {"elu", 1, 0, 1.0f, 0},         {"softsign", 0, 0, 0, 0},
+    {"relu", 0, 0, 0, 0},
+    {"tanh", 0, 0, 0, 0},
+    {"sigmoid", 0, 0, 0, 0},
+    {"affine", 1, 1, 1.0f, 0.0f},
+    {"leakyrelu", 1, 0, 0.01f, 0},
+    {"thresholdedrelu", 1, 0, 1.0f, 0},
+    {"scaledtanh", 1, 1, 1.0f, 1.0f},
+    {"hardsigmoid", 1, 1, 0.2f, 0.5f},
+    {"elu", 1, 0, 1.0f, 0},
+    {"softsign", 0, 0, 0, 0},
     {"softplus", 0, 0, 0, 0},
 };
 
@@ -106,8 +111,8 @@ struct Recurrence {
   Cell cell;
   int64_t T = 0, B = 0, I = 0, H = 0, G = 0, D = 1;
   bool layout1 = false;
-  std::vector<bool> reverse; ///< per direction
-  std::vector<Activation> acts; ///< per direction, G.activations.size() each
+  std::vector<bool> reverse;    ///< per direction
+  std::vector<Activation> acts; ///< the activations of each direction in turn
   std::optional<float> clip;
   bool inputForget = false, linearBeforeReset = false;
   DType dtype = DType::F32;
@@ -121,8 +126,8 @@ Expected<std::vector<Activation>> readActivations(Expansion &x, const CellSpec &
     names = at->strings;
     if (names.size() != per * static_cast<size_t>(D))
       return x.error(cat("has ", names.size(), " activations; it takes ", per, " per direction (",
-                         per * static_cast<size_t>(D), " for ", D, " direction",
-                         D == 1 ? "" : "s", ")"));
+                         per * static_cast<size_t>(D), " for ", D, " direction", D == 1 ? "" : "s",
+                         ")"));
   } else {
     for (int64_t d = 0; d < D; ++d)
       names.insert(names.end(), spec.activations.begin(), spec.activations.end());
@@ -157,8 +162,8 @@ Expected<std::vector<Activation>> readActivations(Expansion &x, const CellSpec &
   }
   if (ai < alphas.size() || bi < betas.size())
     return x.error(cat("activation_alpha has ", alphas.size(), " and activation_beta ",
-                       betas.size(), " values, but its activations (", joined(names),
-                       ") read ", ai, " and ", bi));
+                       betas.size(), " values, but its activations (", joined(names), ") read ", ai,
+                       " and ", bi));
   return acts;
 }
 
@@ -170,15 +175,15 @@ Expected<Recurrence> readRecurrence(Expansion &x, Cell cell) {
   r.G = spec.gates;
   for (const auto &[name, value] : a)
     if (!spec.attributes.count(name))
-      return x.error(cat("has attribute '", name, "', which ", x.node().opType(),
-                         " does not define"));
+      return x.error(
+          cat("has attribute '", name, "', which ", x.node().opType(), " does not define"));
   ir::Value *X = x.input(0), *W = x.input(1), *R = x.input(2);
   if (!X || !W || !R)
     return x.error("needs its inputs X, W and R");
   r.dtype = X->dtype();
   if (r.dtype != DType::F32 && r.dtype != DType::F64)
-    return x.error(cat("X is ", dtypeName(r.dtype), "; pipec unrolls recurrences in float and "
-                                                   "double"));
+    return x.error(
+        cat("X is ", dtypeName(r.dtype), "; pipec unrolls recurrences in float and double"));
   const int64_t layout = attrInt(a, "layout", 0);
   if (attrHas(a, "layout") && x.nodeOpset() < 14)
     return x.error(cat("has attribute 'layout' (", layout, "), which was added in opset 14"));
@@ -207,13 +212,13 @@ Expected<Recurrence> readRecurrence(Expansion &x, Cell cell) {
                        "; pipec unrolls over the sequence and needs at least one step"));
   const Shape &rs = R->shape();
   if (rs.size() != 3 || rs[0] != r.D || rs[1] != r.G * rs[2])
-    return x.error(cat("R is ", R->type().str(), "; with ", r.D, " direction(s) it is [", r.D,
-                       ", ", r.G, " x hidden_size, hidden_size]"));
+    return x.error(cat("R is ", R->type().str(), "; with ", r.D, " direction(s) it is [", r.D, ", ",
+                       r.G, " x hidden_size, hidden_size]"));
   r.H = rs[2];
   const int64_t hs = attrInt(a, "hidden_size", r.H);
   if (hs != r.H)
-    return x.error(cat("hidden_size is ", hs, " but R is ", R->type().str(), " (hidden size ",
-                       r.H, ")"));
+    return x.error(
+        cat("hidden_size is ", hs, " but R is ", R->type().str(), " (hidden size ", r.H, ")"));
   auto expect = [&](ir::Value *v, const char *what, const Shape &s) -> Status {
     if (!v)
       return Status::ok();
@@ -234,8 +239,8 @@ Expected<Recurrence> readRecurrence(Expansion &x, Cell cell) {
     PIPEC_TRY(expect(x.input(6), "initial_c", stateShape));
     PIPEC_TRY(expect(x.input(7), "P", {r.D, 3 * r.H}));
   } else if (x.node().numInputs() > 6) {
-    return x.error(cat("has ", x.node().numInputs(), " inputs; ", x.node().opType(),
-                       " takes at most 6"));
+    return x.error(
+        cat("has ", x.node().numInputs(), " inputs; ", x.node().opType(), " takes at most 6"));
   }
   if (ir::Value *sl = x.input(4)) {
     if (sl->shape() != Shape{r.B} || (sl->dtype() != DType::I32 && sl->dtype() != DType::I64))
@@ -243,8 +248,9 @@ Expected<Recurrence> readRecurrence(Expansion &x, Cell cell) {
   }
   if (const Attribute *c = attrFind(a, "clip")) {
     if (!(c->f > 0.0f))
-      return x.error(cat("clip is ", c->f, "; it bounds the gates' inputs to [-clip, clip] "
-                                           "and must be positive"));
+      return x.error(cat("clip is ", c->f,
+                         "; it bounds the gates' inputs to [-clip, clip] "
+                         "and must be positive"));
     r.clip = c->f;
   }
   r.inputForget = attrInt(a, "input_forget", 0) != 0;
@@ -272,14 +278,19 @@ private:
   Expected<ir::Value *> direction(ir::Value *v, int64_t d);
   /// Rows [lo, hi) of a [D, N, K] value's direction d, as [hi - lo, K].
   Expected<ir::Value *> rows(ir::Value *v, int64_t d, int64_t lo, int64_t hi);
+  /// Splits v along `axis` into pieces of `sizes` (Split's `split` is an
+  /// attribute before opset 13, an input from 13; equal pieces name
+  /// num_outputs from 18).
+  Expected<std::vector<ir::Value *>> split(ir::Value *v, int64_t axis,
+                                           const std::vector<int64_t> &sizes);
   /// Splits v [B, n * H] into n values [B, H].
-  Expected<std::vector<ir::Value *>> splitGates(ir::Value *v, size_t n);
+  Expected<std::vector<ir::Value *>> splitGates(ir::Value *v, size_t n) {
+    return split(v, 1, std::vector<int64_t>(n, r_.H));
+  }
   /// Gemm(a, b^T, c) with the C ONNX requires before opset 11.
   Expected<ir::Value *> gemmT(ir::Value *a, ir::Value *b, ir::Value *c);
   /// One minus v.
-  Expected<ir::Value *> oneMinus(ir::Value *v) {
-    return x_.sub(x_.scalar(1.0, r_.dtype), v);
-  }
+  Expected<ir::Value *> oneMinus(ir::Value *v) { return x_.sub(x_.scalar(1.0, r_.dtype), v); }
   /// The masks of the steps (null where every sequence runs).
   Status masks();
   /// Stacks per-direction values [B, H] into [D, B, H] (layout 0) or
@@ -293,13 +304,20 @@ private:
 
 Expected<ir::Value *> Unroller::act(const Activation &a, ir::Value *v) {
   const std::string &n = a.name;
-  if (n == "relu") return x_.emit("Relu", {v});
-  if (n == "tanh") return x_.emit("Tanh", {v});
-  if (n == "sigmoid") return x_.emit("Sigmoid", {v});
-  if (n == "softsign") return x_.emit("Softsign", {v});
-  if (n == "softplus") return x_.emit("Softplus", {v});
-  if (n == "leakyrelu") return x_.emit("LeakyRelu", {v}, {{"alpha", Attribute::ofFloat(a.alpha)}});
-  if (n == "elu") return x_.emit("Elu", {v}, {{"alpha", Attribute::ofFloat(a.alpha)}});
+  if (n == "relu")
+    return x_.emit("Relu", {v});
+  if (n == "tanh")
+    return x_.emit("Tanh", {v});
+  if (n == "sigmoid")
+    return x_.emit("Sigmoid", {v});
+  if (n == "softsign")
+    return x_.emit("Softsign", {v});
+  if (n == "softplus")
+    return x_.emit("Softplus", {v});
+  if (n == "leakyrelu")
+    return x_.emit("LeakyRelu", {v}, {{"alpha", Attribute::ofFloat(a.alpha)}});
+  if (n == "elu")
+    return x_.emit("Elu", {v}, {{"alpha", Attribute::ofFloat(a.alpha)}});
   if (n == "hardsigmoid")
     return x_.emit("HardSigmoid", {v},
                    {{"alpha", Attribute::ofFloat(a.alpha)}, {"beta", Attribute::ofFloat(a.beta)}});
@@ -328,8 +346,7 @@ Expected<ir::Value *> Unroller::clip(ir::Value *v) {
     return v;
   const float c = *r_.clip;
   if (x_.opset() < 11)
-    return x_.emit("Clip", {v},
-                   {{"min", Attribute::ofFloat(-c)}, {"max", Attribute::ofFloat(c)}});
+    return x_.emit("Clip", {v}, {{"min", Attribute::ofFloat(-c)}, {"max", Attribute::ofFloat(c)}});
   return x_.emit("Clip", {v, x_.scalar(-c, r_.dtype), x_.scalar(c, r_.dtype)});
 }
 
@@ -347,11 +364,20 @@ Expected<ir::Value *> Unroller::rows(ir::Value *v, int64_t d, int64_t lo, int64_
   return x_.reshape(s, {hi - lo, v->shape()[2]});
 }
 
-Expected<std::vector<ir::Value *>> Unroller::splitGates(ir::Value *v, size_t n) {
-  AttrMap attrs{{"axis", Attribute::ofInt(1)}};
-  if (x_.opset() >= 18)
+Expected<std::vector<ir::Value *>> Unroller::split(ir::Value *v, int64_t axis,
+                                                   const std::vector<int64_t> &sizes) {
+  AttrMap attrs{{"axis", Attribute::ofInt(axis)}};
+  std::vector<ir::Value *> in{v};
+  const size_t n = sizes.size();
+  if (std::count(sizes.begin(), sizes.end(), sizes[0]) != static_cast<long>(n)) {
+    if (x_.opset() < 13)
+      attrs["split"] = Attribute::ofInts(sizes);
+    else
+      in.push_back(x_.ints(sizes));
+  } else if (x_.opset() >= 18) {
     attrs["num_outputs"] = Attribute::ofInt(static_cast<int64_t>(n));
-  return x_.emitN("Split", {v}, n, std::move(attrs));
+  }
+  return x_.emitN("Split", in, n, std::move(attrs));
 }
 
 Expected<ir::Value *> Unroller::gemmT(ir::Value *a, ir::Value *b, ir::Value *c) {
@@ -374,8 +400,8 @@ Status Unroller::masks() {
     for (int64_t b = 0; b < r_.B; ++b) {
       const int64_t len = t.dtype() == DType::I32 ? t.data<int32_t>()[b] : t.data<int64_t>()[b];
       if (len < 0 || len > r_.T)
-        return x_.error(cat("sequence_lens[", b, "] is ", len, "; the sequence has ", r_.T,
-                            " steps"));
+        return x_.error(
+            cat("sequence_lens[", b, "] is ", len, "; the sequence has ", r_.T, " steps"));
       full = full && len == r_.T;
     }
     if (full)
@@ -451,17 +477,26 @@ Status Unroller::run() {
   PIPEC_ASSIGN(ir::Value * x2, x_.reshape(X, {T * B, r.I}));
   PIPEC_ASSIGN(ir::Value * w2, x_.reshape(W, {D * GH, r.I}));
   PIPEC_ASSIGN(ir::Value * xw, gemmT(x2, w2, biasX));
-  // Cut into the steps' [B, D * GH] by one Split, not a Slice per step:
-  // a Slice's gradient is a Pad to the whole projection, and T of them
-  // summed made the backward pass quadratic in T (2-layer LSTM, T = 64,
-  // B = 16, H = 256: Pad and Add 223 of 441 ms a step).
+  // Cut into the steps' [B, D * GH] by one Split, and each into its
+  // directions by another, not by Slices: a Slice's gradient is a Pad to
+  // the whole input, and T of them summed made the backward pass quadratic
+  // in T (2-layer LSTM, T = 64, B = 16, H = 256: Pad and Add took 223 of
+  // 441 ms a step); a Split's gradient is one Concat.
   std::vector<ir::Value *> steps{xw};
   if (T > 1) {
-    AttrMap attrs{{"axis", Attribute::ofInt(0)}};
-    if (x_.opset() >= 18)
-      attrs["num_outputs"] = Attribute::ofInt(T);
-    PIPEC_ASSIGN(steps, x_.emitN("Split", {xw}, static_cast<size_t>(T), std::move(attrs)));
+    PIPEC_ASSIGN(steps, split(xw, 0, std::vector<int64_t>(static_cast<size_t>(T), B)));
   }
+  std::vector<std::vector<ir::Value *>> stepDirs(static_cast<size_t>(T));
+  auto stepRows = [&](int64_t t, int64_t d) -> Expected<ir::Value *> {
+    std::vector<ir::Value *> &v = stepDirs[static_cast<size_t>(t)];
+    if (D == 1)
+      return steps[static_cast<size_t>(t)];
+    if (v.empty()) {
+      PIPEC_ASSIGN(v, split(steps[static_cast<size_t>(t)], 1,
+                            std::vector<int64_t>(static_cast<size_t>(D), GH)));
+    }
+    return v[static_cast<size_t>(d)];
+  };
 
   PIPEC_TRY(masks());
   // Where's zero for ended sequences (it broadcasts to [B, H]).
@@ -477,7 +512,6 @@ Status Unroller::run() {
   std::vector<ir::Value *> lastH, lastC;
   for (int64_t d = 0; d < D; ++d) {
     const Activation *a = &r.acts[static_cast<size_t>(d) * perDir];
-    const int64_t col = d * GH;
     // The recurrent weights of this direction, [rows, H]: all gates, or
     // for GRU without linear_before_reset z and r apart from h.
     ir::Value *rAll = nullptr, *rZr = nullptr, *rH = nullptr;
@@ -494,11 +528,7 @@ Status Unroller::run() {
     ir::Value *pi = nullptr, *po = nullptr, *pf = nullptr;
     if (P) {
       PIPEC_ASSIGN(ir::Value * pd, direction(P, d));
-      PIPEC_ASSIGN(std::vector<ir::Value *> ps, x_.emitN("Split", {pd}, 3,
-                                                         x_.opset() >= 18
-                                                             ? AttrMap{{"num_outputs",
-                                                                        Attribute::ofInt(3)}}
-                                                             : AttrMap{}));
+      PIPEC_ASSIGN(std::vector<ir::Value *> ps, split(pd, 0, {H, H, H}));
       pi = ps[0], po = ps[1], pf = ps[2];
     }
     // States; null is a state of zeros (no initial state, before the first
@@ -514,22 +544,16 @@ Status Unroller::run() {
     y.assign(static_cast<size_t>(T), nullptr);
     for (int64_t s = 0; s < T; ++s) {
       const int64_t t = r.reverse[static_cast<size_t>(d)] ? T - 1 - s : s;
-      // Columns [lo, hi) of this direction's gates at step t.
-      auto xt = [&](int64_t lo, int64_t hi) -> Expected<ir::Value *> {
-        ir::Value *piece = steps[static_cast<size_t>(t)];
-        if (lo == 0 && hi == D * GH)
-          return piece;
-        return x_.slice(piece, {col + lo}, {col + hi}, {1});
-      };
+      PIPEC_ASSIGN(ir::Value * xt, stepRows(t, d)); // [B, GH]
       ir::Value *hNew = nullptr, *cNew = nullptr;
       if (r.cell == Cell::Rnn) {
-        PIPEC_ASSIGN(ir::Value * pre, xt(0, H));
+        ir::Value *pre = xt;
         if (h) {
           PIPEC_ASSIGN(pre, gemmT(h, rAll, pre));
         }
         PIPEC_ASSIGN(hNew, gate(a[0], pre));
       } else if (r.cell == Cell::Lstm) {
-        PIPEC_ASSIGN(ir::Value * pre, xt(0, GH));
+        ir::Value *pre = xt;
         if (h) {
           PIPEC_ASSIGN(pre, gemmT(h, rAll, pre));
         }
@@ -564,8 +588,7 @@ Status Unroller::run() {
       } else {
         ir::Value *z = nullptr, *rg = nullptr, *hPre = nullptr;
         if (gruLbr) {
-          PIPEC_ASSIGN(ir::Value * pre, xt(0, GH));
-          PIPEC_ASSIGN(std::vector<ir::Value *> xg, splitGates(pre, 3));
+          PIPEC_ASSIGN(std::vector<ir::Value *> xg, splitGates(xt, 3));
           ir::Value *hz = nullptr, *hr = nullptr, *hh = rbD;
           if (h) {
             PIPEC_ASSIGN(ir::Value * rec, gemmT(h, rAll, rbD));
@@ -586,8 +609,9 @@ Status Unroller::run() {
             PIPEC_ASSIGN(hPre, x_.add(hPre, rh));
           }
         } else {
-          PIPEC_ASSIGN(ir::Value * zr, xt(0, 2 * H));
-          PIPEC_ASSIGN(hPre, xt(2 * H, 3 * H));
+          PIPEC_ASSIGN(std::vector<ir::Value *> parts, split(xt, 1, {2 * H, H}));
+          ir::Value *zr = parts[0];
+          hPre = parts[1];
           if (h) {
             PIPEC_ASSIGN(zr, gemmT(h, rZr, zr));
           }
@@ -630,8 +654,8 @@ Status Unroller::run() {
   std::vector<ir::Value *> perDirY;
   for (int64_t d = 0; d < D; ++d) {
     PIPEC_ASSIGN(ir::Value * cat, x_.concat(ys[static_cast<size_t>(d)], r.layout1 ? 1 : 0));
-    PIPEC_ASSIGN(ir::Value * y4, x_.reshape(cat, r.layout1 ? Shape{B, T, 1, H}
-                                                           : Shape{T, 1, B, H}));
+    PIPEC_ASSIGN(ir::Value * y4,
+                 x_.reshape(cat, r.layout1 ? Shape{B, T, 1, H} : Shape{T, 1, B, H}));
     perDirY.push_back(y4);
   }
   PIPEC_ASSIGN(ir::Value * Y, x_.concat(perDirY, r.layout1 ? 2 : 1));
@@ -650,8 +674,7 @@ Status Unroller::run() {
 
 Status expandRecurrent(Expansion &x, Cell cell) {
   if (cell != Cell::Lstm && x.numOutputs() > 2)
-    return x.error(cat("has ", x.numOutputs(), " outputs; ", x.node().opType(),
-                       " has Y and Y_h"));
+    return x.error(cat("has ", x.numOutputs(), " outputs; ", x.node().opType(), " has Y and Y_h"));
   PIPEC_ASSIGN(Recurrence r, readRecurrence(x, cell));
   Unroller u(x, r);
   return u.run();
