@@ -634,8 +634,13 @@ Status Unroller::run() {
       }
       ir::Value *out = hNew;
       if (ir::Value *m = mask_[static_cast<size_t>(t)]) {
+        // A state of zeros before (null) keeps Y's zeros.
         PIPEC_ASSIGN(out, x_.emit("Where", {m, hNew, zero()}));
-        PIPEC_ASSIGN(hNew, x_.emit("Where", {m, hNew, h ? h : zero()}));
+        ir::Value *hKept = out;
+        if (h) {
+          PIPEC_ASSIGN(hKept, x_.emit("Where", {m, hNew, h}));
+        }
+        hNew = hKept;
         if (cNew) {
           PIPEC_ASSIGN(cNew, x_.emit("Where", {m, cNew, c ? c : zero()}));
         }
