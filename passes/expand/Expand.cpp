@@ -16,6 +16,9 @@ constexpr Entry kRules[] = {
     {"", "If", expandIf},
     {"", "Loop", expandLoop},
     {"", "Scan", expandScan},
+    {"", "LSTM", expandLstm},
+    {"", "GRU", expandGru},
+    {"", "RNN", expandRnn},
 };
 
 } // namespace

@@ -101,4 +101,9 @@ Status expandIf(Expansion &);
 Status expandLoop(Expansion &);
 Status expandScan(Expansion &);
 
+// Recurrent.cpp
+Status expandLstm(Expansion &);
+Status expandGru(Expansion &);
+Status expandRnn(Expansion &);
+
 } // namespace pipec::passes::expand

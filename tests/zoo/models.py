@@ -19,7 +19,7 @@ class Spec:
 
     def __init__(self, name, build, inputs, batch, loss, output_names,
                  dims=None, num_classes=10, step_micro_batches=2, lr=2.0 ** 20, bench_batch=16,
-                 script=False):
+                 script=False, stages=(4,)):
         self.name = name
         self.build = build          # () -> nn.Module (seeded by the caller)
         self.inputs = inputs        # [(name, per-example shape, kind)], kind: float | tokens
@@ -32,6 +32,7 @@ class Spec:
         self.lr = lr                # SGD rate of the gradient check (a power of two)
         self.bench_batch = bench_batch  # examples per step in bench/run-zoo.sh
         self.script = script        # export torch.jit.script(model): control flow as If and Loop
+        self.stages = stages        # pipeline depths K checked bitwise against K=1
 
     def dynamic_axes(self):
         axes = {}
@@ -142,6 +143,75 @@ class GPT2(nn.Module):
         return loss, logits
 
 
+# --- Recurrent networks (ONNX LSTM, GRU, RNN: passes/expand/Recurrent.cpp) ----
+
+class Recurrent(nn.Module):
+    """A two-layer torch.nn.LSTM, GRU or RNN between two Linear layers, with
+    learnable initial states (expanded to the batch). The Linear before it
+    makes the input's gradient part of a parameter's (its weight's); the
+    initial states' gradients are the parameters h0 and c0's. batch_first
+    False transposes at the interface, so the zoo's batch-major data still
+    fits."""
+
+    def __init__(self, kind, bidirectional, batch_first, features=16, hidden=24, layers=2,
+                 nonlinearity='tanh'):
+        super().__init__()
+        self.kind = kind
+        self.batch_first = batch_first
+        cls = {'lstm': nn.LSTM, 'gru': nn.GRU, 'rnn': nn.RNN}[kind]
+        kw = {'nonlinearity': nonlinearity} if kind == 'rnn' else {}
+        self.inp = nn.Linear(features, features)
+        self.rnn = cls(features, hidden, layers, bidirectional=bidirectional,
+                       batch_first=batch_first, **kw)
+        d = 2 if bidirectional else 1
+        self.h0 = nn.Parameter(0.5 * torch.randn(layers * d, 1, hidden))
+        if kind == 'lstm':
+            self.c0 = nn.Parameter(0.5 * torch.randn(layers * d, 1, hidden))
+        self.out = nn.Linear(d * hidden, features)
+
+    def forward(self, x):
+        x = self.inp(x)
+        b = x.shape[0]
+        h0 = self.h0.expand(-1, b, -1).contiguous()
+        state = (h0, self.c0.expand(-1, b, -1).contiguous()) if self.kind == 'lstm' else h0
+        if not self.batch_first:
+            x = x.transpose(0, 1)
+        y, _ = self.rnn(x, state)
+        if not self.batch_first:
+            y = y.transpose(0, 1)
+        return self.out(y)
+
+
+class GNMT(nn.Module):
+    """An LSTM encoder-decoder in the style of GNMT (Wu et al. 2016), small:
+    token embeddings; an encoder of a bidirectional LSTM layer and a
+    unidirectional one over its outputs; a decoder LSTM started from the
+    encoder's last states, attending over the encoder's outputs (dot
+    product); a Linear to the vocabulary and the model's own cross-entropy
+    (teacher forcing: the decoder reads the target shifted)."""
+
+    def __init__(self, vocab=64, d=32, hidden=32):
+        super().__init__()
+        self.src_emb = nn.Embedding(vocab, d)
+        self.tgt_emb = nn.Embedding(vocab, d)
+        self.enc1 = nn.LSTM(d, hidden // 2, bidirectional=True, batch_first=True)
+        self.enc2 = nn.LSTM(hidden, hidden, batch_first=True)
+        self.dec = nn.LSTM(d, hidden, batch_first=True)
+        self.combine = nn.Linear(2 * hidden, hidden)
+        self.proj = nn.Linear(hidden, vocab)
+
+    def forward(self, src, tgt, targets):
+        e, _ = self.enc1(self.src_emb(src))
+        e, state = self.enc2(e)
+        y, _ = self.dec(self.tgt_emb(tgt), state)
+        att = torch.softmax(y @ e.transpose(1, 2), dim=-1)
+        ctx = att @ e
+        h = torch.tanh(self.combine(torch.cat([y, ctx], dim=-1)))
+        logits = self.proj(h)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return loss, logits
+
+
 def _vit():
     m = torchvision.models.VisionTransformer(image_size=64, patch_size=8, num_layers=4,
                                              num_heads=4, hidden_dim=128, mlp_dim=512,
@@ -238,6 +308,16 @@ ZOO = {s.name: s for s in [
     Spec('gpt2', GPT2, [('idx', (32,), 'tokens')], 4, 'model', ['loss', 'logits'],
          dims={'seq': 32}, num_classes=256),
     Spec('control_flow', ControlFlow, [('x', (32,), 'float')], 4, 'mse', ['y'], script=True),
+    # Recurrent networks: two layers, initial states, uni- and bidirectional,
+    # batch first or not.
+    Spec('lstm', lambda: Recurrent('lstm', True, True), [('x', (8, 16), 'float')], 4, 'mse', ['y'],
+         dims={'seq': 8}),
+    Spec('gru', lambda: Recurrent('gru', False, False), [('x', (8, 16), 'float')], 4, 'mse', ['y'],
+         dims={'seq': 8}),
+    Spec('rnn', lambda: Recurrent('rnn', True, False, nonlinearity='relu'), [('x', (8, 16), 'float')],
+         4, 'mse', ['y'], dims={'seq': 8}),
+    Spec('gnmt', GNMT, [('src', (10,), 'tokens'), ('tgt', (10,), 'tokens')], 4, 'model',
+         ['loss', 'logits'], dims={'seq': 10}, num_classes=64, stages=(2, 4)),
 ]}
 
 

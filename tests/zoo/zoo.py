@@ -21,10 +21,11 @@ downloaded), at each opset:
            reference's) must be at most max(1e-4, 2 x torch float32's own),
            torch's being the largest over one thread, two threads and
            oneDNN off (SMALL_GRAD and TORCH_CONFIGS below say why).
-  pipeline the TRAINING export at K=4 and K=1 (M micro-batches, Adam), three
-           steps on different batches: every trained weight and every step's
-           loss are bitwise equal.
-  report   the K=4 plan's partition report: four stages, none empty, and
+  pipeline the TRAINING export at K=4 (or the model's list of K: the GNMT
+           model also K=2) and K=1 (M micro-batches, Adam), three steps on
+           different batches: every trained weight and every step's loss are
+           bitwise equal.
+  report   each K plan's partition report: K stages, none empty, and
            every tensor a stage receives comes straight from the stage that
            computes it (skip connections are not relayed).
 
@@ -270,25 +271,26 @@ class Zoo:
 
     def check_pipeline(self, path, opset):
         M = self.s.step_micro_batches
-        plan4, w4, l4 = self.run_pipeline(path, 4, M)
         plan1, w1, l1 = self.run_pipeline(path, 1, M)
         w0 = self.initializers(path)
-        differ = [n for n in w1 if w1[n].tobytes() != w4[n].tobytes()]
-        changed = sum(1 for n in w1 if w1[n].tobytes() != w0[n].tobytes())
-        ok = not differ and l1 == l4 and changed > 0
-        self.check(f'pipeline opset {opset}', ok,
-                   f'K=4 and K=1, M={M}, 3 Adam steps: {len(w1)} tensors ({changed} trained) '
-                   + ('bitwise equal, losses ' + ', '.join(f'{x:.6g}' for x in l1) if ok else
-                      f'{len(differ)} differ ({", ".join(differ[:4])}); losses {l4} vs {l1}'))
-        self.check_report(plan4, opset)
+        for K in self.s.stages:
+            planK, wK, lK = self.run_pipeline(path, K, M)
+            differ = [n for n in w1 if w1[n].tobytes() != wK[n].tobytes()]
+            changed = sum(1 for n in w1 if w1[n].tobytes() != w0[n].tobytes())
+            ok = not differ and l1 == lK and changed > 0
+            self.check(f'pipeline opset {opset}', ok,
+                       f'K={K} and K=1, M={M}, 3 Adam steps: {len(w1)} tensors ({changed} trained) '
+                       + ('bitwise equal, losses ' + ', '.join(f'{x:.6g}' for x in l1) if ok else
+                          f'{len(differ)} differ ({", ".join(differ[:4])}); losses {lK} vs {l1}'))
+            self.check_report(planK, opset, K)
+            shutil.rmtree(planK, ignore_errors=True)
         shutil.rmtree(plan1, ignore_errors=True)
-        shutil.rmtree(plan4, ignore_errors=True)
 
-    def check_report(self, plan, opset):
+    def check_report(self, plan, opset, K):
         r = json.load(open(os.path.join(plan, 'report.json')))
         stages = r['stage_list']
         problems = []
-        if len(stages) != 4:
+        if len(stages) != K:
             problems.append(f'{len(stages)} stages')
         problems += [f'stage {s["index"]} is empty' for s in stages if s['forward_nodes'] == 0]
         # Every receive names its sender; the sender must have computed the
