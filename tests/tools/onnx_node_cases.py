@@ -33,14 +33,14 @@ from onnx import TensorProto as T, helper as h, numpy_helper as nh, save
 rng = np.random.RandomState(19)
 
 
-def write(root, name, nodes, opset, inputs, outputs, inits=()):
+def write(root, name, nodes, opset, inputs, outputs, inits=(), ir_version=8):
     """inputs/outputs: [(name, array)]; the graph's value infos follow them;
     inits: constant inputs."""
     def info(n, a):
         return h.make_tensor_value_info(n, nh.from_array(a).data_type, list(a.shape))
     g = h.make_graph(nodes, name, [info(n, a) for n, a in inputs], [info(n, a) for n, a in outputs],
                      initializer=[nh.from_array(a, n) for n, a in inits])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=ir_version)
     d = os.path.join(root, "node", name)
     data = os.path.join(d, "test_data_set_0")
     os.makedirs(data, exist_ok=True)

@@ -26,7 +26,10 @@ import os
 import sys
 
 import numpy as np
-from onnx import TensorProto, helper as h, numpy_helper as nh, save
+from onnx import helper as h
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onnx_node_cases import write as write_case  # noqa: E402
 
 rng = np.random.RandomState(23)
 
@@ -161,30 +164,16 @@ def write(root, name, op, opset, attrs, T=4, N=3, I=3, H=4, bias=True, seq=None,
     ref = dict(zip(('Y', 'Y_h', 'Y_c'), reference(op, attrs, **args)))
     attrs.setdefault('hidden_size', H)
     node = h.make_node(op, names, list(outputs), name=name, **attrs)
-    initializers = []
-    inputs = []
+    inputs, inits = [], []
     for n in names:
         if not n:
             continue
         if n == 'sequence_lens' and seq_const:
-            initializers.append(nh.from_array(vals[n], n))
+            inits.append((n, vals[n]))
         else:
             inputs.append((n, vals[n]))
     outs = [(o, ref[o].astype(np.float32)) for o in outputs if o]
-
-    def info(n, a):
-        return h.make_tensor_value_info(n, nh.from_array(a).data_type, list(a.shape))
-    g = h.make_graph([node], name, [info(n, a) for n, a in inputs], [info(n, a) for n, a in outs],
-                     initializer=initializers)
-    m = h.make_model(g, opset_imports=[h.make_opsetid('', opset)], ir_version=7)
-    d = os.path.join(root, 'node', name)
-    data = os.path.join(d, 'test_data_set_0')
-    os.makedirs(data, exist_ok=True)
-    save(m, os.path.join(d, 'model.onnx'))
-    for kind, items in (('input', inputs), ('output', outs)):
-        for i, (n, a) in enumerate(items):
-            with open(os.path.join(data, f'{kind}_{i}.pb'), 'wb') as f:
-                f.write(nh.from_array(a, n).SerializeToString())
+    write_case(root, name, [node], opset, inputs, outs, inits, ir_version=7)
 
 
 def main():
