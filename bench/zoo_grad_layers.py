@@ -2,7 +2,7 @@
 """bench/zoo_grad_layers.py - per-parameter gradient errors of zoo models.
 
     zoo_grad_layers.py MODEL... [--bin DIR]... [--opset 17] [--kind conv|all]
-                       [--top N] [--json FILE]
+                       [--top N] [--json FILE] [--batch B] [--image S]
 
 tests/zoo/zoo.py's grad check, every row printed: for each parameter (conv
 weights by default), pipec's relative error against torch float64 autograd
@@ -10,7 +10,8 @@ weights by default), pipec's relative error against torch float64 autograd
 of zoo.TORCH_CONFIGS, their best and worst. Several --bin directories
 (builds before and after a change) give one pipec column each. MODEL is a
 tests/zoo/models.py name, or shufflenet_v2_x0_5 (the zoo's shufflenet_v2
-spec with torchvision's x0_5 network).
+spec with torchvision's x0_5 network). --batch and --image override the
+spec's batch and (square image models) image size: longer sums.
 """
 import argparse
 import copy
@@ -28,15 +29,20 @@ import zoo  # noqa: E402
 from models import ZOO, _cnn  # noqa: E402
 
 
-def spec_for(name):
+def spec_for(name, batch=None, image=None):
     if name in ZOO:
-        return ZOO[name]
-    if name == 'shufflenet_v2_x0_5':
+        s = copy.copy(ZOO[name])
+    elif name == 'shufflenet_v2_x0_5':
         s = copy.copy(ZOO['shufflenet_v2'])
         s.name = name
         s.build = _cnn(torchvision.models.shufflenet_v2_x0_5)
-        return s
-    raise SystemExit(f'unknown model {name}')
+    else:
+        raise SystemExit(f'unknown model {name}')
+    if batch:
+        s.batch = batch
+    if image:
+        s.inputs = [('x', (3, image, image), 'float')]
+    return s
 
 
 def pipec_grads(z, path, bindir):
@@ -60,13 +66,15 @@ def main():
     ap.add_argument('--kind', default='conv', choices=['conv', 'all'])
     ap.add_argument('--top', type=int, default=0, help='print only the N worst rows (by pipec / best)')
     ap.add_argument('--json', help='write every row here')
+    ap.add_argument('--batch', type=int, help="examples per step (default: the spec's)")
+    ap.add_argument('--image', type=int, help="image size (default: the spec's)")
     a = ap.parse_args()
     bins = a.bin or [os.path.join(os.path.dirname(__file__), '..', 'build', 'bin')]
     out = []
     for name in a.models:
         work = tempfile.mkdtemp(prefix=f'pipec-gradlayers-{name}-')
         torch.set_num_threads(1)
-        z = zoo.Zoo(spec_for(name), bins[0], work)
+        z = zoo.Zoo(spec_for(name, a.batch, a.image), bins[0], work)
         g64 = z.torch_grads(torch.float64, 0, z.s.batch)
         g32 = {}
         for label, threads, dnn in zoo.TORCH_CONFIGS:
@@ -89,7 +97,8 @@ def main():
                          'best': min(t), 'worst': max(t)})
         rows.sort(key=lambda r: -r['pipec'][-1] / max(zoo.GRAD_FLOOR / 2, r['best']))
         shown = rows[:a.top] if a.top else rows
-        print(f'## {name} opset {a.opset}: {len(rows)} {a.kind} parameters'
+        print(f'## {name} opset {a.opset}, batch {z.s.batch}, input {z.s.inputs[0][1]}: '
+              f'{len(rows)} {a.kind} parameters'
               + (f', the {len(shown)} worst by pipec / best torch' if a.top else ''))
         print('| parameter | ' + ' | '.join(f'pipec {i}' for i in range(len(bins))) + ' | '
               + ' | '.join(f'torch {l}' for l in g32) + ' | pipec / best |')

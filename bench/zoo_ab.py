@@ -1,0 +1,55 @@
+#!/usr/bin/python3
+"""bench/zoo_ab.py - one training step of zoo models, two pipec builds A/B.
+
+    zoo_ab.py --a DIR --b DIR [--threads 2] [--rounds 5] [--steps 10] [--models a,b]
+
+Each model is exported and compiled as bench/zoo_bench.py does (TRAINING
+export at opset 17, --train --optimizer sgd, its bench batch), once with each
+build's pipec; then each round times `piperun --steps S --warmup 2` (its
+median step) of both, alternating which goes first, so that a drift or a
+neighbour on this machine hits both alike. Prints the median over rounds of
+each and the median and range of the per-round ratios B / A.
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, '..', 'tests', 'zoo'))
+import zoo_bench  # noqa: E402
+from models import ZOO  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--a', required=True)
+    ap.add_argument('--b', required=True)
+    ap.add_argument('--threads', type=int, default=2)
+    ap.add_argument('--rounds', type=int, default=5)
+    ap.add_argument('--steps', type=int, default=10)
+    ap.add_argument('--models', default='resnet18,resnet50,mobilenet_v2,densenet121,shufflenet_v2,alexnet,vgg11_bn')
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix='pipec-zoo-ab-')
+    builds = {'A': os.path.abspath(a.a), 'B': os.path.abspath(a.b)}
+    print('| model | batch | A ms | B ms | B / A (per-round range) |')
+    print('|---|---|---|---|---|')
+    for m in a.models.split(','):
+        batch = ZOO[m].bench_batch
+        plans = {}
+        for k, b in builds.items():
+            plan, data, _ = zoo_bench.prepare(m, b, os.path.join(work, k), batch)
+            plans[k] = (plan, data)
+        t = {'A': [], 'B': []}
+        for r in range(a.rounds):
+            for k in (['A', 'B'] if r % 2 == 0 else ['B', 'A']):
+                t[k].append(zoo_bench.time_pipec(builds[k], *plans[k], a.threads, a.steps))
+        ratios = [b / x for x, b in zip(t['A'], t['B'])]
+        print(f'| {m} | {batch} | {statistics.median(t["A"]) * 1e3:.1f} | {statistics.median(t["B"]) * 1e3:.1f} | '
+              f'{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |', flush=True)
+
+
+if __name__ == '__main__':
+    main()
