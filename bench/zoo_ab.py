@@ -40,6 +40,7 @@ def main():
         batch = ZOO[m].bench_batch
         plans = {}
         for k, b in builds.items():
+            os.makedirs(os.path.join(work, k), exist_ok=True)
             plan, data, _ = zoo_bench.prepare(m, b, os.path.join(work, k), batch)
             plans[k] = (plan, data)
         t = {'A': [], 'B': []}
