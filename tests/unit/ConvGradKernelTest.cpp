@@ -250,6 +250,14 @@ TEST(ConvGradKernel, LongReductionsKeepDigits) {
        {0, 0, 0, 0}},
       {"depthwise 3x3 on 112x112", {8, 32, 112, 112}, {32, 1, 3, 3}, 32, {1, 1}, {1, 1},
        {1, 1, 1, 1}},
+      // Bands of other geometries: strides, dilations and asymmetric pads
+      // (each band's own pads), 1-D (bands of positions), 3-D (of depth
+      // slices), groups.
+      {"2-D bands, stride 2x1, dilation 2, pads 3/0 1/2", {2, 3, 150, 70}, {8, 3, 3, 3}, 1,
+       {2, 1}, {2, 1}, {3, 1, 0, 2}},
+      {"1-D k5 stride 3, pads 2/4", {2, 8, 9000}, {16, 8, 5}, 1, {3}, {1}, {2, 4}},
+      {"3-D 3x3x3 group 2 on 24x24x24", {2, 8, 24, 24, 24}, {8, 4, 3, 3, 3}, 2, {1, 1, 1},
+       {1, 1, 1}, {1, 1, 1, 1, 1, 1}},
   };
   uint32_t seed = 900;
   for (const Case &c : cases) {
