@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/zoo_ab.py - one training step of zoo models, two pipec builds A/B.
 
-    zoo_ab.py --a DIR --b DIR [--threads 2] [--rounds 5] [--steps 10] [--models a,b]
+    zoo_ab.py --a DIR --b DIR [--threads 2] [--rounds 5] [--steps 10] [--models a,b] [--cpu-time]
 
 Each model is exported and compiled as bench/zoo_bench.py does (TRAINING
 export at opset 17, --train --optimizer sgd, its bench batch), once with each
@@ -9,9 +9,17 @@ build's pipec; then each round times `piperun --steps S --warmup 2` (its
 median step) of both, alternating which goes first, so that a drift or a
 neighbour on this machine hits both alike. Prints the median over rounds of
 each and the median and range of the per-round ratios B / A.
+
+--cpu-time: on a machine others load too, wall times swing by 2-3x; this
+measures instead the CPU seconds (user + system, getrusage of the child) of
+`piperun --steps S+2` minus those of `--steps 2` (start-up and the first
+steps cancel), divided by S: CPU time per step. Meant for --threads 1, where
+no thread waits for another.
 """
 import argparse
 import os
+import resource
+import subprocess
 import statistics
 import sys
 import tempfile
@@ -23,6 +31,19 @@ import zoo_bench  # noqa: E402
 from models import ZOO  # noqa: E402
 
 
+def cpu_seconds(build, plan, data, threads, steps):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([os.path.join(build, 'piperun'), plan, '--data', data, '--steps', str(steps),
+                    '--threads-per-device', str(threads)], check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def cpu_step(build, plan, data, threads, steps):
+    return (cpu_seconds(build, plan, data, threads, steps + 2) -
+            cpu_seconds(build, plan, data, threads, 2)) / steps
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--a', required=True)
@@ -30,6 +51,7 @@ def main():
     ap.add_argument('--threads', type=int, default=2)
     ap.add_argument('--rounds', type=int, default=5)
     ap.add_argument('--steps', type=int, default=10)
+    ap.add_argument('--cpu-time', action='store_true', help='CPU seconds per step (see above)')
     ap.add_argument('--models', default='resnet18,resnet50,mobilenet_v2,densenet121,shufflenet_v2,alexnet,vgg11_bn')
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix='pipec-zoo-ab-')
@@ -46,7 +68,8 @@ def main():
         t = {'A': [], 'B': []}
         for r in range(a.rounds):
             for k in (['A', 'B'] if r % 2 == 0 else ['B', 'A']):
-                t[k].append(zoo_bench.time_pipec(builds[k], *plans[k], a.threads, a.steps))
+                timer = cpu_step if a.cpu_time else zoo_bench.time_pipec
+                t[k].append(timer(builds[k], *plans[k], a.threads, a.steps))
         ratios = [b / x for x, b in zip(t['A'], t['B'])]
         print(f'| {m} | {batch} | {statistics.median(t["A"]) * 1e3:.1f} | {statistics.median(t["B"]) * 1e3:.1f} | '
               f'{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |', flush=True)
