@@ -2,6 +2,7 @@
 """bench/zoo_ab.py - one training step of zoo models, two pipec builds A/B.
 
     zoo_ab.py --a DIR --b DIR [--threads 2] [--rounds 5] [--steps 10] [--models a,b] [--cpu-time]
+               [--op OP]
 
 Each model is exported and compiled as bench/zoo_bench.py does (TRAINING
 export at opset 17, --train --optimizer sgd, its bench batch), once with each
@@ -15,8 +16,13 @@ measures instead the CPU seconds (user + system, getrusage of the child) of
 `piperun --steps S+2` minus those of `--steps 2` (start-up and the first
 steps cancel), divided by S: CPU time per step. Meant for --threads 1, where
 no thread waits for another.
+
+--op OP: the time of one op instead of the step: `piperun --profile-ops`
+each round, every node of type OP at its fastest over the rounds (another
+process can only add to a node's time), summed.
 """
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -44,6 +50,14 @@ def cpu_step(build, plan, data, threads, steps):
             cpu_seconds(build, plan, data, threads, 2)) / steps
 
 
+def op_nodes(build, plan, data, threads, steps, op, path):
+    subprocess.run([os.path.join(build, 'piperun'), plan, '--data', data, '--steps', str(steps),
+                    '--threads-per-device', str(threads), '--profile-ops', path],
+                   check=True, capture_output=True)
+    with open(path) as f:
+        return {n['node']: n['seconds'] for n in json.load(f)['nodes'] if n['op'] == op}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--a', required=True)
@@ -51,6 +65,7 @@ def main():
     ap.add_argument('--threads', type=int, default=2)
     ap.add_argument('--rounds', type=int, default=5)
     ap.add_argument('--steps', type=int, default=10)
+    ap.add_argument('--op', help='time the nodes of this op only (see above)')
     ap.add_argument('--cpu-time', action='store_true', help='CPU seconds per step (see above)')
     ap.add_argument('--models', default='resnet18,resnet50,mobilenet_v2,densenet121,shufflenet_v2,alexnet,vgg11_bn')
     a = ap.parse_args()
@@ -66,6 +81,18 @@ def main():
             plan, data, _ = zoo_bench.prepare(m, b, os.path.join(work, k), batch)
             plans[k] = (plan, data)
         t = {'A': [], 'B': []}
+        if a.op:
+            nodes = {'A': {}, 'B': {}}
+            for r in range(a.rounds):
+                for k in (['A', 'B'] if r % 2 == 0 else ['B', 'A']):
+                    got = op_nodes(builds[k], *plans[k], a.threads, a.steps, a.op,
+                                   os.path.join(work, f'{k}-ops.json'))
+                    for n, sec in got.items():
+                        nodes[k][n] = min(sec, nodes[k].get(n, sec))
+            A, B = sum(nodes['A'].values()), sum(nodes['B'].values())
+            print(f'| {m} | {batch} | {A * 1e3:.2f} | {B * 1e3:.2f} | {B / A:.3f} '
+                  f'({len(nodes["A"])} {a.op} nodes, each at its fastest of {a.rounds} rounds) |', flush=True)
+            continue
         for r in range(a.rounds):
             for k in (['A', 'B'] if r % 2 == 0 else ['B', 'A']):
                 timer = cpu_step if a.cpu_time else zoo_bench.time_pipec

@@ -409,18 +409,24 @@ public:
               Piece p;
               p.images = std::min(imagesPer, n0 + images - n);
               const int64_t o1 = std::min(outer.out, o0 + rows);
-              // The input rows the band's windows cover, and its pads.
+              // The input rows the band's windows cover, and its pads. All
+              // rows keep the convolution's own geometry: X whole, so that
+              // the channel blocks can share its reorder (sharedX_).
+              const bool all = o0 == 0 && o1 == outer.out;
               const int64_t a = o0 * outer.stride - outer.padBegin,
                             e = (o1 - 1) * outer.stride - outer.padBegin + outer.extent();
-              const int64_t in0 = std::max<int64_t>(0, a), in1 = std::min(outer.in, e);
+              const int64_t in0 = all ? 0 : std::max<int64_t>(0, a),
+                            in1 = all ? outer.in : std::min(outer.in, e);
               if (in1 <= in0)
                 continue; // the band reads only padding: it adds nothing
               ConvGradGeom pg = cg2;
               pg.N = p.images;
-              pg.dims[0].in = in1 - in0;
-              pg.dims[0].out = o1 - o0;
-              pg.dims[0].padBegin = in0 - a;
-              pg.dims[0].padEnd = e - in1;
+              if (!all) {
+                pg.dims[0].in = in1 - in0;
+                pg.dims[0].out = o1 - o0;
+                pg.dims[0].padBegin = in0 - a;
+                pg.dims[0].padEnd = e - in1;
+              }
               p.dy = n * k->dyImage_ + t.m0 * outSp + o0 * rowOut;
               p.x = n * k->xImage_ + t.c0 * inSp + in0 * rowIn;
               auto same = [&](const Proto &q) {
