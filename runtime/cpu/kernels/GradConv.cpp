@@ -383,7 +383,7 @@ public:
     };
     std::vector<Proto> protos;
     size_t planBytes = 0;
-    int64_t pieces = 0;
+    int64_t pieces = 0, minPieces = INT64_MAX;
     {
       OmpThreadsScope one(1);
       for (int64_t i = 0; i < imageChunks; ++i)
@@ -455,6 +455,7 @@ public:
               t.pieces.push_back(p);
             }
           pieces = std::max<int64_t>(pieces, static_cast<int64_t>(t.pieces.size()));
+          minPieces = std::min<int64_t>(minPieces, static_cast<int64_t>(t.pieces.size()));
           k->blockElems_ = std::max(k->blockElems_, t.mCount * k->filter_);
           k->tasks_.push_back(std::move(t));
         }
@@ -462,6 +463,9 @@ public:
     k->parts_ = imageChunks;
     // Direct: every task is one primitive writing its block of dW.
     k->accumulate_ = imageChunks > 1 || pieces != 1;
+    // One piece per task and several image chunks: each piece writes its
+    // chunk's float partial dW itself (no double accumulator to fill).
+    k->floatParts_ = imageChunks > 1 && pieces == 1 && minPieces == 1;
     // With every image in each task's one piece, the channel blocks read all
     // of X (or of their groups'): reorder it once for all of them when they
     // want one layout, rather than once per block.
@@ -485,13 +489,13 @@ public:
         }
       }
     }
-    k->accBytes_ = k->accumulate_
-                       ? linalgRoundUp(static_cast<size_t>(k->wElems_) * sizeof(double))
+    k->accBytes_ = k->accumulate_ ? linalgRoundUp(static_cast<size_t>(k->wElems_) *
+                                                  (k->floatParts_ ? sizeof(float) : sizeof(double)))
+                                  : 0;
+    k->bufBytes_ = k->accumulate_ && !k->floatParts_
+                       ? linalgRoundUp(static_cast<size_t>(k->blockElems_) * sizeof(float))
                        : 0;
-    k->taskBytes_ = linalgRoundUp(planBytes) +
-                    (k->accumulate_
-                         ? linalgRoundUp(static_cast<size_t>(k->blockElems_) * sizeof(float))
-                         : 0);
+    k->taskBytes_ = linalgRoundUp(planBytes) + k->bufBytes_;
     return k;
   }
 
@@ -512,9 +516,7 @@ public:
       const void *r[2] = {x, xChosen};
       PIPEC_TRY(sharedX_.run(r, xChosen + sharedXBytes_));
     }
-    const size_t planBytes = taskBytes_ - (accumulate_ ? linalgRoundUp(static_cast<size_t>(
-                                                             blockElems_) * sizeof(float))
-                                                       : 0);
+    const size_t planBytes = taskBytes_ - bufBytes_;
     std::vector<Status> st(tasks_.size(), Status::ok());
     // No `if` clause: a piece must always run inside a parallel region (or on
     // a one-thread team), where oneDNN does not split it further.
@@ -522,8 +524,13 @@ public:
     for (int64_t k = 0; k < n; ++k) {
       const Task &t = tasks_[static_cast<size_t>(k)];
       unsigned char *ws = taskWs + k * taskBytes_;
-      float *buf = reinterpret_cast<float *>(ws + planBytes);
-      double *acc = accumulate_
+      // Where the pieces write: dW itself, the chunk's float partial, or a
+      // buffer added into the chunk's double accumulator.
+      float *buf = !accumulate_ ? dw + t.m0 * filter_
+                   : floatParts_
+                       ? reinterpret_cast<float *>(accs + t.part * accBytes_) + t.m0 * filter_
+                       : reinterpret_cast<float *>(ws + planBytes);
+      double *acc = accumulate_ && !floatParts_
                         ? reinterpret_cast<double *>(accs + t.part * accBytes_) + t.m0 * filter_
                         : nullptr;
       const int64_t len = t.mCount * filter_;
@@ -531,7 +538,7 @@ public:
       for (const Piece &p : t.pieces) {
         const void *ptrs[3] = {dy + p.dy,
                                sharedX_.valid() ? static_cast<const void *>(xChosen) : x + p.x,
-                               accumulate_ ? buf : dw + t.m0 * filter_};
+                               buf};
         Status s = t.plans[p.plan].run(ptrs, ws, sharedX_.valid() ? 0b010 : 0);
         if (!s) {
           st[static_cast<size_t>(k)] = s;
@@ -552,7 +559,14 @@ public:
     }
     for (const Status &s : st)
       PIPEC_TRY(s);
-    if (accumulate_)
+    if (floatParts_)
+      parallelFor(wElems_, wElems_ * parts_ > 65536, [&](int64_t i) {
+        double s = reinterpret_cast<const float *>(accs)[i];
+        for (int64_t k = 1; k < parts_; ++k)
+          s += reinterpret_cast<const float *>(accs + k * accBytes_)[i];
+        dw[i] = static_cast<float>(s);
+      });
+    else if (accumulate_)
       parallelFor(wElems_, wElems_ * parts_ > 65536, [&](int64_t i) {
         double s = reinterpret_cast<const double *>(accs)[i];
         for (int64_t k = 1; k < parts_; ++k)
@@ -586,8 +600,8 @@ private:
   size_t sharedXBytes_ = 0, sharedXScratch_ = 0;
   int64_t parts_ = 1, xImage_ = 0, dyImage_ = 0, wElems_ = 0, inSp_ = 1, outSp_ = 1, filter_ = 1;
   int64_t blockElems_ = 0;
-  bool accumulate_ = false;
-  size_t accBytes_ = 0, taskBytes_ = 0;
+  bool accumulate_ = false, floatParts_ = false;
+  size_t accBytes_ = 0, bufBytes_ = 0, taskBytes_ = 0;
 };
 
 /// Shared factory: `weight` selects ConvGradWeight (dY, X) over
