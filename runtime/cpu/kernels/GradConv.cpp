@@ -20,7 +20,8 @@
 // backward-data primitive computes each element of dX in one thread; its
 // backward-weights primitive splits the sum over images among its threads,
 // so dW runs it single-threaded on fixed chunks of images, in parallel, and
-// adds the chunks in order. Every path therefore gives bitwise the same
+// adds the chunks in order; each primitive sums at most 1024 terms in float
+// (pieces of a chunk, added in double), so long sums keep their digits. Every path therefore gives bitwise the same
 // result for any thread count (tests/unit/ConvGradKernelTest.cpp checks that
 // and compares the paths). PIPEC_LINALG_NO_DNNL selects the loops for f32
 // as well. 1-D and 2-D run the loops as 3-D with unit leading dimensions.
@@ -307,8 +308,10 @@ private:
 /// (images x output positions): several images when they are small, else
 /// one image cut into bands of output rows (the outermost spatial
 /// dimension; a band reads the input rows its windows cover, with its own
-/// pads). Each piece's float dW is added into the task's double
-/// accumulator, in piece order, and dW is rounded to float once.
+/// pads). Where a task has several pieces, each piece's float dW is added
+/// into the task's double accumulator, in piece order, and dW is rounded to
+/// float once; where it has one (every chunk short: the zoo's 64 px
+/// models), the piece writes its chunk's float partial itself, as before.
 ///
 /// Which cut into tasks: image chunks cost a partial dW each, channel blocks
 /// cost a reorder of X each. Early layers (large activations, small dW) cut
