@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 using namespace pipec;
 using namespace pipec::cpu;
@@ -225,3 +226,114 @@ TEST(ConvGradPerf, SampleCnnShapes) {
 }
 
 } // namespace
+/// Long reductions: dW sums dY * X over every image and output position.
+/// Inputs as a BatchNorm in training mode sees them: X of positive mean
+/// (image pixels, or post-ReLU activations), dY of zero mean per channel
+/// (BatchNorm's backward removes it), so the terms cancel and dW is much
+/// smaller than the sum of their magnitudes. The f32 kernel, against the
+/// f64 loops on the same (f32) inputs, must stay within 12 float32 epsilons
+/// of it, relative in L2 norm, however long the sum: it sums pieces of at
+/// most 1024 terms in float and the pieces in double. One primitive over a
+/// whole image chunk (before) measured 3.6e-6 to 4.1e-6 on the 224 px and
+/// 112 px cases and 5.7e-6 on the 448 px image (30 to 47 epsilons; 1.0e-6
+/// on the 1x1, whose primitive blocks its sum); pieces, 1.1e-6 to 1.2e-6.
+/// PyTorch 1.13 on such inputs: 5e-6 to 8e-6 with oneDNN, 8e-7 to 9e-7
+/// without.
+TEST(ConvGradKernel, LongReductionsKeepDigits) {
+  const Case cases[] = {
+      {"ImageNet stem 7x7 stride 2, 224 px", {4, 3, 224, 224}, {64, 3, 7, 7}, 1, {2, 2}, {1, 1},
+       {3, 3, 3, 3}},
+      {"ImageNet stem 7x7 stride 2, one 448 px image", {1, 3, 448, 448}, {64, 3, 7, 7}, 1, {2, 2},
+       {1, 1}, {3, 3, 3, 3}},
+      {"3x3 on 112x112", {8, 16, 112, 112}, {16, 16, 3, 3}, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {"1x1 on 56x56, batch 32", {32, 32, 56, 56}, {32, 32, 1, 1}, 1, {1, 1}, {1, 1},
+       {0, 0, 0, 0}},
+      {"depthwise 3x3 on 112x112", {8, 32, 112, 112}, {32, 1, 3, 3}, 32, {1, 1}, {1, 1},
+       {1, 1, 1, 1}},
+      // Bands of other geometries: strides, dilations and asymmetric pads
+      // (each band's own pads), 1-D (bands of positions), 3-D (of depth
+      // slices), groups.
+      {"2-D bands, stride 2x1, dilation 2, pads 3/0 1/2", {2, 3, 150, 70}, {8, 3, 3, 3}, 1,
+       {2, 1}, {2, 1}, {3, 1, 0, 2}},
+      {"1-D k5 stride 3, pads 2/4", {2, 8, 9000}, {16, 8, 5}, 1, {3}, {1}, {2, 4}},
+      {"3-D 3x3x3 group 2 on 24x24x24", {2, 8, 24, 24, 24}, {8, 4, 3, 3, 3}, 2, {1, 1, 1},
+       {1, 1, 1}, {1, 1, 1, 1, 1, 1}},
+  };
+  uint32_t seed = 900;
+  for (const Case &c : cases) {
+    Tensor x = randomT(DType::F32, c.x, ++seed, 0.0, 1.0);
+    Tensor dy = randomT(DType::F32, outShape(c), ++seed);
+    // Zero mean per channel, in double, rounded to f32 once.
+    const Shape ys = outShape(c);
+    const int64_t n = ys[0], m = ys[1], sp = dy.numel() / (n * m);
+    for (int64_t ch = 0; ch < m; ++ch) {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t p = 0; p < sp; ++p)
+          s += dy.data<float>()[(i * m + ch) * sp + p];
+      const double mean = s / static_cast<double>(n * sp);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t p = 0; p < sp; ++p) {
+          float &v = dy.data<float>()[(i * m + ch) * sp + p];
+          v = static_cast<float>(v - mean);
+        }
+    }
+    const Tensor want = evalOne(gradDesc(c, true, DType::F64),
+                                {convert(dy, DType::F64), convert(x, DType::F64)});
+    const OpDesc d32 = gradDesc(c, true, DType::F32);
+    const Tensor got = withThreads(2, [&] { return evalPath(d32, {dy, x}, true); });
+    // Pieces and bands keep the result independent of the thread count.
+    for (int threads : {1, 3})
+      EXPECT_TRUE(got.identical(withThreads(threads, [&] { return evalPath(d32, {dy, x}, true); })))
+          << c.label << ": 2 and " << threads << " threads differ";
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double e = got.getDouble(i) - want.getDouble(i);
+      num += e * e;
+      den += want.getDouble(i) * want.getDouble(i);
+    }
+    const double rel = std::sqrt(num / den);
+    std::printf("%-40s dW relative L2 error %.2e (f32 epsilon %.2e)\n", c.label, rel,
+                static_cast<double>(std::numeric_limits<float>::epsilon()));
+    EXPECT_LE(rel, 12 * std::numeric_limits<float>::epsilon()) << c.label;
+  }
+}
+
+TEST(ConvGradPerf, LongReductionShapes) {
+  // ConvGradWeight per call, one and two threads: the long sums above, and the
+  // zoo's early layers at bench/run-zoo.sh's batch 16 (64 px images).
+  const Case cases[] = {
+      {"ImageNet stem, 224 px, batch 4", {4, 3, 224, 224}, {64, 3, 7, 7}, 1, {2, 2}, {1, 1},
+       {3, 3, 3, 3}},
+      {"3x3 16->16 on 112x112, batch 8", {8, 16, 112, 112}, {16, 16, 3, 3}, 1, {1, 1}, {1, 1},
+       {1, 1, 1, 1}},
+      {"1x1 32->32 on 56x56, batch 32", {32, 32, 56, 56}, {32, 32, 1, 1}, 1, {1, 1}, {1, 1},
+       {0, 0, 0, 0}},
+      {"depthwise 3x3 on 112x112, batch 8", {8, 32, 112, 112}, {32, 1, 3, 3}, 32, {1, 1}, {1, 1},
+       {1, 1, 1, 1}},
+      {"zoo stem 7x7 s2 3->64, 64 px, b16", {16, 3, 64, 64}, {64, 3, 7, 7}, 1, {2, 2}, {1, 1},
+       {3, 3, 3, 3}},
+      {"zoo 3x3 64->64 on 16x16, b16", {16, 64, 16, 16}, {64, 64, 3, 3}, 1, {1, 1}, {1, 1},
+       {1, 1, 1, 1}},
+      {"zoo 1x1 128->32 on 16x16, b16", {16, 128, 16, 16}, {32, 128, 1, 1}, 1, {1, 1}, {1, 1},
+       {0, 0, 0, 0}},
+      {"zoo 3x3 s2 3->24 on 64x64, b16", {16, 3, 64, 64}, {24, 3, 3, 3}, 1, {2, 2}, {1, 1},
+       {1, 1, 1, 1}},
+  };
+  uint32_t seed = 700;
+  for (const Case &c : cases) {
+    const OpDesc d = gradDesc(c, true, DType::F32);
+    const std::vector<Tensor> in = {randomT(DType::F32, outShape(c), ++seed),
+                                    randomT(DType::F32, c.x, ++seed)};
+    // The fastest of 20 single calls: the machine may be shared.
+    for (int threads : {1, 2}) {
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      double best = 1e30;
+      for (int r = 0; r < 20; ++r)
+        best = std::min(best, timeKernel(d, in, true, 1));
+      omp_set_num_threads(saved);
+      std::printf("%d thread(s) dW %-36s oneDNN %8.3f ms\n", threads, c.label, best * 1e3);
+    }
+  }
+}

@@ -19,7 +19,7 @@ class Spec:
 
     def __init__(self, name, build, inputs, batch, loss, output_names,
                  dims=None, num_classes=10, step_micro_batches=2, lr=2.0 ** 20, bench_batch=16,
-                 script=False, stages=(4,)):
+                 script=False, stages=(4,), grad_judge='best'):
         self.name = name
         self.build = build          # () -> nn.Module (seeded by the caller)
         self.inputs = inputs        # [(name, per-example shape, kind)], kind: float | tokens
@@ -33,6 +33,10 @@ class Spec:
         self.bench_batch = bench_batch  # examples per step in bench/run-zoo.sh
         self.script = script        # export torch.jit.script(model): control flow as If and Loop
         self.stages = stages        # pipeline depths K checked bitwise against K=1
+        # The gradient check's reference: PyTorch's most accurate configuration
+        # ('best'), or its least ('worst') where a model's float32 gradients
+        # depend on which activations flip (docs/zoo.md says which and why).
+        self.grad_judge = grad_judge
 
     def dynamic_axes(self):
         axes = {}
@@ -289,7 +293,13 @@ ZOO = {s.name: s for s in [
     # counter-based streams, not torch's.
     Spec('resnet18', _cnn(torchvision.models.resnet18), IMAGE(64), 4, 'cross-entropy', ['logits']),
     Spec('resnet50', _cnn(torchvision.models.resnet50), IMAGE(64), 4, 'cross-entropy', ['logits']),
-    Spec('mobilenet_v2', _cnn(torchvision.models.mobilenet_v2, dropout=0.0), IMAGE(64), 4, 'cross-entropy', ['logits']),
+    # MobileNet-V2's float32 gradients hinge on one or two ReLU6 elements
+    # that flip against float64 (bench/zoo_relu_flips.py: pinned, PyTorch's
+    # worst error drops from 1.7e-2 to 2.4e-4); which configuration wins is
+    # the batch's luck, so it is judged against PyTorch's least accurate
+    # (docs/zoo.md, "Judged against PyTorch's best configuration").
+    Spec('mobilenet_v2', _cnn(torchvision.models.mobilenet_v2, dropout=0.0), IMAGE(64), 4, 'cross-entropy', ['logits'],
+         grad_judge='worst'),
     # VGG and AlexNet end in an adaptive pool to 7x7 and 6x6, which
     # torch.onnx exports only where it divides the feature map: 224 pixels.
     Spec('vgg11_bn', _cnn(torchvision.models.vgg11_bn, dropout=0.0), IMAGE(224), 2, 'cross-entropy',

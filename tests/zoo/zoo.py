@@ -19,8 +19,11 @@ downloaded), at each opset:
            judged against torch autograd in float64 on the same weights and
            batch: its relative error (L2 norm of the difference over the
            reference's) must be at most max(1e-4, 2 x torch float32's own),
-           torch's being the largest over one thread, two threads and
-           oneDNN off (SMALL_GRAD and TORCH_CONFIGS below say why).
+           torch's being the SMALLEST over one thread, two threads and
+           oneDNN off: pipec must be about as accurate as torch's most
+           accurate configuration (SMALL_GRAD and TORCH_CONFIGS below; a
+           model whose Spec says grad_judge='worst' is judged against the
+           largest, for the reason its Spec gives).
   pipeline the TRAINING export at K=4 (or the model's list of K: the GNMT
            model also K=2) and K=1 (M micro-batches, Adam), three steps on
            different batches: every trained weight and every step's loss are
@@ -59,10 +62,12 @@ GRAD_FLOOR = 1e-4
 # before BatchNorm, a BatchNorm's bias before another) are rounding noise in
 # every float32 computation, pipec's and torch's alike.
 SMALL_GRAD = 1e-4
-# PyTorch float32's own error is the largest over the configurations a user
-# runs it in: on deep BatchNorm networks it is ill-conditioned (ReLUs near
-# zero flip with the summation order), and resnet50's layer4 BatchNorm
-# weights measured 1.1e-3 at one thread and 1.6e-2 at two.
+# PyTorch float32's own error is the smallest over the configurations a user
+# runs it in. On deep BatchNorm networks it is ill-conditioned (ReLUs near
+# zero flip with the summation order) and varies a lot between them
+# (densenet121's denseblock1 conv weights: 1.1e-5 with oneDNN, 6.1e-3
+# without); judging against the worst of them let a much less accurate
+# pipec pass, so the limit is set by the best (docs/zoo.md).
 TORCH_CONFIGS = [('1 thread', 1, True), ('2 threads', 2, True), ('1 thread, no oneDNN', 1, False)]
 
 
@@ -241,18 +246,22 @@ class Zoo:
             g = (w0[n].astype(np.float64) - w1[n].astype(np.float64)) / lr
             scale = max(np.linalg.norm(ref), SMALL_GRAD * largest)
             e_pipec = float(np.linalg.norm(g - ref) / scale)
-            e_torch = max(float(np.linalg.norm(t[n] - ref) / scale) for t in g32.values())
+            e_all = [float(np.linalg.norm(t[n] - ref) / scale) for t in g32.values()]
+            e_torch = max(e_all) if self.s.grad_judge == 'worst' else min(e_all)
             limit = max(GRAD_FLOOR, 2 * e_torch)
-            rows.append((e_pipec / limit, n, e_pipec, e_torch))
+            rows.append((e_pipec / limit, n, e_pipec, min(e_all), max(e_all)))
             if e_pipec > limit:
-                bad.append(f'{n} {e_pipec:.2e} > {limit:.2e} (torch f32 {e_torch:.2e})')
+                bad.append(f'{n} {e_pipec:.2e} > {limit:.2e} (torch f32 best {min(e_all):.2e}, '
+                           f'worst {max(e_all):.2e})')
         rows.sort(reverse=True)
-        worst = rows[0] if rows else (0, '-', 0, 0)
+        worst = rows[0] if rows else (0, '-', 0, 0, 0)
         if missing:
             bad.append(f'parameters not found in the export: {", ".join(missing[:5])}')
         self.check(f'grad opset {opset}', not bad,
                    f'{len(rows)} parameters; worst {worst[1]}: pipec {worst[2]:.2e}, torch f32 '
-                   f'{worst[3]:.2e} against f64' + ('; ' + '; '.join(bad[:6]) if bad else ''))
+                   f'{worst[3]:.2e} (best; worst {worst[4]:.2e}) against f64, judged against torch\'s '
+                   f'{self.s.grad_judge}'
+                   + ('; ' + '; '.join(bad[:6]) if bad else ''))
         shutil.rmtree(plan, ignore_errors=True)
 
     def run_pipeline(self, path, K, M):

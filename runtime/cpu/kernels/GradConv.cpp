@@ -20,7 +20,8 @@
 // backward-data primitive computes each element of dX in one thread; its
 // backward-weights primitive splits the sum over images among its threads,
 // so dW runs it single-threaded on fixed chunks of images, in parallel, and
-// adds the chunks in order. Every path therefore gives bitwise the same
+// adds the chunks in order; each primitive sums at most 1024 terms in float
+// (pieces of a chunk, added in double), so long sums keep their digits. Every path therefore gives bitwise the same
 // result for any thread count (tests/unit/ConvGradKernelTest.cpp checks that
 // and compares the paths). PIPEC_LINALG_NO_DNNL selects the loops for f32
 // as well. 1-D and 2-D run the loops as 3-D with unit leading dimensions.
@@ -286,32 +287,52 @@ private:
   int saved_;
 };
 
-/// ConvGradWeight on oneDNN with a result independent of the thread count.
-/// Left to itself, oneDNN splits the reduction over images by its thread
-/// count, so 1 and 2 threads gave different bits. Instead the work is cut,
-/// by the shape alone, into chunks of images x blocks of output channels
-/// (whole groups when grouped); each chunk is a single-threaded primitive
-/// (created with one thread and run inside our parallel loop, where oneDNN
-/// runs sequentially) over views of dY and X. A channel block's dW is
-/// disjoint from the others', so only the image chunks leave partial sums,
-/// added in chunk order in double.
+/// ConvGradWeight on oneDNN with a result independent of the thread count
+/// and digits kept over long sums.
 ///
-/// Which cut: image chunks cost a partial dW each (written, reordered, then
-/// summed), channel blocks cost a reorder of X each. Early layers (large
-/// activations, small dW) cut images; late ones (dW larger than the
-/// activations: ResNet's 3x3 convolutions on 4x4 and 2x2 maps) cut
-/// channels, with channel blocks instead of 8 image chunks
-/// (bench/results/log.md has ResNet-18's layer4 dW before and after).
+/// Thread count: left to itself, oneDNN splits the reduction over images by
+/// its thread count, so 1 and 2 threads gave different bits. Instead the
+/// work is cut, by the shape alone, into tasks of images x blocks of output
+/// channels (whole groups when grouped); each task runs single-threaded
+/// primitives (created with one thread and run inside our parallel loop,
+/// where oneDNN runs sequentially) over views of dY and X. A channel
+/// block's dW is disjoint from the others', so only the image chunks leave
+/// partial sums, added in chunk order in double.
+///
+/// Digits: a primitive accumulates its whole sum over images and output
+/// positions in float, one output row after another into the same
+/// accumulators, so its rounding error grows with the length of the sum;
+/// where the terms cancel (dY of zero mean per channel behind a training
+/// BatchNorm, X of positive mean) that error is large next to dW. So a
+/// task's images are cut further into pieces of at most kMaxTerms terms
+/// (images x output positions): several images when they are small, else
+/// one image cut into bands of output rows (the outermost spatial
+/// dimension; a band reads the input rows its windows cover, with its own
+/// pads). Where a task has several pieces, each piece's float dW is added
+/// into the task's double accumulator, in piece order, and dW is rounded to
+/// float once; where it has one (every chunk short: the zoo's 64 px
+/// models), the piece writes its chunk's float partial itself, as before.
+///
+/// Which cut into tasks: image chunks cost a partial dW each, channel blocks
+/// cost a reorder of X each. Early layers (large activations, small dW) cut
+/// images; late ones (dW larger than the activations: ResNet's 3x3
+/// convolutions on 4x4 and 2x2 maps) cut channels, with channel blocks
+/// instead of 8 image chunks (bench/results/log.md has ResNet-18's layer4 dW
+/// before and after).
 class ConvGradWeightDnnlKernel final : public Kernel {
 public:
-  /// Chunks per call: enough for the threads of a device to share.
+  /// Tasks per call: enough for the threads of a device to share.
   static constexpr int64_t kChunks = 8;
   /// Output channels per block are a multiple of this (oneDNN's blocking).
   static constexpr int64_t kChannelBlock = 16;
+  /// The most terms (images x output positions) one primitive sums in
+  /// float (docs/cpu-linalg-kernels.md has the measurements behind it).
+  static constexpr int64_t kMaxTerms = 1024;
 
-  /// Null when oneDNN declines the case.
-  static std::unique_ptr<ConvGradWeightDnnlKernel> make(const ConvGradGeom &g) {
-    if (g.N < 1 || g.M < 1)
+  /// Null when oneDNN declines the case. `maxTerms` bounds the pieces.
+  static std::unique_ptr<ConvGradWeightDnnlKernel> make(const ConvGradGeom &g,
+                                                        int64_t maxTerms = kMaxTerms) {
+    if (g.N < 1 || g.M < 1 || g.dims.empty())
       return nullptr;
     auto k = std::unique_ptr<ConvGradWeightDnnlKernel>(new ConvGradWeightDnnlKernel());
     int64_t inSp = 1, outSp = 1, ks = 1;
@@ -352,62 +373,110 @@ public:
       dyStrides.push_back(so);
       xStrides.push_back(si);
     }
+    // Pieces: several images, or bands of one image's outermost output
+    // dimension (`rows` of its `rowOut` positions each).
+    const LinalgWindowDim &outer = g.dims[0];
+    const int64_t rowOut = outSp / outer.out, rowIn = inSp / outer.in;
+    const int64_t imagesPer = std::max<int64_t>(1, maxTerms / outSp);
+    const int64_t rows = outSp <= maxTerms ? outer.out : std::max<int64_t>(1, maxTerms / rowOut);
+    // Plans by piece shape, created once and copied into each task.
+    struct Proto {
+      int64_t images, mCount, out0, out1;
+      DnnlConvGradPlan plan;
+    };
+    std::vector<Proto> protos;
+    size_t planBytes = 0;
+    int64_t pieces = 0, minPieces = INT64_MAX;
     {
       OmpThreadsScope one(1);
       for (int64_t i = 0; i < imageChunks; ++i)
         for (int64_t b = 0; b < blocks; ++b) {
-          Chunk c;
-          c.n0 = i * per;
-          c.images = std::min(per, g.N - c.n0);
-          c.part = i;
+          Task t;
+          t.part = i;
+          const int64_t n0 = i * per, images = std::min(per, g.N - n0);
           const int64_t u0 = b * unitsPer, u1 = std::min(units, u0 + unitsPer);
           ConvGradGeom cg2 = g;
-          cg2.N = c.images;
           if (g.G > 1) {
-            c.m0 = u0 * mg;
-            c.mCount = (u1 - u0) * mg;
-            c.c0 = u0 * cg;
+            t.m0 = u0 * mg;
+            t.mCount = (u1 - u0) * mg;
+            t.c0 = u0 * cg;
             cg2.G = u1 - u0;
             cg2.C = (u1 - u0) * cg;
-            cg2.M = c.mCount;
           } else {
-            c.m0 = u0 * unitOut;
-            c.mCount = b + 1 == blocks ? g.M - c.m0 : (u1 - u0) * unitOut;
-            cg2.M = c.mCount;
+            t.m0 = u0 * unitOut;
+            t.mCount = b + 1 == blocks ? g.M - t.m0 : (u1 - u0) * unitOut;
           }
-          // Chunks of one shape share a plan (copied per chunk below).
-          auto same = [&](const Chunk &o) { return o.images == c.images && o.mCount == c.mCount; };
-          auto it = std::find_if(k->chunks_.begin(), k->chunks_.end(), same);
-          if (it != k->chunks_.end()) {
-            c.plan = it->plan;
-          } else {
-            c.plan = k->plans_.size();
-            k->plans_.push_back(makeDnnlConvGrad(cg2, true, c.images, {dyStrides, xStrides}));
-            if (!k->plans_.back().valid())
-              return nullptr;
-          }
-          k->chunks_.push_back(c);
+          cg2.M = t.mCount;
+          for (int64_t n = n0; n < n0 + images; n += imagesPer)
+            for (int64_t o0 = 0; o0 < outer.out; o0 += rows) {
+              Piece p;
+              p.images = std::min(imagesPer, n0 + images - n);
+              const int64_t o1 = std::min(outer.out, o0 + rows);
+              // The input rows the band's windows cover, and its pads. All
+              // rows keep the convolution's own geometry: X whole, so that
+              // the channel blocks can share its reorder (sharedX_).
+              const bool all = o0 == 0 && o1 == outer.out;
+              const int64_t a = o0 * outer.stride - outer.padBegin,
+                            e = (o1 - 1) * outer.stride - outer.padBegin + outer.extent();
+              const int64_t in0 = all ? 0 : std::max<int64_t>(0, a),
+                            in1 = all ? outer.in : std::min(outer.in, e);
+              if (in1 <= in0)
+                continue; // the band reads only padding: it adds nothing
+              ConvGradGeom pg = cg2;
+              pg.N = p.images;
+              if (!all) {
+                pg.dims[0].in = in1 - in0;
+                pg.dims[0].out = o1 - o0;
+                pg.dims[0].padBegin = in0 - a;
+                pg.dims[0].padEnd = e - in1;
+              }
+              p.dy = n * k->dyImage_ + t.m0 * outSp + o0 * rowOut;
+              p.x = n * k->xImage_ + t.c0 * inSp + in0 * rowIn;
+              auto same = [&](const Proto &q) {
+                return q.images == p.images && q.mCount == t.mCount && q.out0 == o0 &&
+                       q.out1 == o1;
+              };
+              auto it = std::find_if(protos.begin(), protos.end(), same);
+              if (it == protos.end()) {
+                protos.push_back({p.images, t.mCount, o0, o1,
+                                  makeDnnlConvGrad(pg, true, p.images, {dyStrides, xStrides})});
+                if (!protos.back().plan.valid())
+                  return nullptr;
+                planBytes = std::max(planBytes, protos.back().plan.bytes);
+                it = protos.end() - 1;
+              }
+              // A prepared primitive binds its buffers in place
+              // (LinalgDnnlPrim) and tasks run at once: a copy per task.
+              const size_t proto = static_cast<size_t>(it - protos.begin());
+              auto have = std::find(t.protoOf.begin(), t.protoOf.end(), proto);
+              if (have == t.protoOf.end()) {
+                t.protoOf.push_back(proto);
+                t.plans.push_back(it->plan);
+                have = t.protoOf.end() - 1;
+              }
+              p.plan = static_cast<size_t>(have - t.protoOf.begin());
+              t.pieces.push_back(p);
+            }
+          pieces = std::max<int64_t>(pieces, static_cast<int64_t>(t.pieces.size()));
+          minPieces = std::min<int64_t>(minPieces, static_cast<int64_t>(t.pieces.size()));
+          k->blockElems_ = std::max(k->blockElems_, t.mCount * k->filter_);
+          k->tasks_.push_back(std::move(t));
         }
     }
-    size_t planBytes = 0;
-    for (const DnnlConvGradPlan &p : k->plans_)
-      planBytes = std::max(planBytes, p.bytes);
-    // Chunks run on several threads at once, and a prepared primitive binds
-    // its buffers in place (LinalgDnnlPrim): a copy of the plan per chunk.
-    std::vector<DnnlConvGradPlan> perChunk;
-    for (Chunk &c : k->chunks_) {
-      perChunk.push_back(k->plans_[c.plan]);
-      c.plan = perChunk.size() - 1;
-    }
-    k->plans_ = std::move(perChunk);
-    // With every image in each chunk, the channel blocks read all of X (or
-    // of their groups'): reorder it once for all of them when they want one
-    // layout, rather than once per block.
-    if (imageChunks == 1 && blocks > 1 && g.G == 1 && k->plans_[0].reorders[1].valid()) {
-      const dnnl::memory::desc &want = k->plans_[0].main.args[1].second;
+    k->parts_ = imageChunks;
+    // Direct: every task is one primitive writing its block of dW.
+    k->accumulate_ = imageChunks > 1 || pieces != 1;
+    // One piece per task and several image chunks: each piece writes its
+    // chunk's float partial dW itself (no double accumulator to fill).
+    k->floatParts_ = imageChunks > 1 && pieces == 1 && minPieces == 1;
+    // With every image in each task's one piece, the channel blocks read all
+    // of X (or of their groups'): reorder it once for all of them when they
+    // want one layout, rather than once per block.
+    if (!k->accumulate_ && blocks > 1 && g.G == 1 && k->tasks_[0].plans[0].reorders[1].valid()) {
+      const dnnl::memory::desc &want = k->tasks_[0].plans[0].main.args[1].second;
       bool same = true;
-      for (const DnnlConvGradPlan &p : k->plans_)
-        same = same && p.reorders[1].valid() && p.main.args[1].second == want;
+      for (const Task &t : k->tasks_)
+        same = same && t.plans[0].reorders[1].valid() && t.plans[0].main.args[1].second == want;
       if (same) {
         try {
           dnnl::engine &eng = linalgDnnlEngine();
@@ -423,15 +492,18 @@ public:
         }
       }
     }
-    k->parts_ = imageChunks;
-    k->partBytes_ = imageChunks > 1 ? linalgRoundUp(static_cast<size_t>(k->wElems_) * sizeof(float))
-                                    : 0;
-    k->planBytes_ = linalgRoundUp(planBytes);
+    k->accBytes_ = k->accumulate_ ? linalgRoundUp(static_cast<size_t>(k->wElems_) *
+                                                  (k->floatParts_ ? sizeof(float) : sizeof(double)))
+                                  : 0;
+    k->bufBytes_ = k->accumulate_ && !k->floatParts_
+                       ? linalgRoundUp(static_cast<size_t>(k->blockElems_) * sizeof(float))
+                       : 0;
+    k->taskBytes_ = linalgRoundUp(planBytes) + k->bufBytes_;
     return k;
   }
 
   size_t workspaceBytes() const override {
-    return static_cast<size_t>(parts_) * partBytes_ + chunks_.size() * planBytes_ +
+    return static_cast<size_t>(parts_) * accBytes_ + tasks_.size() * taskBytes_ +
            (sharedX_.valid() ? sharedXBytes_ + sharedXScratch_ : 0);
   }
 
@@ -440,55 +512,99 @@ public:
     const float *x = static_cast<const float *>(in[1]);
     float *dw = static_cast<float *>(out[0]);
     unsigned char *base = linalgAlign(ctx.workspace);
-    unsigned char *parts = base, *planWs = base + parts_ * partBytes_;
-    const int64_t n = static_cast<int64_t>(chunks_.size());
-    unsigned char *xChosen = planWs + n * planBytes_;
+    unsigned char *accs = base, *taskWs = base + parts_ * accBytes_;
+    const int64_t n = static_cast<int64_t>(tasks_.size());
+    unsigned char *xChosen = taskWs + n * taskBytes_;
     if (sharedX_.valid()) {
       const void *r[2] = {x, xChosen};
       PIPEC_TRY(sharedX_.run(r, xChosen + sharedXBytes_));
     }
-    std::vector<Status> st(chunks_.size(), Status::ok());
-    // No `if` clause: a chunk must always run inside a parallel region (or on
+    const size_t planBytes = taskBytes_ - bufBytes_;
+    std::vector<Status> st(tasks_.size(), Status::ok());
+    // No `if` clause: a piece must always run inside a parallel region (or on
     // a one-thread team), where oneDNN does not split it further.
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < n; ++k) {
-      const Chunk &c = chunks_[static_cast<size_t>(k)];
-      float *dst = parts_ > 1 ? reinterpret_cast<float *>(parts + c.part * partBytes_) : dw;
-      const void *ptrs[3] = {dy + c.n0 * dyImage_ + c.m0 * outSp_,
-                             sharedX_.valid() ? static_cast<const void *>(xChosen)
-                                              : x + c.n0 * xImage_ + c.c0 * inSp_,
-                             dst + c.m0 * filter_};
-      st[static_cast<size_t>(k)] =
-          plans_[c.plan].run(ptrs, planWs + k * planBytes_, sharedX_.valid() ? 0b010 : 0);
+      const Task &t = tasks_[static_cast<size_t>(k)];
+      unsigned char *ws = taskWs + k * taskBytes_;
+      // Where the pieces write: dW itself, the chunk's float partial, or a
+      // buffer added into the chunk's double accumulator.
+      float *buf = !accumulate_ ? dw + t.m0 * filter_
+                   : floatParts_
+                       ? reinterpret_cast<float *>(accs + t.part * accBytes_) + t.m0 * filter_
+                       : reinterpret_cast<float *>(ws + planBytes);
+      double *acc = accumulate_ && !floatParts_
+                        ? reinterpret_cast<double *>(accs + t.part * accBytes_) + t.m0 * filter_
+                        : nullptr;
+      const int64_t len = t.mCount * filter_;
+      bool first = true;
+      for (const Piece &p : t.pieces) {
+        const void *ptrs[3] = {dy + p.dy,
+                               sharedX_.valid() ? static_cast<const void *>(xChosen) : x + p.x,
+                               buf};
+        Status s = t.plans[p.plan].run(ptrs, ws, sharedX_.valid() ? 0b010 : 0);
+        if (!s) {
+          st[static_cast<size_t>(k)] = s;
+          break;
+        }
+        if (acc) {
+          if (first)
+            for (int64_t i = 0; i < len; ++i)
+              acc[i] = buf[i];
+          else
+            for (int64_t i = 0; i < len; ++i)
+              acc[i] += buf[i];
+        }
+        first = false;
+      }
+      if (acc && first)
+        std::fill(acc, acc + len, 0.0);
     }
     for (const Status &s : st)
       PIPEC_TRY(s);
-    if (parts_ > 1)
+    if (floatParts_)
       parallelFor(wElems_, wElems_ * parts_ > 65536, [&](int64_t i) {
-        double s = 0;
-        for (int64_t k = 0; k < parts_; ++k)
-          s += reinterpret_cast<const float *>(parts + k * partBytes_)[i];
+        double s = reinterpret_cast<const float *>(accs)[i];
+        for (int64_t k = 1; k < parts_; ++k)
+          s += reinterpret_cast<const float *>(accs + k * accBytes_)[i];
+        dw[i] = static_cast<float>(s);
+      });
+    else if (accumulate_)
+      parallelFor(wElems_, wElems_ * parts_ > 65536, [&](int64_t i) {
+        double s = reinterpret_cast<const double *>(accs)[i];
+        for (int64_t k = 1; k < parts_; ++k)
+          s += reinterpret_cast<const double *>(accs + k * accBytes_)[i];
         dw[i] = static_cast<float>(s);
       });
     return Status::ok();
   }
 
 private:
-  /// Images [n0, n0 + images) and output channels [m0, m0 + mCount) (input
-  /// channels from c0 when grouped); `part` is the image chunk.
-  struct Chunk {
-    int64_t n0 = 0, images = 0, m0 = 0, mCount = 0, c0 = 0, part = 0;
+  /// One primitive's share of a task: `images` images from dY's and X's
+  /// element offsets `dy` and `x` (a band of rows when cut), run by the
+  /// task's plan `plan`.
+  struct Piece {
+    int64_t images = 0, dy = 0, x = 0;
     size_t plan = 0;
+  };
+  /// A chunk of images (`part`) x output channels [m0, m0 + mCount) (input
+  /// channels from c0 when grouped), its pieces in summation order.
+  struct Task {
+    int64_t part = 0, m0 = 0, mCount = 0, c0 = 0;
+    std::vector<Piece> pieces;
+    std::vector<DnnlConvGradPlan> plans; ///< this task's own copies
+    std::vector<size_t> protoOf;         ///< which shape each plan has
   };
 
   ConvGradWeightDnnlKernel() = default;
-  std::vector<DnnlConvGradPlan> plans_; ///< one per chunk
-  std::vector<Chunk> chunks_;
-  /// X into the chunks' layout, once for all of them (or invalid).
+  std::vector<Task> tasks_;
+  /// X into the tasks' layout, once for all of them (or invalid).
   LinalgDnnlPrim sharedX_;
   size_t sharedXBytes_ = 0, sharedXScratch_ = 0;
   int64_t parts_ = 1, xImage_ = 0, dyImage_ = 0, wElems_ = 0, inSp_ = 1, outSp_ = 1, filter_ = 1;
-  size_t partBytes_ = 0, planBytes_ = 0;
+  int64_t blockElems_ = 0;
+  bool accumulate_ = false, floatParts_ = false;
+  size_t accBytes_ = 0, bufBytes_ = 0, taskBytes_ = 0;
 };
 
 /// Shared factory: `weight` selects ConvGradWeight (dY, X) over
@@ -513,7 +629,11 @@ Expected<KernelPtr> makeConvGrad(const OpDesc &d, bool weight) {
     using T = decltype(tag);
     if constexpr (linalgDnnlSupports<T>()) {
       if (oneDnnEnabled() && weight) {
+        // Pieces of kMaxTerms terms; where oneDNN declines a piece's shape,
+        // whole image chunks as before.
         if (auto k = ConvGradWeightDnnlKernel::make(g))
+          return KernelPtr(std::move(k));
+        if (auto k = ConvGradWeightDnnlKernel::make(g, INT64_MAX))
           return KernelPtr(std::move(k));
       } else if (oneDnnEnabled()) {
         DnnlConvGradPlan p = makeDnnlConvGrad(g, false, g.N);
