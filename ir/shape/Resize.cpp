@@ -12,6 +12,8 @@
 #include "support/Resize.h"
 #include "ir/shape/RuleUtil.h"
 
+#include <algorithm>
+
 namespace pipec::ir::shape {
 
 namespace {
