@@ -9,14 +9,11 @@ std::unordered_map<const ir::Node *, std::vector<ir::Guard>>
 planGuards(const std::vector<ir::Node *> &order, const std::function<int(const ir::Node *)> &stageOf,
            const std::unordered_set<const ir::Value *> &kept) {
   std::unordered_map<const ir::Node *, std::vector<ir::Guard>> out;
-  std::unordered_map<const ir::Node *, size_t> index;
-  bool any = false;
-  for (size_t i = 0; i < order.size(); ++i) {
-    index[order[i]] = i;
-    any = any || !order[i]->guards().empty();
-  }
-  if (!any)
+  if (std::none_of(order.begin(), order.end(), [](const ir::Node *n) { return !n->guards().empty(); }))
     return out;
+  std::unordered_map<const ir::Node *, size_t> index;
+  for (size_t i = 0; i < order.size(); ++i)
+    index[order[i]] = i;
   // The guards the runtime can evaluate at the node.
   for (size_t i = 0; i < order.size(); ++i) {
     const ir::Node *n = order[i];

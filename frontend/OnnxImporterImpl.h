@@ -53,9 +53,10 @@ private:
   Status importSubgraphInputs();
   /// A subgraph's value `name` defined outside it: a capture input.
   ir::Value *capture(const std::string &name);
-  /// Imports the graph attributes of node `n` into `node` (its
-  /// subgraphs), appending each captured outer value to `inputs` (or to
-  /// `later` when the outer graph defines it further on).
+  /// Imports the graph attributes of node `n` into `subgraphs` (by
+  /// attribute name), appending each captured outer value to `inputs` (or
+  /// to `later` when the outer graph defines it further on) and its slot
+  /// there to `slots` of the attribute.
   Status importSubgraphs(const onnx::NodeProto &n, const std::string &where,
                          std::vector<ir::Value *> &inputs,
                          std::vector<std::pair<size_t, std::string>> &later,

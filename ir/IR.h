@@ -131,8 +131,6 @@ public:
   const Tensor &constant() const { return constant_; }
   /// Nodes that read this value, once per input slot.
   const std::vector<Node *> &users() const { return users_; }
-  /// Nodes guarded on this value (Node::guards), which are not users.
-  const std::unordered_set<Node *> &guardedNodes() const { return guarded_; }
   bool isGraphOutput() const { return isOutput_; }
 
 private:
@@ -149,6 +147,8 @@ private:
   bool promotedConstant_ = false;
   Tensor constant_;
   std::vector<Node *> users_;
+  /// Nodes guarded on this value (Node::guards), which are not users:
+  /// Graph::replaceAllUsesWith moves their guards along.
   std::unordered_set<Node *> guarded_;
 };
 

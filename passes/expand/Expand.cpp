@@ -1,7 +1,6 @@
 //===- passes/expand/Expand.cpp - The expansion driver and table ----------===//
 #include "passes/expand/Expand.h"
 
-
 namespace pipec::passes::expand {
 
 namespace {
