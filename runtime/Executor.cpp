@@ -4,6 +4,7 @@
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/cpu/ElementwiseJit.h"
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/EmulatedGpu.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -40,7 +41,7 @@ TensorDesc descOf(const plan::TensorInfo &t) {
 } // namespace
 
 Expected<std::unique_ptr<DeviceExecutor>> DeviceExecutor::create(const plan::LoadedPlan &lp,
-                                                                 int index, int gpu) {
+                                                                 int index, int gpu, bool emulateGpu) {
   const int K = lp.plan.devices_size();
   const int64_t D = std::max<uint32_t>(lp.plan.pipeline().data_parallel(), 1);
   if (index < 0 || index >= K * D)
@@ -48,9 +49,12 @@ Expected<std::unique_ptr<DeviceExecutor>> DeviceExecutor::create(const plan::Loa
   std::unique_ptr<DeviceExecutor> ex(new DeviceExecutor(lp, index, index % K));
   if (gpu >= 0) {
     PIPEC_ASSIGN(ex->backend_, cuda::makeCudaBackend(gpu));
+  } else if (emulateGpu) {
+    ex->backend_ = cuda::makeEmulatedGpuBackend();
   } else {
     ex->backend_ = cpu::makeCpuBackend();
   }
+  ex->async_ = ex->backend_->residentTraining();
   Status prepared = ex->prepare();
   if (!prepared && gpu >= 0)
     return prepared.withContext(cat("device ", index, " on ", ex->backend_->name()));
@@ -165,6 +169,7 @@ Status DeviceExecutor::prepare() {
   std::vector<InputRead> previousReads;
   feedBefore_.assign(dev.program_size(), {});
   collectAfter_.assign(dev.program_size(), {});
+  accumAfter_.assign(dev.program_size(), {});
   highWater_.assign(dev.program_size(), 0);
   operands_.assign(dev.program_size(), {});
   operands2_.clear();
@@ -256,12 +261,13 @@ Expected<void *> DeviceExecutor::hostView(int32_t tensor, unsigned mb) {
   return backend_->hostView(address(tensor, mb), lp_.plan.tensors(tensor).bytes());
 }
 
-bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
+bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst, bool deviceMemory) {
   const plan::Plan &p = lp_.plan;
   const plan::Device &dev = p.devices(stage_);
-  // `dst` is host memory: where the host cannot address the device's, the
-  // gradients come to it per micro-batch (collect).
-  if (tensor < 0 || tensor >= p.tensors_size() || !dst || !backend_->hostAddressable())
+  // `dst` is host memory unless said otherwise: where the host cannot
+  // address the device's, the gradients come to it per micro-batch
+  // (collect).
+  if (tensor < 0 || tensor >= p.tensors_size() || !dst || (!deviceMemory && !backend_->hostAddressable()))
     return false;
   for (int32_t t : p.outputs())
     if (t == tensor)
@@ -307,6 +313,27 @@ bool DeviceExecutor::accumulateInto(int32_t tensor, void *dst) {
   accumulates_[producer] = 1;
   resetSchedule();
   return true;
+}
+
+bool DeviceExecutor::accumulateOnDevice(int32_t tensor, float *dst) {
+  const plan::Plan &p = lp_.plan;
+  const plan::Device &dev = p.devices(stage_);
+  if (!async_ || tensor < 0 || tensor >= p.tensors_size() || !dst)
+    return false;
+  for (int32_t t : p.outputs())
+    if (t == tensor)
+      return false;
+  bool found = false;
+  for (int i = 0; i < dev.program_size(); ++i) {
+    auto &c = collectAfter_[static_cast<size_t>(i)];
+    auto at = std::find(c.begin(), c.end(), tensor);
+    if (at == c.end())
+      continue;
+    c.erase(at);
+    accumAfter_[static_cast<size_t>(i)].emplace_back(tensor, dst);
+    found = true;
+  }
+  return found;
 }
 
 void DeviceExecutor::setSecondWeightVersion(const std::vector<std::pair<int32_t, void *>> &addr) {
@@ -357,6 +384,13 @@ Status DeviceExecutor::beginInstruction(Run &r, int i) {
   r.ctx.microBatch = static_cast<uint64_t>(replicaBase_ / p.devices_size()) * p.pipeline().num_micro_batches() + mb;
   for (int32_t t : feedBefore_[i]) {
     const uint64_t bytes = p.tensors(t).bytes();
+    if (async_) {
+      // A slot of its own: the copy is in flight while the host goes on.
+      PIPEC_ASSIGN(void *host, ioSlot(bytes));
+      PIPEC_TRY(r.io->feed(t, mb, host));
+      PIPEC_TRY(backend_->upload(address(t, mb), host, bytes));
+      continue;
+    }
     PIPEC_ASSIGN(void *host, backend_->staging(address(t, mb), bytes));
     PIPEC_TRY(r.io->feed(t, mb, host));
     PIPEC_TRY(backend_->commit(address(t, mb), host, bytes));
@@ -375,7 +409,10 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
   case plan::Instruction::OPTIMIZER:
     if (!io.optimize)
       return errorf("device ", index_, ": the plan has an optimizer step but the run is not training");
-    PIPEC_TRY(backend_->sync()); // the gradients are complete
+    // A host optimizer needs the gradients complete and collected; a
+    // resident one is enqueued behind them.
+    if (!residentWeights_)
+      PIPEC_TRY(flushCollects(io));
     return io.optimize(index_, ins.previous_step());
   case plan::Instruction::SEND: {
     if (!io.transport)
@@ -469,7 +506,9 @@ Status DeviceExecutor::runUpdate(Run &r, const ParamUpdate &u) {
 Status DeviceExecutor::endInstruction(Run &r, int i) {
   const plan::Instruction &ins = lp_.plan.devices(stage_).program(i);
   const unsigned mb = r.mb;
-  if (isCompute(ins.kind())) // the kernels' time and errors
+  // The kernels' time and errors; an asynchronous backend's only when
+  // they are measured.
+  if (isCompute(ins.kind()) && (!async_ || tracing_ || !nodeSeconds_.empty()))
     PIPEC_TRY(backend_->sync().withContext(cat("device ", index_, " micro-batch ", mb)));
   const Clock::time_point t1 = Clock::now();
   const double dt = seconds(r.t0, t1);
@@ -490,10 +529,40 @@ Status DeviceExecutor::endInstruction(Run &r, int i) {
     trace_.push_back({static_cast<int>(ins.kind()), mb, message ? ins.tensor() : -1, replicaBase_ + ins.peer(),
                       seconds(epoch_, r.t0), seconds(epoch_, t1), updates});
   }
+  for (const auto &[t, dst] : accumAfter_[i]) {
+    const int64_t n = static_cast<int64_t>(lp_.plan.tensors(t).bytes() / sizeof(float));
+    PIPEC_TRY(backend_->accumulate(dst, static_cast<const float *>(address(t, mb)), n, mb == 0));
+  }
   for (int32_t t : collectAfter_[i]) {
+    if (async_) {
+      const uint64_t bytes = lp_.plan.tensors(t).bytes();
+      PIPEC_ASSIGN(void *host, ioSlot(bytes));
+      PIPEC_TRY(backend_->download(host, address(t, mb), bytes));
+      pending_.push_back({t, mb, host});
+      continue;
+    }
     PIPEC_ASSIGN(void *host, hostView(t, mb));
     PIPEC_TRY(r.io->collect(t, mb, host));
   }
+  return Status::ok();
+}
+
+Expected<void *> DeviceExecutor::ioSlot(uint64_t bytes) {
+  const uint64_t at = (ioUsed_ + 255) / 256 * 256;
+  if (at + bytes > ioBufferBytes_)
+    return errorf("device ", index_, ": the step's feeds and collects need more than the ", ioBufferBytes_,
+                  " bytes of host buffer sized for them");
+  ioUsed_ = at + bytes;
+  return static_cast<char *>(ioBuffer_) + at;
+}
+
+Status DeviceExecutor::flushCollects(const StepIO &io) {
+  if (!async_)
+    return Status::ok();
+  PIPEC_TRY(backend_->sync().withContext(cat("device ", index_)));
+  for (const PendingCollect &c : pending_)
+    PIPEC_TRY(io.collect(c.tensor, c.mb, c.host));
+  pending_.clear();
   return Status::ok();
 }
 
@@ -594,14 +663,29 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   ctx.workspace = workspace_;
   ctx.stream = backend_->stream();
   using Part = StepIO::Part;
-  // A training step's optimizer updated the weights since the last one.
-  PIPEC_TRY(backend_->beginStep(io.optimize != nullptr));
+  // A training step's host optimizer updated the weights since the last
+  // one.
+  PIPEC_TRY(backend_->beginStep(io.optimize != nullptr && !residentWeights_));
+  if (async_) {
+    // Room for every feed and collect of the step at once.
+    uint64_t need = 0;
+    for (int i = 0; i < dev.program_size(); ++i)
+      for (const auto *list : {&feedBefore_[static_cast<size_t>(i)], &collectAfter_[static_cast<size_t>(i)]})
+        for (int32_t t : *list)
+          need += (lp_.plan.tensors(t).bytes() + 255) / 256 * 256;
+    if (need > ioBufferBytes_) {
+      PIPEC_ASSIGN(ioBuffer_, backend_->hostBuffer(need));
+      ioBufferBytes_ = need;
+    }
+    ioUsed_ = 0;
+    pending_.clear();
+  }
   Run r{this, ctx, &io, ctx.step, 0, {}, Status::ok()};
   if (useCompiled(io)) {
     const uint32_t parts = io.part == Part::All ? 3u : io.part == Part::CurrentStep ? 1u : 2u;
     if (compiled_(&r, parts) != 0)
       return std::move(r.status);
-    return Status::ok();
+    return flushCollects(io);
   }
   for (int i = 0; i < dev.program_size(); ++i) {
     const plan::Instruction &ins = dev.program(i);
@@ -629,7 +713,8 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     }
     PIPEC_TRY(endInstruction(r, i));
   }
-  return backend_->sync();
+  PIPEC_TRY(backend_->sync());
+  return flushCollects(io);
 }
 
 } // namespace pipec::runtime

@@ -63,10 +63,21 @@ public:
   /// memory, its nodes as the backend's kernels; inputs, outputs, messages
   /// and gradients pass between host and device through the backend
   /// (runtime/kernel/Backend.h).
+  /// `emulateGpu` (with gpu < 0): the device on the emulated GPU of
+  /// runtime/cuda/EmulatedGpu.h, for tests of the GPU path's host side.
   static Expected<std::unique_ptr<DeviceExecutor>> create(const plan::LoadedPlan &lp, int index,
-                                                          int gpu = -1);
+                                                          int gpu = -1, bool emulateGpu = false);
   /// Whether the host can read address()'s memory directly (the CPU).
   bool hostAddressable() const { return backend_->hostAddressable(); }
+  /// The device's backend: its memory, copies and parameter updater
+  /// (resident training, Session).
+  kernel::Backend &backend() { return *backend_; }
+  /// The device's copy of a weight or constant it reads, or null.
+  void *weightAddress(int32_t tensor) const { return weightAddr_[static_cast<size_t>(tensor)]; }
+  /// Resident training: the weights change on the device (the backend's
+  /// ParamUpdater), not on the host, so a step does not refresh the
+  /// device's copies from the host's.
+  void setResidentWeights(bool on) { residentWeights_ = on; }
 
   /// Feeds, runs and collects: `feed(tensorId, microBatch, dst)` fills a graph
   /// input instance before the first instruction that reads it;
@@ -140,7 +151,14 @@ public:
   /// kernel canAccumulate(), the tensor is its only output and nothing else
   /// on the device reads, sends or returns it; returns whether it was done.
   /// Runs in micro-batch order add in micro-batch order, as collect() does.
-  bool accumulateInto(int32_t tensor, void *dst);
+  /// `deviceMemory`: `dst` is the backend's memory (resident training),
+  /// not the host's.
+  bool accumulateInto(int32_t tensor, void *dst, bool deviceMemory = false);
+  /// Resident training, for a gradient accumulateInto cannot take: after
+  /// each instruction that computes `tensor`, the backend sums it into
+  /// `dst` (device memory; Backend::accumulate) instead of the host's
+  /// collect. False where the tensor is not the device's to sum.
+  bool accumulateOnDevice(int32_t tensor, float *dst);
 
   /// Parameters updated inside the step: `params` right after `node` of
   /// instruction `instruction` has run (StepIO::update), where the step is
@@ -195,6 +213,29 @@ private:
   /// guard k's `when`.
   std::vector<uint8_t> guardCount_;
   std::vector<uint32_t> guardWhen_;
+  /// Per instruction: gradients the backend sums into device memory after
+  /// it (accumulateOnDevice).
+  std::vector<std::vector<std::pair<int32_t, float *>>> accumAfter_;
+  /// The backend copies asynchronously (Backend::residentTraining): feeds
+  /// and collects go through host buffers of their own, the collects are
+  /// handed over once the device's work is done (flushCollects), and the
+  /// host waits for the device only at the step's end and where the host
+  /// needs its bytes (messages, a host optimizer).
+  bool async_ = false;
+  bool residentWeights_ = false;
+  struct PendingCollect {
+    int32_t tensor;
+    unsigned mb;
+    const void *host;
+  };
+  std::vector<PendingCollect> pending_;
+  /// The step's feeds and collects, each at its own offset of one host
+  /// buffer (the copies of a step are in flight together).
+  void *ioBuffer_ = nullptr;
+  uint64_t ioBufferBytes_ = 0, ioUsed_ = 0;
+  Expected<void *> ioSlot(uint64_t bytes);
+  /// Waits for the device and hands the pending collects to `collect`.
+  Status flushCollects(const StepIO &io);
   /// Per instruction: the highest arena byte its tensor instances reach.
   std::vector<uint64_t> highWater_;
   DeviceStats stats_;

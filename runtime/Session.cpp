@@ -1,5 +1,6 @@
 //===- runtime/Session.cpp - A loaded plan, ready to run ------------------===//
 #include "runtime/Session.h"
+#include "runtime/SessionResident.h"
 #include "pipeline/Schedule.h"
 
 #include <omp.h>
@@ -129,7 +130,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
       s->devices_.push_back(nullptr);
       continue;
     }
-    PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d, opts.cuda ? d % gpus : -1));
+    PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d, opts.cuda ? d % gpus : -1, opts.emulateGpu && !opts.cuda));
     if (opts.trace)
       ex->enableTrace(epoch);
     s->devices_.push_back(std::move(ex));
@@ -485,7 +486,9 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     dio.collect = [this, &io, base](int32_t t, unsigned mb, const void *src) {
       return collect(*io, t, base + mb, src);
     };
-    if (training)
+    if (training && resident_)
+      dio.optimize = [&](int dev, bool) { return optimizeResident(dev, rule, stepNumber, lr, tr); };
+    else if (training)
       dio.optimize = [&](int dev, bool) -> Status {
         PIPEC_TRY(exchange.reduceReplicaGradients(dev));
         auto allReduce = [tr, dev](double *v, size_t n) { return tr->allReduceSum(dev, v, n); };
@@ -536,7 +539,10 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   const int lossIndex = training ? io->outputIndex[p.training().loss()] : -1;
   std::vector<double> replicaLoss(static_cast<size_t>(D), 0.0);
   std::vector<double> noSquares(update ? 0 : params_.size(), 0.0); // inference: no norm
-  std::vector<double> &sq = update ? update->squares() : noSquares;
+  bool residentSkipped = false;
+  if (update && resident_)
+    PIPEC_TRY(residentStepResults(rule, noSquares, residentSkipped));
+  std::vector<double> &sq = update && !resident_ ? update->squares() : noSquares;
   auto sumLoss = [&](int r) {
     const Tensor &l = outputs[lossIndex];
     const int64_t per = l.numel() / D;
@@ -579,7 +585,7 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
       total += v;
     step->gradNorm = std::sqrt(total);
     step->lr = lr;
-    step->skipped = update->skipped();
+    step->skipped = resident_ ? residentSkipped : update->skipped();
     for (size_t i = 0; i < params_.size() && step->firstNonFinite.empty(); ++i)
       if (!std::isfinite(sq[i]))
         step->firstNonFinite = lp_.plan.tensors(params_[i].weight).name();

@@ -62,6 +62,16 @@ struct SessionOptions {
   /// Run the devices on GPUs (runtime/cuda/): device i on GPU i modulo the
   /// GPUs present (all on one when there is one).
   bool cuda = false;
+  /// Run the devices on the emulated GPU (runtime/cuda/EmulatedGpu.h):
+  /// the GPU path's host side, resident training included, on the CPU
+  /// (tests).
+  bool emulateGpu = false;
+  /// Resident training where the devices' backends have it (GPUs): the
+  /// parameters, gradients and optimizer state stay in device memory and
+  /// the optimizer runs there (Session::residentTraining); off: the host
+  /// keeps them and the devices' copies of the weights are refreshed
+  /// every step (tests compare both).
+  bool resident = true;
 };
 
 /// The automatic spin of a waiting device whose thread has a core to itself.
@@ -211,6 +221,13 @@ public:
   /// the gradient accumulator and optimizer state of the parameters it
   /// updates.
   uint64_t trainingStateBytes(int device) const;
+  /// Whether the training state lives in the devices' memory and the
+  /// devices update it (GPUs): the host's copies of the weights and the
+  /// optimizer state are brought up to date only when read (weight(),
+  /// checkpoints) and sent back when written (setWeight, loadCheckpoint).
+  /// Where it cannot (a parameter read on several devices, running
+  /// statistics, data parallelism, 2bw), the host keeps the state.
+  bool residentTraining() const { return resident_ != nullptr; }
   ~Session();
 
 private:
@@ -228,6 +245,24 @@ private:
   /// of them (faster on two threads; docs/runtime.md has the figures).
   /// Sets ParamState::inStep and the devices' DeviceExecutor::setParamUpdates.
   Status planParamUpdates();
+  /// Resident training (residentTraining()): device buffers for the
+  /// gradients and optimizer state, the gradients summed on the devices,
+  /// an updater per device. Leaves resident_ null where it cannot.
+  Status prepareResident();
+  /// Resident training: the host's copies of the weights and optimizer
+  /// state from the devices (when a step changed them), or to them.
+  Status pullResident() const;
+  Status pushResident();
+  /// Resident training: the step's gradients to the host's accumulators
+  /// (gradients()).
+  Status pullResidentGradients();
+  /// Resident training, after a step: the parameters' squared sums and
+  /// whether the devices skipped the step.
+  Status residentStepResults(const train::UpdateRule &rule, std::vector<double> &squares, bool &skipped);
+  /// Resident training: device d's OPTIMIZER, enqueued on its stream.
+  Status optimizeResident(int d, const train::UpdateRule &rule, int64_t stepNumber, float lr, Transport *tr);
+  /// The devices run on GPUs, or the emulated one.
+  bool onGpus() const { return opts_.cuda || opts_.emulateGpu; }
   /// The checkpoint's tensors: all (owner -1) or those device `owner`
   /// updates or computes.
   Expected<train::Checkpoint> checkpointContents(int owner) const;
@@ -314,6 +349,8 @@ private:
   /// Per tensor: where a StateUpdate value is copied (the resident state
   /// constant), null for other tensors.
   std::vector<void *> stateDst_;
+  struct Resident;
+  std::unique_ptr<Resident> resident_;
 };
 
 } // namespace pipec::runtime

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Session.h"
+#include "runtime/SessionResident.h"
 
 #include "pipeline/Schedule.h"
 #include "runtime/DeviceThreads.h"
@@ -112,7 +113,7 @@ Status Session::prepareTraining() {
       return refuse("data parallelism");
     if (sharedParams_)
       return refuse("parameters read on several devices (tied weights)");
-    if (opts_.cuda)
+    if (onGpus())
       return refuse("GPUs yet");
     // The second version where the parameter is updated (this process's
     // devices in a distributed run).
@@ -148,6 +149,7 @@ Status Session::prepareTraining() {
             ps.inPlace = devices_[d]->accumulateInto(ps.grad, ps.accumOf(r)) || ps.inPlace;
         }
     }
+  PIPEC_TRY(prepareResident());
   return planParamUpdates();
 }
 
@@ -156,7 +158,7 @@ Status Session::planParamUpdates() {
   const plan::Training &t = p.training();
   // The OPTIMIZER instruction's path that updates one parameter after the
   // other with nothing to wait for (runProgram's optimize).
-  if (!opts_.updateInStep || noFlush_ || replicas() > 1 || opts_.cuda || t.clip_grad_norm() > 0 ||
+  if (!opts_.updateInStep || noFlush_ || replicas() > 1 || onGpus() || t.clip_grad_norm() > 0 ||
       opts_.skipNonFinite || (transport() && sharedParams_ && !distributed()))
     return Status::ok();
   const size_t T = static_cast<size_t>(p.tensors_size());
@@ -295,6 +297,8 @@ Expected<Session::Gradients> Session::gradients(const std::vector<Tensor> &input
   auto ran = runProgram(inputs, true, &step);
   gradientsOnly_ = false;
   PIPEC_TRY(ran.status());
+  if (resident_)
+    PIPEC_TRY(pullResidentGradients());
   Gradients out;
   out.loss = step.loss;
   for (const ParamState &ps : params_) {
@@ -315,8 +319,9 @@ Status Session::setWeight(const std::string &name, const Tensor &value) {
       continue;
     if (value.dtype() != DType::F32 || value.numel() != ps.n)
       return errorf("weight '", name, "' takes ", ps.n, " float32 values, got ", value.desc().str());
+    PIPEC_TRY(pullResident()); // the others' host copies current, as all go back
     std::memcpy(ps.version(static_cast<int64_t>(steps_)), value.raw(), static_cast<size_t>(ps.n) * sizeof(float));
-    return Status::ok();
+    return resident_ ? pushResident() : Status::ok();
   }
   return errorf("the plan has no trained parameter named '", name, "'");
 }
@@ -369,6 +374,7 @@ Expected<train::Checkpoint> Session::checkpointContents(int owner) const {
   // owner -1: everything (one process); else what that device updates or
   // computes: its parameters with their optimizer state, its statistics.
   const plan::Plan &p = lp_.plan;
+  PIPEC_TRY(pullResident());
   train::Checkpoint c;
   c.step = static_cast<int64_t>(steps_);
   c.meta["plan.source_crc32c"] = std::to_string(p.source_crc32c());
@@ -437,6 +443,10 @@ Status Session::loadCheckpoint(const std::string &dir) {
                   .withContext("checkpoint '" + dir + "'"));
   }
   steps_ = static_cast<uint64_t>(c.step);
+  if (resident_) {
+    resident_->hostStale = false; // the host's copies are the checkpoint's
+    PIPEC_TRY(pushResident());
+  }
   return Status::ok();
 }
 
@@ -454,6 +464,7 @@ bool Session::isTrainedWeight(const std::string &name) const {
 
 Expected<Tensor> Session::weightView(const std::string &name) const {
   const plan::Plan &p = lp_.plan;
+  PIPEC_TRY(pullResident());
   for (int32_t t = 0; t < p.tensors_size(); ++t) {
     const plan::TensorInfo &ti = p.tensors(t);
     if (ti.name() != name || (ti.kind() != plan::TensorInfo::WEIGHT &&

@@ -12,16 +12,58 @@
 // (hostAddressable), hostView and staging return the device address
 // itself and commit does nothing, so the CPU runs without copies.
 //
+// A backend with residentTraining (a GPU) keeps a training run's state in
+// its own memory: the weights, the gradients summed over micro-batches
+// (accumulate) and the optimizer's state, updated by a ParamUpdater; the
+// host enqueues a step's work, copies asynchronously (upload, download)
+// and waits once at the step's end (runtime/Session.h, "resident
+// training").
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "runtime/kernel/Kernel.h"
+#include "runtime/train/UpdateScalars.h"
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pipec::kernel {
+
+/// One trained parameter of a device, in the device's memory: the weight,
+/// the step's gradient summed over micro-batches, and the optimizer's
+/// state buffers (train::Optimizer::stateNames order), each `n` floats.
+struct ParamBuffers {
+  float *param = nullptr;
+  float *grad = nullptr;
+  float *state[3] = {};
+  int64_t n = 0;
+};
+
+/// A device's parameter update where the parameters live: the steps of
+/// train::StepUpdate, enqueued on the device's stream without waiting
+/// (runtime/cuda/UpdateBodies.h has the arithmetic; bitwise the CPU's).
+class ParamUpdater {
+public:
+  virtual ~ParamUpdater() = default;
+  /// Multiplies the gradients by `scale` (the mean over micro-batches;
+  /// not at 1) and computes each parameter's squared sum on the device.
+  virtual Status squares(float scale) = 0;
+  /// The step's decision from this device's squared sums alone: skip a
+  /// non-finite step when `skipNonFinite`, else clip to `clip` (> 0).
+  virtual Status decide(double clip, bool skipNonFinite) = 0;
+  /// The decision made on the host instead (the devices' all-reduced
+  /// squared sums): skip, or scale the gradients by `coef` when `scale`.
+  virtual Status setDecision(bool skip, bool scale, double coef) = 0;
+  /// The decided clipping, then (when `update`) the optimizer step.
+  virtual Status apply(const train::UpdateScalars &s, bool update) = 0;
+  /// Enqueues the copy of the parameters' squared sums to the host; after
+  /// Backend::sync(), squaresOnHost() holds them.
+  virtual Status fetchSquares() = 0;
+  virtual const double *squaresOnHost() const = 0;
+};
 
 class Backend {
 public:
@@ -60,6 +102,31 @@ public:
   virtual Expected<void *> staging(void *dev, uint64_t bytes) = 0;
   /// Makes the `bytes` at `host` (from staging) the device's at `dev`.
   virtual Status commit(void *dev, const void *host, uint64_t bytes) = 0;
+
+  // ---- Resident training and asynchronous steps.
+
+  /// Whether a training run keeps its state in this backend's memory and
+  /// the methods below are implemented.
+  virtual bool residentTraining() const { return false; }
+  /// Copies ordered on the device's stream: `host` must stay valid (and,
+  /// for download, unread) until sync(). Host memory from hostBuffer()
+  /// makes them asynchronous.
+  virtual Status upload(void *, const void *, uint64_t) { return unsupported("asynchronous copies"); }
+  virtual Status download(void *, const void *, uint64_t) { return unsupported("asynchronous copies"); }
+  /// Host memory of `bytes` for asynchronous copies (pinned on a GPU),
+  /// owned by the backend.
+  virtual Expected<void *> hostBuffer(uint64_t) { return unsupported("host buffers"); }
+  /// dst = src (first) or dst + src, n floats of device memory, enqueued.
+  virtual Status accumulate(float *, const float *, int64_t, bool) { return unsupported("gradient sums"); }
+  /// An updater of these parameters (device memory; the table is fixed).
+  virtual Expected<std::unique_ptr<ParamUpdater>> paramUpdater(const std::vector<ParamBuffers> &) {
+    return unsupported("parameter updates");
+  }
+
+protected:
+  Status unsupported(const char *what) const {
+    return errorf(name(), ": this backend has no resident training (", what, ")");
+  }
 };
 
 using BackendPtr = std::unique_ptr<Backend>;

@@ -360,6 +360,58 @@ Expected<Optimizer> Optimizer::create(const OptimizerConfig &config) {
   return o;
 }
 
+UpdateScalars Optimizer::scalars(int64_t step, float lr) const {
+  const double lrD = lr, wd = *cfg_.weightDecay;
+  UpdateScalars u;
+  u.states = static_cast<int32_t>(stateNames_.size());
+  u.wd = static_cast<float>(wd);
+  u.negLr = static_cast<float>(-lrD);
+  switch (kind_) {
+  case Kind::Sgd:
+    u.kind = UpdateScalars::Sgd;
+    u.l2 = wd != 0;
+    u.momentum = cfg_.momentum != 0;
+    u.first = step == 1;
+    u.nesterov = cfg_.nesterov;
+    u.mu = static_cast<float>(cfg_.momentum);
+    u.oneMinusDamp = static_cast<float>(1.0 - cfg_.dampening);
+    break;
+  case Kind::Adam:
+  case Kind::AdamW: {
+    const double t = static_cast<double>(step);
+    const double bc1 = 1.0 - std::pow(cfg_.beta1, t);
+    const double bc2 = 1.0 - std::pow(cfg_.beta2, t);
+    u.kind = UpdateScalars::Adam;
+    const bool decoupled = kind_ == Kind::AdamW;
+    u.l2 = !decoupled && wd != 0;
+    u.decoupled = decoupled && wd != 0;
+    u.amsgrad = cfg_.amsgrad;
+    u.decay = static_cast<float>(1.0 - lrD * wd);
+    u.lerpWeight = static_cast<float>(1.0 - cfg_.beta1);
+    u.lerpSmall = std::abs(u.lerpWeight) < 0.5f;
+    u.beta2 = static_cast<float>(cfg_.beta2);
+    u.oneMinusBeta2 = static_cast<float>(1.0 - cfg_.beta2);
+    u.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+    u.eps = static_cast<float>(cfg_.eps);
+    u.negStepSize = static_cast<float>(-(lrD / bc1));
+    break;
+  }
+  case Kind::RmsProp:
+    u.kind = UpdateScalars::RmsProp;
+    u.l2 = wd != 0;
+    u.centered = cfg_.centered;
+    u.momentum = cfg_.momentum > 0;
+    u.alpha = static_cast<float>(cfg_.alpha);
+    u.oneMinusAlpha = static_cast<float>(1.0 - cfg_.alpha);
+    u.lerpWeight = u.oneMinusAlpha;
+    u.lerpSmall = std::abs(u.lerpWeight) < 0.5f;
+    u.eps = static_cast<float>(cfg_.eps);
+    u.mu = static_cast<float>(cfg_.momentum);
+    break;
+  }
+  return u;
+}
+
 Status Optimizer::step(int64_t step, float lr, float *param, const float *grad,
                        const std::vector<float *> &state, int64_t n) const {
   return update(step, lr, param, grad, state, n, nullptr);
@@ -407,12 +459,11 @@ Status Optimizer::update(int64_t step, float lr, float *param, const float *grad
       return errorf(cfg_.kind, " step ", step, ": state buffer ", i, " (", stateNames_[i],
                     ") is null");
 
-  const double lrD = lr, wd = *cfg_.weightDecay;
+  const UpdateScalars u = scalars(step, lr);
   switch (kind_) {
   case Kind::Sgd: {
-    SgdScalars s{static_cast<float>(-lrD), static_cast<float>(wd),
-                 static_cast<float>(cfg_.momentum), static_cast<float>(1.0 - cfg_.dampening)};
-    SgdFn fn = pickSgd(wd != 0, cfg_.momentum != 0, step == 1, cfg_.nesterov);
+    SgdScalars s{u.negLr, u.wd, u.mu, u.oneMinusDamp};
+    SgdFn fn = pickSgd(u.l2, u.momentum, u.first, u.nesterov);
     float *buf = state.empty() ? nullptr : state[0];
     forChunksWith(n, prologue, [&](int64_t lo, int64_t hi) {
       fn(s, param, grad, buf, lo, hi);
@@ -421,42 +472,19 @@ Status Optimizer::update(int64_t step, float lr, float *param, const float *grad
   }
   case Kind::Adam:
   case Kind::AdamW: {
-    const double t = static_cast<double>(step);
-    const double bc1 = 1.0 - std::pow(cfg_.beta1, t);
-    const double bc2 = 1.0 - std::pow(cfg_.beta2, t);
-    const double w1 = 1.0 - cfg_.beta1;
-    AdamScalars s{};
-    s.wd = static_cast<float>(wd);
-    s.decay = static_cast<float>(1.0 - lrD * wd);
-    s.w1 = static_cast<float>(w1);
-    s.w1Small = std::abs(s.w1) < 0.5f;
-    s.beta2 = static_cast<float>(cfg_.beta2);
-    s.oneMinusBeta2 = static_cast<float>(1.0 - cfg_.beta2);
-    s.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-    s.eps = static_cast<float>(cfg_.eps);
-    s.negStepSize = static_cast<float>(-(lrD / bc1));
-    bool decoupled = kind_ == Kind::AdamW;
-    AdamFn fn = pickAdam(!decoupled && wd != 0, decoupled && wd != 0, cfg_.amsgrad);
-    float *vmax = cfg_.amsgrad ? state[2] : nullptr;
+    AdamScalars s{u.wd, u.decay, u.lerpWeight, u.lerpSmall, u.beta2, u.oneMinusBeta2, u.bc2Sqrt, u.eps, u.negStepSize};
+    AdamFn fn = pickAdam(u.l2, u.decoupled, u.amsgrad);
+    float *vmax = u.amsgrad ? state[2] : nullptr;
     forChunksWith(n, prologue, [&](int64_t lo, int64_t hi) {
       fn(s, param, grad, state[0], state[1], vmax, lo, hi);
     });
     return Status::ok();
   }
   case Kind::RmsProp: {
-    RmsScalars s{};
-    s.wd = static_cast<float>(wd);
-    s.alpha = static_cast<float>(cfg_.alpha);
-    s.oneMinusAlpha = static_cast<float>(1.0 - cfg_.alpha);
-    s.w = s.oneMinusAlpha;
-    s.wSmall = std::abs(s.w) < 0.5f;
-    s.eps = static_cast<float>(cfg_.eps);
-    s.mu = static_cast<float>(cfg_.momentum);
-    s.negLr = static_cast<float>(-lrD);
-    bool momentum = cfg_.momentum > 0;
-    RmsFn fn = pickRms(wd != 0, cfg_.centered, momentum);
-    float *buf = momentum ? state[1] : nullptr;
-    float *gavg = cfg_.centered ? state.back() : nullptr;
+    RmsScalars s{u.wd, u.alpha, u.oneMinusAlpha, u.lerpWeight, u.eps, u.mu, u.negLr, u.lerpSmall};
+    RmsFn fn = pickRms(u.l2, u.centered, u.momentum);
+    float *buf = u.momentum ? state[1] : nullptr;
+    float *gavg = u.centered ? state.back() : nullptr;
     forChunksWith(n, prologue, [&](int64_t lo, int64_t hi) {
       fn(s, param, grad, state[0], buf, gavg, lo, hi);
     });

@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "runtime/train/UpdateScalars.h"
 #include "support/Error.h"
 
 #include <cstdint>
@@ -109,6 +110,10 @@ public:
   /// place. None of the arrays may overlap.
   Status step(int64_t step, float lr, float *param, const float *grad,
               const std::vector<float *> &state, int64_t n) const;
+
+  /// The options and per-step scalars of step `step` at learning rate `lr`
+  /// (what step() computes with; the device update's kernels take them).
+  UpdateScalars scalars(int64_t step, float lr) const;
 
   /// The gradient's last pass of a step in one: each piece of `grad` (1024
   /// elements) is multiplied by `gradScale` in place (scaleGrad; skipped at

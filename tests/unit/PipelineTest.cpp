@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <sched.h>
 #include <thread>
@@ -76,6 +77,9 @@ struct Config {
   unsigned virtualStages = 0; ///< interleaved's v
   bool train = true;
   std::string recompute = "none";
+  std::string optimizer = "adam";
+  double lr = 1e-3;
+  double clip = 0;
 };
 
 /// Compiles `model` (batch b per micro-batch) and writes the plan.
@@ -98,15 +102,17 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   co.emit.microBatches = c.M;
   co.emit.schedule = *schedule;
   co.emit.training = c.train;
-  co.train.optimizer = "adam";
-  co.train.lr = 1e-3;
+  co.train.optimizer = c.optimizer;
+  co.train.lr = c.lr;
+  co.train.clipGradNorm = c.clip;
   auto compiled = driver::compileGraph(**g, co);
   EXPECT_TRUE(compiled.isOk()) << compiled.status().message();
   if (!compiled.isOk())
     return "";
   EXPECT_EQ(compiled->plan.plan.devices_size(), c.K);
   std::string dir = tempDir(cat(model, "-k", c.K, "-m", c.M, "-", c.schedule, c.virtualStages,
-                                c.train ? "-t" : "", "-", c.recompute));
+                                c.train ? "-t" : "", "-", c.recompute, "-", std::hash<std::string>()(
+                                    cat(c.optimizer, c.lr, c.clip))));
   Status s = codegen::writePlanDirectory(dir, compiled->plan);
   EXPECT_TRUE(s.isOk()) << s.message();
   return dir;
@@ -135,6 +141,8 @@ struct RunResult {
   std::vector<Tensor> weights; ///< every trained parameter after the steps
   std::vector<Tensor> outputs; ///< the last step's outputs
   std::vector<double> losses;
+  std::vector<double> norms;
+  std::vector<char> skipped;
 };
 
 /// The session's options beside the seed, and what it chose.
@@ -142,8 +150,15 @@ struct RunOptions {
   bool inPlace = true;
   bool updateInStep = true;
   bool skipNonFinite = false;
+  bool emulateGpu = false;           ///< SessionOptions::emulateGpu
+  bool resident = true;              ///< SessionOptions::resident
   int *accumulatedInPlace = nullptr; ///< Session::gradientsAccumulatedInPlace
   int *updatedInStep = nullptr;      ///< Session::paramsUpdatedInStep
+  bool *residentTraining = nullptr;  ///< Session::residentTraining
+  /// Called after each step (checkpoints, setWeight in the middle of a run).
+  std::function<void(runtime::Session &, int step)> afterStep = nullptr;
+  /// Inputs of step i (makeInputs by default).
+  std::function<std::vector<Tensor>(const runtime::Session &, int step)> inputs = nullptr;
 };
 
 RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o = {}) {
@@ -153,6 +168,8 @@ RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o
   so.accumulateInPlace = o.inPlace;
   so.updateInStep = o.updateInStep;
   so.skipNonFinite = o.skipNonFinite;
+  so.emulateGpu = o.emulateGpu;
+  so.resident = o.resident;
   auto s = runtime::Session::open(dir, so);
   EXPECT_TRUE(s.isOk()) << s.status().message();
   if (!s.isOk())
@@ -162,14 +179,20 @@ RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o
     *o.accumulatedInPlace = session.gradientsAccumulatedInPlace();
   if (o.updatedInStep)
     *o.updatedInStep = session.paramsUpdatedInStep();
+  if (o.residentTraining)
+    *o.residentTraining = session.residentTraining();
   for (int i = 0; i < steps; ++i) {
-    auto in = makeInputs(session, static_cast<uint64_t>(i));
+    if (i > 0 && o.afterStep)
+      o.afterStep(session, i);
+    auto in = o.inputs ? o.inputs(session, i) : makeInputs(session, static_cast<uint64_t>(i));
     if (train) {
       auto st = session.train(in);
       EXPECT_TRUE(st.isOk()) << st.status().message();
       if (!st.isOk())
         return r;
       r.losses.push_back(st->loss);
+      r.norms.push_back(st->gradNorm);
+      r.skipped.push_back(st->skipped);
       r.outputs = std::move(st->outputs);
     } else {
       auto out = session.run(in);
@@ -206,6 +229,11 @@ void expectSame(const RunResult &ref, const RunResult &got, const std::string &w
   for (size_t i = 0; i < ref.outputs.size(); ++i)
     EXPECT_TRUE(bitwiseEqual(ref.outputs[i], got.outputs[i])) << what << ": output " << i;
   EXPECT_EQ(ref.losses, got.losses) << what;
+  ASSERT_EQ(ref.norms.size(), got.norms.size()) << what;
+  for (size_t i = 0; i < ref.norms.size(); ++i) // NaN where a step was not finite
+    EXPECT_TRUE(ref.norms[i] == got.norms[i] || (std::isnan(ref.norms[i]) && std::isnan(got.norms[i])))
+        << what << ": step " << i << " norm " << ref.norms[i] << " vs " << got.norms[i];
+  EXPECT_EQ(ref.skipped, got.skipped) << what;
 }
 
 struct ModelCase {
@@ -1210,4 +1238,143 @@ TEST(Pipeline, DataFeedSyntheticAndFromFiles) {
   EXPECT_NE(bad.status().message().find("every input of --data needs the same number"),
             std::string::npos)
       << bad.status().message();
+}
+
+// The GPU path's host side on the emulated GPU (runtime/cuda/
+// EmulatedGpu.h: memory apart from the host's, copies that complete in
+// stream order, the CPU's kernels). Resident training keeps the weights,
+// the gradients summed over micro-batches and the optimizer's state in
+// the device's memory and updates them with the multi-tensor device
+// update (runtime/cuda/UpdateBodies.h); it must train bitwise as the CPU
+// does: every optimizer, with clipping, with a non-finite step skipped
+// (on one device and across two, where the squared sums are all-reduced),
+// gradient norms included. What the host reads and writes between steps
+// (setWeight, weight(), checkpoints) goes through the devices. The CNN
+// sample's running statistics keep its state on the host (not resident),
+// and its steps, whose collects are deferred to the step's end, match too.
+TEST(Pipeline, ResidentTrainingOnTheEmulatedGpuIsTheCpus) {
+  struct Opt {
+    const char *spec;
+    double lr, clip;
+  };
+  const Opt optimizers[] = {{"adam", 1e-3, 0},
+                            {"adamw:amsgrad=true", 1e-3, 0.05},
+                            {"sgd:momentum=0.9,nesterov=true,weight_decay=0.01", 0.05, 0},
+                            {"sgd", 0.1, 0.5},
+                            {"rmsprop:centered=true,momentum=0.5,weight_decay=0.001", 1e-3, 0},
+                            {"rmsprop", 1e-3, 0}};
+  for (const Opt &o : optimizers)
+    for (int K : {1, 2})
+      for (int M : {1, 4}) {
+        Config c;
+        c.K = K;
+        c.M = M;
+        c.optimizer = o.spec;
+        c.lr = o.lr;
+        c.clip = o.clip;
+        const std::string dir = compile("mlp-train", 4, c);
+        const std::string what = cat("mlp-train ", o.spec, " clip ", o.clip, " K=", K, " M=", M);
+        bool resident = false;
+        RunResult cpu = run(dir, 4, true);
+        RunResult gpu = run(dir, 4, true, {.emulateGpu = true, .residentTraining = &resident});
+        EXPECT_TRUE(resident) << what;
+        expectSame(cpu, gpu, what);
+      }
+  for (int K : {1, 2}) {
+    Config c;
+    c.K = K;
+    c.M = 4;
+    const std::string dir = compile("gpt-train", 2, c);
+    const std::string what = cat("gpt-train K=", K);
+    bool resident = false, host = true;
+    RunResult cpu = run(dir, 3, true);
+    RunResult gpu = run(dir, 3, true, {.emulateGpu = true, .residentTraining = &resident});
+    RunResult off = run(dir, 3, true, {.emulateGpu = true, .resident = false, .residentTraining = &host});
+    EXPECT_TRUE(resident) << what;
+    EXPECT_FALSE(host) << what;
+    expectSame(cpu, gpu, what);
+    expectSame(cpu, off, what + " (state on the host)");
+  }
+  {
+    Config c;
+    c.K = 2;
+    c.M = 2;
+    const std::string dir = compile("cnn-train", 2, c);
+    bool resident = true;
+    RunResult cpu = run(dir, 3, true);
+    RunResult gpu = run(dir, 3, true, {.emulateGpu = true, .residentTraining = &resident});
+    EXPECT_FALSE(resident) << "the CNN's running statistics keep it on the host";
+    expectSame(cpu, gpu, "cnn-train K=2");
+  }
+}
+
+// Resident training skips a non-finite step as the CPU does, decided on
+// the device (one stage) or from the all-reduced squared sums (two), and
+// what the host writes and reads between steps reaches the device and
+// comes back: setWeight, then a checkpoint saved, loaded into a fresh
+// session, and trained on as an uninterrupted run.
+TEST(Pipeline, ResidentTrainingSkipsWritesAndCheckpointsAsTheCpu) {
+  auto nanAtStep2 = [](const runtime::Session &s, int step) {
+    std::vector<Tensor> in = makeInputs(s, static_cast<uint64_t>(step));
+    if (step == 2)
+      for (Tensor &t : in)
+        if (t.dtype() == DType::F32) {
+          t.data<float>()[0] = std::nanf("");
+          break;
+        }
+    return in;
+  };
+  for (int K : {1, 2}) {
+    Config c;
+    c.K = K;
+    c.M = 4;
+    c.clip = 1.0;
+    const std::string dir = compile("mlp-train", 4, c);
+    const std::string what = cat("mlp-train K=", K);
+    RunResult cpu = run(dir, 5, true, {.skipNonFinite = true, .inputs = nanAtStep2});
+    RunResult gpu = run(dir, 5, true, {.skipNonFinite = true, .emulateGpu = true, .inputs = nanAtStep2});
+    ASSERT_EQ(cpu.skipped.size(), 5u);
+    EXPECT_TRUE(cpu.skipped[2]) << what;
+    expectSame(cpu, gpu, what + " skipping");
+
+    auto setFirst = [](runtime::Session &s, int step) {
+      if (step != 2)
+        return;
+      const std::string name = s.plan().tensors(s.plan().training().params(0).weight()).name();
+      auto w = s.weight(name);
+      ASSERT_TRUE(w.isOk()) << w.status().message();
+      for (int64_t i = 0; i < w->numel(); ++i)
+        w->data<float>()[i] *= 0.5f;
+      ASSERT_TRUE(s.setWeight(name, *w).isOk());
+    };
+    expectSame(run(dir, 4, true, {.afterStep = setFirst}),
+               run(dir, 4, true, {.emulateGpu = true, .afterStep = setFirst}), what + " setWeight");
+
+    // Six steps straight, against three, a checkpoint, a new session and
+    // three more.
+    const std::string ckpt = tempDir(cat("resident-ckpt-", K));
+    RunResult straight = run(dir, 6, true, {.emulateGpu = true});
+    runtime::SessionOptions so;
+    so.seed = 7;
+    so.emulateGpu = true;
+    {
+      auto s = runtime::Session::open(dir, so);
+      ASSERT_TRUE(s.isOk()) << s.status().message();
+      for (int i = 0; i < 3; ++i)
+        ASSERT_TRUE((*s)->train(makeInputs(**s, static_cast<uint64_t>(i))).isOk());
+      Status saved = (*s)->saveCheckpoint(ckpt);
+      ASSERT_TRUE(saved.isOk()) << saved.message();
+    }
+    auto s = runtime::Session::open(dir, so);
+    ASSERT_TRUE(s.isOk()) << s.status().message();
+    Status loaded = (*s)->loadCheckpoint(ckpt);
+    ASSERT_TRUE(loaded.isOk()) << loaded.message();
+    for (int i = 3; i < 6; ++i)
+      ASSERT_TRUE((*s)->train(makeInputs(**s, static_cast<uint64_t>(i))).isOk());
+    for (size_t k = 0; k < straight.weights.size(); ++k) {
+      auto w = (*s)->weight((*s)->plan().tensors((*s)->plan().training().params(static_cast<int>(k)).weight()).name());
+      ASSERT_TRUE(w.isOk());
+      EXPECT_TRUE(bitwiseEqual(straight.weights[k], *w)) << what << ": resumed weight " << k;
+    }
+  }
 }

@@ -1,0 +1,121 @@
+//===- runtime/cuda/EmulatedGpu.cpp - A GPU emulated on the CPU -----------===//
+#include "runtime/cuda/EmulatedGpu.h"
+
+#include "runtime/cpu/CpuBackend.h"
+#include "runtime/cuda/Update.h"
+
+#include <cstring>
+#include <vector>
+
+namespace pipec::cuda {
+
+namespace {
+
+class EmulatedUpdater final : public kernel::ParamUpdater {
+public:
+  explicit EmulatedUpdater(UpdateTable t)
+      : t_(std::move(t)), lanes_(t_.chunks.size() * update::kLanes), squares_(static_cast<size_t>(t_.params())),
+        fetched_(squares_.size()) {}
+  Status squares(float scale) override {
+    hostSquares(t_, scale, lanes_.data(), squares_.data());
+    return Status::ok();
+  }
+  Status decide(double clip, bool skipNonFinite) override {
+    control_ = update::decide(squares_.data(), t_.params(), clip, skipNonFinite);
+    return Status::ok();
+  }
+  Status setDecision(bool skip, bool scale, double coef) override {
+    control_ = update::Control{};
+    control_.skip = skip;
+    control_.scale = scale;
+    control_.coef = coef;
+    return Status::ok();
+  }
+  Status apply(const train::UpdateScalars &s, bool update) override {
+    hostApply(t_, control_, s, update);
+    return Status::ok();
+  }
+  Status fetchSquares() override {
+    fetched_ = squares_;
+    return Status::ok();
+  }
+  const double *squaresOnHost() const override { return fetched_.data(); }
+
+private:
+  UpdateTable t_;
+  std::vector<double> lanes_, squares_, fetched_;
+  update::Control control_;
+};
+
+class EmulatedGpu final : public kernel::Backend {
+public:
+  EmulatedGpu() : cpu_(cpu::makeCpuBackend()) {}
+  std::string name() const override { return "an emulated GPU"; }
+  bool hostAddressable() const override { return false; }
+  const char *interpretedBecause() const override { return "an emulated GPU"; }
+  Expected<kernel::KernelPtr> createKernel(const kernel::OpDesc &desc) override { return cpu_->createKernel(desc); }
+  Expected<void *> alloc(uint64_t bytes) override { return cpu_->alloc(bytes); }
+  Expected<void *> residentWeight(const void *host, uint64_t bytes) override {
+    PIPEC_ASSIGN(void *dev, cpu_->alloc(bytes));
+    std::memcpy(dev, host, bytes);
+    weights_.push_back({dev, host, bytes});
+    return dev;
+  }
+  Status beginStep(bool weightsChanged) override {
+    if (weightsChanged)
+      for (const Weight &w : weights_)
+        std::memcpy(w.device, w.host, w.bytes);
+    return Status::ok();
+  }
+  Status sync() override { return Status::ok(); }
+  Expected<void *> hostView(void *dev, uint64_t bytes) override {
+    PIPEC_ASSIGN(void *host, staging(dev, bytes));
+    std::memcpy(host, dev, bytes);
+    return host;
+  }
+  Expected<void *> staging(void *, uint64_t bytes) override {
+    if (bytes > staging_.size())
+      staging_.resize(bytes);
+    // Poisoned, so a read of what the host did not write shows.
+    std::memset(staging_.data(), 0xa5, bytes);
+    return staging_.data();
+  }
+  Status commit(void *dev, const void *host, uint64_t bytes) override {
+    std::memcpy(dev, host, bytes);
+    return Status::ok();
+  }
+  bool residentTraining() const override { return true; }
+  Status upload(void *dev, const void *host, uint64_t bytes) override {
+    std::memcpy(dev, host, bytes);
+    return Status::ok();
+  }
+  Status download(void *host, const void *dev, uint64_t bytes) override {
+    std::memcpy(host, dev, bytes);
+    return Status::ok();
+  }
+  Expected<void *> hostBuffer(uint64_t bytes) override { return cpu_->alloc(bytes); }
+  Status accumulate(float *dst, const float *src, int64_t n, bool first) override {
+    hostAccumulate(dst, src, n, first);
+    return Status::ok();
+  }
+  Expected<std::unique_ptr<kernel::ParamUpdater>> paramUpdater(const std::vector<kernel::ParamBuffers> &p) override {
+    PIPEC_ASSIGN(UpdateTable t, makeUpdateTable(p));
+    return std::unique_ptr<kernel::ParamUpdater>(new EmulatedUpdater(std::move(t)));
+  }
+
+private:
+  struct Weight {
+    void *device;
+    const void *host;
+    uint64_t bytes;
+  };
+  kernel::BackendPtr cpu_;
+  std::vector<Weight> weights_;
+  std::vector<unsigned char> staging_;
+};
+
+} // namespace
+
+kernel::BackendPtr makeEmulatedGpuBackend() { return std::make_unique<EmulatedGpu>(); }
+
+} // namespace pipec::cuda
