@@ -11,8 +11,7 @@
 //  - row reductions (softmax, the loss) add in index order, one thread per
 //    row, as the CPU adds: no atomics, so a result does not depend on the
 //    launch;
-//  - the optimizers' updates are torch.optim's formulas as
-//    runtime/train/Optimizer.cpp writes them.
+//  - the optimizers' updates are in runtime/cuda/UpdateBodies.h.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -340,51 +339,6 @@ PIPEC_HD inline void softmaxGradRow(const float *dy, const float *y, float *dx, 
     s += dy[i * stride] * y[i * stride];
   for (int64_t i = 0; i < n; ++i)
     dx[i * stride] = y[i * stride] * (dy[i * stride] - s);
-}
-
-// ---- Optimizers: one parameter element per thread.
-
-struct SgdScalars {
-  float negLr, wd, mu, oneMinusDamp;
-  bool weightDecay, momentum, first, nesterov;
-};
-
-/// torch.optim.SGD on one element (runtime/train/Optimizer.cpp's sgdChunk).
-PIPEC_HD inline void sgdElement(const SgdScalars &s, float &p, float g, float *buf) {
-  float d = g;
-  if (s.weightDecay)
-    d = d + s.wd * p;
-  if (s.momentum) {
-    const float b = s.first ? d : *buf * s.mu + s.oneMinusDamp * d;
-    *buf = b;
-    d = s.nesterov ? d + s.mu * b : b;
-  }
-  p = p + s.negLr * d;
-}
-
-struct AdamScalars {
-  float wd, decay, w1;
-  bool w1Small;
-  float beta2, oneMinusBeta2, bc2Sqrt, eps, negStepSize;
-  bool l2, decoupled;
-};
-
-/// torch.optim.Adam / AdamW on one element (Optimizer.cpp's adamChunk,
-/// without amsgrad).
-PIPEC_HD inline void adamElement(const AdamScalars &s, float &p, float g, float &m, float &v) {
-  float pi = p;
-  if (s.l2)
-    g = g + s.wd * pi;
-  if (s.decoupled)
-    pi = pi * s.decay;
-  // exp_avg.lerp_(grad, 1 - beta1), as ATen's CPU lerp.
-  const float mi = s.w1Small ? m + s.w1 * (g - m) : g - (g - m) * (1.0f - s.w1);
-  float vi = v * s.beta2;
-  vi = vi + s.oneMinusBeta2 * g * g;
-  m = mi;
-  v = vi;
-  const float denom = sqrtf(vi) / s.bc2Sqrt + s.eps;
-  p = pi + s.negStepSize * mi / denom;
 }
 
 } // namespace pipec::cuda::body

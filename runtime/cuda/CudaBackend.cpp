@@ -6,6 +6,7 @@
 
 #if PIPEC_HAVE_CUDA
 #include "runtime/cuda/CudaKernels.h"
+#include "runtime/cuda/Update.h"
 #endif
 
 #include <utility>
@@ -14,6 +15,72 @@
 namespace pipec::cuda {
 
 namespace {
+
+#if PIPEC_HAVE_CUDA
+/// The device update (runtime/cuda/Update.h) of one GPU's parameters: the
+/// chunk table and the passes' buffers in its memory, the squared sums
+/// fetched into pinned memory.
+class CudaUpdater final : public kernel::ParamUpdater {
+public:
+  static Expected<std::unique_ptr<kernel::ParamUpdater>> make(GpuDevice &gpu,
+                                                              const std::vector<kernel::ParamBuffers> &params) {
+    PIPEC_ASSIGN(UpdateTable t, makeUpdateTable(params));
+    std::unique_ptr<CudaUpdater> u(new CudaUpdater(gpu));
+    u->chunks_ = static_cast<int32_t>(t.chunks.size());
+    u->params_ = t.params();
+    const uint64_t chunkBytes = t.chunks.size() * sizeof(update::Chunk);
+    const uint64_t firstBytes = t.firstChunk.size() * sizeof(int32_t);
+    PIPEC_ASSIGN(void *chunks, gpu.alloc(chunkBytes));
+    PIPEC_ASSIGN(void *first, gpu.alloc(firstBytes));
+    PIPEC_ASSIGN(void *lanes, gpu.alloc(t.chunks.size() * update::kLanes * sizeof(double)));
+    PIPEC_ASSIGN(void *squares, gpu.alloc(static_cast<uint64_t>(u->params_) * sizeof(double)));
+    PIPEC_ASSIGN(void *control, gpu.alloc(sizeof(update::Control)));
+    PIPEC_ASSIGN(void *hostSquares, gpu.pinned(static_cast<uint64_t>(u->params_) * sizeof(double)));
+    PIPEC_ASSIGN(void *hostControl, gpu.pinned(sizeof(update::Control)));
+    u->dChunks_ = static_cast<update::Chunk *>(chunks);
+    u->dFirst_ = static_cast<int32_t *>(first);
+    u->dLanes_ = static_cast<double *>(lanes);
+    u->dSquares_ = static_cast<double *>(squares);
+    u->dControl_ = static_cast<update::Control *>(control);
+    u->hSquares_ = static_cast<double *>(hostSquares);
+    u->hControl_ = static_cast<update::Control *>(hostControl);
+    PIPEC_TRY(gpu.upload(chunks, t.chunks.data(), chunkBytes));
+    PIPEC_TRY(gpu.upload(first, t.firstChunk.data(), firstBytes));
+    PIPEC_TRY(gpu.sync()); // the table's host copy goes away
+    return std::unique_ptr<kernel::ParamUpdater>(std::move(u));
+  }
+  Status squares(float scale) override {
+    return launchUpdateSquares(dChunks_, chunks_, dFirst_, params_, scale, dLanes_, dSquares_, gpu_.stream());
+  }
+  Status decide(double clip, bool skipNonFinite) override {
+    return launchUpdateDecide(dSquares_, params_, clip, skipNonFinite, dControl_, gpu_.stream());
+  }
+  Status setDecision(bool skip, bool scale, double coef) override {
+    // The pinned slot is free: the last step's copy finished with it.
+    *hControl_ = update::Control{};
+    hControl_->skip = skip;
+    hControl_->scale = scale;
+    hControl_->coef = coef;
+    return gpu_.upload(dControl_, hControl_, sizeof(update::Control));
+  }
+  Status apply(const train::UpdateScalars &s, bool update) override {
+    return launchUpdateApply(dChunks_, chunks_, dControl_, s, update, gpu_.stream());
+  }
+  Status fetchSquares() override {
+    return gpu_.download(hSquares_, dSquares_, static_cast<uint64_t>(params_) * sizeof(double));
+  }
+  const double *squaresOnHost() const override { return hSquares_; }
+
+private:
+  explicit CudaUpdater(GpuDevice &gpu) : gpu_(gpu) {}
+  GpuDevice &gpu_;
+  int32_t chunks_ = 0, params_ = 0;
+  update::Chunk *dChunks_ = nullptr;
+  int32_t *dFirst_ = nullptr;
+  double *dLanes_ = nullptr, *dSquares_ = nullptr, *hSquares_ = nullptr;
+  update::Control *dControl_ = nullptr, *hControl_ = nullptr;
+};
+#endif
 
 class CudaBackend final : public kernel::Backend {
 public:
@@ -61,6 +128,21 @@ public:
     PIPEC_TRY(gpu_->upload(dev, host, bytes));
     return gpu_->sync(); // the staging buffer is reused next
   }
+#if PIPEC_HAVE_CUDA
+  bool residentTraining() const override { return true; }
+  Status upload(void *dev, const void *host, uint64_t bytes) override { return gpu_->upload(dev, host, bytes); }
+  Status download(void *host, const void *dev, uint64_t bytes) override {
+    return gpu_->download(host, dev, bytes);
+  }
+  Expected<void *> hostBuffer(uint64_t bytes) override { return gpu_->pinned(bytes); }
+  Status accumulate(float *dst, const float *src, int64_t n, bool first) override {
+    return launchAccumulate(dst, src, n, first, gpu_->stream());
+  }
+  Expected<std::unique_ptr<kernel::ParamUpdater>> paramUpdater(const std::vector<kernel::ParamBuffers> &p) override {
+    PIPEC_TRY(gpu_->select());
+    return CudaUpdater::make(*gpu_, p);
+  }
+#endif
 
 private:
   struct Weight {

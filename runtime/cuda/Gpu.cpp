@@ -68,6 +68,8 @@ GpuDevice::~GpuDevice() {
     cudaFree(p);
   if (staging_)
     cudaFreeHost(staging_);
+  for (void *p : pinned_)
+    cudaFreeHost(p);
   if (stream_)
     cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
@@ -112,6 +114,13 @@ Expected<void *> GpuDevice::staging(uint64_t bytes) {
   stagingBytes_ = std::max<uint64_t>(bytes, 4096);
   return staging_;
 }
+
+Expected<void *> GpuDevice::pinned(uint64_t bytes) {
+  void *p = nullptr;
+  PIPEC_TRY(cudaCheck(cudaMallocHost(&p, std::max<uint64_t>(bytes, 256)), "cudaMallocHost", gpu_));
+  pinned_.push_back(p);
+  return p;
+}
 #else
 Expected<std::unique_ptr<GpuDevice>> GpuDevice::open(int) {
   return errorf("this pipec was built without CUDA");
@@ -123,6 +132,7 @@ Status GpuDevice::upload(void *, const void *, uint64_t) { return errorf("built 
 Status GpuDevice::download(void *, const void *, uint64_t) { return errorf("built without CUDA"); }
 Status GpuDevice::sync() { return errorf("built without CUDA"); }
 Expected<void *> GpuDevice::staging(uint64_t) { return errorf("built without CUDA"); }
+Expected<void *> GpuDevice::pinned(uint64_t) { return errorf("built without CUDA"); }
 #endif
 
 } // namespace pipec::cuda

@@ -58,12 +58,15 @@ public:
   Status sync();
   /// A pinned host buffer of at least `bytes`, valid until the next call.
   Expected<void *> staging(uint64_t bytes);
+  /// Pinned host memory of `bytes`, freed with the device: copies to and
+  /// from it are asynchronous.
+  Expected<void *> pinned(uint64_t bytes);
 
 private:
   GpuDevice() = default;
   int gpu_ = 0;
   void *stream_ = nullptr;
-  std::vector<void *> allocations_;
+  std::vector<void *> allocations_, pinned_;
   void *staging_ = nullptr;
   uint64_t stagingBytes_ = 0;
 };

@@ -78,16 +78,6 @@ __global__ void fusedElementwiseKernel(body::EwDeviceProgram prog, body::EwInput
     out[i] = body::ewEvaluate(prog, in, i);
 }
 
-__global__ void sgdKernel(body::SgdScalars s, float *p, const float *g, float *buf, int64_t n) {
-  for (int64_t i = firstItem(); i < n; i += itemStride())
-    body::sgdElement(s, p[i], g[i], buf ? buf + i : nullptr);
-}
-
-__global__ void adamKernel(body::AdamScalars s, float *p, const float *g, float *m, float *v, int64_t n) {
-  for (int64_t i = firstItem(); i < n; i += itemStride())
-    body::adamElement(s, p[i], g[i], m[i], v[i]);
-}
-
 __global__ void reduceSumKernel(const float *x, float *y, int64_t outN, body::Reduction r) {
   for (int64_t o = firstItem(); o < outN; o += itemStride())
     y[o] = body::reduceSumElement(x, o, r);
@@ -380,21 +370,5 @@ Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t out
   return launched("SoftmaxGrad");
 }
 
-Status launchSgd(const body::SgdScalars &s, float *p, const float *g, float *buf, int64_t n, void *stream) {
-  const LaunchShape l = itemLaunch(n);
-  if (l.grid == 0)
-    return Status::ok();
-  sgdKernel<<<l.grid, l.block, 0, asStream(stream)>>>(s, p, g, buf, n);
-  return launched("sgd");
-}
-
-Status launchAdam(const body::AdamScalars &s, float *p, const float *g, float *m, float *v, int64_t n,
-                  void *stream) {
-  const LaunchShape l = itemLaunch(n);
-  if (l.grid == 0)
-    return Status::ok();
-  adamKernel<<<l.grid, l.block, 0, asStream(stream)>>>(s, p, g, m, v, n);
-  return launched("adam");
-}
 
 } // namespace pipec::cuda

@@ -77,9 +77,5 @@ Status launchFusedElementwise(const body::EwDeviceProgram &prog, const body::EwI
 /// SoftmaxGrad over `len` elements strided by `inner`, outer x inner rows.
 Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t outer, int64_t len, int64_t inner,
                          void *stream);
-/// One optimizer update of n elements (the bodies' formulas).
-Status launchSgd(const body::SgdScalars &s, float *p, const float *g, float *buf, int64_t n, void *stream);
-Status launchAdam(const body::AdamScalars &s, float *p, const float *g, float *m, float *v, int64_t n,
-                  void *stream);
 
 } // namespace pipec::cuda

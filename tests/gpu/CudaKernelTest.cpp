@@ -1,8 +1,8 @@
 //===- tests/gpu/CudaKernelTest.cpp - CUDA kernels against the CPU's ------===//
 //
 // Every CUDA kernel (runtime/cuda/CudaKernels.h) on random inputs against
-// the CPU kernel of the same node, and the optimizer kernels against their
-// bodies run on the host. ctest label `gpu`; without a GPU every test
+// the CPU kernel of the same node, and the device update's kernels against
+// their host run. ctest label `gpu`; without a GPU every test
 // reports "skipped: no CUDA device (why)".
 //
 //===----------------------------------------------------------------------===//
@@ -10,6 +10,9 @@
 #include "runtime/cuda/CudaKernels.h"
 #include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/Update.h"
+#include "runtime/train/Optimizer.h"
+#include "support/Format.h"
 #include "support/ElementwiseProgram.h"
 #include "tests/unit/KernelTestSupport.h"
 
@@ -157,68 +160,115 @@ TEST(CudaKernels, UnsupportedNodesAreRefusedByName) {
       << k.status().message();
 }
 
-TEST(CudaKernels, OptimizerKernelsAreTheBodies) {
+// The device update's kernels (runtime/cuda/Update.cu, built without
+// multiply-add contraction) are its host run bit for bit, and so
+// train::StepUpdate's (CudaBodiesTest): Adam with AMSGrad, Nesterov SGD and
+// centered RMSprop over parameters of one element to several chunks, with
+// the mean over micro-batches, clipping, a skipped NaN step and the
+// gradient sums of micro-batches.
+TEST(CudaKernels, DeviceUpdateKernelsAreTheHostRunBitwise) {
   SKIP_WITHOUT_GPU();
-  const int64_t n = 5000;
-  Tensor p = randomF32({n}, 20), g = randomF32({n}, 21), m = randomF32({n}, 22), v = randomF32({n}, 23, 0.f, 1.f);
-  cuda::body::AdamScalars s{};
-  s.decay = 1.0f;
-  s.w1 = 0.1f;
-  s.w1Small = true;
-  s.beta2 = 0.999f;
-  s.oneMinusBeta2 = 0.001f;
-  s.bc2Sqrt = 0.0316f;
-  s.eps = 1e-8f;
-  s.negStepSize = -0.01f;
-  DeviceBuffer dp(p.bytes()), dg(g.bytes()), dm(m.bytes()), dv(v.bytes());
-  cudaMemcpy(dp.p, p.raw(), p.bytes(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dg.p, g.raw(), g.bytes(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dm.p, m.raw(), m.bytes(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dv.p, v.raw(), v.bytes(), cudaMemcpyHostToDevice);
-  ASSERT_TRUE(cuda::launchAdam(s, static_cast<float *>(dp.p), static_cast<const float *>(dg.p),
-                               static_cast<float *>(dm.p), static_cast<float *>(dv.p), n, nullptr)
-                  .isOk());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> got(static_cast<size_t>(n));
-  cudaMemcpy(got.data(), dp.p, p.bytes(), cudaMemcpyDeviceToHost);
-  std::vector<float> want(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    float pi = p.data<float>()[i], mi = m.data<float>()[i], vi = v.data<float>()[i];
-    cuda::body::adamElement(s, pi, g.data<float>()[i], mi, vi);
-    want[i] = pi;
-  }
-  EXPECT_LE(worstError(got.data(), want.data(), n), 4e-7);
-}
-
-TEST(CudaKernels, SgdKernelIsTheBody) {
-  SKIP_WITHOUT_GPU();
-  const int64_t n = 5000;
-  Tensor p = randomF32({n}, 24), g = randomF32({n}, 25), buf = randomF32({n}, 26);
-  // Momentum 0.9 with Nesterov and weight decay: every term of the body.
-  cuda::body::SgdScalars s{};
-  s.negLr = -0.1f;
-  s.wd = 0.01f;
-  s.mu = 0.9f;
-  s.oneMinusDamp = 1.0f;
-  s.weightDecay = s.momentum = s.nesterov = true;
-  s.first = false;
-  DeviceBuffer dp(p.bytes()), dg(g.bytes()), db(buf.bytes());
-  cudaMemcpy(dp.p, p.raw(), p.bytes(), cudaMemcpyHostToDevice);
-  cudaMemcpy(dg.p, g.raw(), g.bytes(), cudaMemcpyHostToDevice);
-  cudaMemcpy(db.p, buf.raw(), buf.bytes(), cudaMemcpyHostToDevice);
-  ASSERT_TRUE(cuda::launchSgd(s, static_cast<float *>(dp.p), static_cast<const float *>(dg.p),
-                              static_cast<float *>(db.p), n, nullptr)
-                  .isOk());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> got(static_cast<size_t>(n));
-  cudaMemcpy(got.data(), dp.p, p.bytes(), cudaMemcpyDeviceToHost);
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    float pi = p.data<float>()[i], bi = buf.data<float>()[i];
-    cuda::body::sgdElement(s, pi, g.data<float>()[i], &bi);
-    worst = std::max(worst, std::fabs(double(got[i]) - pi) / std::max(1.0, std::fabs(double(pi))));
-  }
-  EXPECT_LE(worst, 4e-7);
+  const std::vector<int64_t> sizes = {1, 7, 1000, cuda::update::kChunk, 2 * cuda::update::kChunk + 5};
+  for (const char *spec : {"adam:lr=0.001,weight_decay=0.1,amsgrad=true", "sgd:lr=0.1,momentum=0.9,nesterov=true",
+                           "rmsprop:lr=0.01,momentum=0.9,centered=true,weight_decay=0.01", "adamw:lr=0.001"})
+    for (double clip : {0.0, 0.5})
+      for (bool nan : {false, true}) {
+        const std::string what = cat(spec, " clip ", clip, nan ? " NaN" : "");
+        auto cfg = train::parseOptimizer(spec);
+        ASSERT_TRUE(cfg.isOk());
+        auto opt = train::Optimizer::create(*cfg);
+        ASSERT_TRUE(opt.isOk());
+        const size_t S = opt->stateTensors();
+        // Host: weights, gradients, states; the device's copies of them.
+        std::vector<std::vector<float>> w, g, mbGrad;
+        std::vector<std::vector<std::vector<float>>> st;
+        std::vector<std::unique_ptr<DeviceBuffer>> mem;
+        std::vector<kernel::ParamBuffers> hostB, devB;
+        std::mt19937 rng(3);
+        std::uniform_real_distribution<float> u(-1.f, 1.f);
+        for (int64_t n : sizes) {
+          w.emplace_back(static_cast<size_t>(n));
+          g.emplace_back(static_cast<size_t>(n));
+          for (auto &x : w.back())
+            x = u(rng);
+          st.emplace_back(S, std::vector<float>(static_cast<size_t>(n), 0.0f));
+          kernel::ParamBuffers h, d;
+          h.param = w.back().data();
+          h.grad = g.back().data();
+          h.n = d.n = n;
+          mem.push_back(std::make_unique<DeviceBuffer>(n * 4));
+          d.param = static_cast<float *>(mem.back()->p);
+          cudaMemcpy(d.param, h.param, n * 4, cudaMemcpyHostToDevice);
+          mem.push_back(std::make_unique<DeviceBuffer>(n * 4));
+          d.grad = static_cast<float *>(mem.back()->p);
+          for (size_t k = 0; k < S; ++k) {
+            h.state[k] = st.back()[k].data();
+            mem.push_back(std::make_unique<DeviceBuffer>(n * 4));
+            d.state[k] = static_cast<float *>(mem.back()->p);
+            cudaMemset(d.state[k], 0, n * 4);
+          }
+          hostB.push_back(h);
+          devB.push_back(d);
+        }
+        auto ht = cuda::makeUpdateTable(hostB);
+        auto dt = cuda::makeUpdateTable(devB);
+        ASSERT_TRUE(ht.isOk() && dt.isOk());
+        const int32_t C = static_cast<int32_t>(dt->chunks.size()), P = dt->params();
+        DeviceBuffer chunks(C * sizeof(cuda::update::Chunk)), first((P + 1) * 4), lanes(C * 8 * 8), sq(P * 8),
+            control(sizeof(cuda::update::Control)), mb(sizes.back() * 4);
+        cudaMemcpy(chunks.p, dt->chunks.data(), C * sizeof(cuda::update::Chunk), cudaMemcpyHostToDevice);
+        cudaMemcpy(first.p, dt->firstChunk.data(), (P + 1) * 4, cudaMemcpyHostToDevice);
+        std::vector<double> hostLanes(static_cast<size_t>(C) * 8), hostSq(static_cast<size_t>(P)), gotSq(hostSq);
+        const unsigned M = 3;
+        for (int64_t step = 1; step <= 3; ++step) {
+          // M micro-batches' gradients, summed on each side.
+          for (unsigned m = 0; m < M; ++m)
+            for (size_t i = 0; i < sizes.size(); ++i) {
+              std::vector<float> part(static_cast<size_t>(sizes[i]));
+              for (auto &x : part)
+                x = u(rng);
+              if (nan && step == 2 && m == 1 && i == 2)
+                part[5] = std::nanf("");
+              cuda::hostAccumulate(g[i].data(), part.data(), sizes[i], m == 0);
+              cudaMemcpy(mb.p, part.data(), sizes[i] * 4, cudaMemcpyHostToDevice);
+              ASSERT_TRUE(cuda::launchAccumulate(devB[i].grad, static_cast<float *>(mb.p), sizes[i], m == 0, nullptr)
+                              .isOk());
+              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            }
+          const float lr = static_cast<float>(opt->baseLr());
+          const float scale = 1.0f / static_cast<float>(M);
+          cuda::hostSquares(*ht, scale, hostLanes.data(), hostSq.data());
+          const cuda::update::Control k = cuda::update::decide(hostSq.data(), P, clip, true);
+          cuda::hostApply(*ht, k, opt->scalars(step, lr), true);
+          auto *dc = static_cast<cuda::update::Chunk *>(chunks.p);
+          ASSERT_TRUE(cuda::launchUpdateSquares(dc, C, static_cast<int32_t *>(first.p), P, scale,
+                                                static_cast<double *>(lanes.p), static_cast<double *>(sq.p), nullptr)
+                          .isOk());
+          ASSERT_TRUE(cuda::launchUpdateDecide(static_cast<double *>(sq.p), P, clip, true,
+                                               static_cast<cuda::update::Control *>(control.p), nullptr)
+                          .isOk());
+          ASSERT_TRUE(cuda::launchUpdateApply(dc, C, static_cast<cuda::update::Control *>(control.p),
+                                              opt->scalars(step, lr), true, nullptr)
+                          .isOk());
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          cudaMemcpy(gotSq.data(), sq.p, P * 8, cudaMemcpyDeviceToHost);
+          for (int32_t p = 0; p < P; ++p)
+            EXPECT_TRUE(gotSq[p] == hostSq[p] || (std::isnan(gotSq[p]) && std::isnan(hostSq[p])))
+                << what << " step " << step << " squares " << p;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            std::vector<float> got(static_cast<size_t>(sizes[i]));
+            cudaMemcpy(got.data(), devB[i].param, sizes[i] * 4, cudaMemcpyDeviceToHost);
+            EXPECT_EQ(std::memcmp(got.data(), w[i].data(), sizes[i] * 4), 0) << what << " step " << step << " param " << i;
+            cudaMemcpy(got.data(), devB[i].grad, sizes[i] * 4, cudaMemcpyDeviceToHost);
+            EXPECT_EQ(std::memcmp(got.data(), g[i].data(), sizes[i] * 4), 0) << what << " step " << step << " grad " << i;
+            for (size_t s = 0; s < S; ++s) {
+              cudaMemcpy(got.data(), devB[i].state[s], sizes[i] * 4, cudaMemcpyDeviceToHost);
+              EXPECT_EQ(std::memcmp(got.data(), st[i][s].data(), sizes[i] * 4), 0)
+                  << what << " step " << step << " state " << s << " of " << i;
+            }
+          }
+        }
+      }
 }
 
 TEST(CudaKernels, ReduceSumAndLossAgainstCpu) {

@@ -1,7 +1,8 @@
 //===- tests/unit/CudaBodiesTest.cpp - CUDA kernel bodies on the host -----===//
 //
 // The bodies the CUDA kernels run (runtime/cuda/Bodies.h), compiled for the
-// host, against the CPU kernels and the optimizers on the same inputs; and
+// host, against the CPU kernels, and the device update's
+// (runtime/cuda/UpdateBodies.h) against train::StepUpdate; and
 // the kernels' launch shapes (runtime/cuda/Launch.h). These run everywhere:
 // no GPU, no CUDA toolkit needed.
 //
@@ -10,7 +11,11 @@
 #include "runtime/cuda/Bodies.h"
 #include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Launch.h"
+#include "runtime/cuda/Update.h"
+#include "runtime/train/Clip.h"
 #include "runtime/train/Optimizer.h"
+#include "runtime/train/StepUpdate.h"
+#include "support/Format.h"
 #include "tests/unit/KernelTestSupport.h"
 
 #include <gtest/gtest.h>
@@ -184,56 +189,169 @@ TEST(CudaBodies, TreeSumIsTheFixedOrderItSays) {
   }
 }
 
-TEST(CudaBodies, OptimizerElementsAreTheOptimizersUpdates) {
-  const int64_t n = 1031;
-  Tensor g = randomF32({n}, 7, -1.f, 1.f), p0 = randomF32({n}, 8, -1.f, 1.f);
-  for (const char *spec : {"sgd:lr=0.1", "sgd:lr=0.1,momentum=0.9,weight_decay=0.01",
-                           "sgd:lr=0.1,momentum=0.9,nesterov=true", "adam:lr=0.001",
-                           "adam:lr=0.001,weight_decay=0.1", "adamw:lr=0.001,weight_decay=0.1"}) {
-    auto cfg = train::parseOptimizer(spec);
-    ASSERT_TRUE(cfg.isOk()) << cfg.status().message();
-    auto opt = train::Optimizer::create(*cfg);
-    ASSERT_TRUE(opt.isOk()) << opt.status().message();
-    std::vector<float> p(p0.data<float>(), p0.data<float>() + n), q = p;
-    std::vector<std::vector<float>> state(opt->stateTensors(), std::vector<float>(n, 0.0f)),
-        st = state;
-    std::vector<float *> ptrs;
-    for (auto &s : state)
-      ptrs.push_back(s.data());
-    const train::OptimizerConfig &c = opt->config();
-    for (int64_t step = 1; step <= 3; ++step) {
-      const float lr = static_cast<float>(opt->baseLr());
-      ASSERT_TRUE(opt->step(step, lr, p.data(), g.data<float>(), ptrs, n).isOk());
-      const double wd = c.weightDecay ? *c.weightDecay : 0.0;
-      if (c.kind == "sgd") {
-        body::SgdScalars s{static_cast<float>(-double(lr)), static_cast<float>(wd),
-                           static_cast<float>(c.momentum), static_cast<float>(1.0 - c.dampening),
-                           wd != 0, c.momentum != 0, step == 1, c.nesterov};
-        for (int64_t i = 0; i < n; ++i)
-          body::sgdElement(s, q[i], g.data<float>()[i], st.empty() ? nullptr : &st[0][i]);
-      } else {
-        const double t = static_cast<double>(step), lrD = lr;
-        body::AdamScalars s{};
-        s.wd = static_cast<float>(wd);
-        s.decay = static_cast<float>(1.0 - lrD * wd);
-        s.w1 = static_cast<float>(1.0 - c.beta1);
-        s.w1Small = std::abs(s.w1) < 0.5f;
-        s.beta2 = static_cast<float>(c.beta2);
-        s.oneMinusBeta2 = static_cast<float>(1.0 - c.beta2);
-        s.bc2Sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, t)));
-        s.eps = static_cast<float>(c.eps);
-        s.negStepSize = static_cast<float>(-(lrD / (1.0 - std::pow(c.beta1, t))));
-        s.l2 = c.kind == "adam" && wd != 0;
-        s.decoupled = c.kind == "adamw" && wd != 0;
-        for (int64_t i = 0; i < n; ++i)
-          body::adamElement(s, q[i], g.data<float>()[i], st[0][i], st[1][i]);
+namespace {
+
+/// Parameters of the sizes given, for a StepUpdate (host) and the same
+/// values in buffers for the device update's host run.
+struct UpdateCase {
+  std::vector<train::ParamState> params;
+  std::vector<std::vector<float>> weights, grads;
+  std::vector<std::vector<std::vector<float>>> states;
+};
+
+UpdateCase makeUpdateCase(const std::vector<int64_t> &sizes, size_t stateTensors, uint64_t seed) {
+  UpdateCase c;
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t n : sizes) {
+    std::vector<float> w(static_cast<size_t>(n)), g(static_cast<size_t>(n));
+    for (auto &x : w)
+      x = u(rng);
+    for (auto &x : g)
+      x = u(rng);
+    c.weights.push_back(w);
+    c.grads.push_back(g);
+    c.states.emplace_back(stateTensors, std::vector<float>(static_cast<size_t>(n), 0.0f));
+  }
+  c.params.resize(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    train::ParamState &ps = c.params[i];
+    ps.n = sizes[i];
+    ps.data = c.weights[i].data();
+    ps.accum.assign(c.grads[i].begin(), c.grads[i].end());
+    ps.state.assign(stateTensors, LargeVector<float>(static_cast<size_t>(sizes[i]), 0.0f));
+  }
+  return c;
+}
+
+} // namespace
+
+// The device update (runtime/cuda/UpdateBodies.h, here its host run of
+// runtime/cuda/Update.h, which the CUDA kernels run thread by thread) is
+// train::StepUpdate bit for bit: every optimizer and option, parameters
+// of one element to several chunks, the mean over micro-batches, clipping
+// (below and above the norm), a skipped non-finite step, and the squared
+// sums that make the reported gradient norm.
+TEST(CudaBodies, DeviceUpdateIsTheStepUpdateBitwise) {
+  const std::vector<int64_t> sizes = {1, 7, 1000, cuda::update::kChunk, 2 * cuda::update::kChunk + 5};
+  const char *specs[] = {"sgd:lr=0.1",
+                         "sgd:lr=0.1,momentum=0.9,dampening=0.1,weight_decay=0.01",
+                         "sgd:lr=0.1,momentum=0.9,nesterov=true",
+                         "adam:lr=0.001",
+                         "adam:lr=0.001,weight_decay=0.1,amsgrad=true",
+                         "adamw:lr=0.001,weight_decay=0.1",
+                         "adamw:lr=0.001,beta1=0.6,amsgrad=true",
+                         "rmsprop:lr=0.01",
+                         "rmsprop:lr=0.01,momentum=0.9,centered=true,weight_decay=0.01",
+                         "rmsprop:lr=0.01,alpha=0.3,centered=true"};
+  struct Rule {
+    unsigned microBatches;
+    double clip;
+    bool skip, nonFinite;
+  };
+  const Rule rules[] = {{1, 0, false, false}, {3, 0, false, false}, {4, 0.5, false, false},
+                        {4, 1e9, false, false}, {2, 0, true, false},  {2, 0.5, true, true}};
+  for (const char *spec : specs)
+    for (const Rule &rule : rules) {
+      const std::string what = cat(spec, " M=", rule.microBatches, " clip ", rule.clip,
+                                   rule.skip ? " skipping" : "", rule.nonFinite ? " (a NaN)" : "");
+      auto cfg = train::parseOptimizer(spec);
+      ASSERT_TRUE(cfg.isOk()) << cfg.status().message();
+      auto opt = train::Optimizer::create(*cfg);
+      ASSERT_TRUE(opt.isOk()) << opt.status().message();
+      UpdateCase host = makeUpdateCase(sizes, opt->stateTensors(), 11);
+      UpdateCase dev = makeUpdateCase(sizes, opt->stateTensors(), 11);
+      std::vector<kernel::ParamBuffers> buffers;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        kernel::ParamBuffers b;
+        b.param = dev.weights[i].data();
+        b.grad = dev.grads[i].data();
+        for (size_t k = 0; k < opt->stateTensors(); ++k)
+          b.state[k] = dev.states[i][k].data();
+        b.n = sizes[i];
+        buffers.push_back(b);
+      }
+      auto table = cuda::makeUpdateTable(buffers);
+      ASSERT_TRUE(table.isOk()) << table.status().message();
+      std::vector<double> lanes(table->chunks.size() * cuda::update::kLanes), squares(sizes.size());
+      train::UpdateRule r;
+      r.clip = rule.clip;
+      r.skipNonFinite = rule.skip;
+      for (int64_t step = 1; step <= 3; ++step) {
+        const float lr = static_cast<float>(opt->baseLr() * (1.0 - 0.1 * static_cast<double>(step)));
+        for (size_t i = 0; i < sizes.size(); ++i) { // the step's gradients
+          for (int64_t e = 0; e < sizes[i]; ++e)
+            host.params[i].accum[static_cast<size_t>(e)] = dev.grads[i][static_cast<size_t>(e)] =
+                std::sin(static_cast<float>(e + 1) * 0.37f * static_cast<float>(step + static_cast<int64_t>(i)));
+          if (rule.nonFinite && step == 2)
+            host.params[i].accum[3 % static_cast<size_t>(sizes[i])] =
+                dev.grads[i][3 % static_cast<size_t>(sizes[i])] = std::nanf("");
+        }
+        train::StepUpdate su(*opt, host.params, r, step, lr, rule.microBatches, 0);
+        auto updated = su.optimize(0, nullptr);
+        ASSERT_TRUE(updated.isOk()) << updated.status().message();
+
+        cuda::hostSquares(*table, rule.microBatches > 1 ? 1.0f / static_cast<float>(rule.microBatches) : 1.0f,
+                          lanes.data(), squares.data());
+        const cuda::update::Control k =
+            cuda::update::decide(squares.data(), table->params(), rule.clip, rule.skip);
+        cuda::hostApply(*table, k, opt->scalars(step, lr), true);
+        EXPECT_EQ(k.skip != 0, su.skipped()) << what << " step " << step;
+        EXPECT_EQ(*updated, !su.skipped()) << what;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const double a = squares[i], b = su.squares()[i];
+          EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << what << " step " << step << " param " << i;
+          EXPECT_EQ(std::memcmp(dev.weights[i].data(), host.weights[i].data(), sizes[i] * sizeof(float)), 0)
+              << what << " step " << step << " param " << i;
+          EXPECT_EQ(std::memcmp(dev.grads[i].data(), host.params[i].accum.data(), sizes[i] * sizeof(float)), 0)
+              << what << " step " << step << " gradient " << i;
+          for (size_t s = 0; s < opt->stateTensors(); ++s)
+            EXPECT_EQ(std::memcmp(dev.states[i][s].data(), host.params[i].state[s].data(), sizes[i] * sizeof(float)),
+                      0)
+                << what << " step " << step << " param " << i << " state " << s;
+        }
       }
     }
-    // The same formulas; the host compiler contracts multiply-adds in the
-    // optimizers' vectorized loops and in the scalar body in its own ways:
-    // a few float ulps over three steps.
-    EXPECT_LE(worstError(q.data(), p.data(), n), 5e-7) << spec;
+}
+
+// The table cuts every parameter into chunks of at most kChunk elements,
+// in order, each element in exactly one chunk; the lanes' total is
+// train::chunkSquaredSum's.
+TEST(CudaBodies, UpdateTableCoversEveryElementOnceInTheCpusChunks) {
+  std::vector<std::vector<float>> mem;
+  std::vector<kernel::ParamBuffers> buffers;
+  for (int64_t n : {int64_t{0}, int64_t{3}, cuda::update::kChunk + 1, 3 * cuda::update::kChunk}) {
+    mem.emplace_back(static_cast<size_t>(std::max<int64_t>(n, 1)));
+    kernel::ParamBuffers b;
+    b.param = b.grad = mem.back().data();
+    b.n = n;
+    buffers.push_back(b);
   }
+  auto t = cuda::makeUpdateTable(buffers);
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  ASSERT_EQ(t->params(), 4);
+  EXPECT_EQ(t->firstChunk, (std::vector<int32_t>{0, 0, 1, 3, 6}));
+  for (int32_t p = 0; p < t->params(); ++p) {
+    int64_t covered = 0;
+    for (int32_t c = t->firstChunk[p]; c < t->firstChunk[p + 1]; ++c) {
+      EXPECT_EQ(t->chunks[c].index, p);
+      EXPECT_EQ(t->chunks[c].grad, buffers[p].grad + covered);
+      EXPECT_LE(t->chunks[c].n, cuda::update::kChunk);
+      covered += t->chunks[c].n;
+    }
+    EXPECT_EQ(covered, buffers[p].n);
+  }
+  Tensor x = randomF32({cuda::update::kChunk}, 5, -3.f, 3.f);
+  cuda::update::Chunk c;
+  c.grad = x.data<float>();
+  c.n = 12345;
+  double lanes[cuda::update::kLanes];
+  for (int l = 0; l < cuda::update::kLanes; ++l)
+    lanes[l] = cuda::update::laneSquares(c, 1.0f, l);
+  EXPECT_EQ(cuda::update::laneTotal(lanes), train::chunkSquaredSum(x.data<float>(), 12345));
+  // A kernel's misuse of the table is refused, not run.
+  buffers[1].grad = nullptr;
+  EXPECT_FALSE(cuda::makeUpdateTable(buffers).isOk());
 }
 
 TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {
