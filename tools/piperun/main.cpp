@@ -64,6 +64,8 @@ struct Options {
   bool showProgram = false;
   std::string injectFailure;
   std::string device = "cpu";
+  /// --host-optimizer: a GPU run keeps its training state on the host.
+  bool hostOptimizer = false;
   /// Under mpirun: this process's rank (device) and the transport between
   /// the ranks; null otherwise.
   std::optional<runtime::MpiJob> job;
@@ -213,6 +215,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
         {"predicted_step_seconds", p.pipeline().predicted_step_seconds()},
         {"mean_step_seconds", session.meanStepSeconds()},
         {"skipped_steps", r.skippedSteps},
+        {"training_state", session.residentTraining() ? "device" : "host"},
         {"cpu_isa", cpu::cpuIsaName(cpu::cpuIsa())},
         {"devices", devs}};
     std::cout << jsonText(summary, 2) << "\n";
@@ -223,6 +226,8 @@ Status trainPlan(const Options &o, runtime::Session &session) {
                                : "",
                 r.firstLoss, r.lastLoss, med * 1e3, examples / med);
     printDeviceTable(devs, session, med);
+    if (session.residentTraining())
+      std::printf("training state: in the devices' memory, updated there (--host-optimizer: on the host)\n");
     if (!o.checkpoint.empty())
       std::printf("checkpoint after step %lld in %s\n", static_cast<long long>(o.steps),
                   o.checkpoint.c_str());
@@ -290,6 +295,9 @@ Status runPlan(const Options &o) {
   so.trace = !o.trace.empty() || !o.report.empty();
   so.skipNonFinite = o.skipNonFinite;
   so.cuda = o.device == "cuda";
+  if (o.hostOptimizer && !so.cuda)
+    return errorf("--host-optimizer is for --device cuda (on the CPU the host's memory is the device's)");
+  so.resident = !o.hostOptimizer;
   if (!o.injectFailure.empty()) {
     int dev = -1, at = -1;
     char tail = 0;
@@ -444,6 +452,9 @@ int main(int argc, char **argv) {
                  "20000 when devices x threads fit the cores, else 0)");
   app.add_flag("--json", o.json, "print the summary as JSON");
   app.add_option("--device", o.device, "cpu (the default) or cuda: device i of the plan on GPU i");
+  app.add_flag("--host-optimizer", o.hostOptimizer,
+               "--device cuda training: keep the weights, gradients and optimizer state on the host and update "
+               "them there, refreshing the GPUs' copies every step (as before resident training; to compare)");
   // For tests of failure handling (tests/lit/e2e/mpi-failure.test): device
   // D fails with an error before its instruction I in every step.
   app.add_option("--inject-failure", o.injectFailure, "tests: DEVICE:INSTRUCTION fails with an error")
