@@ -41,15 +41,16 @@ TensorDesc descOf(const plan::TensorInfo &t) {
 } // namespace
 
 Expected<std::unique_ptr<DeviceExecutor>> DeviceExecutor::create(const plan::LoadedPlan &lp,
-                                                                 int index, int gpu, bool emulateGpu) {
+                                                                 int index, const DevicePlacement &where) {
+  const int gpu = where.gpu;
   const int K = lp.plan.devices_size();
   const int64_t D = std::max<uint32_t>(lp.plan.pipeline().data_parallel(), 1);
   if (index < 0 || index >= K * D)
     return errorf("the plan has no device ", index, " (", K, " stage(s) x ", D, " replica(s))");
   std::unique_ptr<DeviceExecutor> ex(new DeviceExecutor(lp, index, index % K));
   if (gpu >= 0) {
-    PIPEC_ASSIGN(ex->backend_, cuda::makeCudaBackend(gpu));
-  } else if (emulateGpu) {
+    PIPEC_ASSIGN(ex->backend_, cuda::makeCudaBackend(gpu, where.tf32));
+  } else if (where.emulateGpu) {
     ex->backend_ = cuda::makeEmulatedGpuBackend();
   } else {
     ex->backend_ = cpu::makeCpuBackend();

@@ -52,6 +52,15 @@ struct TraceEvent {
   double updateSeconds = 0;
 };
 
+/// Where a device runs: the CPU, GPU `gpu` (>= 0), or the emulated GPU of
+/// runtime/cuda/EmulatedGpu.h (tests of the GPU path's host side); `tf32`:
+/// a GPU's matrix products on TF32 tensor cores.
+struct DevicePlacement {
+  int gpu = -1;
+  bool emulateGpu = false;
+  bool tf32 = false;
+};
+
 class DeviceExecutor {
 public:
   /// Prepares kernels and memory for device `index` of a loaded plan: stage
@@ -63,10 +72,8 @@ public:
   /// memory, its nodes as the backend's kernels; inputs, outputs, messages
   /// and gradients pass between host and device through the backend
   /// (runtime/kernel/Backend.h).
-  /// `emulateGpu` (with gpu < 0): the device on the emulated GPU of
-  /// runtime/cuda/EmulatedGpu.h, for tests of the GPU path's host side.
   static Expected<std::unique_ptr<DeviceExecutor>> create(const plan::LoadedPlan &lp, int index,
-                                                          int gpu = -1, bool emulateGpu = false);
+                                                          const DevicePlacement &where = DevicePlacement());
   /// Whether the host can read address()'s memory directly (the CPU).
   bool hostAddressable() const { return backend_->hostAddressable(); }
   /// The device's backend: its memory, copies and parameter updater

@@ -130,7 +130,11 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
       s->devices_.push_back(nullptr);
       continue;
     }
-    PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d, opts.cuda ? d % gpus : -1, opts.emulateGpu && !opts.cuda));
+    DevicePlacement where;
+    where.gpu = opts.cuda ? d % gpus : -1;
+    where.emulateGpu = opts.emulateGpu && !opts.cuda;
+    where.tf32 = opts.tf32;
+    PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d, where));
     if (opts.trace)
       ex->enableTrace(epoch);
     s->devices_.push_back(std::move(ex));

@@ -66,6 +66,10 @@ struct SessionOptions {
   /// the GPU path's host side, resident training included, on the CPU
   /// (tests).
   bool emulateGpu = false;
+  /// GPUs: matrix products on TF32 tensor cores (piperun --math tf32;
+  /// inputs rounded to 10-bit mantissas, sums in fp32) instead of exact
+  /// fp32. Still deterministic and independent of K.
+  bool tf32 = false;
   /// Resident training where the devices' backends have it (GPUs): the
   /// parameters, gradients and optimizer state stay in device memory and
   /// the optimizer runs there (Session::residentTraining); off: the host

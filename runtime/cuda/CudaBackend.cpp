@@ -7,6 +7,7 @@
 #if PIPEC_HAVE_CUDA
 #include "runtime/cuda/CudaKernels.h"
 #include "runtime/cuda/Update.h"
+#include "runtime/cuda/kernels/CudaCommon.h"
 #endif
 
 #include <utility>
@@ -156,8 +157,13 @@ private:
 
 } // namespace
 
-Expected<kernel::BackendPtr> makeCudaBackend(int gpu) {
+Expected<kernel::BackendPtr> makeCudaBackend(int gpu, bool tf32) {
   PIPEC_ASSIGN(std::unique_ptr<GpuDevice> device, GpuDevice::open(gpu));
+#if PIPEC_HAVE_CUDA
+  setStreamMath(device->stream(), tf32 ? MathMode::Tf32 : MathMode::Exact);
+#else
+  (void)tf32;
+#endif
   return kernel::BackendPtr(new CudaBackend(std::move(device)));
 }
 

@@ -16,7 +16,8 @@
 
 namespace pipec::cuda {
 
-/// A backend on GPU `gpu` (an index into listGpus()).
-Expected<kernel::BackendPtr> makeCudaBackend(int gpu);
+/// A backend on GPU `gpu` (an index into listGpus()); `tf32`: its
+/// matrix products on TF32 tensor cores (else exact fp32).
+Expected<kernel::BackendPtr> makeCudaBackend(int gpu, bool tf32 = false);
 
 } // namespace pipec::cuda

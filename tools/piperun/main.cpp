@@ -66,6 +66,8 @@ struct Options {
   std::string device = "cpu";
   /// --host-optimizer: a GPU run keeps its training state on the host.
   bool hostOptimizer = false;
+  /// --math exact|tf32: a GPU's matrix products.
+  std::string math = "exact";
   /// Under mpirun: this process's rank (device) and the transport between
   /// the ranks; null otherwise.
   std::optional<runtime::MpiJob> job;
@@ -216,6 +218,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
         {"mean_step_seconds", session.meanStepSeconds()},
         {"skipped_steps", r.skippedSteps},
         {"training_state", session.residentTraining() ? "device" : "host"},
+        {"math", o.math},
         {"cpu_isa", cpu::cpuIsaName(cpu::cpuIsa())},
         {"devices", devs}};
     std::cout << jsonText(summary, 2) << "\n";
@@ -273,6 +276,12 @@ Status checkCudaDevice(const Options &o) {
 Status runPlan(const Options &o) {
   if (o.device != "cpu" && o.device != "cuda")
     return errorf("--device must be cpu or cuda (got '", o.device, "')");
+  if (o.hostOptimizer && o.device != "cuda")
+    return errorf("--host-optimizer is for --device cuda (on the CPU the host's memory is the device's)");
+  if (o.math != "exact" && o.math != "tf32")
+    return errorf("--math must be exact or tf32 (got '", o.math, "')");
+  if (o.math == "tf32" && o.device != "cuda")
+    return errorf("--math tf32 is for --device cuda (the CPU computes in exact fp32)");
   if (o.device == "cuda") {
     if (o.transport)
       return errorf("--device cuda under mpirun is not implemented yet (the NCCL transport: docs/cuda.md)");
@@ -295,9 +304,8 @@ Status runPlan(const Options &o) {
   so.trace = !o.trace.empty() || !o.report.empty();
   so.skipNonFinite = o.skipNonFinite;
   so.cuda = o.device == "cuda";
-  if (o.hostOptimizer && !so.cuda)
-    return errorf("--host-optimizer is for --device cuda (on the CPU the host's memory is the device's)");
   so.resident = !o.hostOptimizer;
+  so.tf32 = o.math == "tf32";
   if (!o.injectFailure.empty()) {
     int dev = -1, at = -1;
     char tail = 0;
@@ -452,6 +460,8 @@ int main(int argc, char **argv) {
                  "20000 when devices x threads fit the cores, else 0)");
   app.add_flag("--json", o.json, "print the summary as JSON");
   app.add_option("--device", o.device, "cpu (the default) or cuda: device i of the plan on GPU i");
+  app.add_option("--math", o.math,
+                 "--device cuda: exact (the default: fp32, no TF32) or tf32 (matrix products on TF32 tensor cores)");
   app.add_flag("--host-optimizer", o.hostOptimizer,
                "--device cuda training: keep the weights, gradients and optimizer state on the host and update "
                "them there, refreshing the GPUs' copies every step (as before resident training; to compare)");

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <mutex>
 
 namespace pipec::cuda {
 
@@ -13,20 +14,47 @@ Status cublasCheck(cublasStatus_t s, const char *what) {
   return errorf(what, " failed: ", cublasGetStatusString(s));
 }
 
+namespace {
+std::mutex gMathLock;
+std::map<void *, MathMode> gMath; // by stream
+} // namespace
+
+void setStreamMath(void *stream, MathMode mode) {
+  std::lock_guard<std::mutex> lock(gMathLock);
+  gMath[stream] = mode;
+}
+
+MathMode streamMath(void *stream) {
+  std::lock_guard<std::mutex> lock(gMathLock);
+  auto it = gMath.find(stream);
+  return it == gMath.end() ? MathMode::Exact : it->second;
+}
+
 Expected<cublasHandle_t> cublasFor(void *stream) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess)
     return errorf("cudaGetDevice failed");
-  thread_local std::map<int, cublasHandle_t> handles;
+  struct Handle {
+    cublasHandle_t h = nullptr;
+    MathMode mode = MathMode::Exact;
+  };
+  thread_local std::map<int, Handle> handles;
   auto it = handles.find(device);
   if (it == handles.end()) {
-    cublasHandle_t h = nullptr;
-    PIPEC_TRY(cublasCheck(cublasCreate(&h), "cublasCreate"));
-    PIPEC_TRY(cublasCheck(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
+    Handle h;
+    PIPEC_TRY(cublasCheck(cublasCreate(&h.h), "cublasCreate"));
+    PIPEC_TRY(cublasCheck(cublasSetMathMode(h.h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
     it = handles.emplace(device, h).first;
   }
-  PIPEC_TRY(cublasCheck(cublasSetStream(it->second, static_cast<cudaStream_t>(stream)), "cublasSetStream"));
-  return it->second;
+  Handle &h = it->second;
+  if (const MathMode want = streamMath(stream); want != h.mode) {
+    PIPEC_TRY(cublasCheck(
+        cublasSetMathMode(h.h, want == MathMode::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
+        "cublasSetMathMode"));
+    h.mode = want;
+  }
+  PIPEC_TRY(cublasCheck(cublasSetStream(h.h, static_cast<cudaStream_t>(stream)), "cublasSetStream"));
+  return h.h;
 }
 
 Status needF32(const OpDesc &d, int other, DType otherType) {

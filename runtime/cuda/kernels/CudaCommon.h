@@ -30,6 +30,15 @@ Status cublasCheck(cublasStatus_t s, const char *what);
 /// tensor-core paths.
 Expected<cublasHandle_t> cublasFor(void *stream);
 
+/// How a device's matrix products compute (piperun --math): exact fp32
+/// (CUBLAS_PEDANTIC_MATH: no TF32, no reduced-precision reductions) or on
+/// TF32 tensor cores (CUBLAS_TF32_TENSOR_OP_MATH). A stream's mode, set
+/// by its backend; cublasFor puts it on the handle. Unknown streams (the
+/// kernel tests') are exact.
+enum class MathMode { Exact, Tf32 };
+void setStreamMath(void *stream, MathMode mode);
+MathMode streamMath(void *stream);
+
 /// Every input float32 but the one at `other`, which must be `otherType`
 /// (a loss's int64 targets, ReduceSum's axes, a mask).
 Status needF32(const OpDesc &d, int other = -1, DType otherType = DType::I64);
