@@ -451,6 +451,7 @@ Status DeviceExecutor::runNode(Run &r, int32_t node, void *const *in, void *cons
       }
   }
   r.ctx.accumulate = accumulates_[node] && r.mb > 0;
+  r.ctx.errorFlag = flags_ ? flags_ + node : nullptr;
   Status s = kernels_[node]->run(r.ctx, in, out);
   if (!s)
     return s.withContext(cat("device ", index_, " micro-batch ", r.mb));
@@ -680,12 +681,22 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     }
     ioUsed_ = 0;
     pending_.clear();
+    const uint64_t flagBytes = static_cast<uint64_t>(std::max(dev.nodes_size(), 1)) * sizeof(int);
+    if (!flags_) {
+      PIPEC_ASSIGN(void *f, backend_->alloc(flagBytes));
+      PIPEC_ASSIGN(void *h, backend_->hostBuffer(flagBytes));
+      flags_ = static_cast<int *>(f);
+      hostFlags_ = static_cast<int *>(h);
+    }
+    std::memset(hostFlags_, 0, flagBytes);
+    PIPEC_TRY(backend_->upload(flags_, hostFlags_, flagBytes));
   }
   Run r{this, ctx, &io, ctx.step, 0, {}, Status::ok()};
   if (useCompiled(io)) {
     const uint32_t parts = io.part == Part::All ? 3u : io.part == Part::CurrentStep ? 1u : 2u;
     if (compiled_(&r, parts) != 0)
       return std::move(r.status);
+    PIPEC_TRY(checkFlags());
     return flushCollects(io);
   }
   for (int i = 0; i < dev.program_size(); ++i) {
@@ -714,8 +725,22 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     }
     PIPEC_TRY(endInstruction(r, i));
   }
-  PIPEC_TRY(backend_->sync());
+  PIPEC_TRY(checkFlags());
   return flushCollects(io);
+}
+
+Status DeviceExecutor::checkFlags() {
+  if (!flags_)
+    return backend_->sync();
+  const plan::Device &dev = lp_.plan.devices(stage_);
+  const uint64_t bytes = static_cast<uint64_t>(std::max(dev.nodes_size(), 1)) * sizeof(int);
+  PIPEC_TRY(backend_->download(hostFlags_, flags_, bytes));
+  PIPEC_TRY(backend_->sync().withContext(cat("device ", index_)));
+  for (int ni = 0; ni < dev.nodes_size(); ++ni)
+    if (hostFlags_[ni])
+      return errorf("device ", index_, ": node '", dev.nodes(ni).name(), "' (", dev.nodes(ni).op_type(),
+                    ") found an index or target out of range in this step's data");
+  return Status::ok();
 }
 
 } // namespace pipec::runtime

@@ -236,6 +236,12 @@ private:
     const void *host;
   };
   std::vector<PendingCollect> pending_;
+  /// Per node, the device's error flag (ExecContext::errorFlag), cleared
+  /// at the step's start and read at its end; and their host copies.
+  int *flags_ = nullptr;
+  int *hostFlags_ = nullptr;
+  /// Reads the flags after the step's work: an error names the node.
+  Status checkFlags();
   /// The step's feeds and collects, each at its own offset of one host
   /// buffer (the copies of a step are in flight together).
   void *ioBuffer_ = nullptr;

@@ -82,6 +82,11 @@ struct ExecContext {
   /// only for kernels that canAccumulate() (gradients summed over
   /// micro-batches in place, DeviceExecutor::accumulateInto).
   bool accumulate = false;
+  /// Device memory (an int) a GPU kernel sets to nonzero for an error in
+  /// its data it cannot return at once (an index out of range), which the
+  /// executor reads at the step's end without waiting inside the step;
+  /// null: the kernel checks and returns the error itself.
+  int *errorFlag = nullptr;
 };
 
 class Kernel {

@@ -103,6 +103,9 @@ Expected<KernelPtr> makeGather(const OpDesc &d) {
     });
   return launchKernel(
       [=, where = d.where()](ExecContext &ctx, const void *const *in, void *const *out) -> Status {
+        if (ctx.errorFlag) // read by the executor at the step's end
+          return launchGather(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),
+                              static_cast<float *>(out[0]), outer, len, inner, count, ctx.errorFlag, ctx.stream);
         if (cudaMemsetAsync(ctx.workspace, 0, sizeof(int), static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess)
           return errorf(where, ": cudaMemsetAsync failed");
         PIPEC_TRY(launchGather(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),

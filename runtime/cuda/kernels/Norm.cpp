@@ -67,9 +67,11 @@ public:
   size_t workspaceBytes() const override { return 256 + static_cast<size_t>(n_ * d_) * sizeof(float); }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     auto stream = static_cast<cudaStream_t>(ctx.stream);
-    int *flag = static_cast<int *>(ctx.workspace);
+    // The executor's flag, read at the step's end; else the workspace's,
+    // read back now.
+    int *flag = ctx.errorFlag ? ctx.errorFlag : static_cast<int *>(ctx.workspace);
     float *per = reinterpret_cast<float *>(static_cast<char *>(ctx.workspace) + 256);
-    if (cudaMemsetAsync(flag, 0, sizeof(int), stream) != cudaSuccess)
+    if (!ctx.errorFlag && cudaMemsetAsync(flag, 0, sizeof(int), stream) != cudaSuccess)
       return errorf("SoftmaxCrossEntropyLoss: cudaMemsetAsync failed");
     if (grad_) {
       PIPEC_TRY(launchSceGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
@@ -82,6 +84,8 @@ public:
       if (reduction_ != 0)
         PIPEC_TRY(launchSumInOrder(per, n_ * d_, reduction_ == 2, loss, ctx.stream));
     }
+    if (ctx.errorFlag)
+      return Status::ok();
     int bad = 0;
     if (cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
         cudaStreamSynchronize(stream) != cudaSuccess)
