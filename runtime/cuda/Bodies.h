@@ -341,4 +341,38 @@ PIPEC_HD inline void softmaxGradRow(const float *dy, const float *y, float *dx, 
     dx[i * stride] = y[i * stride] * (dy[i * stride] - s);
 }
 
+// ---- GatherGrad from the indices sorted by row.
+
+/// The row index j gathers: idx < 0 counts from the end; an index outside
+/// [0, len) (which Gather refused) sorts last and is read by no row.
+PIPEC_HD inline int32_t gatherRow(int64_t idx, int64_t len) {
+  const int64_t r = idx < 0 ? idx + len : idx;
+  return r < 0 || r >= len ? static_cast<int32_t>(len) : static_cast<int32_t>(r);
+}
+
+/// The first position p of `keys` (ascending, n of them) with keys[p] >= r.
+PIPEC_HD inline int64_t lowerBound(const int32_t *keys, int64_t n, int32_t r) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < r)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/// pipec:GatherGrad's element (o, r, k): the dY rows gathered from row r,
+/// summed in index order. `keys` are the rows of the `count` indices in
+/// ascending order and `pos` their positions, ascending within a row (a
+/// stable sort), so the sum takes the order the CPU kernel's does.
+PIPEC_HD inline float gatherGradSorted(const float *dy, const int32_t *keys, const int32_t *pos, int64_t count,
+                                       int64_t inner, int64_t o, int32_t r, int64_t k) {
+  float s = 0.0f;
+  for (int64_t p = lowerBound(keys, count, r); p < count && keys[p] == r; ++p)
+    s += dy[(o * count + pos[p]) * inner + k];
+  return s;
+}
+
 } // namespace pipec::cuda::body

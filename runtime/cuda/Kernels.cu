@@ -148,20 +148,6 @@ __global__ void gatherKernel(const float *data, const int64_t *idx, float *out, 
   }
 }
 
-__global__ void gatherGradKernel(const float *dy, const int64_t *idx, float *dData, int64_t outer, int64_t len,
-                                 int64_t inner, int64_t count) {
-  for (int64_t i = firstItem(); i < outer * len * inner; i += itemStride()) {
-    const int64_t o = i / (len * inner), r = (i / inner) % len, k = i % inner;
-    float s = 0.0f;
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t t = idx[j] < 0 ? idx[j] + len : idx[j];
-      if (t == r)
-        s += dy[(o * count + j) * inner + k];
-    }
-    dData[i] = s;
-  }
-}
-
 __global__ void layerNormKernel(const float *x, const float *scale, const float *bias, float *y, int64_t rows,
                                 int64_t cols, double eps) {
   for (int64_t r = firstItem(); r < rows; r += itemStride())
@@ -321,15 +307,6 @@ Status launchGather(const float *data, const int64_t *idx, float *out, int64_t o
     return Status::ok();
   gatherKernel<<<l.grid, l.block, 0, asStream(stream)>>>(data, idx, out, outer, len, inner, count, bad);
   return launched("Gather");
-}
-
-Status launchGatherGrad(const float *dy, const int64_t *idx, float *dData, int64_t outer, int64_t len,
-                        int64_t inner, int64_t count, void *stream) {
-  const LaunchShape l = itemLaunch(outer * len * inner);
-  if (l.grid == 0)
-    return Status::ok();
-  gatherGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, idx, dData, outer, len, inner, count);
-  return launched("GatherGrad");
 }
 
 Status launchLayerNorm(const float *x, const float *scale, const float *bias, float *y, int64_t rows, int64_t cols,

@@ -56,9 +56,12 @@ Status launchSliceCopy(const float *src, float *dst, int64_t n, int64_t partLen,
 Status launchGather(const float *data, const int64_t *idx, float *out, int64_t outer, int64_t len, int64_t inner,
                     int64_t count, int *bad, void *stream);
 /// GatherGrad: dData [outer, len, inner] = the sum, in index order, of the
-/// dY [outer, count, inner] rows gathered from each row.
+/// dY [outer, count, inner] rows gathered from each row, by the indices
+/// sorted in `workspace` (gatherGradWorkspace(count, len) bytes;
+/// runtime/cuda/GatherGrad.cu).
+size_t gatherGradWorkspace(int64_t count, int64_t len);
 Status launchGatherGrad(const float *dy, const int64_t *idx, float *dData, int64_t outer, int64_t len,
-                        int64_t inner, int64_t count, void *stream);
+                        int64_t inner, int64_t count, void *workspace, void *stream);
 /// Layer normalization over rows of `cols` (bias may be null), its input
 /// gradient, and its scale gradient (`stats`: rows RowStats of workspace).
 Status launchLayerNorm(const float *x, const float *scale, const float *bias, float *y, int64_t rows, int64_t cols,

@@ -20,7 +20,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <cstring>
 #include <random>
 #include <set>
@@ -352,6 +354,55 @@ TEST(CudaBodies, UpdateTableCoversEveryElementOnceInTheCpusChunks) {
   // A kernel's misuse of the table is refused, not run.
   buffers[1].grad = nullptr;
   EXPECT_FALSE(cuda::makeUpdateTable(buffers).isOk());
+}
+
+// pipec:GatherGrad by the indices sorted by row (runtime/cuda/GatherGrad.cu:
+// a stable sort, then a binary search per output element) is the CPU
+// kernel bit for bit: repeated and negative indices, rows no index takes,
+// an outer axis, and every index the same row.
+TEST(CudaBodies, GatherGradBySortedIndicesIsTheCpuKernelBitwise) {
+  struct Case {
+    int64_t outer, len, inner, count;
+    bool allSame;
+  };
+  for (const Case &c : {Case{1, 128, 64, 200, false}, Case{3, 50, 7, 33, false}, Case{2, 9, 5, 40, true},
+                        Case{1, 1000, 3, 5, false}}) {
+    std::mt19937 rng(static_cast<unsigned>(c.len + c.count));
+    Tensor idx(DType::I64, {c.count});
+    for (int64_t j = 0; j < c.count; ++j) {
+      const int64_t r = c.allSame ? 4 : static_cast<int64_t>(rng() % static_cast<uint64_t>(c.len));
+      idx.data<int64_t>()[j] = r % 3 == 0 ? r - c.len : r; // some counted from the end
+    }
+    Tensor dy = randomF32({c.outer, c.count, c.inner}, 9);
+    cpu::OpDesc d = makeDesc("GatherGrad", {dy.desc(), idx.desc()}, {{DType::F32, {c.outer, c.len, c.inner}}}, {},
+                             17, "pipec");
+    d.attrs["shape"] = Attribute::ofInts({c.outer, c.len, c.inner});
+    d.attrs["axis"] = Attribute::ofInt(1);
+    auto ref = cpu::evaluate(d, {dy, idx});
+    ASSERT_TRUE(ref.isOk()) << ref.status().message();
+    std::vector<int32_t> keys(static_cast<size_t>(c.count)), pos(keys.size());
+    std::vector<std::pair<int32_t, int32_t>> kp;
+    for (int64_t j = 0; j < c.count; ++j)
+      kp.emplace_back(body::gatherRow(idx.data<int64_t>()[j], c.len), static_cast<int32_t>(j));
+    std::stable_sort(kp.begin(), kp.end(), [](auto a, auto b) { return a.first < b.first; });
+    for (size_t p = 0; p < kp.size(); ++p)
+      std::tie(keys[p], pos[p]) = kp[p];
+    const Tensor &want = (*ref)[0];
+    for (int64_t o = 0; o < c.outer; ++o)
+      for (int64_t r = 0; r < c.len; ++r)
+        for (int64_t k = 0; k < c.inner; ++k) {
+          const float got = body::gatherGradSorted(dy.data<float>(), keys.data(), pos.data(), c.count, c.inner, o,
+                                                   static_cast<int32_t>(r), k);
+          const float w = want.data<float>()[(o * c.len + r) * c.inner + k];
+          ASSERT_EQ(std::memcmp(&got, &w, sizeof got), 0) << "element " << o << "," << r << "," << k;
+        }
+  }
+  EXPECT_EQ(body::gatherRow(-1, 10), 9);
+  EXPECT_EQ(body::gatherRow(10, 10), 10); // out of range: sorts last, no row reads it
+  const int32_t sorted[] = {0, 2, 2, 2, 5};
+  EXPECT_EQ(body::lowerBound(sorted, 5, 2), 1);
+  EXPECT_EQ(body::lowerBound(sorted, 5, 3), 4);
+  EXPECT_EQ(body::lowerBound(sorted, 5, 6), 5);
 }
 
 TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {

@@ -97,10 +97,12 @@ Expected<KernelPtr> makeGather(const OpDesc &d) {
   const int64_t outer = prodDims(data.shape, 0, ax), len = data.shape[ax];
   const int64_t inner = prodDims(data.shape, ax + 1, data.shape.size()), count = idx.numel();
   if (grad)
-    return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
-      return launchGatherGrad(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),
-                              static_cast<float *>(out[0]), outer, len, inner, count, ctx.stream);
-    });
+    return launchKernel(
+        [=](ExecContext &ctx, const void *const *in, void *const *out) {
+          return launchGatherGrad(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),
+                                  static_cast<float *>(out[0]), outer, len, inner, count, ctx.workspace, ctx.stream);
+        },
+        gatherGradWorkspace(count, len));
   return launchKernel(
       [=, where = d.where()](ExecContext &ctx, const void *const *in, void *const *out) -> Status {
         if (ctx.errorFlag) // read by the executor at the step's end
