@@ -1,13 +1,16 @@
 //===- runtime/cuda/Kernels.cu - The CUDA kernels -------------------------===//
 //
 // Thin __global__ wrappers: each thread takes items by a grid-stride loop
-// (runtime/cuda/Launch.h) and runs a body of runtime/cuda/Bodies.h on each.
-// No atomics: every output element (row) is written by one thread, so the
-// results do not depend on the launch shape.
+// (runtime/cuda/Launch.h) and runs a body of runtime/cuda/Bodies.h on each;
+// the row kernels (softmax, the loss, layer normalization) share a row
+// among a group of a warp's lanes (runtime/cuda/RowBodies.h). No atomics:
+// every output element is written by one thread and every sum has one
+// order, so the results do not depend on the launch shape.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/Launch.h"
+#include "runtime/cuda/RowBodies.h"
 
 #include <cuda_runtime.h>
 
@@ -19,6 +22,149 @@ __device__ inline int64_t firstItem() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ inline int64_t itemStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// ---- Rows shared by groups of L lanes of a warp (runtime/cuda/RowBodies.h).
+
+constexpr unsigned kFull = 0xffffffffu;
+
+/// The shuffles of a group of L lanes: the fold of RowBodies.h's foldSum
+/// (lane l adds lane l + h's value), its result broadcast from lane 0.
+template <int L> struct Lanes {
+  int lane;
+  __device__ float sum(float v) const {
+    for (int h = L / 2; h >= 1; h /= 2)
+      v += __shfl_down_sync(kFull, v, h, L);
+    return __shfl_sync(kFull, v, 0, L);
+  }
+  __device__ double sum(double v) const {
+    for (int h = L / 2; h >= 1; h /= 2)
+      v += __shfl_down_sync(kFull, v, h, L);
+    return __shfl_sync(kFull, v, 0, L);
+  }
+  __device__ float max(float v) const {
+    for (int h = L / 2; h >= 1; h /= 2) {
+      const float o = __shfl_down_sync(kFull, v, h, L);
+      v = o > v ? o : v;
+    }
+    return __shfl_sync(kFull, v, 0, L);
+  }
+};
+
+/// Calls f(row, lanes) for the rows of the group of L lanes this thread is
+/// in; every lane of a warp calls it equally often (row -1: past the end,
+/// shuffling with the others but reading and writing nothing).
+template <int L, typename F> __device__ void forRows(int64_t rows, F f) {
+  constexpr int G = 32 / L;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  const int inWarp = static_cast<int>(threadIdx.x % 32);
+  const Lanes<L> lanes{inWarp % L};
+  for (int64_t base = warp * G; base < rows; base += warps * G) {
+    const int64_t r = base + inWarp / L;
+    f(r < rows ? r : -1, lanes);
+  }
+}
+
+/// The launch of a row kernel: 256 threads a block, a group of L lanes a row.
+template <int L> LaunchShape rowLaunch(int64_t rows) {
+  return itemLaunch((rows + 32 / L - 1) / (32 / L) * 32, 256);
+}
+
+template <bool Log> __global__ void softmaxRowsKernel(const float *x, float *y, int64_t rows, int64_t n) {
+  forRows<16>(rows, [&](int64_t r, const Lanes<16> &g) {
+    const float *xr = x + (r < 0 ? 0 : r) * n;
+    float *yr = y + (r < 0 ? 0 : r) * n;
+    const float m = g.max(r >= 0 ? rows::laneMax(xr, n, 1, g.lane, 16) : -INFINITY);
+    const float s = g.sum(r >= 0 ? rows::softmaxExpSum(xr, yr, n, m, g.lane, 16) : 0.0f);
+    if (r >= 0)
+      rows::softmaxWrite<Log>(xr, yr, n, m, s, g.lane, 16);
+  });
+}
+
+__global__ void maskedSoftmaxRowsKernel(const float *x, const bool *cond, float *y, int64_t rowCount, int64_t n,
+                                        body::Broadcast mask, float scale, float fill, bool fillWhen) {
+  forRows<16>(rowCount, [&](int64_t r, const Lanes<16> &g) {
+    const int64_t base = (r < 0 ? 0 : r) * n;
+    float *yr = y + base;
+    if (r >= 0)
+      for (int64_t i = g.lane; i < n; i += 16)
+        yr[i] = cond[body::broadcastOffset(base + i, mask)] == fillWhen ? fill : x[base + i] * scale;
+    const float m = g.max(r >= 0 ? rows::laneMax(yr, n, 1, g.lane, 16) : -INFINITY);
+    const float s = g.sum(r >= 0 ? rows::softmaxExpSum(yr, yr, n, m, g.lane, 16) : 0.0f);
+    if (r >= 0)
+      rows::softmaxWrite<false>(yr, yr, n, m, s, g.lane, 16);
+  });
+}
+
+__global__ void sceLossRowsKernel(const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d, float *loss,
+                                  int *bad) {
+  forRows<32>(n * d, [&](int64_t pos, const Lanes<32> &g) {
+    const int64_t p = pos < 0 ? 0 : pos, i = p / d, j = p % d;
+    const float *xr = x + i * c * d + j;
+    const float m = g.max(pos >= 0 ? rows::laneMax(xr, c, d, g.lane, 32) : -INFINITY);
+    const float s = g.sum(pos >= 0 ? rows::laneExpSum(xr, c, d, m, g.lane, 32) : 0.0f);
+    if (pos < 0 || g.lane != 0)
+      return;
+    const int64_t t = target[pos];
+    if (t < 0 || t >= c) {
+      *bad = 1;
+      loss[pos] = __int_as_float(0x7fc00000);
+      return;
+    }
+    loss[pos] = rows::sceLossOf(xr, d, t, m, s);
+  });
+}
+
+__global__ void sceGradRowsKernel(const float *dl, const float *x, const int64_t *target, int64_t n, int64_t c,
+                                  int64_t d, int reduction, float *dx, int *bad) {
+  forRows<32>(n * d, [&](int64_t pos, const Lanes<32> &g) {
+    const int64_t p = pos < 0 ? 0 : pos, i = p / d, j = p % d;
+    const float *xr = x + i * c * d + j;
+    const float m = g.max(pos >= 0 ? rows::laneMax(xr, c, d, g.lane, 32) : -INFINITY);
+    const float s = g.sum(pos >= 0 ? rows::laneExpSum(xr, c, d, m, g.lane, 32) : 0.0f);
+    if (pos < 0)
+      return;
+    const int64_t t = target[pos];
+    if (t < 0 || t >= c) {
+      if (g.lane == 0)
+        *bad = 1;
+      return;
+    }
+    // reduction: 0 none, 1 sum, 2 mean (as Kernels.h says).
+    const float scale = reduction == 0   ? dl[pos]
+                        : reduction == 1 ? dl[0]
+                                         : static_cast<float>(static_cast<double>(dl[0]) / static_cast<double>(n * d));
+    rows::sceGradWrite(xr, dx + i * c * d + j, c, d, t, scale, m, s, g.lane, 32);
+  });
+}
+
+__global__ void layerNormRowsKernel(const float *x, const float *scale, const float *bias, float *y, int64_t rowCount,
+                                    int64_t cols, double eps) {
+  forRows<32>(rowCount, [&](int64_t r, const Lanes<32> &g) {
+    const float *xr = x + (r < 0 ? 0 : r) * cols;
+    const double mean = rows::meanOf(g.sum(r >= 0 ? rows::laneSum(xr, cols, g.lane, 32) : 0.0), cols);
+    const double rstd =
+        rows::rstdOf(g.sum(r >= 0 ? rows::laneSquaredDeviation(xr, cols, mean, g.lane, 32) : 0.0), cols, eps);
+    if (r >= 0)
+      rows::layerNormWrite(xr, scale, bias, y + r * cols, cols, mean, rstd, g.lane, 32);
+  });
+}
+
+__global__ void layerNormGradRowsKernel(const float *dy, const float *x, const float *scale, float *dx,
+                                        int64_t rowCount, int64_t cols, double eps) {
+  forRows<32>(rowCount, [&](int64_t r, const Lanes<32> &g) {
+    const int64_t off = (r < 0 ? 0 : r) * cols;
+    const float *xr = x + off, *dyr = dy + off;
+    const double mean = rows::meanOf(g.sum(r >= 0 ? rows::laneSum(xr, cols, g.lane, 32) : 0.0), cols);
+    const double rstd =
+        rows::rstdOf(g.sum(r >= 0 ? rows::laneSquaredDeviation(xr, cols, mean, g.lane, 32) : 0.0), cols, eps);
+    const rows::GradSums s =
+        r >= 0 ? rows::layerNormGradSums(dyr, xr, scale, cols, mean, rstd, g.lane, 32) : rows::GradSums{};
+    const double mg = rows::meanOf(g.sum(s.g), cols), mgx = rows::meanOf(g.sum(s.gx), cols);
+    if (r >= 0)
+      rows::layerNormGradWrite(dyr, xr, scale, dx + off, cols, mean, rstd, mg, mgx, g.lane, 32);
+  });
+}
 
 __global__ void unaryKernel(UnaryOp op, const float *x, float *y, int64_t n) {
   for (int64_t i = firstItem(); i < n; i += itemStride()) {
@@ -67,12 +213,6 @@ __global__ void softmaxKernel(bool log, const float *x, float *y, int64_t outer,
   }
 }
 
-__global__ void maskedSoftmaxKernel(const float *x, const bool *cond, float *y, int64_t rows, int64_t n,
-                                    body::Broadcast mask, float scale, float fill, bool fillWhen) {
-  for (int64_t r = firstItem(); r < rows; r += itemStride())
-    body::maskedSoftmaxRow(x, cond, y, n, r, mask, scale, fill, fillWhen);
-}
-
 __global__ void fusedElementwiseKernel(body::EwDeviceProgram prog, body::EwInputs in, float *out, int64_t n) {
   for (int64_t i = firstItem(); i < n; i += itemStride())
     out[i] = body::ewEvaluate(prog, in, i);
@@ -83,19 +223,6 @@ __global__ void reduceSumKernel(const float *x, float *y, int64_t outN, body::Re
     y[o] = body::reduceSumElement(x, o, r);
 }
 
-__global__ void sceLossKernel(const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d, float *loss,
-                              int *bad) {
-  for (int64_t pos = firstItem(); pos < n * d; pos += itemStride()) {
-    const int64_t i = pos / d, j = pos % d, t = target[pos];
-    if (t < 0 || t >= c) {
-      *bad = 1;
-      loss[pos] = __int_as_float(0x7fc00000);
-      continue;
-    }
-    loss[pos] = body::sceLoss(x + i * c * d + j, c, d, t);
-  }
-}
-
 __global__ void sumInOrderKernel(const float *v, int64_t p, bool mean, float *out) {
   if (firstItem() != 0)
     return;
@@ -103,22 +230,6 @@ __global__ void sumInOrderKernel(const float *v, int64_t p, bool mean, float *ou
   for (int64_t i = 0; i < p; ++i)
     s += static_cast<double>(v[i]);
   *out = static_cast<float>(mean ? s / static_cast<double>(p) : s);
-}
-
-__global__ void sceGradKernel(const float *dl, const float *x, const int64_t *target, int64_t n, int64_t c,
-                              int64_t d, int reduction, float *dx, int *bad) {
-  for (int64_t pos = firstItem(); pos < n * d; pos += itemStride()) {
-    const int64_t i = pos / d, j = pos % d, t = target[pos];
-    if (t < 0 || t >= c) {
-      *bad = 1;
-      continue;
-    }
-    // reduction: 0 none, 1 sum, 2 mean (as Kernels.h says).
-    const float g = reduction == 0 ? dl[pos]
-                    : reduction == 1 ? dl[0]
-                                     : static_cast<float>(static_cast<double>(dl[0]) / static_cast<double>(n * d));
-    body::sceGrad(x + i * c * d + j, dx + i * c * d + j, c, d, t, g);
-  }
 }
 
 __global__ void sliceCopyKernel(const float *src, float *dst, int64_t n, int64_t partLen, int64_t wholeLen,
@@ -148,21 +259,15 @@ __global__ void gatherKernel(const float *data, const int64_t *idx, float *out, 
   }
 }
 
-__global__ void layerNormKernel(const float *x, const float *scale, const float *bias, float *y, int64_t rows,
-                                int64_t cols, double eps) {
-  for (int64_t r = firstItem(); r < rows; r += itemStride())
-    body::layerNormRow(x + r * cols, scale, bias, y + r * cols, cols, eps);
-}
-
-__global__ void layerNormGradKernel(const float *dy, const float *x, const float *scale, float *dx, int64_t rows,
-                                    int64_t cols, double eps) {
-  for (int64_t r = firstItem(); r < rows; r += itemStride())
-    body::layerNormGradRow(dy + r * cols, x + r * cols, scale, dx + r * cols, cols, eps);
-}
-
-__global__ void rowStatsKernel(const float *x, body::RowStats *stats, int64_t rows, int64_t cols, double eps) {
-  for (int64_t r = firstItem(); r < rows; r += itemStride())
-    stats[r] = body::layerNormStats(x + r * cols, cols, eps);
+__global__ void rowStatsKernel(const float *x, body::RowStats *stats, int64_t rowCount, int64_t cols, double eps) {
+  forRows<32>(rowCount, [&](int64_t r, const Lanes<32> &g) {
+    const float *xr = x + (r < 0 ? 0 : r) * cols;
+    const double mean = rows::meanOf(g.sum(r >= 0 ? rows::laneSum(xr, cols, g.lane, 32) : 0.0), cols);
+    const double rstd =
+        rows::rstdOf(g.sum(r >= 0 ? rows::laneSquaredDeviation(xr, cols, mean, g.lane, 32) : 0.0), cols, eps);
+    if (r >= 0 && g.lane == 0)
+      stats[r] = {mean, rstd};
+  });
 }
 
 __global__ void scaleGradKernel(const float *dy, const float *x, const body::RowStats *stats, float *ds,
@@ -235,6 +340,15 @@ Status launchBroadcastScale(const float *x, const body::Broadcast &bx, float sca
 
 Status launchSoftmax(bool log, const float *x, float *y, int64_t outer, int64_t len, int64_t inner,
                      void *stream) {
+  if (inner == 1 && len > 0) { // contiguous rows: 16 lanes a row
+    if (const LaunchShape l = rowLaunch<16>(outer); l.grid) {
+      if (log)
+        softmaxRowsKernel<true><<<l.grid, l.block, 0, asStream(stream)>>>(x, y, outer, len);
+      else
+        softmaxRowsKernel<false><<<l.grid, l.block, 0, asStream(stream)>>>(x, y, outer, len);
+    }
+    return launched("softmax");
+  }
   const LaunchShape l = itemLaunch(outer * inner, 128);
   if (l.grid == 0 || len == 0)
     return Status::ok();
@@ -244,10 +358,11 @@ Status launchSoftmax(bool log, const float *x, float *y, int64_t outer, int64_t 
 
 Status launchMaskedSoftmax(const float *x, const bool *cond, float *y, int64_t rows, int64_t n,
                            const body::Broadcast &mask, float scale, float fill, bool fillWhen, void *stream) {
-  const LaunchShape l = itemLaunch(rows, 128);
+  const LaunchShape l = rowLaunch<16>(rows);
   if (l.grid == 0 || n == 0)
     return Status::ok();
-  maskedSoftmaxKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, cond, y, rows, n, mask, scale, fill, fillWhen);
+  maskedSoftmaxRowsKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, cond, y, rows, n, mask, scale, fill,
+                                                                     fillWhen);
   return launched("masked softmax");
 }
 
@@ -270,10 +385,10 @@ Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduc
 
 Status launchSceLoss(const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d, float *perPosition,
                      int *badTarget, void *stream) {
-  const LaunchShape l = itemLaunch(n * d, 128);
-  if (l.grid == 0)
+  const LaunchShape l = rowLaunch<32>(n * d);
+  if (l.grid == 0 || c == 0)
     return Status::ok();
-  sceLossKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, target, n, c, d, perPosition, badTarget);
+  sceLossRowsKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, target, n, c, d, perPosition, badTarget);
   return launched("SoftmaxCrossEntropyLoss");
 }
 
@@ -284,10 +399,10 @@ Status launchSumInOrder(const float *v, int64_t p, bool mean, float *out, void *
 
 Status launchSceGrad(const float *dLoss, const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d,
                      int reduction, float *dx, int *badTarget, void *stream) {
-  const LaunchShape l = itemLaunch(n * d, 128);
-  if (l.grid == 0)
+  const LaunchShape l = rowLaunch<32>(n * d);
+  if (l.grid == 0 || c == 0)
     return Status::ok();
-  sceGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dLoss, x, target, n, c, d, reduction, dx, badTarget);
+  sceGradRowsKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dLoss, x, target, n, c, d, reduction, dx, badTarget);
   return launched("SoftmaxCrossEntropyLossGrad");
 }
 
@@ -311,25 +426,25 @@ Status launchGather(const float *data, const int64_t *idx, float *out, int64_t o
 
 Status launchLayerNorm(const float *x, const float *scale, const float *bias, float *y, int64_t rows, int64_t cols,
                        double eps, void *stream) {
-  const LaunchShape l = itemLaunch(rows, 64);
+  const LaunchShape l = rowLaunch<32>(rows);
   if (l.grid == 0)
     return Status::ok();
-  layerNormKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, scale, bias, y, rows, cols, eps);
+  layerNormRowsKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, scale, bias, y, rows, cols, eps);
   return launched("LayerNormalization");
 }
 
 Status launchLayerNormGrad(const float *dy, const float *x, const float *scale, float *dx, int64_t rows,
                            int64_t cols, double eps, void *stream) {
-  const LaunchShape l = itemLaunch(rows, 64);
+  const LaunchShape l = rowLaunch<32>(rows);
   if (l.grid == 0)
     return Status::ok();
-  layerNormGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, x, scale, dx, rows, cols, eps);
+  layerNormGradRowsKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, x, scale, dx, rows, cols, eps);
   return launched("LayerNormalizationGrad");
 }
 
 Status launchLayerNormScaleGrad(const float *dy, const float *x, float *ds, int64_t rows, int64_t cols, double eps,
                                 body::RowStats *stats, void *stream) {
-  const LaunchShape lr = itemLaunch(rows, 64), lc = itemLaunch(cols, 64);
+  const LaunchShape lr = rowLaunch<32>(rows), lc = itemLaunch(cols, 64);
   if (lr.grid == 0 || lc.grid == 0)
     return Status::ok();
   rowStatsKernel<<<lr.grid, lr.block, 0, asStream(stream)>>>(x, stats, rows, cols, eps);

@@ -11,6 +11,7 @@
 #include "runtime/cuda/Bodies.h"
 #include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Launch.h"
+#include "runtime/cuda/RowBodies.h"
 #include "runtime/cuda/Update.h"
 #include "runtime/train/Clip.h"
 #include "runtime/train/Optimizer.h"
@@ -403,6 +404,73 @@ TEST(CudaBodies, GatherGradBySortedIndicesIsTheCpuKernelBitwise) {
   EXPECT_EQ(body::lowerBound(sorted, 5, 2), 1);
   EXPECT_EQ(body::lowerBound(sorted, 5, 3), 4);
   EXPECT_EQ(body::lowerBound(sorted, 5, 6), 5);
+}
+
+// The row kernels that share a row among a warp's lanes
+// (runtime/cuda/RowBodies.h), run lane by lane on the host: the softmax
+// rows (16 lanes) are bitwise the one-thread bodies, and so the CPU
+// kernels' rows; the loss, its gradient and layer normalization (32 lanes,
+// sums in lanes) against the CPU kernels, on rows shorter than the lanes,
+// of one element, and long ones.
+TEST(CudaBodies, RowsSharedByLanesMatchTheCpuKernels) {
+  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}, int64_t{128}, int64_t{1000}}) {
+    Tensor x = randomF32({n}, static_cast<uint32_t>(n), -8.f, 8.f);
+    std::vector<float> a(static_cast<size_t>(n)), b(a.size());
+    body::softmaxRow<false>(x.data<float>(), a.data(), n, 1);
+    cuda::rows::softmaxRowLanes<false>(x.data<float>(), b.data(), n, 16);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "softmax, n " << n;
+    body::softmaxRow<true>(x.data<float>(), a.data(), n, 1);
+    cuda::rows::softmaxRowLanes<true>(x.data<float>(), b.data(), n, 16);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "log softmax, n " << n;
+  }
+  // The loss and its gradient over 1, 7 and 1000 classes, mean reduction.
+  for (int64_t C : {int64_t{1}, int64_t{7}, int64_t{1000}}) {
+    const int64_t N = 6;
+    Tensor s = randomF32({N, C}, 40, -6.f, 6.f), t(DType::I64, {N});
+    for (int64_t i = 0; i < N; ++i)
+      t.data<int64_t>()[i] = (i * 5) % C;
+    Tensor loss = evalOne(makeDesc("SoftmaxCrossEntropyLoss", {s.desc(), t.desc()}, {{DType::F32, {}}}), {s, t});
+    double sum = 0;
+    for (int64_t i = 0; i < N; ++i)
+      sum += cuda::rows::sceLossLanes(s.data<float>() + i * C, C, 1, t.data<int64_t>()[i], 32);
+    EXPECT_NEAR(sum / N, loss.data<float>()[0], 1e-6 * std::max(1.0, std::fabs(sum / N))) << C << " classes";
+    Tensor g = Tensor::scalarF32(1.0f);
+    Tensor dx = evalOne(
+        makeDesc("SoftmaxCrossEntropyLossGrad", {g.desc(), s.desc(), t.desc()}, {s.desc()}, {}, 17, "pipec"),
+        {g, s, t});
+    std::vector<float> mine(static_cast<size_t>(N * C));
+    for (int64_t i = 0; i < N; ++i)
+      cuda::rows::sceGradLanes(s.data<float>() + i * C, mine.data() + i * C, C, 1, t.data<int64_t>()[i], 1.0f / N,
+                               32);
+    EXPECT_LE(worstError(mine.data(), dx.data<float>(), N * C), 1e-7) << C << " classes";
+  }
+  // Layer normalization and its input gradient, rows of 3, 256 and 1000.
+  for (int64_t cols : {int64_t{3}, int64_t{256}, int64_t{1000}}) {
+    const int64_t rows = 4;
+    Tensor x = randomF32({rows, cols}, 50, -3.f, 3.f), sc = randomF32({cols}, 51), bi = randomF32({cols}, 52);
+    Tensor dy = randomF32({rows, cols}, 53);
+    cpu::OpDesc ln = makeDesc("LayerNormalization", {x.desc(), sc.desc(), bi.desc()}, {x.desc()}, {}, 17);
+    ln.attrs["axis"] = Attribute::ofInt(-1);
+    ln.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
+    Tensor y = evalOne(ln, {x, sc, bi});
+    std::vector<float> mine(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      cuda::rows::layerNormRowLanes(x.data<float>() + r * cols, sc.data<float>(), bi.data<float>(),
+                                    mine.data() + r * cols, cols, static_cast<double>(1e-5f), 32);
+    EXPECT_LE(worstError(mine.data(), y.data<float>(), rows * cols), 5e-7) << cols << " columns";
+    // The one-thread body, which the CPU gradient test pins, against the
+    // lanes: the statistics differ in a double's rounding at most.
+    std::vector<float> one(mine.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      body::layerNormGradRow(dy.data<float>() + r * cols, x.data<float>() + r * cols, sc.data<float>(),
+                             one.data() + r * cols, cols, static_cast<double>(1e-5f));
+      cuda::rows::layerNormGradRowLanes(dy.data<float>() + r * cols, x.data<float>() + r * cols, sc.data<float>(),
+                                        mine.data() + r * cols, cols, static_cast<double>(1e-5f), 32);
+    }
+    EXPECT_LE(worstError(mine.data(), one.data(), rows * cols), 1e-7) << cols << " columns";
+  }
+  float p[4] = {1, 2, 3, 4};
+  EXPECT_EQ(cuda::rows::foldSum(p, 4), (1.f + 3.f) + (2.f + 4.f)); // the shuffles' order
 }
 
 TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {

@@ -1,0 +1,214 @@
+//===- runtime/cuda/RowBodies.h - Rows shared by a group of lanes -*- C++ -*-===//
+//
+// The row kernels' bodies with a row's work shared by L lanes (L a power of
+// two up to 32: a GPU warp, or part of one): lane l takes the row's
+// elements l, l + L, ... in order and keeps a partial, and the partials
+// fold as foldSum() does: partial[l] += partial[l + h] for h = L/2, ..., 1,
+// which a warp does with __shfl_down_sync (lane l adds lane l + h's value
+// to its own), so lane 0 ends with the host's bits. Each row op is cut into
+// stages between folds; a stage is a PIPEC_HD function of one lane, which
+// the CUDA kernels (runtime/cuda/RowKernels.cu) run per thread and the
+// host drivers below run lane by lane (tests/unit/CudaBodiesTest.cpp
+// checks them against the CPU kernels without a GPU). No atomics, and the
+// order depends on L alone, never on the launch.
+//
+// The softmax rows take L = 16: lane l's sum is treeSum(16)'s partial l,
+// so they are bitwise the one-thread-a-row bodies (runtime/cuda/Bodies.h)
+// and the CPU kernels. The loss and the layer normalization add in lanes
+// (L = 32) where the one-thread bodies add in index order: rounding of a
+// float (or, for the normalization's double statistics, of a double) moves.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/cpu/kernels/VecMath.h"
+#include "runtime/cuda/Hd.h"
+
+#include <cmath>
+#include <cstdint>
+
+namespace pipec::cuda::rows {
+
+/// The fold of L partials, as a warp's shuffles add them.
+template <typename T> PIPEC_HD inline T foldSum(T *partial, int L) {
+  for (int h = L / 2; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l)
+      partial[l] = partial[l] + partial[l + h];
+  return partial[0];
+}
+/// The maximum's fold; a lane without elements holds -inf.
+PIPEC_HD inline float foldMax(float *partial, int L) {
+  for (int h = L / 2; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l)
+      partial[l] = partial[l + h] > partial[l] ? partial[l + h] : partial[l];
+  return partial[0];
+}
+
+/// Lane l's maximum of n elements strided by `stride`.
+PIPEC_HD inline float laneMax(const float *x, int64_t n, int64_t stride, int lane, int L) {
+  if (lane >= n)
+    return -INFINITY;
+  float m = x[lane * stride];
+  for (int64_t i = lane + L; i < n; i += L)
+    m = x[i * stride] > m ? x[i * stride] : m;
+  return m;
+}
+
+// ---- Softmax, LogSoftmax, pipec:MaskedSoftmax over contiguous rows.
+
+/// y = exp(x - max) on the lane's elements; their sum.
+PIPEC_HD inline float softmaxExpSum(const float *x, float *y, int64_t n, float max, int lane, int L) {
+  float s = 0.0f;
+  for (int64_t i = lane; i < n; i += L) {
+    y[i] = cpu::expOf(x[i] - max);
+    s += y[i];
+  }
+  return s;
+}
+/// The lane's outputs from the row's maximum and sum.
+template <bool Log>
+PIPEC_HD inline void softmaxWrite(const float *x, float *y, int64_t n, float max, float sum, int lane, int L) {
+  if constexpr (Log) {
+    const float shift = max + logf(sum);
+    for (int64_t i = lane; i < n; i += L)
+      y[i] = x[i] - shift;
+  } else {
+    const float r = 1.0f / sum;
+    for (int64_t i = lane; i < n; i += L)
+      y[i] *= r;
+  }
+}
+
+/// The host's run of a softmax row over L lanes.
+template <bool Log> inline void softmaxRowLanes(const float *x, float *y, int64_t n, int L) {
+  float p[32];
+  for (int l = 0; l < L; ++l)
+    p[l] = laneMax(x, n, 1, l, L);
+  const float m = foldMax(p, L);
+  for (int l = 0; l < L; ++l)
+    p[l] = softmaxExpSum(x, y, n, m, l, L);
+  const float s = foldSum(p, L);
+  for (int l = 0; l < L; ++l)
+    softmaxWrite<Log>(x, y, n, m, s, l, L);
+}
+
+// ---- SoftmaxCrossEntropyLoss and its gradient at one position: C scores
+// strided by `stride`, target t.
+
+PIPEC_HD inline float laneExpSum(const float *x, int64_t C, int64_t stride, float max, int lane, int L) {
+  float s = 0.0f;
+  for (int64_t c = lane; c < C; c += L)
+    s += cpu::expOf(x[c * stride] - max);
+  return s;
+}
+PIPEC_HD inline float sceLossOf(const float *x, int64_t stride, int64_t t, float max, float sum) {
+  return logf(sum) + max - x[t * stride];
+}
+/// The lane's classes of dx = g (softmax - onehot).
+PIPEC_HD inline void sceGradWrite(const float *x, float *dx, int64_t C, int64_t stride, int64_t t, float g, float max,
+                                  float sum, int lane, int L) {
+  const float r = 1.0f / sum;
+  for (int64_t c = lane; c < C; c += L)
+    dx[c * stride] = g * (cpu::expOf(x[c * stride] - max) * r - (c == t ? 1.0f : 0.0f));
+}
+
+inline float sceLossLanes(const float *x, int64_t C, int64_t stride, int64_t t, int L) {
+  float p[32];
+  for (int l = 0; l < L; ++l)
+    p[l] = laneMax(x, C, stride, l, L);
+  const float m = foldMax(p, L);
+  for (int l = 0; l < L; ++l)
+    p[l] = laneExpSum(x, C, stride, m, l, L);
+  return sceLossOf(x, stride, t, m, foldSum(p, L));
+}
+inline void sceGradLanes(const float *x, float *dx, int64_t C, int64_t stride, int64_t t, float g, int L) {
+  float p[32];
+  for (int l = 0; l < L; ++l)
+    p[l] = laneMax(x, C, stride, l, L);
+  const float m = foldMax(p, L);
+  for (int l = 0; l < L; ++l)
+    p[l] = laneExpSum(x, C, stride, m, l, L);
+  const float s = foldSum(p, L);
+  for (int l = 0; l < L; ++l)
+    sceGradWrite(x, dx, C, stride, t, g, m, s, l, L);
+}
+
+// ---- Layer normalization of a row of `cols`, statistics in double.
+
+PIPEC_HD inline double laneSum(const float *x, int64_t n, int lane, int L) {
+  double s = 0.0;
+  for (int64_t i = lane; i < n; i += L)
+    s += x[i];
+  return s;
+}
+PIPEC_HD inline double laneSquaredDeviation(const float *x, int64_t n, double mean, int lane, int L) {
+  double q = 0.0;
+  for (int64_t i = lane; i < n; i += L) {
+    const double d = x[i] - mean;
+    q += d * d;
+  }
+  return q;
+}
+PIPEC_HD inline double meanOf(double sum, int64_t n) { return n ? sum / static_cast<double>(n) : 0.0; }
+PIPEC_HD inline double rstdOf(double squares, int64_t n, double eps) { return 1.0 / sqrt(meanOf(squares, n) + eps); }
+
+PIPEC_HD inline void layerNormWrite(const float *x, const float *scale, const float *bias, float *y, int64_t cols,
+                                    double mean, double rstd, int lane, int L) {
+  for (int64_t i = lane; i < cols; i += L)
+    y[i] = static_cast<float>((x[i] - mean) * rstd * scale[i] + (bias ? bias[i] : 0.0f));
+}
+/// The lane's sums of g = dY scale and of g xhat.
+struct GradSums {
+  double g = 0, gx = 0;
+};
+PIPEC_HD inline GradSums layerNormGradSums(const float *dy, const float *x, const float *scale, int64_t cols,
+                                           double mean, double rstd, int lane, int L) {
+  GradSums s;
+  for (int64_t i = lane; i < cols; i += L) {
+    const double g = static_cast<double>(dy[i]) * scale[i];
+    s.g += g;
+    s.gx += g * (x[i] - mean) * rstd;
+  }
+  return s;
+}
+PIPEC_HD inline void layerNormGradWrite(const float *dy, const float *x, const float *scale, float *dx, int64_t cols,
+                                        double mean, double rstd, double mg, double mgx, int lane, int L) {
+  for (int64_t i = lane; i < cols; i += L) {
+    const double g = static_cast<double>(dy[i]) * scale[i];
+    const double xhat = (x[i] - mean) * rstd;
+    dx[i] = static_cast<float>(rstd * (g - mg - xhat * mgx));
+  }
+}
+
+inline void layerNormRowLanes(const float *x, const float *scale, const float *bias, float *y, int64_t cols,
+                              double eps, int L) {
+  double p[32];
+  for (int l = 0; l < L; ++l)
+    p[l] = laneSum(x, cols, l, L);
+  const double mean = meanOf(foldSum(p, L), cols);
+  for (int l = 0; l < L; ++l)
+    p[l] = laneSquaredDeviation(x, cols, mean, l, L);
+  const double rstd = rstdOf(foldSum(p, L), cols, eps);
+  for (int l = 0; l < L; ++l)
+    layerNormWrite(x, scale, bias, y, cols, mean, rstd, l, L);
+}
+inline void layerNormGradRowLanes(const float *dy, const float *x, const float *scale, float *dx, int64_t cols,
+                                  double eps, int L) {
+  double p[32], q[32];
+  for (int l = 0; l < L; ++l)
+    p[l] = laneSum(x, cols, l, L);
+  const double mean = meanOf(foldSum(p, L), cols);
+  for (int l = 0; l < L; ++l)
+    p[l] = laneSquaredDeviation(x, cols, mean, l, L);
+  const double rstd = rstdOf(foldSum(p, L), cols, eps);
+  for (int l = 0; l < L; ++l) {
+    const GradSums s = layerNormGradSums(dy, x, scale, cols, mean, rstd, l, L);
+    p[l] = s.g;
+    q[l] = s.gx;
+  }
+  const double mg = meanOf(foldSum(p, L), cols), mgx = meanOf(foldSum(q, L), cols);
+  for (int l = 0; l < L; ++l)
+    layerNormGradWrite(dy, x, scale, dx, cols, mean, rstd, mg, mgx, l, L);
+}
+
+} // namespace pipec::cuda::rows
