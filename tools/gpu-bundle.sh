@@ -9,7 +9,8 @@
 # processor is this one's), the samples the build generated, two torch exports, and every
 # shared library they load except glibc's and the CUDA libraries, which
 # come from that machine.
-# BUNDLE_DIR gets bundle.tar.xz and gpu-check.sh.
+# BUNDLE_DIR gets bundle.tar.xz, gpu-check.sh, gpu-env.sh and run-gpu.sh
+# (bench/run-gpu.sh: the GPU benchmark).
 set -euo pipefail
 build=${1:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
 out=${2:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
@@ -43,5 +44,5 @@ for lib in $(ldd "${bins[@]/#/$build/bin/}" | awk '/=>/ {print $3}' | sort -u); 
   esac
 done
 tar -C "$stage" -cf - . | xz -T"$(nproc)" -9 > "$out/bundle.tar.xz"
-cp "$here/gpu-check.sh" "$out/gpu-check.sh"
+cp "$here/gpu-check.sh" "$here/gpu-env.sh" "$here/../bench/run-gpu.sh" "$out/"
 ls -la "$out"

@@ -9,35 +9,18 @@
 #      MLP's and GPT's inference outputs near the CPU's, and so those of
 #      torch's exports of an attention and a GELU;
 #   3. training throughput of a GPT-like model on the GPU and on the CPU;
-#   4. compute-sanitizer's memcheck over the kernel test and a training run.
+#   4. compute-sanitizer's memcheck over the kernel test and a training run;
+#   5. resident training (state on the GPU, the device update) against
+#      --host-optimizer (state and optimizer on the host): byte-identical
+#      models, for AdamW with clipping and Nesterov SGD, at K=1 and K=2;
+#      TF32 runs at K=1 and K=2 byte-identical; a label and a token out of
+#      range named as errors by the flags read at the step's end.
 # Logs go to OUT_DIR; the last line says how many checks failed.
 set -uo pipefail
 bundle=$(cd "${1:?usage: gpu-check.sh BUNDLE_DIR OUT_DIR}" && pwd)
 out=${2:?usage: gpu-check.sh BUNDLE_DIR OUT_DIR}
-mkdir -p "$out"
-root=$(mktemp -d)
-tar -C "$root" -xJf "$bundle/bundle.tar.xz" || { echo "gpu-check: cannot unpack the bundle"; exit 1; }
-
-# cuBLAS and the CUDA runtime from this machine: the toolkit's, else the
-# pip packages'.
-cudadirs=""
-for want in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
-  found=$(ls /usr/local/cuda/lib64/$want /usr/local/cuda/targets/x86_64-linux/lib/$want 2>/dev/null | head -1)
-  [ -n "$found" ] || found=$(find / -xdev -name "$want" 2>/dev/null | head -1)
-  [ -n "$found" ] || { echo "gpu-check: no $want on this machine"; exit 1; }
-  cudadirs="$cudadirs:$(dirname "$found")"
-done
-export LD_LIBRARY_PATH="$root/lib$cudadirs"
-if ldd "$root/bin/piperun" 2>&1 | grep -q "not found"; then
-  export LD_LIBRARY_PATH="$root/fallback:$LD_LIBRARY_PATH"
-fi
-ldd "$root/bin/piperun" "$root/bin/CudaKernelTest" > "$out/ldd.txt" 2>&1
-if grep -q "not found" "$out/ldd.txt"; then
-  echo "gpu-check: libraries missing:"; grep "not found" "$out/ldd.txt" | sort -u; exit 1
-fi
-export PATH="$root/bin:$PATH" PIPEC_USER_PROFILE_DIR=/nonexistent
-nvidia-smi -L || echo "gpu-check: nvidia-smi failed"
-grep -m1 "model name" /proc/cpuinfo
+# Unpacks the bundle into $root and points PATH and LD_LIBRARY_PATH at it.
+source "$(dirname "$0")/gpu-env.sh"
 failures=0
 check() {  # check NAME COMMAND...: runs it, logs it, counts a failure
   local name=$1; shift
@@ -98,6 +81,44 @@ if [ -f "$root/models/x.npy" ]; then
     check "$m-export-near-cpu" same_outputs "$w/$m-gpu" "$w/$m-cpu" 1e-5
   done
 fi
+
+# Resident training against the host's optimizer: the same bits (the device
+# update is train::Optimizer's arithmetic), with clipping, at K=1 and K=2.
+for opt in "adamw:lr=0.001,amsgrad=true --clip-grad-norm 0.5" "sgd:lr=0.05,momentum=0.9,nesterov=true"; do
+  tag=$(echo "$opt" | cut -d: -f1)
+  for k in 1 2; do
+    check "gpt-$tag-k$k-plan" sh -c "pipec $s/gpt-train.onnx -b 4 -k $k -m 4 --train --optimizer $opt -o $w/gpt-$tag-k$k.plan -q"
+    check "gpt-$tag-k$k-resident" timeout 120 piperun "$w/gpt-$tag-k$k.plan" --device cuda --steps 4 --save "$w/gpt-$tag-k$k-res.onnx"
+    check "gpt-$tag-k$k-host" timeout 120 piperun "$w/gpt-$tag-k$k.plan" --device cuda --steps 4 --host-optimizer --save "$w/gpt-$tag-k$k-host.onnx"
+    check "gpt-$tag-k$k-resident-equals-host" cmp "$w/gpt-$tag-k$k-res.onnx" "$w/gpt-$tag-k$k-host.onnx"
+  done
+  check "gpt-$tag-k1-equals-k2" cmp "$w/gpt-$tag-k1-res.onnx" "$w/gpt-$tag-k2-res.onnx"
+done
+check gpt-tf32-k1 timeout 120 piperun "$w/gpt-k1.plan" --device cuda --math tf32 --steps 3 --save "$w/gpt-tf32-k1.onnx"
+check gpt-tf32-k2 timeout 120 piperun "$w/gpt-k2.plan" --device cuda --math tf32 --steps 3 --save "$w/gpt-tf32-k2.onnx"
+check gpt-tf32-k1-equals-k2 cmp "$w/gpt-tf32-k1.onnx" "$w/gpt-tf32-k2.onnx"
+check gpt-tf32-near-exact close "$w/gpt-tf32-k1.onnx" "$w/gpt-gpu-k1.onnx" 5e-2
+
+# Data errors found on the GPU are reported at the step's end, naming the
+# node: a label past the vocabulary, then a token past it (the GPT-like
+# sample: 8 sequences of 16 tokens a step at -b 4 -m 2).
+badrun() {  # badrun WHAT: expect piperun to fail naming an out-of-range index
+  "${PYTHON:-python3}" - "$w/bad-$1" "$1" <<'EOF'
+import numpy as n, os, sys
+d, what = sys.argv[1], sys.argv[2]
+os.makedirs(d, exist_ok=True)
+r = n.random.default_rng(0)
+tokens = r.integers(0, 64, size=(8, 16)).astype(n.int64)
+labels = r.integers(0, 64, size=(8, 16)).astype(n.int64)
+(labels if what == "label" else tokens)[3, 5] = 100000
+n.save(os.path.join(d, "tokens.npy"), tokens)
+n.save(os.path.join(d, "labels.npy"), labels)
+EOF
+  ! piperun "$w/gpt-k1.plan" --device cuda --data "$w/bad-$1" --steps 1 > "$w/bad-$1.log" 2>&1 &&
+    cat "$w/bad-$1.log" && grep -q "out of range" "$w/bad-$1.log"
+}
+check gpt-bad-label badrun label
+check gpt-bad-token badrun token
 
 # Throughput: a GPT-like model (4 blocks, d 256, seq 128, vocab 1024),
 # batch 32 in 4 micro-batches, K=1, on the GPU and on this machine's CPU.

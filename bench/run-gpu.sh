@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# bench/run-gpu.sh BUNDLE_DIR OUT_DIR [STEPS]
+#
+# The GPU benchmark (docs/cuda.md, "Benchmark"), on a machine with an
+# NVIDIA GPU, from the bundle tools/gpu-bundle.sh made (it copies this
+# script there; run it from the repository's root):
+#   - gpt-like: 4 blocks, d 256, 4 heads, seq 128, vocab 1024, batch 32 in
+#     4 micro-batches;
+#   - gpt2-small: 12 blocks, d 768, 12 heads, seq 1024, vocab 50257,
+#     batch 8 in 4 micro-batches;
+# each at K=1 and K=2 on the one GPU, in exact fp32 and in TF32
+# (--math tf32), and the GPT-like model with the state and optimizer on
+# the host (--host-optimizer), the path before resident training. Per run:
+# the median step (piperun --json over STEPS steps after 3 warm-up
+# steps), tokens/s, the achieved TFLOP/s of 6N + 12 L d s FLOPs per token
+# (N: every trained parameter, embeddings included; the attention term of
+# the PaLM paper's appendix B), and that as a fraction of the card's dense
+# peak for the math used (NVIDIA's datasheet figures for H100 SXM and
+# H200: 66.9 TFLOP/s fp32, 494.7 TFLOP/s TF32 dense). Where nsys is
+# installed, a timeline of the GPT-like model's steps at K=1 goes to
+# OUT_DIR/gpt-like.nsys-rep with its kernel summary.
+# Results: OUT_DIR/results.json and a table on stdout.
+# RUN_GPU_DEVICE=cpu and RUN_GPU_MODELS=gpt-like try the script's plumbing
+# on a machine without a GPU (from a build directory's bin/ on PATH:
+# RUN_GPU_BUNDLE=none), without --math and --host-optimizer.
+set -uo pipefail
+bundle=${1:?usage: run-gpu.sh BUNDLE_DIR OUT_DIR [STEPS]}
+[ "${RUN_GPU_BUNDLE:-}" = none ] || bundle=$(cd "$bundle" && pwd)
+out=${2:?usage: run-gpu.sh BUNDLE_DIR OUT_DIR [STEPS]}
+steps=${3:-20}
+here=$(cd "$(dirname "$0")" && pwd)
+device=${RUN_GPU_DEVICE:-cuda}
+models=${RUN_GPU_MODELS:-gpt-like gpt2-small}
+if [ "${RUN_GPU_BUNDLE:-}" = none ]; then
+  mkdir -p "$out"
+elif [ -f "$here/gpu-env.sh" ]; then # the bundle holds gpu-env.sh beside this script
+  source "$here/gpu-env.sh"
+else
+  source "$here/../tools/gpu-env.sh"
+fi
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+[ -n "$card" ] || card="no GPU ($device)"
+w=$(mktemp -d)
+results="$out/results.jsonl"
+: > "$results"
+
+model() {  # model NAME LAYERS D HEADS SEQ VOCAB
+  pipec-samples gpt --layers "$2" --dmodel "$3" --heads "$4" --seq "$5" --vocab "$6" --with-loss -q \
+    -o "$w/$1.onnx"
+}
+run() {  # run NAME MODEL LAYERS D SEQ B M K MATH [piperun options...]
+  local name=$1 m=$2 layers=$3 d=$4 seq=$5 b=$6 mb=$7 k=$8 math=$9
+  shift 9
+  local plan="$w/$m-k$k.plan"
+  [ -d "$plan" ] || pipec "$w/$m.onnx" -b "$b" -k "$k" -m "$mb" --train --optimizer adamw:lr=0.0003 -o "$plan" -q ||
+    { echo "run-gpu: $name: compile failed"; return; }
+  local params
+  params=$("${PYTHON:-python3}" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['total_parameters']))" \
+    "$plan/report.json")
+  local extra=(--math "$math" "$@")
+  [ "$device" = cuda ] || extra=()
+  if ! timeout 300 piperun "$plan" --device "$device" "${extra[@]}" --steps "$((steps + 3))" --warmup 3 --json \
+      > "$out/$name.json" 2> "$out/$name.err"; then
+    echo "run-gpu: $name failed:"; tail -5 "$out/$name.err"; return
+  fi
+  "${PYTHON:-python3}" - "$out/$name.json" "$name" "$card" "$params" "$layers" "$d" "$seq" "$b" "$mb" "$k" "$math" \
+    >> "$results" <<'EOF'
+import json, sys
+f, name, card, n, layers, d, seq, b, m, k, math = sys.argv[1:]
+r = json.load(open(f))
+n, layers, d, seq, b, m, k = map(int, (n, layers, d, seq, b, m, k))
+tokens = b * m * seq
+flops = tokens * (6 * n + 12 * layers * d * seq)
+step = r["median_step_seconds"]
+peak = {"exact": 66.9e12, "tf32": 494.7e12}[math] if ("H100" in card or "H200" in card) else float("nan")
+print(json.dumps({"run": name, "card": card, "K": k, "math": math, "params": n, "tokens_per_step": tokens,
+                  "step_ms": step * 1e3, "tokens_per_s": tokens / step, "tflops": flops / step / 1e12,
+                  "peak_fraction": flops / step / peak, "training_state": r.get("training_state"),
+                  "loss": [r["first_loss"], r["last_loss"]]}))
+EOF
+}
+
+case " $models " in *" gpt-like "*) model gpt-like 4 256 4 128 1024 ;; esac
+case " $models " in *" gpt2-small "*) model gpt2-small 12 768 12 1024 50257 ;; esac
+for k in 1 2; do
+  for math in exact tf32; do
+    [ -f "$w/gpt-like.onnx" ] && run "gpt-like-k$k-$math" gpt-like 4 256 128 8 4 "$k" "$math"
+    [ -f "$w/gpt2-small.onnx" ] && run "gpt2-small-k$k-$math" gpt2-small 12 768 1024 2 4 "$k" "$math"
+  done
+done
+[ -f "$w/gpt-like.onnx" ] && run gpt-like-k1-exact-host-optimizer gpt-like 4 256 128 8 4 1 exact --host-optimizer
+
+nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+if [ -n "$nsys" ] && [ "$device" = cuda ]; then
+  timeout 240 "$nsys" profile -o "$out/gpt-like" --force-overwrite true --trace cuda \
+    piperun "$w/gpt-like-k1.plan" --device cuda --steps 5 > "$out/nsys.log" 2>&1 &&
+    "$nsys" stats --report cuda_gpu_kern_sum --format csv "$out/gpt-like.nsys-rep" > "$out/gpt-like-kernels.csv" 2>&1
+  head -25 "$out/gpt-like-kernels.csv"
+else
+  echo "run-gpu: no nsys on this machine: no timeline"
+fi
+
+"${PYTHON:-python3}" - "$results" "$out/results.json" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+print(f"{'run':38} {'card':24} {'ms/step':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'of peak':>8}")
+for r in rows:
+    print(f"{r['run']:38} {r['card'][:24]:24} {r['step_ms']:9.2f} {r['tokens_per_s']:10.0f} {r['tflops']:8.2f} "
+          f"{100 * r['peak_fraction']:7.1f}%")
+EOF
