@@ -1,10 +1,10 @@
 //===- runtime/Executor.cpp - Runs one device's instruction stream --------===//
 #include "runtime/Executor.h"
+#include "runtime/EmulatedGpu.h"
 
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/cpu/ElementwiseJit.h"
 #include "runtime/cuda/CudaBackend.h"
-#include "runtime/cuda/EmulatedGpu.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -51,7 +51,7 @@ Expected<std::unique_ptr<DeviceExecutor>> DeviceExecutor::create(const plan::Loa
   if (gpu >= 0) {
     PIPEC_ASSIGN(ex->backend_, cuda::makeCudaBackend(gpu, where.tf32));
   } else if (where.emulateGpu) {
-    ex->backend_ = cuda::makeEmulatedGpuBackend();
+    ex->backend_ = makeEmulatedGpuBackend();
   } else {
     ex->backend_ = cpu::makeCpuBackend();
   }

@@ -53,7 +53,7 @@ struct TraceEvent {
 };
 
 /// Where a device runs: the CPU, GPU `gpu` (>= 0), or the emulated GPU of
-/// runtime/cuda/EmulatedGpu.h (tests of the GPU path's host side); `tf32`:
+/// runtime/EmulatedGpu.h (tests of the GPU path's host side); `tf32`:
 /// a GPU's matrix products on TF32 tensor cores.
 struct DevicePlacement {
   int gpu = -1;

@@ -62,7 +62,7 @@ struct SessionOptions {
   /// Run the devices on GPUs (runtime/cuda/): device i on GPU i modulo the
   /// GPUs present (all on one when there is one).
   bool cuda = false;
-  /// Run the devices on the emulated GPU (runtime/cuda/EmulatedGpu.h):
+  /// Run the devices on the emulated GPU (runtime/EmulatedGpu.h):
   /// the GPU path's host side, resident training included, on the CPU
   /// (tests).
   bool emulateGpu = false;

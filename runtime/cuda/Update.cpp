@@ -1,14 +1,11 @@
 //===- runtime/cuda/Update.cpp - Parameter updates on the device ----------===//
 #include "runtime/cuda/Update.h"
 
-#include "runtime/train/Optimizer.h"
 #include "support/Format.h"
 
 #include <limits>
 
 namespace pipec::cuda {
-
-static_assert(update::kChunk == train::kTrainChunk, "the device update cuts parameters as the CPU's does");
 
 Expected<UpdateTable> makeUpdateTable(const std::vector<kernel::ParamBuffers> &params) {
   UpdateTable t;

@@ -4,7 +4,7 @@
 // ParamUpdater): a device's parameters as one table of chunks
 // (runtime/cuda/UpdateBodies.h), and the update's three passes (squares,
 // decide, apply) run over it either on the host, for memory the host
-// addresses (the emulated GPU of the CPU tests, EmulatedGpu.h), or by the
+// addresses (the emulated GPU of the CPU tests, runtime/EmulatedGpu.h), or by the
 // CUDA kernels of runtime/cuda/Update.cu: one launch a pass for all of the
 // device's parameters.
 //

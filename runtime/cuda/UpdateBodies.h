@@ -26,14 +26,14 @@
 #pragma once
 
 #include "runtime/cuda/Hd.h"
-#include "runtime/train/UpdateScalars.h"
+#include "support/UpdateScalars.h"
 
 #include <cmath>
 #include <cstdint>
 
 namespace pipec::cuda::update {
 
-/// train::kTrainChunk (runtime/cuda/Update.cpp checks they agree).
+/// train::kTrainChunk (runtime/EmulatedGpu.cpp checks they agree).
 inline constexpr int64_t kChunk = int64_t(1) << 14;
 /// train::ChunkSquares::kLanes.
 inline constexpr int kLanes = 8;

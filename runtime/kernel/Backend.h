@@ -23,7 +23,7 @@
 #pragma once
 
 #include "runtime/kernel/Kernel.h"
-#include "runtime/train/UpdateScalars.h"
+#include "support/UpdateScalars.h"
 
 #include <cstdint>
 #include <memory>

@@ -22,7 +22,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "runtime/train/UpdateScalars.h"
+#include "support/UpdateScalars.h"
 #include "support/Error.h"
 
 #include <cstdint>

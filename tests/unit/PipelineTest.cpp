@@ -1240,8 +1240,7 @@ TEST(Pipeline, DataFeedSyntheticAndFromFiles) {
       << bad.status().message();
 }
 
-// The GPU path's host side on the emulated GPU (runtime/cuda/
-// EmulatedGpu.h: memory apart from the host's, copies that complete in
+// The GPU path's host side on the emulated GPU (runtime/EmulatedGpu.h: memory apart from the host's, copies that complete in
 // stream order, the CPU's kernels). Resident training keeps the weights,
 // the gradients summed over micro-batches and the optimizer's state in
 // the device's memory and updates them with the multi-tensor device

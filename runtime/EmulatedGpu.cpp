@@ -1,38 +1,42 @@
-//===- runtime/cuda/EmulatedGpu.cpp - A GPU emulated on the CPU -----------===//
-#include "runtime/cuda/EmulatedGpu.h"
+//===- runtime/EmulatedGpu.cpp - A GPU emulated on the CPU -----------===//
+#include "runtime/EmulatedGpu.h"
 
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/cuda/Update.h"
+#include "runtime/train/Optimizer.h"
 
 #include <cstring>
 #include <vector>
 
-namespace pipec::cuda {
+namespace pipec::runtime {
+
+// runtime/cuda/ does not see runtime/train/; here the two meet.
+static_assert(cuda::update::kChunk == train::kTrainChunk, "the device update cuts parameters as the CPU's does");
 
 namespace {
 
 class EmulatedUpdater final : public kernel::ParamUpdater {
 public:
-  explicit EmulatedUpdater(UpdateTable t)
-      : t_(std::move(t)), lanes_(t_.chunks.size() * update::kLanes), squares_(static_cast<size_t>(t_.params())),
+  explicit EmulatedUpdater(cuda::UpdateTable t)
+      : t_(std::move(t)), lanes_(t_.chunks.size() * cuda::update::kLanes), squares_(static_cast<size_t>(t_.params())),
         fetched_(squares_.size()) {}
   Status squares(float scale) override {
-    hostSquares(t_, scale, lanes_.data(), squares_.data());
+    cuda::hostSquares(t_, scale, lanes_.data(), squares_.data());
     return Status::ok();
   }
   Status decide(double clip, bool skipNonFinite) override {
-    control_ = update::decide(squares_.data(), t_.params(), clip, skipNonFinite);
+    control_ = cuda::update::decide(squares_.data(), t_.params(), clip, skipNonFinite);
     return Status::ok();
   }
   Status setDecision(bool skip, bool scale, double coef) override {
-    control_ = update::Control{};
+    control_ = cuda::update::Control{};
     control_.skip = skip;
     control_.scale = scale;
     control_.coef = coef;
     return Status::ok();
   }
   Status apply(const train::UpdateScalars &s, bool update) override {
-    hostApply(t_, control_, s, update);
+    cuda::hostApply(t_, control_, s, update);
     return Status::ok();
   }
   Status fetchSquares() override {
@@ -42,9 +46,9 @@ public:
   const double *squaresOnHost() const override { return fetched_.data(); }
 
 private:
-  UpdateTable t_;
+  cuda::UpdateTable t_;
   std::vector<double> lanes_, squares_, fetched_;
-  update::Control control_;
+  cuda::update::Control control_;
 };
 
 class EmulatedGpu final : public kernel::Backend {
@@ -95,11 +99,11 @@ public:
   }
   Expected<void *> hostBuffer(uint64_t bytes) override { return cpu_->alloc(bytes); }
   Status accumulate(float *dst, const float *src, int64_t n, bool first) override {
-    hostAccumulate(dst, src, n, first);
+    cuda::hostAccumulate(dst, src, n, first);
     return Status::ok();
   }
   Expected<std::unique_ptr<kernel::ParamUpdater>> paramUpdater(const std::vector<kernel::ParamBuffers> &p) override {
-    PIPEC_ASSIGN(UpdateTable t, makeUpdateTable(p));
+    PIPEC_ASSIGN(cuda::UpdateTable t, cuda::makeUpdateTable(p));
     return std::unique_ptr<kernel::ParamUpdater>(new EmulatedUpdater(std::move(t)));
   }
 
@@ -118,4 +122,4 @@ private:
 
 kernel::BackendPtr makeEmulatedGpuBackend() { return std::make_unique<EmulatedGpu>(); }
 
-} // namespace pipec::cuda
+} // namespace pipec::runtime

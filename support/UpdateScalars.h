@@ -1,4 +1,4 @@
-//===- runtime/train/UpdateScalars.h - One optimizer step's scalars -*- C++ -*-===//
+//===- support/UpdateScalars.h - One optimizer step's scalars --*- C++ -*-===//
 //
 // Everything an element of an optimizer update needs besides the element's
 // own values: the update rule's options and its per-step scalars (bias
@@ -9,7 +9,9 @@
 // device update's element body (runtime/cuda/UpdateBodies.h) both read
 // this one struct, so the two cannot drift apart.
 //
-// A plain struct with no library types: CUDA kernels take it by value.
+// A plain struct with no library types: CUDA kernels take it by value. It
+// sits in support/ because both runtime/train and the backends' seam
+// (runtime/kernel/Backend.h) use it, and neither depends on the other.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
