@@ -6,6 +6,7 @@
 #include "runtime/train/Optimizer.h"
 
 #include <cstring>
+#include <map>
 #include <vector>
 
 namespace pipec::runtime {
@@ -106,6 +107,17 @@ public:
     PIPEC_ASSIGN(cuda::UpdateTable t, cuda::makeUpdateTable(p));
     return std::unique_ptr<kernel::ParamUpdater>(new EmulatedUpdater(std::move(t)));
   }
+  // Copies complete when enqueued, so an event is only a handle.
+  bool deviceMessages() const override { return true; }
+  int deviceIndex() const override { return 0; }
+  Expected<void *> recordEvent(uint64_t slot) override { return &events_[slot]; }
+  Status waitEvent(void *event) override {
+    return event ? Status::ok() : errorf(name(), ": waiting for a null event");
+  }
+  Status copyFromDevice(void *dst, const void *src, int, uint64_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
 
 private:
   struct Weight {
@@ -116,6 +128,7 @@ private:
   kernel::BackendPtr cpu_;
   std::vector<Weight> weights_;
   std::vector<unsigned char> staging_;
+  std::map<uint64_t, char> events_;
 };
 
 } // namespace

@@ -34,6 +34,15 @@ Attribute attrFromPlan(const plan::Attribute &a) {
   }
 }
 
+/// What a SEND passes through the transport when messages stay on the
+/// devices (DeviceExecutor::setDeviceMessages).
+struct DeviceMessage {
+  void *mailbox;   ///< the tensor's copy in the sender's memory
+  void *event;     ///< recorded on the sender's stream after the copy
+  int device;      ///< the sender's GPU
+  uint64_t bytes;
+};
+
 TensorDesc descOf(const plan::TensorInfo &t) {
   return TensorDesc{static_cast<DType>(t.dtype()), Shape(t.shape().begin(), t.shape().end())};
 }
@@ -419,8 +428,21 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
     if (!io.transport)
       return errorf("device ", index_, ": the plan sends tensors but the run has no transport");
     const size_t bytes = p.tensors(ins.tensor()).bytes();
+    const uint64_t tag = messageTag(ins.tensor(), mb);
+    if (deviceMessages_) {
+      void *&box = mailbox_[tag];
+      if (!box) {
+        PIPEC_ASSIGN(box, backend_->alloc(bytes));
+      }
+      PIPEC_TRY(backend_->copyFromDevice(box, address(ins.tensor(), mb), backend_->deviceIndex(), bytes));
+      PIPEC_ASSIGN(void *event, backend_->recordEvent(tag));
+      const DeviceMessage m{box, event, backend_->deviceIndex(), bytes};
+      PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), tag, &m, sizeof m));
+      stats_.bytesSent += bytes;
+      return Status::ok();
+    }
     PIPEC_ASSIGN(void *src, hostView(ins.tensor(), mb));
-    PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), src, bytes));
+    PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), tag, src, bytes));
     stats_.bytesSent += bytes;
     return Status::ok();
   }
@@ -429,6 +451,15 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
       return errorf("device ", index_, ": the plan receives tensors but the run has no transport");
     const size_t bytes = p.tensors(ins.tensor()).bytes();
     void *at = address(ins.tensor(), mb);
+    if (deviceMessages_) {
+      DeviceMessage m{};
+      PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), &m, sizeof m));
+      if (m.bytes != bytes || !m.mailbox)
+        return errorf("device ", index_, ": a device message of ", m.bytes, " bytes for '",
+                      p.tensors(ins.tensor()).name(), "' (", bytes, " bytes)");
+      PIPEC_TRY(backend_->waitEvent(m.event));
+      return backend_->copyFromDevice(at, m.mailbox, m.device, bytes);
+    }
     PIPEC_ASSIGN(void *dst, backend_->staging(at, bytes));
     PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), dst, bytes));
     return backend_->commit(at, dst, bytes);

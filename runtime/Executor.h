@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,14 @@ public:
   /// ParamUpdater), not on the host, so a step does not refresh the
   /// device's copies from the host's.
   void setResidentWeights(bool on) { residentWeights_ = on; }
+  /// Stage-to-stage messages between devices of this process stay on the
+  /// devices (Backend::deviceMessages): SEND copies the tensor into a
+  /// mailbox of the sender's memory on its stream and passes the
+  /// mailbox's address and an event through the transport; RECV has its
+  /// stream wait for the event and copy the mailbox into the arena. No
+  /// host waits for a device. Every device of the process must agree.
+  void setDeviceMessages(bool on) { deviceMessages_ = on; }
+  bool deviceMessages() const { return deviceMessages_; }
 
   /// Feeds, runs and collects: `feed(tensorId, microBatch, dst)` fills a graph
   /// input instance before the first instruction that reads it;
@@ -230,6 +239,10 @@ private:
   /// needs its bytes (messages, a host optimizer).
   bool async_ = false;
   bool residentWeights_ = false;
+  bool deviceMessages_ = false;
+  /// Per message (its tag): the sender's mailbox in device memory, made at
+  /// the first send; a step's messages have a mailbox each.
+  std::map<uint64_t, void *> mailbox_;
   struct PendingCollect {
     int32_t tensor;
     unsigned mb;

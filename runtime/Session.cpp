@@ -165,6 +165,13 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
     s->transport_ = makeInProcessTransport(N, spin);
     s->threads_ = std::make_unique<DeviceThreads>(N, opts.threadsPerDevice, spin);
   }
+  // GPUs of one process hand messages over on the devices.
+  bool onDevices = opts.deviceMessages && (opts.cuda || opts.emulateGpu) && opts.rank < 0 && N > 1;
+  for (auto &ex : s->devices_)
+    onDevices = onDevices && ex && ex->backend().deviceMessages();
+  for (auto &ex : s->devices_)
+    if (ex)
+      ex->setDeviceMessages(onDevices);
   if (s->isTraining())
     PIPEC_TRY(s->prepareTraining().withContext(cat("plan '", planDir, "'")));
   // Each program compiled now, its operands final, so that no step pays

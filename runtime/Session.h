@@ -76,6 +76,10 @@ struct SessionOptions {
   /// keeps them and the devices' copies of the weights are refreshed
   /// every step (tests compare both).
   bool resident = true;
+  /// Stage-to-stage messages between GPUs of this process (or on one GPU)
+  /// stay on the devices (DeviceExecutor::setDeviceMessages); off: they
+  /// pass through the host (tests compare both).
+  bool deviceMessages = true;
 };
 
 /// The automatic spin of a waiting device whose thread has a core to itself.

@@ -143,6 +143,13 @@ public:
     PIPEC_TRY(gpu_->select());
     return CudaUpdater::make(*gpu_, p);
   }
+  bool deviceMessages() const override { return true; }
+  int deviceIndex() const override { return gpu_->gpu(); }
+  Expected<void *> recordEvent(uint64_t slot) override { return gpu_->record(slot); }
+  Status waitEvent(void *event) override { return gpu_->wait(event); }
+  Status copyFromDevice(void *dst, const void *src, int srcDevice, uint64_t bytes) override {
+    return gpu_->copyFrom(dst, src, srcDevice, bytes);
+  }
 #endif
 
 private:

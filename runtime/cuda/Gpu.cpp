@@ -54,6 +54,16 @@ Expected<std::unique_ptr<GpuDevice>> GpuDevice::open(int gpu) {
   std::unique_ptr<GpuDevice> d(new GpuDevice());
   d->gpu_ = gpu;
   PIPEC_TRY(d->select());
+  // Copies between this GPU and the others go peer to peer where the
+  // hardware lets them (else cudaMemcpyPeerAsync stages them itself).
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess)
+    for (int other = 0; other < count; ++other) {
+      int can = 0;
+      if (other != gpu && cudaDeviceCanAccessPeer(&can, gpu, other) == cudaSuccess && can)
+        cudaDeviceEnablePeerAccess(other, 0); // already enabled by another device: fine
+    }
+  cudaGetLastError();
   cudaStream_t s = nullptr;
   PIPEC_TRY(cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", gpu));
   d->stream_ = s;
@@ -70,6 +80,8 @@ GpuDevice::~GpuDevice() {
     cudaFreeHost(staging_);
   for (void *p : pinned_)
     cudaFreeHost(p);
+  for (auto &[slot, e] : events_)
+    cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (stream_)
     cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
@@ -121,6 +133,30 @@ Expected<void *> GpuDevice::pinned(uint64_t bytes) {
   pinned_.push_back(p);
   return p;
 }
+
+Expected<void *> GpuDevice::record(uint64_t slot) {
+  void *&e = events_[slot];
+  if (!e) {
+    cudaEvent_t made = nullptr;
+    PIPEC_TRY(cudaCheck(cudaEventCreateWithFlags(&made, cudaEventDisableTiming), "cudaEventCreate", gpu_));
+    e = made;
+  }
+  PIPEC_TRY(cudaCheck(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(stream_)),
+                      "cudaEventRecord", gpu_));
+  return e;
+}
+
+Status GpuDevice::wait(void *event) {
+  return cudaCheck(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(event), 0),
+                   "cudaStreamWaitEvent", gpu_);
+}
+
+Status GpuDevice::copyFrom(void *dst, const void *src, int srcGpu, uint64_t bytes) {
+  auto s = static_cast<cudaStream_t>(stream_);
+  if (srcGpu == gpu_)
+    return cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "copy on the GPU", gpu_);
+  return cudaCheck(cudaMemcpyPeerAsync(dst, gpu_, src, srcGpu, bytes, s), "copy between GPUs", gpu_);
+}
 #else
 Expected<std::unique_ptr<GpuDevice>> GpuDevice::open(int) {
   return errorf("this pipec was built without CUDA");
@@ -133,6 +169,9 @@ Status GpuDevice::download(void *, const void *, uint64_t) { return errorf("buil
 Status GpuDevice::sync() { return errorf("built without CUDA"); }
 Expected<void *> GpuDevice::staging(uint64_t) { return errorf("built without CUDA"); }
 Expected<void *> GpuDevice::pinned(uint64_t) { return errorf("built without CUDA"); }
+Expected<void *> GpuDevice::record(uint64_t) { return errorf("built without CUDA"); }
+Status GpuDevice::wait(void *) { return errorf("built without CUDA"); }
+Status GpuDevice::copyFrom(void *, const void *, int, uint64_t) { return errorf("built without CUDA"); }
 #endif
 
 } // namespace pipec::cuda

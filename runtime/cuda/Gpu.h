@@ -11,6 +11,7 @@
 #include "support/Error.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,12 +62,20 @@ public:
   /// Pinned host memory of `bytes`, freed with the device: copies to and
   /// from it are asynchronous.
   Expected<void *> pinned(uint64_t bytes);
+  /// The event of `slot` (made at its first use) recorded on the stream.
+  Expected<void *> record(uint64_t slot);
+  /// The stream waits for an event of this or another GPU.
+  Status wait(void *event);
+  /// Enqueues dst (this GPU) <- src (GPU `srcGpu`'s memory), peer to peer
+  /// where the GPUs differ.
+  Status copyFrom(void *dst, const void *src, int srcGpu, uint64_t bytes);
 
 private:
   GpuDevice() = default;
   int gpu_ = 0;
   void *stream_ = nullptr;
   std::vector<void *> allocations_, pinned_;
+  std::map<uint64_t, void *> events_;
   void *staging_ = nullptr;
   uint64_t stagingBytes_ = 0;
 };

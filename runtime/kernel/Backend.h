@@ -123,6 +123,22 @@ public:
     return unsupported("parameter updates");
   }
 
+  // ---- Messages between the devices of one process, not through the host.
+
+  /// Whether the methods below are implemented.
+  virtual bool deviceMessages() const { return false; }
+  /// The device's GPU, for copies between devices (-1: none).
+  virtual int deviceIndex() const { return -1; }
+  /// Records an event on the stream now: the handle of `slot` (one per
+  /// slot, owned by the backend, recorded again at the slot's next use).
+  virtual Expected<void *> recordEvent(uint64_t) { return unsupported("events"); }
+  /// What the stream runs next waits for `event` (recorded by this or
+  /// another device of the process).
+  virtual Status waitEvent(void *) { return unsupported("events"); }
+  /// Enqueues a copy of `bytes` to `dst` (this device's memory) from `src`
+  /// in the memory of device `srcDevice` (this one or another).
+  virtual Status copyFromDevice(void *, const void *, int, uint64_t) { return unsupported("device copies"); }
+
 protected:
   Status unsupported(const char *what) const {
     return errorf(name(), ": this backend has no resident training (", what, ")");

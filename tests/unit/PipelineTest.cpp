@@ -152,6 +152,7 @@ struct RunOptions {
   bool skipNonFinite = false;
   bool emulateGpu = false;           ///< SessionOptions::emulateGpu
   bool resident = true;              ///< SessionOptions::resident
+  bool deviceMessages = true;        ///< SessionOptions::deviceMessages
   int *accumulatedInPlace = nullptr; ///< Session::gradientsAccumulatedInPlace
   int *updatedInStep = nullptr;      ///< Session::paramsUpdatedInStep
   bool *residentTraining = nullptr;  ///< Session::residentTraining
@@ -170,6 +171,7 @@ RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o
   so.skipNonFinite = o.skipNonFinite;
   so.emulateGpu = o.emulateGpu;
   so.resident = o.resident;
+  so.deviceMessages = o.deviceMessages;
   auto s = runtime::Session::open(dir, so);
   EXPECT_TRUE(s.isOk()) << s.status().message();
   if (!s.isOk())
@@ -1289,10 +1291,20 @@ TEST(Pipeline, ResidentTrainingOnTheEmulatedGpuIsTheCpus) {
     RunResult cpu = run(dir, 3, true);
     RunResult gpu = run(dir, 3, true, {.emulateGpu = true, .residentTraining = &resident});
     RunResult off = run(dir, 3, true, {.emulateGpu = true, .resident = false, .residentTraining = &host});
+    RunResult staged = run(dir, 3, true, {.emulateGpu = true, .deviceMessages = false});
     EXPECT_TRUE(resident) << what;
     EXPECT_FALSE(host) << what;
     expectSame(cpu, gpu, what);
     expectSame(cpu, off, what + " (state on the host)");
+    expectSame(cpu, staged, what + " (messages through the host)");
+    for (bool onDevices : {true, false}) {
+      runtime::SessionOptions so;
+      so.emulateGpu = true;
+      so.deviceMessages = onDevices;
+      auto s = runtime::Session::open(dir, so);
+      ASSERT_TRUE(s.isOk()) << s.status().message();
+      EXPECT_EQ((*s)->devices()[0]->deviceMessages(), onDevices && K > 1) << what;
+    }
   }
   {
     Config c;
