@@ -341,6 +341,103 @@ PIPEC_HD inline void softmaxGradRow(const float *dy, const float *y, float *dx, 
     dx[i * stride] = y[i * stride] * (dy[i * stride] - s);
 }
 
+// ---- The other elementwise ops of ONNX on float32: one switch each for
+// one input and two, the CPU functors' formulas (runtime/cpu/kernels/
+// Unary.cpp, Binary.cpp, Variadic.cpp) with their std::max/min and NaN
+// conventions, in float (the f-suffixed C functions, the host's and
+// CUDA's libm: within a few ulp of each other).
+
+enum class MathOp : int32_t {
+  // One input, float out.
+  Abs, Sign, Ceil, Floor, Round, Acos, Acosh, Asin, Asinh, Atan, Atanh, Cos, Cosh, Sin, Sinh, Tan, Log, Sqrt,
+  Reciprocal, Softplus, Softsign, Mish, Celu, Elu, Selu, LeakyRelu, ThresholdedRelu, HardSigmoid, HardSwish,
+  // One input, bool out (Not takes bool).
+  IsNaN, IsInf, Not,
+  // Two inputs, float out.
+  Pow, PRelu, Max, Min, Sum,
+  // Two inputs, bool out (And, Or, Xor take bool).
+  Equal, Greater, GreaterOrEqual, Less, LessOrEqual, And, Or, Xor
+};
+struct MathParams {
+  MathOp op = MathOp::Abs;
+  float alpha = 0, beta = 0;
+  bool negative = true, positive = true; ///< IsInf
+};
+
+PIPEC_HD inline float fmax0(float v) { return 0.0f < v ? v : 0.0f; } // std::max(0, v)
+PIPEC_HD inline float fmin0(float v) { return v < 0.0f ? v : 0.0f; } // std::min(0, v)
+PIPEC_HD inline float fmin1(float v) { return v < 1.0f ? v : 1.0f; } // std::min(1, v)
+PIPEC_HD inline float softplusOf(float x) {
+  return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+}
+
+/// A one-input op on x (bool results as 0 or 1).
+PIPEC_HD inline float mathUnary(const MathParams &p, float x) {
+  switch (p.op) {
+  case MathOp::Abs: return fabsf(x);
+  case MathOp::Sign: return x > 0 ? 1.0f : x < 0 ? -1.0f : x == 0 ? 0.0f : x;
+  case MathOp::Ceil: return ceilf(x);
+  case MathOp::Floor: return floorf(x);
+  case MathOp::Round: return nearbyintf(x);
+  case MathOp::Acos: return acosf(x);
+  case MathOp::Acosh: return acoshf(x);
+  case MathOp::Asin: return asinf(x);
+  case MathOp::Asinh: return asinhf(x);
+  case MathOp::Atan: return atanf(x);
+  case MathOp::Atanh: return atanhf(x);
+  case MathOp::Cos: return cosf(x);
+  case MathOp::Cosh: return coshf(x);
+  case MathOp::Sin: return sinf(x);
+  case MathOp::Sinh: return sinhf(x);
+  case MathOp::Tan: return tanf(x);
+  case MathOp::Log: return logf(x);
+  case MathOp::Sqrt: return sqrtf(x);
+  case MathOp::Reciprocal: return 1.0f / x;
+  case MathOp::Softplus: return softplusOf(x);
+  case MathOp::Softsign: return x / (1.0f + fabsf(x));
+  case MathOp::Mish: return x * cpu::tanhOf(softplusOf(x));
+  case MathOp::Celu: return fmax0(x) + fmin0(p.alpha * (cpu::expOf(x / p.alpha) - 1.0f));
+  case MathOp::Elu: return x >= 0.0f ? x : p.alpha * (cpu::expOf(x) - 1.0f);
+  case MathOp::Selu: return x > 0.0f ? p.beta * x : p.beta * (p.alpha * cpu::expOf(x) - p.alpha);
+  case MathOp::LeakyRelu: return x >= 0.0f ? x : p.alpha * x;
+  case MathOp::ThresholdedRelu: return x > p.alpha ? x : 0.0f;
+  case MathOp::HardSigmoid: return fmax0(fmin1(p.alpha * x + p.beta));
+  case MathOp::HardSwish: return x * fmax0(fmin1(x / 6.0f + 0.5f));
+  case MathOp::IsNaN: return x != x ? 1.0f : 0.0f;
+  case MathOp::IsInf: return (p.positive && x == INFINITY) || (p.negative && x == -INFINITY) ? 1.0f : 0.0f;
+  case MathOp::Not: return x != 0.0f ? 0.0f : 1.0f;
+  default: return 0.0f;
+  }
+}
+
+/// A two-input op (bool inputs and results as 0 or 1).
+PIPEC_HD inline float mathBinary(MathOp op, float a, float b) {
+  switch (op) {
+  case MathOp::Pow: return powf(a, b);
+  case MathOp::PRelu: return a < 0.0f ? b * a : a;
+  case MathOp::Max: return (a > b || a != a) ? a : b;
+  case MathOp::Min: return (a < b || a != a) ? a : b;
+  case MathOp::Sum: return a + b;
+  case MathOp::Equal: return a == b ? 1.0f : 0.0f;
+  case MathOp::Greater: return a > b ? 1.0f : 0.0f;
+  case MathOp::GreaterOrEqual: return a >= b ? 1.0f : 0.0f;
+  case MathOp::Less: return a < b ? 1.0f : 0.0f;
+  case MathOp::LessOrEqual: return a <= b ? 1.0f : 0.0f;
+  case MathOp::And: return (a != 0.0f) && (b != 0.0f) ? 1.0f : 0.0f;
+  case MathOp::Or: return (a != 0.0f) || (b != 0.0f) ? 1.0f : 0.0f;
+  case MathOp::Xor: return (a != 0.0f) != (b != 0.0f) ? 1.0f : 0.0f;
+  default: return 0.0f;
+  }
+}
+/// Whether an op reads (Not, And, Or, Xor) or writes (the predicates and
+/// comparisons) bool.
+PIPEC_HD inline bool mathReadsBool(MathOp op) {
+  return op == MathOp::Not || op == MathOp::And || op == MathOp::Or || op == MathOp::Xor;
+}
+PIPEC_HD inline bool mathWritesBool(MathOp op) {
+  return op == MathOp::IsNaN || op == MathOp::IsInf || op == MathOp::Not || op >= MathOp::Equal;
+}
+
 // ---- GatherGrad from the indices sorted by row.
 
 /// The row index j gathers: idx < 0 counts from the end; an index outside

@@ -166,6 +166,39 @@ __global__ void layerNormGradRowsKernel(const float *dy, const float *x, const f
   });
 }
 
+template <typename In, typename Out>
+__global__ void mathUnaryKernel(body::MathParams p, const In *x, Out *y, int64_t n) {
+  for (int64_t i = firstItem(); i < n; i += itemStride()) {
+    const float v = body::mathUnary(p, static_cast<float>(x[i]));
+    y[i] = static_cast<Out>(sizeof(Out) == 1 ? (v != 0.0f) : v);
+  }
+}
+
+template <typename In, typename Out>
+__global__ void mathBinaryKernel(body::MathOp op, const In *a, body::Broadcast ba, const In *b, body::Broadcast bb,
+                                 Out *out, int64_t n) {
+  for (int64_t i = firstItem(); i < n; i += itemStride()) {
+    const float v = body::mathBinary(op, static_cast<float>(a[body::broadcastOffset(i, ba)]),
+                                     static_cast<float>(b[body::broadcastOffset(i, bb)]));
+    out[i] = static_cast<Out>(sizeof(Out) == 1 ? (v != 0.0f) : v);
+  }
+}
+
+__global__ void whereKernel(const uint8_t *c, body::Broadcast bc, const float *x, body::Broadcast bx, const float *y,
+                            body::Broadcast by, float *out, int64_t n) {
+  for (int64_t i = firstItem(); i < n; i += itemStride())
+    out[i] = c[body::broadcastOffset(i, bc)] ? x[body::broadcastOffset(i, bx)] : y[body::broadcastOffset(i, by)];
+}
+
+__global__ void variadicKernel(body::MathOp op, bool mean, VariadicInputs in, float *out, int64_t n) {
+  for (int64_t i = firstItem(); i < n; i += itemStride()) {
+    float v = in.p[0][body::broadcastOffset(i, in.b[0])];
+    for (int k = 1; k < in.count; ++k)
+      v = body::mathBinary(op, v, in.p[k][body::broadcastOffset(i, in.b[k])]);
+    out[i] = mean ? v / static_cast<float>(in.count) : v;
+  }
+}
+
 __global__ void unaryKernel(UnaryOp op, const float *x, float *y, int64_t n) {
   for (int64_t i = firstItem(); i < n; i += itemStride()) {
     const float v = x[i];
@@ -462,5 +495,55 @@ Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t out
   return launched("SoftmaxGrad");
 }
 
+
+Status launchMathUnary(const body::MathParams &p, const void *x, void *y, int64_t n, void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  const bool in = body::mathReadsBool(p.op), out = body::mathWritesBool(p.op);
+  auto s = asStream(stream);
+  if (in)
+    mathUnaryKernel<<<l.grid, l.block, 0, s>>>(p, static_cast<const uint8_t *>(x), static_cast<uint8_t *>(y), n);
+  else if (out)
+    mathUnaryKernel<<<l.grid, l.block, 0, s>>>(p, static_cast<const float *>(x), static_cast<uint8_t *>(y), n);
+  else
+    mathUnaryKernel<<<l.grid, l.block, 0, s>>>(p, static_cast<const float *>(x), static_cast<float *>(y), n);
+  return launched("elementwise");
+}
+
+Status launchMathBinary(body::MathOp op, const void *a, const body::Broadcast &ba, const void *b,
+                        const body::Broadcast &bb, void *out, int64_t n, void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  auto s = asStream(stream);
+  if (body::mathReadsBool(op))
+    mathBinaryKernel<<<l.grid, l.block, 0, s>>>(op, static_cast<const uint8_t *>(a), ba,
+                                                 static_cast<const uint8_t *>(b), bb, static_cast<uint8_t *>(out), n);
+  else if (body::mathWritesBool(op))
+    mathBinaryKernel<<<l.grid, l.block, 0, s>>>(op, static_cast<const float *>(a), ba, static_cast<const float *>(b),
+                                                 bb, static_cast<uint8_t *>(out), n);
+  else
+    mathBinaryKernel<<<l.grid, l.block, 0, s>>>(op, static_cast<const float *>(a), ba, static_cast<const float *>(b),
+                                                 bb, static_cast<float *>(out), n);
+  return launched("elementwise");
+}
+
+Status launchWhere(const uint8_t *cond, const body::Broadcast &bc, const float *x, const body::Broadcast &bx,
+                   const float *y, const body::Broadcast &by, float *out, int64_t n, void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  whereKernel<<<l.grid, l.block, 0, asStream(stream)>>>(cond, bc, x, bx, y, by, out, n);
+  return launched("Where");
+}
+
+Status launchVariadic(body::MathOp op, bool mean, const VariadicInputs &in, float *out, int64_t n, void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  variadicKernel<<<l.grid, l.block, 0, asStream(stream)>>>(op, mean, in, out, n);
+  return launched("variadic");
+}
 
 } // namespace pipec::cuda

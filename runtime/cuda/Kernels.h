@@ -81,4 +81,23 @@ Status launchFusedElementwise(const body::EwDeviceProgram &prog, const body::EwI
 Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t outer, int64_t len, int64_t inner,
                          void *stream);
 
+/// The other elementwise ops (body::MathOp): one input, or two broadcast
+/// to n outputs; bool tensors (one byte each) where the op reads or writes
+/// bool (body::mathReadsBool, mathWritesBool), else float32.
+Status launchMathUnary(const body::MathParams &p, const void *x, void *y, int64_t n, void *stream);
+Status launchMathBinary(body::MathOp op, const void *a, const body::Broadcast &ba, const void *b,
+                        const body::Broadcast &bb, void *out, int64_t n, void *stream);
+/// Where: out = cond ? x : y, each broadcast to n outputs.
+Status launchWhere(const uint8_t *cond, const body::Broadcast &bc, const float *x, const body::Broadcast &bx,
+                   const float *y, const body::Broadcast &by, float *out, int64_t n, void *stream);
+/// Max, Min, Sum, Mean of up to kMaxVariadic broadcast inputs, folded in
+/// input order (Mean divides by their count at the end).
+inline constexpr int kMaxVariadic = 8;
+struct VariadicInputs {
+  int count = 0;
+  const float *p[kMaxVariadic] = {};
+  body::Broadcast b[kMaxVariadic];
+};
+Status launchVariadic(body::MathOp op, bool mean, const VariadicInputs &in, float *out, int64_t n, void *stream);
+
 } // namespace pipec::cuda

@@ -473,6 +473,86 @@ TEST(CudaBodies, RowsSharedByLanesMatchTheCpuKernels) {
   EXPECT_EQ(cuda::rows::foldSum(p, 4), (1.f + 3.f) + (2.f + 4.f)); // the shuffles' order
 }
 
+// The other elementwise ops' bodies (body::mathUnary, mathBinary) against
+// the CPU kernels: the same formulas, NaN and infinity conventions and
+// attributes; bool results exactly.
+TEST(CudaBodies, MathOpsMatchTheCpuKernels) {
+  Tensor x = randomF32({513}, 71, -3.f, 3.f);
+  float *xv = x.data<float>();
+  xv[0] = NAN;
+  xv[1] = INFINITY;
+  xv[2] = -INFINITY;
+  xv[3] = 0.0f;
+  xv[4] = -0.0f;
+  xv[5] = 2.5f; // Round: half to even
+  struct U {
+    const char *op;
+    body::MathOp code;
+    float alpha, beta;
+  };
+  using M = body::MathOp;
+  const U unary[] = {{"Abs", M::Abs, 0, 0},       {"Sign", M::Sign, 0, 0},         {"Ceil", M::Ceil, 0, 0},
+                     {"Floor", M::Floor, 0, 0},   {"Round", M::Round, 0, 0},       {"Acos", M::Acos, 0, 0},
+                     {"Acosh", M::Acosh, 0, 0},   {"Asin", M::Asin, 0, 0},         {"Asinh", M::Asinh, 0, 0},
+                     {"Atan", M::Atan, 0, 0},     {"Atanh", M::Atanh, 0, 0},       {"Cos", M::Cos, 0, 0},
+                     {"Cosh", M::Cosh, 0, 0},     {"Sin", M::Sin, 0, 0},           {"Sinh", M::Sinh, 0, 0},
+                     {"Tan", M::Tan, 0, 0},       {"Log", M::Log, 0, 0},           {"Sqrt", M::Sqrt, 0, 0},
+                     {"Reciprocal", M::Reciprocal, 0, 0}, {"Softplus", M::Softplus, 0, 0},
+                     {"Softsign", M::Softsign, 0, 0}, {"Mish", M::Mish, 0, 0},     {"Celu", M::Celu, 0.7f, 0},
+                     {"Elu", M::Elu, 0.7f, 0},    {"Selu", M::Selu, 1.5f, 1.1f},   {"LeakyRelu", M::LeakyRelu, 0.1f, 0},
+                     {"ThresholdedRelu", M::ThresholdedRelu, 0.4f, 0}, {"HardSigmoid", M::HardSigmoid, 0.3f, 0.6f},
+                     {"HardSwish", M::HardSwish, 0, 0}};
+  for (const U &u : unary) {
+    cpu::OpDesc d = makeDesc(u.op, {x.desc()}, {x.desc()});
+    if (u.code == M::Selu) {
+      d.attrs["alpha"] = Attribute::ofFloat(u.alpha);
+      d.attrs["gamma"] = Attribute::ofFloat(u.beta);
+    } else if (u.code == M::HardSigmoid) {
+      d.attrs["alpha"] = Attribute::ofFloat(u.alpha);
+      d.attrs["beta"] = Attribute::ofFloat(u.beta);
+    } else if (u.alpha != 0) {
+      d.attrs["alpha"] = Attribute::ofFloat(u.alpha);
+    }
+    Tensor ref = evalOne(d, {x});
+    body::MathParams p;
+    p.op = u.code;
+    p.alpha = u.alpha;
+    p.beta = u.beta;
+    std::vector<float> got(static_cast<size_t>(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i)
+      got[i] = body::mathUnary(p, xv[i]);
+    // The same functions; the compilers may contract a multiply-add in one
+    // and not the other (HardSigmoid's alpha x + beta, Celu, Selu).
+    EXPECT_LE(worstError(got.data(), ref.data<float>(), x.numel()), 2e-7) << u.op;
+  }
+  const TensorDesc bools{DType::Bool, x.shape()};
+  for (auto [op, code] : {std::pair{"IsNaN", M::IsNaN}, std::pair{"IsInf", M::IsInf}}) {
+    Tensor ref = evalOne(makeDesc(op, {x.desc()}, {bools}, {}, 20), {x});
+    body::MathParams p;
+    p.op = code;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      ASSERT_EQ(body::mathUnary(p, xv[i]) != 0.0f, ref.data<uint8_t>()[i] != 0) << op << " " << xv[i];
+  }
+  Tensor y = randomF32({513}, 72, -3.f, 3.f);
+  y.data<float>()[0] = 1.0f; // NaN against a number
+  y.data<float>()[7] = xv[7];
+  for (auto [op, code] : {std::pair{"Equal", M::Equal}, std::pair{"Greater", M::Greater},
+                          std::pair{"GreaterOrEqual", M::GreaterOrEqual}, std::pair{"Less", M::Less},
+                          std::pair{"LessOrEqual", M::LessOrEqual}}) {
+    Tensor ref = evalOne(makeDesc(op, {x.desc(), y.desc()}, {bools}), {x, y});
+    for (int64_t i = 0; i < x.numel(); ++i)
+      ASSERT_EQ(body::mathBinary(code, xv[i], y.data<float>()[i]) != 0.0f, ref.data<uint8_t>()[i] != 0) << op;
+  }
+  for (auto [op, code] : {std::pair{"Pow", M::Pow}, std::pair{"PRelu", M::PRelu}, std::pair{"Max", M::Max},
+                          std::pair{"Min", M::Min}, std::pair{"Sum", M::Sum}}) {
+    Tensor ref = evalOne(makeDesc(op, {x.desc(), y.desc()}, {x.desc()}), {x, y});
+    std::vector<float> got(static_cast<size_t>(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i)
+      got[i] = body::mathBinary(code, xv[i], y.data<float>()[i]);
+    EXPECT_LE(worstError(got.data(), ref.data<float>(), x.numel()), 0.0) << op;
+  }
+}
+
 TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{1} << 20,
                     (int64_t{1} << 31) + 5, int64_t{1} << 40}) {

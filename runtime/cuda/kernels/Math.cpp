@@ -1,0 +1,167 @@
+//===- runtime/cuda/kernels/Math.cpp - The other elementwise CUDA kernels -===//
+//
+// ONNX's remaining elementwise ops on float32 (bool where the op reads or
+// writes bool): the one-input math and activation functions, IsNaN, IsInf
+// and Not; Pow, PRelu, the comparisons and the logical ops, broadcasting;
+// Where; Max, Min, Sum and Mean of up to eight inputs; and Identity. The
+// arithmetic is runtime/cuda/Bodies.h's body::mathUnary / mathBinary.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cuda/kernels/CudaCommon.h"
+
+#include <cuda_runtime.h>
+
+#include <map>
+
+namespace pipec::cuda {
+
+namespace {
+
+using body::MathOp;
+
+const std::map<std::string, MathOp> &mathOps() {
+  static const std::map<std::string, MathOp> ops = {
+      {"Abs", MathOp::Abs}, {"Sign", MathOp::Sign}, {"Ceil", MathOp::Ceil}, {"Floor", MathOp::Floor},
+      {"Round", MathOp::Round}, {"Acos", MathOp::Acos}, {"Acosh", MathOp::Acosh}, {"Asin", MathOp::Asin},
+      {"Asinh", MathOp::Asinh}, {"Atan", MathOp::Atan}, {"Atanh", MathOp::Atanh}, {"Cos", MathOp::Cos},
+      {"Cosh", MathOp::Cosh}, {"Sin", MathOp::Sin}, {"Sinh", MathOp::Sinh}, {"Tan", MathOp::Tan},
+      {"Log", MathOp::Log}, {"Sqrt", MathOp::Sqrt}, {"Reciprocal", MathOp::Reciprocal},
+      {"Softplus", MathOp::Softplus}, {"Softsign", MathOp::Softsign}, {"Mish", MathOp::Mish},
+      {"Celu", MathOp::Celu}, {"Elu", MathOp::Elu}, {"Selu", MathOp::Selu}, {"LeakyRelu", MathOp::LeakyRelu},
+      {"ThresholdedRelu", MathOp::ThresholdedRelu}, {"HardSigmoid", MathOp::HardSigmoid},
+      {"HardSwish", MathOp::HardSwish}, {"IsNaN", MathOp::IsNaN}, {"IsInf", MathOp::IsInf}, {"Not", MathOp::Not},
+      {"Pow", MathOp::Pow}, {"PRelu", MathOp::PRelu}, {"Equal", MathOp::Equal}, {"Greater", MathOp::Greater},
+      {"GreaterOrEqual", MathOp::GreaterOrEqual}, {"Less", MathOp::Less}, {"LessOrEqual", MathOp::LessOrEqual},
+      {"And", MathOp::And}, {"Or", MathOp::Or}, {"Xor", MathOp::Xor}, {"Max", MathOp::Max}, {"Min", MathOp::Min},
+      {"Sum", MathOp::Sum}, {"Mean", MathOp::Sum}};
+  return ops;
+}
+
+/// Every input (and the output) float32, or bool where the op says.
+Status needTypes(const OpDesc &d, MathOp op) {
+  const DType in = body::mathReadsBool(op) ? DType::Bool : DType::F32;
+  const DType out = body::mathWritesBool(op) ? DType::Bool : DType::F32;
+  for (size_t i = 0; i < d.inputs.size(); ++i)
+    if (d.inputs[i].dtype != in)
+      return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype), "; the CUDA kernel takes ",
+                    dtypeName(in));
+  if (d.outputs.size() != 1 || d.outputs[0].dtype != out)
+    return errorf(d.where(), ": the CUDA kernel writes one ", dtypeName(out), " output");
+  return Status::ok();
+}
+
+/// Input `i` broadcast to the output, or an error.
+Expected<body::Broadcast> broadcastTo(const OpDesc &d, size_t i) {
+  const Shape &out = d.outputs[0].shape, &s = d.inputs[i].shape;
+  if (out.size() > static_cast<size_t>(body::kMaxRank))
+    return errorf(d.where(), ": rank ", out.size(), " (the CUDA kernels broadcast up to rank ", body::kMaxRank, ")");
+  if (s.size() > out.size())
+    return errorf(d.where(), ": input ", i, " ", shapeStr(s), " does not broadcast to ", shapeStr(out));
+  for (size_t a = 0; a < s.size(); ++a) {
+    const int64_t o = out[out.size() - s.size() + a];
+    if (s[a] != 1 && s[a] != o)
+      return errorf(d.where(), ": input ", i, " ", shapeStr(s), " does not broadcast to ", shapeStr(out));
+  }
+  return broadcastOf(s, out);
+}
+
+double attrF(const OpDesc &d, const char *name, double dflt) {
+  return attrFloat(d.attrs, name, static_cast<float>(dflt));
+}
+
+} // namespace
+
+Expected<KernelPtr> makeMath(const OpDesc &d) {
+  auto it = mathOps().find(d.opType);
+  if (it == mathOps().end())
+    return errorf(d.where(), ": not an elementwise op of the CUDA math kernels");
+  const MathOp op = it->second;
+  PIPEC_TRY(needTypes(d, op));
+  const int64_t n = d.outputs[0].numel();
+  if (op >= MathOp::Pow && d.opType != "Pow" && d.opType != "PRelu" && op <= MathOp::Sum) {
+    // Max, Min, Sum, Mean: folded in input order.
+    if (d.inputs.empty() || d.inputs.size() > static_cast<size_t>(kMaxVariadic))
+      return errorf(d.where(), ": ", d.inputs.size(), " inputs (the CUDA kernel folds 1 to ", kMaxVariadic, ")");
+    VariadicInputs proto;
+    proto.count = static_cast<int>(d.inputs.size());
+    for (size_t i = 0; i < d.inputs.size(); ++i) {
+      PIPEC_ASSIGN(proto.b[i], broadcastTo(d, i));
+    }
+    const bool mean = d.opType == "Mean";
+    return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+      VariadicInputs v = proto;
+      for (int k = 0; k < v.count; ++k)
+        v.p[k] = static_cast<const float *>(in[k]);
+      return launchVariadic(op, mean, v, static_cast<float *>(out[0]), n, ctx.stream);
+    });
+  }
+  if (op >= MathOp::Pow) {
+    if (d.inputs.size() != 2)
+      return errorf(d.where(), ": expects two inputs");
+    PIPEC_ASSIGN(body::Broadcast ba, broadcastTo(d, 0));
+    PIPEC_ASSIGN(body::Broadcast bb, broadcastTo(d, 1));
+    return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+      return launchMathBinary(op, in[0], ba, in[1], bb, out[0], n, ctx.stream);
+    });
+  }
+  if (d.inputs.size() != 1 || d.inputs[0].shape != d.outputs[0].shape)
+    return errorf(d.where(), ": expects one input of the output's shape");
+  body::MathParams p;
+  p.op = op;
+  switch (op) {
+  case MathOp::Celu:
+    p.alpha = static_cast<float>(attrF(d, "alpha", 1.0));
+    if (p.alpha == 0)
+      return errorf(d.where(), ": alpha must not be 0");
+    break;
+  case MathOp::Elu: p.alpha = static_cast<float>(attrF(d, "alpha", 1.0)); break;
+  case MathOp::Selu:
+    p.alpha = static_cast<float>(attrF(d, "alpha", 1.67326319217681884765625));
+    p.beta = static_cast<float>(attrF(d, "gamma", 1.05070102214813232421875));
+    break;
+  case MathOp::LeakyRelu: p.alpha = static_cast<float>(attrF(d, "alpha", 0.01)); break;
+  case MathOp::ThresholdedRelu: p.alpha = static_cast<float>(attrF(d, "alpha", 1.0)); break;
+  case MathOp::HardSigmoid:
+    p.alpha = static_cast<float>(attrF(d, "alpha", 0.2));
+    p.beta = static_cast<float>(attrF(d, "beta", 0.5));
+    break;
+  case MathOp::IsInf:
+    p.negative = attrInt(d.attrs, "detect_negative", 1) != 0;
+    p.positive = attrInt(d.attrs, "detect_positive", 1) != 0;
+    break;
+  default: break;
+  }
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchMathUnary(p, in[0], out[0], n, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeWhere(const OpDesc &d) {
+  if (d.inputs.size() != 3 || d.outputs.size() != 1 || d.inputs[0].dtype != DType::Bool ||
+      d.inputs[1].dtype != DType::F32 || d.inputs[2].dtype != DType::F32 || d.outputs[0].dtype != DType::F32)
+    return errorf(d.where(), ": the CUDA kernel takes a bool condition and two float32 inputs");
+  PIPEC_ASSIGN(body::Broadcast bc, broadcastTo(d, 0));
+  PIPEC_ASSIGN(body::Broadcast bx, broadcastTo(d, 1));
+  PIPEC_ASSIGN(body::Broadcast by, broadcastTo(d, 2));
+  const int64_t n = d.outputs[0].numel();
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchWhere(static_cast<const uint8_t *>(in[0]), bc, static_cast<const float *>(in[1]), bx,
+                       static_cast<const float *>(in[2]), by, static_cast<float *>(out[0]), n, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeIdentity(const OpDesc &d) {
+  if (d.inputs.size() != 1 || d.outputs.size() != 1 || d.inputs[0] != d.outputs[0])
+    return errorf(d.where(), ": expects one input and an output of its type and shape");
+  const uint64_t bytes = d.outputs[0].bytes();
+  const std::string where = d.where();
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) -> Status {
+    if (bytes && in[0] != out[0] &&
+        cudaMemcpyAsync(out[0], in[0], bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(ctx.stream)) !=
+            cudaSuccess)
+      return errorf(where, ": copy failed: ", cudaGetErrorString(cudaGetLastError()));
+    return Status::ok();
+  });
+}
+
+} // namespace pipec::cuda
