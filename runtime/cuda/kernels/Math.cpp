@@ -3,7 +3,8 @@
 // ONNX's remaining elementwise ops on float32 (bool where the op reads or
 // writes bool): the one-input math and activation functions, IsNaN, IsInf
 // and Not; Pow, PRelu, the comparisons and the logical ops, broadcasting;
-// Where; Max, Min, Sum and Mean of up to eight inputs; and Identity. The
+// Where; Max, Min, Sum and Mean of up to eight inputs; and Identity with
+// the reshaping ops where they are not views (a copy). The
 // arithmetic is runtime/cuda/Bodies.h's body::mathUnary / mathBinary.
 //
 //===----------------------------------------------------------------------===//
@@ -151,8 +152,11 @@ Expected<KernelPtr> makeWhere(const OpDesc &d) {
 }
 
 Expected<KernelPtr> makeIdentity(const OpDesc &d) {
-  if (d.inputs.size() != 1 || d.outputs.size() != 1 || d.inputs[0] != d.outputs[0])
-    return errorf(d.where(), ": expects one input and an output of its type and shape");
+  // Identity, and Reshape, Flatten, Squeeze, Unsqueeze where the plan did
+  // not make them views: the input's bytes (the shape or axes input aside).
+  if (d.inputs.empty() || d.outputs.size() != 1 || d.inputs[0].dtype != d.outputs[0].dtype ||
+      d.inputs[0].numel() != d.outputs[0].numel())
+    return errorf(d.where(), ": expects an output of the input's type and element count");
   const uint64_t bytes = d.outputs[0].bytes();
   const std::string where = d.where();
   return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) -> Status {
