@@ -242,6 +242,50 @@ PIPEC_HD inline float reduceSumElement(const float *x, int64_t o, const Reductio
   return s;
 }
 
+/// The other reductions (runtime/cpu/kernels/Reduce.cpp's, on float32):
+/// one thread an output, its elements in index order; float accumulators;
+/// Max and Min propagate NaN; LogSumExp shifts by the maximum (0 when that
+/// is not finite).
+enum class ReduceOp : int32_t { Sum, Mean, SumSquare, L1, L2, Prod, Max, Min, LogSumExp };
+PIPEC_HD inline float reduceElement(const float *x, int64_t o, const Reduction &r, ReduceOp op) {
+  const float *base = x + mixedOffset(o, r.keptRank, r.keptDims, r.keptStrides);
+  const int64_t n = r.reducedCount;
+  auto at = [&](int64_t j) { return base[mixedOffset(j, r.reducedRank, r.reducedDims, r.reducedStrides)]; };
+  switch (op) {
+  case ReduceOp::Max:
+  case ReduceOp::Min:
+  case ReduceOp::LogSumExp: {
+    const bool isMin = op == ReduceOp::Min;
+    float m = isMin ? INFINITY : -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = at(j);
+      m = isMin ? ((m < v || m != m) ? m : v) : ((m > v || m != m) ? m : v);
+    }
+    if (op != ReduceOp::LogSumExp)
+      return m;
+    const float s = m - m == 0.0f ? m : 0.0f; // finite, else 0
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j)
+      acc += expf(at(j) - s);
+    return logf(acc) + s;
+  }
+  case ReduceOp::Prod: {
+    float acc = 1.0f;
+    for (int64_t j = 0; j < n; ++j)
+      acc *= at(j);
+    return acc;
+  }
+  default: {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = at(j);
+      acc += op == ReduceOp::SumSquare || op == ReduceOp::L2 ? v * v : op == ReduceOp::L1 ? fabsf(v) : v;
+    }
+    return op == ReduceOp::Mean ? acc / static_cast<float>(n) : op == ReduceOp::L2 ? sqrtf(acc) : acc;
+  }
+  }
+}
+
 /// The maximum of C scores x[c * stride] and the sum, in class order, of
 /// exp(x - max).
 struct MaxExpSum {

@@ -190,6 +190,11 @@ __global__ void whereKernel(const uint8_t *c, body::Broadcast bc, const float *x
     out[i] = c[body::broadcastOffset(i, bc)] ? x[body::broadcastOffset(i, bx)] : y[body::broadcastOffset(i, by)];
 }
 
+__global__ void reduceKernel(body::ReduceOp op, const float *x, float *y, int64_t outN, body::Reduction r) {
+  for (int64_t o = firstItem(); o < outN; o += itemStride())
+    y[o] = body::reduceElement(x, o, r, op);
+}
+
 __global__ void variadicKernel(body::MathOp op, bool mean, VariadicInputs in, float *out, int64_t n) {
   for (int64_t i = firstItem(); i < n; i += itemStride()) {
     float v = in.p[0][body::broadcastOffset(i, in.b[0])];
@@ -527,6 +532,15 @@ Status launchMathBinary(body::MathOp op, const void *a, const body::Broadcast &b
     mathBinaryKernel<<<l.grid, l.block, 0, s>>>(op, static_cast<const float *>(a), ba, static_cast<const float *>(b),
                                                  bb, static_cast<float *>(out), n);
   return launched("elementwise");
+}
+
+Status launchReduce(body::ReduceOp op, const float *x, float *y, int64_t outN, const body::Reduction &r,
+                    void *stream) {
+  const LaunchShape l = itemLaunch(outN);
+  if (l.grid == 0)
+    return Status::ok();
+  reduceKernel<<<l.grid, l.block, 0, asStream(stream)>>>(op, x, y, outN, r);
+  return launched("reduction");
 }
 
 Status launchWhere(const uint8_t *cond, const body::Broadcast &bc, const float *x, const body::Broadcast &bx,

@@ -33,6 +33,9 @@ Status launchSoftmax(bool log, const float *x, float *y, int64_t outer, int64_t 
                      void *stream);
 /// ReduceSum: one thread per output element.
 Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduction &r, void *stream);
+/// The other reductions (body::reduceElement), one thread per output.
+Status launchReduce(body::ReduceOp op, const float *x, float *y, int64_t outN, const body::Reduction &r,
+                    void *stream);
 /// SoftmaxCrossEntropyLoss over P = N x D positions (scores [N, C, D],
 /// targets [N, D] of int64): `perPosition` gets each position's loss; a
 /// target outside [0, C) sets *badTarget to 1 (and its loss to NaN).

@@ -124,6 +124,17 @@ TEST(CudaKernels, MathOpsAgainstCpu) {
   EXPECT_EQ(compareWithCpu(makeDesc("Not", {a.desc()}, {a.desc()}), {a}), 0.0) << "Not";
   EXPECT_EQ(compareWithCpu(makeDesc("Where", {b.desc(), x.desc(), z.desc()}, {x.desc()}, {}, 16), {b, x, z}), 0.0);
   EXPECT_EQ(compareWithCpu(makeDesc("Identity", {x.desc()}, {x.desc()}), {x}), 0.0);
+  // The other reductions, over axis 1 (opset 18: axes as an input).
+  Tensor axes(DType::I64, {1});
+  axes.data<int64_t>()[0] = 1;
+  Tensor pos = randomF32({300, 17}, 64, 0.5f, 1.5f);
+  for (const char *op : {"ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceProd", "ReduceMax",
+                         "ReduceMin", "ReduceLogSumExp"}) {
+    cpu::OpDesc r = makeDesc(op, {pos.desc(), axes.desc()}, {{DType::F32, {300}}}, {}, 18);
+    r.attrs["keepdims"] = Attribute::ofInt(0);
+    r.constInputs = {Tensor(), axes};
+    EXPECT_LE(compareWithCpu(r, {pos, axes}), 2e-6) << op;
+  }
 }
 
 TEST(CudaKernels, ElementwiseAgainstCpu) {

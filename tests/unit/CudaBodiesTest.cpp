@@ -553,6 +553,58 @@ TEST(CudaBodies, MathOpsMatchTheCpuKernels) {
   }
 }
 
+// The other reductions' body (body::reduceElement) against the CPU
+// kernels over axis 0, axes {1, 2} and all axes (opset 18: axes as an
+// input): Max and Min exactly (NaN propagating), the sums within float
+// rounding of a different order.
+TEST(CudaBodies, ReductionsMatchTheCpuKernels) {
+  Tensor x = randomF32({6, 5, 7}, 80, 0.5f, 1.5f);
+  x.data<float>()[17] = NAN;
+  Tensor clean = randomF32({6, 5, 7}, 81, -2.f, 2.f);
+  using R = body::ReduceOp;
+  const std::pair<const char *, R> ops[] = {{"ReduceMean", R::Mean}, {"ReduceSumSquare", R::SumSquare},
+                                            {"ReduceL1", R::L1},     {"ReduceL2", R::L2},
+                                            {"ReduceProd", R::Prod}, {"ReduceMax", R::Max},
+                                            {"ReduceMin", R::Min},   {"ReduceLogSumExp", R::LogSumExp}};
+  const int64_t strides[3] = {35, 7, 1};
+  for (const Tensor *in : {&clean, &x})
+    for (const std::vector<int64_t> &axes :
+         {std::vector<int64_t>{0}, std::vector<int64_t>{1, 2}, std::vector<int64_t>{0, 1, 2}})
+      for (const auto &[op, code] : ops) {
+        Tensor ax(DType::I64, {static_cast<int64_t>(axes.size())});
+        for (size_t i = 0; i < axes.size(); ++i)
+          ax.data<int64_t>()[i] = axes[i];
+        Shape out;
+        body::Reduction r;
+        for (int64_t a = 0; a < 3; ++a) {
+          if (std::find(axes.begin(), axes.end(), a) != axes.end()) {
+            r.reducedDims[r.reducedRank] = in->shape()[a];
+            r.reducedStrides[r.reducedRank++] = strides[a];
+            r.reducedCount *= in->shape()[a];
+          } else {
+            out.push_back(in->shape()[a]);
+            r.keptDims[r.keptRank] = in->shape()[a];
+            r.keptStrides[r.keptRank++] = strides[a];
+          }
+        }
+        if (r.keptRank == 0) {
+          r.keptDims[0] = 1;
+          r.keptStrides[0] = 0;
+          r.keptRank = 1;
+        }
+        cpu::OpDesc d = makeDesc(op, {in->desc(), ax.desc()}, {{DType::F32, out}}, {}, 18);
+        d.attrs["keepdims"] = Attribute::ofInt(0);
+        d.constInputs = {Tensor(), ax};
+        Tensor ref = evalOne(d, {*in, ax});
+        std::vector<float> y(static_cast<size_t>(ref.numel()));
+        for (int64_t o = 0; o < ref.numel(); ++o)
+          y[o] = body::reduceElement(in->data<float>(), o, r, code);
+        const double tol = code == R::Max || code == R::Min ? 0.0 : 2e-6;
+        EXPECT_LE(worstError(y.data(), ref.data<float>(), ref.numel()), tol)
+            << op << " over " << axes.size() << " axes" << (in == &x ? " with a NaN" : "");
+      }
+}
+
 TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{1} << 20,
                     (int64_t{1} << 31) + 5, int64_t{1} << 40}) {

@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <optional>
+
 namespace pipec::cuda {
 
 namespace {
@@ -44,16 +46,22 @@ private:
   int64_t outer_, len_, inner_;
 };
 
+/// ReduceSum (its own kernel), or another reduction when `op` is given.
 class ReduceSumKernel final : public Kernel {
 public:
-  ReduceSumKernel(body::Reduction r, int64_t outN) : r_(r), outN_(outN) {}
+  ReduceSumKernel(body::Reduction r, int64_t outN, std::optional<body::ReduceOp> op = std::nullopt)
+      : r_(r), outN_(outN), op_(op) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    if (op_)
+      return launchReduce(*op_, static_cast<const float *>(in[0]), static_cast<float *>(out[0]), outN_, r_,
+                          ctx.stream);
     return launchReduceSum(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), outN_, r_, ctx.stream);
   }
 
 private:
   body::Reduction r_;
   int64_t outN_;
+  std::optional<body::ReduceOp> op_;
 };
 
 /// Softmax cross-entropy (reduction 0 none, 1 sum, 2 mean) and its
@@ -138,7 +146,8 @@ Expected<KernelPtr> makeReduceSum(const OpDesc &d) {
   if (rank > body::kMaxRank)
     return errorf(d.where(), ": rank ", rank, " (the CUDA kernel reduces up to rank ", body::kMaxRank, ")");
   std::vector<int64_t> axes;
-  if (d.opset >= 13) {
+  // Axes became an input at opset 13 for ReduceSum, at 18 for the others.
+  if (d.opset >= (d.opType == "ReduceSum" ? 13 : 18)) {
     if (d.hasInput(1)) {
       const Tensor *a = d.constInput(1);
       if (!a || a->dtype() != DType::I64)
@@ -157,7 +166,17 @@ Expected<KernelPtr> makeReduceSum(const OpDesc &d) {
       return errorf(d.where(), ": axis out of range for ", shapeStr(s));
     reduced[static_cast<size_t>(a)] = true;
   }
-  return KernelPtr(new ReduceSumKernel(reductionOf(s, reduced), d.outputs[0].numel()));
+  std::optional<body::ReduceOp> op;
+  using R = body::ReduceOp;
+  static const std::pair<const char *, R> kOps[] = {
+      {"ReduceMean", R::Mean}, {"ReduceSumSquare", R::SumSquare}, {"ReduceL1", R::L1}, {"ReduceL2", R::L2},
+      {"ReduceProd", R::Prod}, {"ReduceMax", R::Max}, {"ReduceMin", R::Min}, {"ReduceLogSumExp", R::LogSumExp}};
+  for (const auto &[name, code] : kOps)
+    if (d.opType == name)
+      op = code;
+  if (!op && d.opType != "ReduceSum")
+    return errorf(d.where(), ": not a reduction of the CUDA kernels");
+  return KernelPtr(new ReduceSumKernel(reductionOf(s, reduced), d.outputs[0].numel(), op));
 }
 
 Expected<KernelPtr> makeSce(const OpDesc &d) {
