@@ -190,6 +190,12 @@ __global__ void whereKernel(const uint8_t *c, body::Broadcast bc, const float *x
     out[i] = c[body::broadcastOffset(i, bc)] ? x[body::broadcastOffset(i, bx)] : y[body::broadcastOffset(i, by)];
 }
 
+template <typename T>
+__global__ void stridedCopyKernel(const T *in, T *out, body::Broadcast v, int64_t offset, int64_t n) {
+  for (int64_t i = firstItem(); i < n; i += itemStride())
+    out[i] = in[offset + body::broadcastOffset(i, v)];
+}
+
 __global__ void reduceKernel(body::ReduceOp op, const float *x, float *y, int64_t outN, body::Reduction r) {
   for (int64_t o = firstItem(); o < outN; o += itemStride())
     y[o] = body::reduceElement(x, o, r, op);
@@ -532,6 +538,22 @@ Status launchMathBinary(body::MathOp op, const void *a, const body::Broadcast &b
     mathBinaryKernel<<<l.grid, l.block, 0, s>>>(op, static_cast<const float *>(a), ba, static_cast<const float *>(b),
                                                  bb, static_cast<float *>(out), n);
   return launched("elementwise");
+}
+
+Status launchStridedCopy(const void *in, void *out, const body::Broadcast &v, int64_t offset, int64_t n,
+                         size_t esize, void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  auto s = asStream(stream);
+  switch (esize) {
+  case 1: stridedCopyKernel<<<l.grid, l.block, 0, s>>>(static_cast<const uint8_t *>(in), static_cast<uint8_t *>(out), v, offset, n); break;
+  case 2: stridedCopyKernel<<<l.grid, l.block, 0, s>>>(static_cast<const uint16_t *>(in), static_cast<uint16_t *>(out), v, offset, n); break;
+  case 4: stridedCopyKernel<<<l.grid, l.block, 0, s>>>(static_cast<const uint32_t *>(in), static_cast<uint32_t *>(out), v, offset, n); break;
+  case 8: stridedCopyKernel<<<l.grid, l.block, 0, s>>>(static_cast<const uint64_t *>(in), static_cast<uint64_t *>(out), v, offset, n); break;
+  default: return errorf("strided copy: elements of ", esize, " bytes");
+  }
+  return launched("strided copy");
 }
 
 Status launchReduce(body::ReduceOp op, const float *x, float *y, int64_t outN, const body::Reduction &r,

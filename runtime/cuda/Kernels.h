@@ -90,6 +90,11 @@ Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t out
 Status launchMathUnary(const body::MathParams &p, const void *x, void *y, int64_t n, void *stream);
 Status launchMathBinary(body::MathOp op, const void *a, const body::Broadcast &ba, const void *b,
                         const body::Broadcast &bb, void *out, int64_t n, void *stream);
+/// A strided view's copy (support/StridedView.h: Slice, Expand, Tile):
+/// out[i] = in[offset + body::broadcastOffset(i, view)], elements of
+/// `esize` bytes (1, 2, 4 or 8).
+Status launchStridedCopy(const void *in, void *out, const body::Broadcast &view, int64_t offset, int64_t n,
+                         size_t esize, void *stream);
 /// Where: out = cond ? x : y, each broadcast to n outputs.
 Status launchWhere(const uint8_t *cond, const body::Broadcast &bc, const float *x, const body::Broadcast &bx,
                    const float *y, const body::Broadcast &by, float *out, int64_t n, void *stream);

@@ -124,6 +124,28 @@ TEST(CudaKernels, MathOpsAgainstCpu) {
   EXPECT_EQ(compareWithCpu(makeDesc("Not", {a.desc()}, {a.desc()}), {a}), 0.0) << "Not";
   EXPECT_EQ(compareWithCpu(makeDesc("Where", {b.desc(), x.desc(), z.desc()}, {x.desc()}, {}, 16), {b, x, z}), 0.0);
   EXPECT_EQ(compareWithCpu(makeDesc("Identity", {x.desc()}, {x.desc()}), {x}), 0.0);
+  // Slice with a negative step, Expand, Tile: strided views.
+  Tensor starts(DType::I64, {1}), ends(DType::I64, {1}), sax(DType::I64, {1}), steps(DType::I64, {1});
+  starts.data<int64_t>()[0] = -1;
+  ends.data<int64_t>()[0] = -100;
+  sax.data<int64_t>()[0] = 1;
+  steps.data<int64_t>()[0] = -3;
+  cpu::OpDesc sl = makeDesc("Slice", {x.desc(), starts.desc(), ends.desc(), sax.desc(), steps.desc()},
+                            {{DType::F32, {300, 6}}}, {}, 13);
+  sl.constInputs = {Tensor(), starts, ends, sax, steps};
+  EXPECT_EQ(compareWithCpu(sl, {x, starts, ends, sax, steps}), 0.0) << "Slice";
+  Tensor shape(DType::I64, {3}), reps(DType::I64, {2});
+  shape.data<int64_t>()[0] = 2;
+  shape.data<int64_t>()[1] = 300;
+  shape.data<int64_t>()[2] = 17;
+  reps.data<int64_t>()[0] = 2;
+  reps.data<int64_t>()[1] = 3;
+  cpu::OpDesc ex = makeDesc("Expand", {z.desc(), shape.desc()}, {{DType::F32, {2, 300, 17}}}, {}, 13);
+  ex.constInputs = {Tensor(), shape};
+  EXPECT_EQ(compareWithCpu(ex, {z, shape}), 0.0) << "Expand";
+  cpu::OpDesc ti = makeDesc("Tile", {x.desc(), reps.desc()}, {{DType::F32, {600, 51}}}, {}, 13);
+  ti.constInputs = {Tensor(), reps};
+  EXPECT_EQ(compareWithCpu(ti, {x, reps}), 0.0) << "Tile";
   // The other reductions, over axis 1 (opset 18: axes as an input).
   Tensor axes(DType::I64, {1});
   axes.data<int64_t>()[0] = 1;

@@ -17,6 +17,7 @@
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/StepUpdate.h"
 #include "support/Format.h"
+#include "support/StridedView.h"
 #include "tests/unit/KernelTestSupport.h"
 
 #include <gtest/gtest.h>
@@ -603,6 +604,65 @@ TEST(CudaBodies, ReductionsMatchTheCpuKernels) {
         EXPECT_LE(worstError(y.data(), ref.data<float>(), ref.numel()), tol)
             << op << " over " << axes.size() << " axes" << (in == &x ? " with a NaN" : "");
       }
+}
+
+// Slice (negative steps, clamped ends, two axes), Expand and Tile as the
+// CUDA kernels copy them (support/StridedView.h's view, read through
+// body::broadcastOffset) against the CPU kernels, byte for byte, on float
+// and int64 data.
+TEST(CudaBodies, StridedViewsCopyAsTheCpuKernels) {
+  auto ints = [](std::vector<int64_t> v) {
+    Tensor t(DType::I64, {static_cast<int64_t>(v.size())});
+    for (size_t i = 0; i < v.size(); ++i)
+      t.data<int64_t>()[i] = v[i];
+    return t;
+  };
+  Tensor xf = randomF32({4, 5, 6}, 90);
+  Tensor xi(DType::I64, {4, 5, 6});
+  for (int64_t i = 0; i < xi.numel(); ++i)
+    xi.data<int64_t>()[i] = i * 1000003 - 7;
+  for (const Tensor *x : {&xf, &xi}) {
+    struct Case {
+      const char *op;
+      std::vector<Tensor> args;
+      Expected<StridedView> view;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"Slice", {ints({-1, 1}), ints({-100, 5}), ints({0, 2}), ints({-2, 2})},
+                     sliceView(x->shape(), {-1, 1}, {-100, 5}, {0, 2}, {-2, 2})});
+    cases.push_back({"Slice", {ints({0}), ints({3}), ints({1}), ints({1})}, sliceView(x->shape(), {0}, {3}, {1}, {1})});
+    cases.push_back({"Expand", {ints({3, 4, 1, 6})}, expandView(x->shape(), {3, 4, 1, 6})});
+    cases.push_back({"Tile", {ints({2, 1, 3})}, tileView(x->shape(), {2, 1, 3})});
+    for (Case &c : cases) {
+      ASSERT_TRUE(c.view.isOk()) << c.view.status().message();
+      std::vector<TensorDesc> in{x->desc()};
+      std::vector<Tensor> inputs{*x}, consts{Tensor()};
+      for (const Tensor &a : c.args) {
+        in.push_back(a.desc());
+        inputs.push_back(a);
+        consts.push_back(a);
+      }
+      cpu::OpDesc d = makeDesc(c.op, in, {{x->dtype(), c.view->out}}, {}, 13);
+      d.constInputs = consts;
+      Tensor ref = evalOne(d, inputs);
+      body::Broadcast v;
+      v.rank = static_cast<int>(c.view->dims.size());
+      for (int a = 0; a < v.rank; ++a) {
+        v.dims[a] = c.view->dims[a];
+        v.strides[a] = c.view->strides[a];
+      }
+      Tensor got(ref.desc());
+      const size_t es = dtypeSize(x->dtype());
+      for (int64_t i = 0; i < got.numel(); ++i)
+        std::memcpy(static_cast<char *>(got.raw()) + i * es,
+                    static_cast<const char *>(x->raw()) + (c.view->offset + body::broadcastOffset(i, v)) * es, es);
+      EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), ref.bytes()), 0) << c.op << " " << dtypeName(x->dtype());
+    }
+  }
+  // The ops' errors, as the CPU kernels give them.
+  EXPECT_FALSE(sliceView({4}, {0}, {4}, {0}, {0}).isOk());
+  EXPECT_FALSE(expandView({3}, {4}).isOk());
+  EXPECT_FALSE(tileView({3}, {-1}).isOk());
 }
 
 TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/StridedView.h"
 
 #include <algorithm>
 
@@ -17,21 +18,11 @@ Expected<KernelPtr> makeExpandKernel(const OpDesc &d) {
   const TensorDesc &x = d.inputs[0];
   PIPEC_ASSIGN(size_t esize, dm::elementSize(d, x, "input"));
   PIPEC_ASSIGN(std::vector<int64_t> shape, dm::constInts(d, 1, "shape"));
-  const int64_t rank = std::max<int64_t>(x.rank(), static_cast<int64_t>(shape.size()));
-  const std::vector<int64_t> inStrides = rowMajorStrides(x.shape);
-  Shape out(static_cast<size_t>(rank));
-  std::vector<int64_t> strides(static_cast<size_t>(rank), 0);
-  for (int64_t i = 0; i < rank; ++i) {
-    const int64_t xi = i - (rank - x.rank()), si = i - (rank - static_cast<int64_t>(shape.size()));
-    const int64_t a = xi >= 0 ? x.shape[xi] : 1, b = si >= 0 ? shape[si] : 1;
-    if (a != b && a != 1 && b != 1)
-      return errorf(d.where(), ": cannot broadcast ", x.str(), " to shape ", shapeStr(shape),
-                    " (axis ", i, ": ", a, " vs ", b, ")");
-    out[i] = a == 1 ? b : a;
-    strides[i] = a == 1 ? 0 : inStrides[xi];
-  }
-  PIPEC_TRY(dm::checkOutput(d, 0, x.dtype, out));
-  return KernelPtr(new dm::StridedCopyKernel(dm::StridedCopy(out, strides, 0, esize)));
+  auto v = expandView(x.shape, shape);
+  if (!v)
+    return v.status().withContext(d.where());
+  PIPEC_TRY(dm::checkOutput(d, 0, x.dtype, v->out));
+  return KernelPtr(new dm::StridedCopyKernel(dm::StridedCopy(v->dims, v->strides, 0, esize)));
 }
 
 } // namespace pipec::cpu

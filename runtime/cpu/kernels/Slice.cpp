@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/StridedView.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -45,53 +46,11 @@ Expected<KernelPtr> makeSliceKernel(const OpDesc &d) {
   PIPEC_ASSIGN(size_t esize, dm::elementSize(d, x, "input"));
   std::vector<int64_t> starts, ends, axes, steps;
   PIPEC_TRY(readSliceArgs(d, starts, ends, axes, steps));
-  const size_t n = starts.size();
-  if (axes.empty())
-    for (size_t i = 0; i < n; ++i)
-      axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty())
-    steps.assign(n, 1);
-  if (ends.size() != n || axes.size() != n || steps.size() != n)
-    return errorf(d.where(), ": starts, ends, axes and steps have ", n, ", ", ends.size(),
-                  ", ", axes.size(), " and ", steps.size(), " values; they must agree");
-
-  const std::vector<int64_t> inStrides = rowMajorStrides(x.shape);
-  Shape outShape = x.shape;
-  std::vector<int64_t> strides = inStrides;
-  std::vector<bool> seen(static_cast<size_t>(x.rank()), false);
-  int64_t offset = 0;
-  for (size_t i = 0; i < n; ++i) {
-    PIPEC_ASSIGN(int64_t axis, dm::normalizeAxis(d, axes[i], x.rank(), "slice axis"));
-    if (seen[axis])
-      return errorf(d.where(), ": axis ", axis, " is sliced twice");
-    seen[axis] = true;
-    // -INT64_MAX for INT64_MIN keeps the negation below defined; either
-    // takes one element.
-    const int64_t dim = x.shape[axis], step = std::max(steps[i], -INT64_MAX);
-    if (step == 0)
-      return errorf(d.where(), ": step of axis ", axis, " is 0");
-    int64_t start = starts[i], end = ends[i];
-    if (start < 0)
-      start += dim;
-    if (end < 0)
-      end += dim;
-    int64_t len = 0;
-    if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, dim);
-      end = std::clamp<int64_t>(end, 0, dim);
-      len = end > start ? (end - start - 1) / step + 1 : 0;
-    } else if (dim > 0) {
-      start = std::clamp<int64_t>(start, 0, dim - 1);
-      end = std::clamp<int64_t>(end, -1, dim - 1);
-      len = start > end ? (start - end - 1) / (-step) + 1 : 0;
-    }
-    outShape[axis] = len;
-    strides[axis] = inStrides[axis] * step;
-    if (len > 0)
-      offset += start * inStrides[axis];
-  }
-  PIPEC_TRY(dm::checkOutput(d, 0, x.dtype, outShape));
-  return KernelPtr(new dm::StridedCopyKernel(dm::StridedCopy(outShape, strides, offset, esize)));
+  auto v = sliceView(x.shape, starts, ends, axes, steps);
+  if (!v)
+    return v.status().withContext(d.where());
+  PIPEC_TRY(dm::checkOutput(d, 0, x.dtype, v->out));
+  return KernelPtr(new dm::StridedCopyKernel(dm::StridedCopy(v->dims, v->strides, v->offset, esize)));
 }
 
 } // namespace pipec::cpu

@@ -1,9 +1,11 @@
 //===- runtime/cuda/kernels/DataMovement.cpp - CUDA data movement kernels -===//
 //
-// Transpose, Concat and Split along an axis, Gather and pipec:GatherGrad.
+// Transpose, Concat and Split along an axis, Gather and pipec:GatherGrad,
+// and Slice, Expand and Tile as strided views (support/StridedView.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/kernels/CudaCommon.h"
+#include "support/StridedView.h"
 
 #include <cuda_runtime.h>
 
@@ -116,6 +118,73 @@ Expected<KernelPtr> makeGather(const OpDesc &d) {
         return checkFlag(ctx, where);
       },
       256);
+}
+
+namespace {
+
+/// Input i, a constant int64 tensor, as integers.
+Expected<std::vector<int64_t>> constInts(const OpDesc &d, size_t i, const char *what) {
+  const Tensor *t = d.hasInput(i) ? d.constInput(i) : nullptr;
+  if (!t || t->dtype() != DType::I64)
+    return errorf(d.where(), ": ", what, " must be a constant int64 tensor (the CUDA kernel takes it at load)");
+  return t->toInts();
+}
+
+/// The strided view's copy as a kernel: `view.out` must be the output.
+Expected<KernelPtr> stridedCopy(const OpDesc &d, Expected<StridedView> view) {
+  if (!view)
+    return view.status().withContext(d.where());
+  if (d.outputs.size() != 1 || d.outputs[0].shape != view->out || d.outputs[0].dtype != d.inputs[0].dtype)
+    return errorf(d.where(), ": the output must be ", dtypeName(d.inputs[0].dtype), " ", shapeStr(view->out));
+  const size_t esize = dtypeSize(d.inputs[0].dtype);
+  if (esize != 1 && esize != 2 && esize != 4 && esize != 8)
+    return errorf(d.where(), ": elements of ", esize, " bytes");
+  if (view->dims.size() > static_cast<size_t>(body::kMaxRank))
+    return errorf(d.where(), ": a view of rank ", view->dims.size(), " (the CUDA kernel takes up to ", body::kMaxRank,
+                  "; Tile's view has twice the input's rank)");
+  body::Broadcast v;
+  v.rank = static_cast<int>(view->dims.size());
+  for (int a = 0; a < v.rank; ++a) {
+    v.dims[a] = view->dims[static_cast<size_t>(a)];
+    v.strides[a] = view->strides[static_cast<size_t>(a)];
+  }
+  const int64_t offset = view->offset, n = d.outputs[0].numel();
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchStridedCopy(in[0], out[0], v, offset, n, esize, ctx.stream);
+  });
+}
+
+} // namespace
+
+Expected<KernelPtr> makeSlice(const OpDesc &d) {
+  if (d.inputs.empty())
+    return errorf(d.where(), ": no input");
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (d.opset < 10) {
+    starts = attrInts(d.attrs, "starts");
+    ends = attrInts(d.attrs, "ends");
+    axes = attrInts(d.attrs, "axes");
+  } else {
+    PIPEC_ASSIGN(starts, constInts(d, 1, "starts"));
+    PIPEC_ASSIGN(ends, constInts(d, 2, "ends"));
+    if (d.hasInput(3)) {
+      PIPEC_ASSIGN(axes, constInts(d, 3, "axes"));
+    }
+    if (d.hasInput(4)) {
+      PIPEC_ASSIGN(steps, constInts(d, 4, "steps"));
+    }
+  }
+  return stridedCopy(d, sliceView(d.inputs[0].shape, starts, ends, axes, steps));
+}
+
+Expected<KernelPtr> makeExpand(const OpDesc &d) {
+  PIPEC_ASSIGN(std::vector<int64_t> shape, constInts(d, 1, "shape"));
+  return stridedCopy(d, expandView(d.inputs[0].shape, shape));
+}
+
+Expected<KernelPtr> makeTile(const OpDesc &d) {
+  PIPEC_ASSIGN(std::vector<int64_t> repeats, constInts(d, 1, "repeats"));
+  return stridedCopy(d, tileView(d.inputs[0].shape, repeats));
 }
 
 Expected<KernelPtr> makeConcat(const OpDesc &d) { return makeSlices(d, true); }
