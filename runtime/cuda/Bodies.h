@@ -482,6 +482,49 @@ PIPEC_HD inline bool mathWritesBool(MathOp op) {
   return op == MathOp::IsNaN || op == MathOp::IsInf || op == MathOp::Not || op >= MathOp::Equal;
 }
 
+/// Clip: min(max(x, lo), hi) as the CPU kernel orders it (NaN passes).
+PIPEC_HD inline float clipOf(float x, float lo, float hi) {
+  const float v = x < lo ? lo : x;
+  return v > hi ? hi : v;
+}
+
+/// ArgMax / ArgMin's comparison (runtime/cpu/kernels/ArgMinMax.cpp):
+/// whether x replaces the best b; NaN beats any number, ties go to the
+/// first (or, with `last`, the last) index.
+PIPEC_HD inline bool argBetter(float x, float b, bool max, bool last) {
+  if (b != b)
+    return last && x != x;
+  if (x != x)
+    return true;
+  return max ? (last ? x >= b : x > b) : (last ? x <= b : x < b);
+}
+/// The index along an axis of len elements strided by `inner`.
+PIPEC_HD inline int64_t argIndex(const float *x, int64_t len, int64_t inner, bool max, bool last) {
+  int64_t best = 0;
+  for (int64_t k = 1; k < len; ++k)
+    if (argBetter(x[k * inner], x[best * inner], max, last))
+      best = k;
+  return best;
+}
+
+/// Cast of one value (runtime/cpu/kernels/Cast.cpp): to bool x != 0 (NaN
+/// is true); float to integer truncates toward zero, NaN gives 0 and values
+/// out of int64's range saturate there before the narrowing (the CPU's
+/// ew::floatToInt, for the signed and 8-bit types the GPU casts among).
+template <typename To, typename From> PIPEC_HD inline To castValue(From x, bool toBool) {
+  if (toBool)
+    return static_cast<To>(x != From(0) ? 1 : 0);
+  if constexpr (From(0.5) != From(0) && To(0.5) == To(0)) { // float to integer
+    constexpr From kTwo63 = From(9223372036854775808.0);
+    if (!(x == x))
+      return To(0);
+    const int64_t v = x >= kTwo63 ? INT64_MAX : x < -kTwo63 ? INT64_MIN : static_cast<int64_t>(x);
+    return static_cast<To>(v);
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
 // ---- GatherGrad from the indices sorted by row.
 
 /// The row index j gathers: idx < 0 counts from the end; an index outside

@@ -196,6 +196,36 @@ __global__ void stridedCopyKernel(const T *in, T *out, body::Broadcast v, int64_
     out[i] = in[offset + body::broadcastOffset(i, v)];
 }
 
+__global__ void clipKernel(const float *x, float *y, int64_t n, float lo, float hi, const float *loAt,
+                           const float *hiAt) {
+  const float l = loAt ? *loAt : lo, h = hiAt ? *hiAt : hi;
+  for (int64_t i = firstItem(); i < n; i += itemStride())
+    y[i] = body::clipOf(x[i], l, h);
+}
+
+__global__ void argKernel(const float *x, int64_t *y, int64_t outer, int64_t len, int64_t inner, bool max, bool last) {
+  for (int64_t o = firstItem(); o < outer * inner; o += itemStride())
+    y[o] = body::argIndex(x + (o / inner) * len * inner + o % inner, len, inner, max, last);
+}
+
+template <typename From, typename To> __global__ void castKernel(const From *x, To *y, int64_t n, bool toBool) {
+  for (int64_t i = firstItem(); i < n; i += itemStride())
+    y[i] = body::castValue<To>(x[i], toBool);
+}
+
+template <typename From>
+Status castFrom(const From *x, CastType to, void *y, int64_t n, const LaunchShape &l, cudaStream_t s) {
+  switch (to) {
+  case CastType::F32: castKernel<<<l.grid, l.block, 0, s>>>(x, static_cast<float *>(y), n, false); break;
+  case CastType::F64: castKernel<<<l.grid, l.block, 0, s>>>(x, static_cast<double *>(y), n, false); break;
+  case CastType::I32: castKernel<<<l.grid, l.block, 0, s>>>(x, static_cast<int32_t *>(y), n, false); break;
+  case CastType::I64: castKernel<<<l.grid, l.block, 0, s>>>(x, static_cast<int64_t *>(y), n, false); break;
+  case CastType::U8: castKernel<<<l.grid, l.block, 0, s>>>(x, static_cast<uint8_t *>(y), n, false); break;
+  case CastType::Bool: castKernel<<<l.grid, l.block, 0, s>>>(x, static_cast<uint8_t *>(y), n, true); break;
+  }
+  return Status::ok();
+}
+
 __global__ void reduceKernel(body::ReduceOp op, const float *x, float *y, int64_t outN, body::Reduction r) {
   for (int64_t o = firstItem(); o < outN; o += itemStride())
     y[o] = body::reduceElement(x, o, r, op);
@@ -554,6 +584,40 @@ Status launchStridedCopy(const void *in, void *out, const body::Broadcast &v, in
   default: return errorf("strided copy: elements of ", esize, " bytes");
   }
   return launched("strided copy");
+}
+
+Status launchClip(const float *x, float *y, int64_t n, float lo, float hi, const float *loAt, const float *hiAt,
+                  void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  clipKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, y, n, lo, hi, loAt, hiAt);
+  return launched("Clip");
+}
+
+Status launchArg(const float *x, int64_t *y, int64_t outer, int64_t len, int64_t inner, bool max, bool last,
+                 void *stream) {
+  const LaunchShape l = itemLaunch(outer * inner);
+  if (l.grid == 0 || len == 0)
+    return Status::ok();
+  argKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, y, outer, len, inner, max, last);
+  return launched(max ? "ArgMax" : "ArgMin");
+}
+
+Status launchCast(const void *x, CastType from, void *y, CastType to, int64_t n, void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  auto s = asStream(stream);
+  switch (from) {
+  case CastType::F32: PIPEC_TRY(castFrom(static_cast<const float *>(x), to, y, n, l, s)); break;
+  case CastType::F64: PIPEC_TRY(castFrom(static_cast<const double *>(x), to, y, n, l, s)); break;
+  case CastType::I32: PIPEC_TRY(castFrom(static_cast<const int32_t *>(x), to, y, n, l, s)); break;
+  case CastType::I64: PIPEC_TRY(castFrom(static_cast<const int64_t *>(x), to, y, n, l, s)); break;
+  case CastType::U8:
+  case CastType::Bool: PIPEC_TRY(castFrom(static_cast<const uint8_t *>(x), to, y, n, l, s)); break;
+  }
+  return launched("Cast");
 }
 
 Status launchReduce(body::ReduceOp op, const float *x, float *y, int64_t outN, const body::Reduction &r,

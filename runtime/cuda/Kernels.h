@@ -95,6 +95,16 @@ Status launchMathBinary(body::MathOp op, const void *a, const body::Broadcast &b
 /// `esize` bytes (1, 2, 4 or 8).
 Status launchStridedCopy(const void *in, void *out, const body::Broadcast &view, int64_t offset, int64_t n,
                          size_t esize, void *stream);
+/// Clip to [lo, hi]; a bound read from device memory where its pointer is
+/// given (a bound computed at run time).
+Status launchClip(const float *x, float *y, int64_t n, float lo, float hi, const float *loAt, const float *hiAt,
+                  void *stream);
+/// ArgMax / ArgMin over [outer, len, inner]: one int64 per (outer, inner).
+Status launchArg(const float *x, int64_t *y, int64_t outer, int64_t len, int64_t inner, bool max, bool last,
+                 void *stream);
+/// Cast between the element types the GPU casts among.
+enum class CastType { F32, F64, I32, I64, U8, Bool };
+Status launchCast(const void *x, CastType from, void *y, CastType to, int64_t n, void *stream);
 /// Where: out = cond ? x : y, each broadcast to n outputs.
 Status launchWhere(const uint8_t *cond, const body::Broadcast &bc, const float *x, const body::Broadcast &bx,
                    const float *y, const body::Broadcast &by, float *out, int64_t n, void *stream);

@@ -124,6 +124,20 @@ TEST(CudaKernels, MathOpsAgainstCpu) {
   EXPECT_EQ(compareWithCpu(makeDesc("Not", {a.desc()}, {a.desc()}), {a}), 0.0) << "Not";
   EXPECT_EQ(compareWithCpu(makeDesc("Where", {b.desc(), x.desc(), z.desc()}, {x.desc()}, {}, 16), {b, x, z}), 0.0);
   EXPECT_EQ(compareWithCpu(makeDesc("Identity", {x.desc()}, {x.desc()}), {x}), 0.0);
+  // Clip with constant bounds, ArgMax, Cast to int64 and to bool.
+  Tensor lo = Tensor::scalarF32(-1.0f), hi = Tensor::scalarF32(1.5f);
+  cpu::OpDesc cl = makeDesc("Clip", {x.desc(), lo.desc(), hi.desc()}, {x.desc()}, {}, 13);
+  cl.constInputs = {Tensor(), lo, hi};
+  EXPECT_EQ(compareWithCpu(cl, {x, lo, hi}), 0.0) << "Clip";
+  cpu::OpDesc am = makeDesc("ArgMax", {x.desc()}, {{DType::I64, {300}}}, {}, 13);
+  am.attrs["axis"] = Attribute::ofInt(1);
+  am.attrs["keepdims"] = Attribute::ofInt(0);
+  EXPECT_EQ(compareWithCpu(am, {x}), 0.0) << "ArgMax";
+  for (DType to : {DType::I64, DType::Bool}) {
+    cpu::OpDesc ca = makeDesc("Cast", {x.desc()}, {{to, x.shape()}}, {}, 13);
+    ca.attrs["to"] = Attribute::ofInt(static_cast<int64_t>(to));
+    EXPECT_EQ(compareWithCpu(ca, {x}), 0.0) << "Cast";
+  }
   // Slice with a negative step, Expand, Tile: strided views.
   Tensor starts(DType::I64, {1}), ends(DType::I64, {1}), sax(DType::I64, {1}), steps(DType::I64, {1});
   starts.data<int64_t>()[0] = -1;

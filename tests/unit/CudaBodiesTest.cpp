@@ -665,6 +665,57 @@ TEST(CudaBodies, StridedViewsCopyAsTheCpuKernels) {
   EXPECT_FALSE(tileView({3}, {-1}).isOk());
 }
 
+// Clip, ArgMax / ArgMin (ties, NaN, select_last_index) and Cast (NaN,
+// out-of-range floats, to and from bool) as the CUDA bodies compute them,
+// against the CPU kernels, exactly.
+TEST(CudaBodies, ClipArgAndCastMatchTheCpuKernels) {
+  Tensor x = randomF32({6, 9}, 95, -4.f, 4.f);
+  float *xv = x.data<float>();
+  xv[3] = NAN;
+  xv[10] = xv[11] = 3.99f; // a tie
+  xv[20] = 1e30f;
+  xv[21] = -1e30f;
+  Tensor lo = Tensor::scalarF32(-1.5f), hi = Tensor::scalarF32(2.0f);
+  cpu::OpDesc c = makeDesc("Clip", {x.desc(), lo.desc(), hi.desc()}, {x.desc()}, {}, 13);
+  Tensor ref = evalOne(c, {x, lo, hi});
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float got = body::clipOf(xv[i], -1.5f, 2.0f), want = ref.data<float>()[i];
+    ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << i;
+  }
+  for (const char *op : {"ArgMax", "ArgMin"})
+    for (int64_t axis : {0, 1})
+      for (int64_t last : {0, 1}) {
+        cpu::OpDesc d = makeDesc(op, {x.desc()}, {{DType::I64, {axis == 0 ? 9 : 6}}}, {}, 13);
+        d.attrs["axis"] = Attribute::ofInt(axis);
+        d.attrs["keepdims"] = Attribute::ofInt(0);
+        d.attrs["select_last_index"] = Attribute::ofInt(last);
+        Tensor r = evalOne(d, {x});
+        const int64_t outer = axis == 0 ? 1 : 6, len = axis == 0 ? 6 : 9, inner = axis == 0 ? 9 : 1;
+        for (int64_t o = 0; o < outer * inner; ++o)
+          ASSERT_EQ(body::argIndex(xv + (o / inner) * len * inner + o % inner, len, inner,
+                                   std::string(op) == "ArgMax", last != 0),
+                    r.data<int64_t>()[o])
+              << op << " axis " << axis << " last " << last << " output " << o;
+      }
+  for (DType to : {DType::I64, DType::I32, DType::U8, DType::Bool, DType::F64}) {
+    cpu::OpDesc d = makeDesc("Cast", {x.desc()}, {{to, x.shape()}}, {}, 13);
+    d.attrs["to"] = Attribute::ofInt(static_cast<int64_t>(to));
+    Tensor r = evalOne(d, {x});
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      switch (to) {
+      case DType::I64: ASSERT_EQ(body::castValue<int64_t>(xv[i], false), r.data<int64_t>()[i]) << xv[i]; break;
+      case DType::I32: ASSERT_EQ(body::castValue<int32_t>(xv[i], false), r.data<int32_t>()[i]) << xv[i]; break;
+      case DType::U8: ASSERT_EQ(body::castValue<uint8_t>(xv[i], false), r.data<uint8_t>()[i]) << xv[i]; break;
+      case DType::Bool: ASSERT_EQ(body::castValue<uint8_t>(xv[i], true), r.data<uint8_t>()[i]) << xv[i]; break;
+      default: {
+        const double got = body::castValue<double>(xv[i], false), want = r.data<double>()[i];
+        ASSERT_EQ(std::memcmp(&got, &want, 8), 0) << xv[i];
+      }
+      }
+    }
+  }
+}
+
 TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{1} << 20,
                     (int64_t{1} << 31) + 5, int64_t{1} << 40}) {

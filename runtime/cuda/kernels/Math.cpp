@@ -12,7 +12,9 @@
 
 #include <cuda_runtime.h>
 
+#include <limits>
 #include <map>
+#include <optional>
 
 namespace pipec::cuda {
 
@@ -134,6 +136,84 @@ Expected<KernelPtr> makeMath(const OpDesc &d) {
   }
   return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
     return launchMathUnary(p, in[0], out[0], n, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeClip(const OpDesc &d) {
+  if (d.inputs.empty() || d.inputs[0].dtype != DType::F32 || d.outputs.size() != 1 ||
+      d.outputs[0] != d.inputs[0])
+    return errorf(d.where(), ": the CUDA kernel clips float32 into an output of the input's shape");
+  float lo = -std::numeric_limits<float>::max(), hi = std::numeric_limits<float>::max();
+  bool runtime[2] = {false, false};
+  if (d.opset < 11) {
+    lo = attrFloat(d.attrs, "min", lo);
+    hi = attrFloat(d.attrs, "max", hi);
+  } else {
+    for (size_t k = 1; k <= 2 && k < d.inputs.size(); ++k) {
+      if (!d.hasInput(k))
+        continue;
+      if (d.inputs[k].dtype != DType::F32 || d.inputs[k].numel() != 1)
+        return errorf(d.where(), ": bound ", k, " must be a float32 scalar");
+      if (const Tensor *c = d.constInput(k))
+        (k == 1 ? lo : hi) = c->data<float>()[0];
+      else
+        runtime[k - 1] = true; // read on the device
+    }
+  }
+  const int64_t n = d.outputs[0].numel();
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchClip(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), n, lo, hi,
+                      runtime[0] ? static_cast<const float *>(in[1]) : nullptr,
+                      runtime[1] ? static_cast<const float *>(in[2]) : nullptr, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeArgMinMax(const OpDesc &d) {
+  if (d.inputs.size() != 1 || d.inputs[0].dtype != DType::F32 || d.outputs.size() != 1 ||
+      d.outputs[0].dtype != DType::I64)
+    return errorf(d.where(), ": the CUDA kernel takes float32 and gives int64");
+  const Shape &s = d.inputs[0].shape;
+  const int64_t rank = static_cast<int64_t>(s.size());
+  int64_t axis = attrInt(d.attrs, "axis", 0);
+  if (axis < -rank || axis >= rank || rank == 0)
+    return errorf(d.where(), ": axis ", axis, " is out of range for rank ", rank);
+  if (axis < 0)
+    axis += rank;
+  int64_t outer = 1, inner = 1;
+  for (int64_t a = 0; a < rank; ++a)
+    (a < axis ? outer : inner) *= a == axis ? 1 : s[static_cast<size_t>(a)];
+  const int64_t len = s[static_cast<size_t>(axis)];
+  if (outer * inner != d.outputs[0].numel())
+    return errorf(d.where(), ": the output has ", d.outputs[0].numel(), " elements, not ", outer * inner);
+  const bool max = d.opType == "ArgMax", last = attrInt(d.attrs, "select_last_index", 0) != 0;
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchArg(static_cast<const float *>(in[0]), static_cast<int64_t *>(out[0]), outer, len, inner, max, last,
+                     ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeCast(const OpDesc &d) {
+  auto typeOf = [](DType t) -> std::optional<CastType> {
+    switch (t) {
+    case DType::F32: return CastType::F32;
+    case DType::F64: return CastType::F64;
+    case DType::I32: return CastType::I32;
+    case DType::I64: return CastType::I64;
+    case DType::U8: return CastType::U8;
+    case DType::Bool: return CastType::Bool;
+    default: return std::nullopt;
+    }
+  };
+  if (d.inputs.size() != 1 || d.outputs.size() != 1 || d.inputs[0].shape != d.outputs[0].shape)
+    return errorf(d.where(), ": expects one input and an output of its shape");
+  const auto from = typeOf(d.inputs[0].dtype), to = typeOf(d.outputs[0].dtype);
+  if (!from || !to)
+    return errorf(d.where(), ": the CUDA kernel casts among float32, float64, int32, int64, uint8 and bool, not ",
+                  dtypeName(d.inputs[0].dtype), " to ", dtypeName(d.outputs[0].dtype));
+  const int64_t n = d.outputs[0].numel();
+  const CastType f = *from, t = *to;
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchCast(in[0], f, out[0], t, n, ctx.stream);
   });
 }
 
