@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "runtime/cpu/kernels/ElementwiseRandom.h"
 #include "runtime/cpu/kernels/VecMath.h"
 #include "runtime/cuda/Hd.h"
 
@@ -522,6 +523,21 @@ template <typename To, typename From> PIPEC_HD inline To castValue(From x, bool 
     return static_cast<To>(v);
   } else {
     return static_cast<To>(x);
+  }
+}
+
+/// Dropout in training on the 4 elements of Philox block `b` (n in all):
+/// element e kept when word e % 4 >= threshold, then scaled; the mask 1
+/// where kept (runtime/cpu/kernels/Dropout.cpp's rule and stream).
+PIPEC_HD inline void dropoutBlock(const cpu::ew::RandomStream &stream, int64_t b, const float *x, float *y,
+                                  uint8_t *mask, int64_t n, uint64_t threshold, float scale) {
+  const auto r = stream.block(static_cast<uint64_t>(b));
+  for (int64_t j = 0; j < 4 && 4 * b + j < n; ++j) {
+    const int64_t e = 4 * b + j;
+    const bool keep = r[static_cast<size_t>(j)] >= threshold;
+    y[e] = keep ? x[e] * scale : 0.0f;
+    if (mask)
+      mask[e] = keep ? 1 : 0;
   }
 }
 

@@ -226,6 +226,12 @@ Status castFrom(const From *x, CastType to, void *y, int64_t n, const LaunchShap
   return Status::ok();
 }
 
+__global__ void dropoutKernel(cpu::ew::RandomStream stream, const float *x, float *y, uint8_t *mask, int64_t n,
+                              uint64_t threshold, float scale) {
+  for (int64_t b = firstItem(); 4 * b < n; b += itemStride())
+    body::dropoutBlock(stream, b, x, y, mask, n, threshold, scale);
+}
+
 __global__ void reduceKernel(body::ReduceOp op, const float *x, float *y, int64_t outN, body::Reduction r) {
   for (int64_t o = firstItem(); o < outN; o += itemStride())
     y[o] = body::reduceElement(x, o, r, op);
@@ -618,6 +624,15 @@ Status launchCast(const void *x, CastType from, void *y, CastType to, int64_t n,
   case CastType::Bool: PIPEC_TRY(castFrom(static_cast<const uint8_t *>(x), to, y, n, l, s)); break;
   }
   return launched("Cast");
+}
+
+Status launchDropout(const cpu::ew::RandomStream &stream, const float *x, float *y, uint8_t *mask, int64_t n,
+                     uint64_t threshold, float scale, void *stream_) {
+  const LaunchShape l = itemLaunch((n + 3) / 4);
+  if (l.grid == 0)
+    return Status::ok();
+  dropoutKernel<<<l.grid, l.block, 0, asStream(stream_)>>>(stream, x, y, mask, n, threshold, scale);
+  return launched("Dropout");
 }
 
 Status launchReduce(body::ReduceOp op, const float *x, float *y, int64_t outN, const body::Reduction &r,

@@ -105,6 +105,10 @@ Status launchArg(const float *x, int64_t *y, int64_t outer, int64_t len, int64_t
 /// Cast between the element types the GPU casts among.
 enum class CastType { F32, F64, I32, I64, U8, Bool };
 Status launchCast(const void *x, CastType from, void *y, CastType to, int64_t n, void *stream);
+/// Dropout in training (body::dropoutBlock over every Philox block), the
+/// mask (bool) where given.
+Status launchDropout(const cpu::ew::RandomStream &stream, const float *x, float *y, uint8_t *mask, int64_t n,
+                     uint64_t threshold, float scale, void *stream_);
 /// Where: out = cond ? x : y, each broadcast to n outputs.
 Status launchWhere(const uint8_t *cond, const body::Broadcast &bc, const float *x, const body::Broadcast &bx,
                    const float *y, const body::Broadcast &by, float *out, int64_t n, void *stream);

@@ -716,6 +716,36 @@ TEST(CudaBodies, ClipArgAndCastMatchTheCpuKernels) {
   }
 }
 
+// Dropout's CUDA body draws the CPU kernel's Philox words (the shared
+// runtime/cpu/kernels/ElementwiseRandom.h): the same outputs and masks, bit
+// for bit, for a length that is not a multiple of the block.
+TEST(CudaBodies, DropoutIsTheCpuKernelsBitwise) {
+  const int64_t n = 1003;
+  Tensor x = randomF32({n}, 97, -2.f, 2.f);
+  cpu::OpDesc d = makeDesc("Dropout", {x.desc(), {DType::F32, {}}}, {x.desc(), {DType::Bool, {n}}}, {}, 13);
+  d.constInputs = {Tensor(), Tensor::scalarF32(0.3f)};
+  cpu::ExecContext ctx;
+  ctx.training = true;
+  ctx.seed = 11;
+  ctx.step = 5;
+  ctx.microBatch = 2;
+  std::vector<Tensor> ref = eval(d, {x, Tensor::scalarF32(0.3f)}, ctx);
+  ASSERT_EQ(ref.size(), 2u);
+  const double ratio = 0.3f;
+  const cpu::ew::RandomStream stream(11, 5, 2, 0); // cpu::evaluate's node id
+  std::vector<float> y(static_cast<size_t>(n));
+  std::vector<uint8_t> mask(static_cast<size_t>(n));
+  for (int64_t b = 0; 4 * b < n; ++b)
+    body::dropoutBlock(stream, b, x.data<float>(), y.data(), mask.data(), n,
+                       static_cast<uint64_t>(std::ldexp(ratio, 32)), static_cast<float>(1.0 / (1.0 - ratio)));
+  EXPECT_EQ(std::memcmp(y.data(), ref[0].raw(), ref[0].bytes()), 0);
+  EXPECT_EQ(std::memcmp(mask.data(), ref[1].raw(), ref[1].bytes()), 0);
+  int64_t dropped = 0;
+  for (uint8_t m : mask)
+    dropped += m == 0;
+  EXPECT_GT(dropped, 0); // the rule dropped something
+}
+
 TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{1} << 20,
                     (int64_t{1} << 31) + 5, int64_t{1} << 40}) {

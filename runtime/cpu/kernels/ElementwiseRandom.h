@@ -4,10 +4,13 @@
 // 3", SC 2011) and SplitMix64 key mixing, for random ops (Dropout) whose
 // draws must depend only on (seed, step, micro-batch, node, element): never
 // on the schedule, the partition or the thread count. Element e of a stream
-// uses word e % 4 of the block for counter e / 4.
+// uses word e % 4 of the block for counter e / 4. The functions are
+// PIPEC_HD: the CUDA Dropout kernel draws the same words.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
+
+#include "runtime/cuda/Hd.h"
 
 #include <array>
 #include <cstdint>
@@ -15,7 +18,7 @@
 namespace pipec::cpu::ew {
 
 /// SplitMix64's finaliser: a bijective 64-bit mixer.
-inline uint64_t splitMix64(uint64_t x) {
+PIPEC_HD inline uint64_t splitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -24,7 +27,7 @@ inline uint64_t splitMix64(uint64_t x) {
 
 /// Philox4x32 with 10 rounds: four random 32-bit words for a 128-bit
 /// counter under a 64-bit key. Matches Random123's known-answer vectors.
-inline std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c,
+PIPEC_HD inline std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c,
                                              std::array<uint32_t, 2> k) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
@@ -46,7 +49,7 @@ struct RandomStream {
   std::array<uint32_t, 2> key;
   uint32_t step, microBatch;
 
-  RandomStream(uint64_t seed, uint64_t step64, uint64_t microBatch64, uint64_t nodeId) {
+  PIPEC_HD RandomStream(uint64_t seed, uint64_t step64, uint64_t microBatch64, uint64_t nodeId) {
     uint64_t h = splitMix64(seed);
     h = splitMix64(h ^ nodeId);
     h = splitMix64(h ^ (step64 >> 32));
@@ -56,7 +59,7 @@ struct RandomStream {
     microBatch = uint32_t(microBatch64);
   }
   /// Words 4*block .. 4*block+3 of the stream.
-  std::array<uint32_t, 4> block(uint64_t block) const {
+  PIPEC_HD std::array<uint32_t, 4> block(uint64_t block) const {
     return philox4x32_10({uint32_t(block), uint32_t(block >> 32), step, microBatch}, key);
   }
 };

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -215,6 +216,68 @@ Expected<KernelPtr> makeCast(const OpDesc &d) {
   return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
     return launchCast(in[0], f, out[0], t, n, ctx.stream);
   });
+}
+
+/// Dropout (opset 10+: a bool mask) with a constant ratio and the run's
+/// training mode or a constant one: the CPU kernel's Philox stream, so the
+/// masks are the CPU's bit for bit.
+class DropoutKernel final : public Kernel {
+public:
+  DropoutKernel(int64_t n, double ratio, int mode, bool mask) : n_(n), ratio_(ratio), mode_(mode), mask_(mask) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    const bool training = mode_ < 0 ? ctx.training : mode_ != 0;
+    auto *y = static_cast<float *>(out[0]);
+    auto *mask = mask_ ? static_cast<uint8_t *>(out[1]) : nullptr;
+    auto s = static_cast<cudaStream_t>(ctx.stream);
+    if (!training || ratio_ == 0.0) {
+      if (n_ && in[0] != y &&
+          cudaMemcpyAsync(y, in[0], static_cast<size_t>(n_) * sizeof(float), cudaMemcpyDeviceToDevice, s) !=
+              cudaSuccess)
+        return errorf("Dropout: copy failed");
+      if (mask && n_ && cudaMemsetAsync(mask, 1, static_cast<size_t>(n_), s) != cudaSuccess)
+        return errorf("Dropout: cudaMemsetAsync failed");
+      return Status::ok();
+    }
+    const uint64_t threshold = static_cast<uint64_t>(std::ldexp(ratio_, 32));
+    const float scale = ratio_ < 1.0 ? static_cast<float>(1.0 / (1.0 - ratio_)) : 0.0f;
+    const cpu::ew::RandomStream stream(ctx.seed, ctx.step, ctx.microBatch, nodeId);
+    return launchDropout(stream, static_cast<const float *>(in[0]), y, mask, n_, threshold, scale, ctx.stream);
+  }
+
+private:
+  int64_t n_;
+  double ratio_;
+  int mode_; ///< -1: the run's (ExecContext::training), else 0 or 1
+  bool mask_;
+};
+
+Expected<KernelPtr> makeDropout(const OpDesc &d) {
+  if (d.opset < 10)
+    return errorf(d.where(), ": the CUDA kernel takes Dropout from opset 10 (a bool mask)");
+  if (d.inputs.empty() || d.inputs[0].dtype != DType::F32 || d.outputs.empty() || d.outputs[0] != d.inputs[0])
+    return errorf(d.where(), ": the CUDA kernel takes float32 data and an output of its shape");
+  const bool mask = d.outputs.size() > 1 && d.outputs[1].dtype != DType::Undefined;
+  if (mask && (d.outputs[1].dtype != DType::Bool || d.outputs[1].shape != d.inputs[0].shape))
+    return errorf(d.where(), ": the mask must be bool of the data's shape");
+  double ratio = 0.5;
+  if (d.opset < 12) {
+    ratio = attrFloat(d.attrs, "ratio", 0.5f);
+  } else if (d.hasInput(1)) {
+    const Tensor *r = d.constInput(1);
+    if (!r || r->numel() != 1 || (r->dtype() != DType::F32 && r->dtype() != DType::F64))
+      return errorf(d.where(), ": the CUDA kernel takes a constant float ratio (not one computed at run time)");
+    ratio = r->dtype() == DType::F64 ? r->data<double>()[0] : r->data<float>()[0];
+  }
+  if (!(ratio >= 0.0 && ratio <= 1.0))
+    return errorf(d.where(), ": ratio ", ratio, " is outside [0, 1]");
+  int mode = -1;
+  if (d.opset >= 12 && d.hasInput(2)) {
+    const Tensor *t = d.constInput(2);
+    if (!t || t->dtype() != DType::Bool || t->numel() != 1)
+      return errorf(d.where(), ": the CUDA kernel takes a constant training_mode (not one computed at run time)");
+    mode = t->data<uint8_t>()[0] != 0;
+  }
+  return KernelPtr(new DropoutKernel(d.inputs[0].numel(), ratio, mode, mask));
 }
 
 Expected<KernelPtr> makeWhere(const OpDesc &d) {
