@@ -377,6 +377,16 @@ PIPEC_HD inline float layerNormScaleGradColumn(const float *dy, const float *x, 
   return static_cast<float>(acc);
 }
 
+/// pipec:LogSoftmaxGrad of a row strided by `stride`: dX = dY - exp(Y)
+/// sum(dY), the sum in index order (the CPU kernel's).
+PIPEC_HD inline void logSoftmaxGradRow(const float *dy, const float *y, float *dx, int64_t n, int64_t stride) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    s += dy[i * stride];
+  for (int64_t i = 0; i < n; ++i)
+    dx[i * stride] = dy[i * stride] - cpu::expOf(y[i * stride]) * s;
+}
+
 /// SoftmaxGrad of a row strided by `stride`: dX = Y (dY - sum(dY Y)).
 PIPEC_HD inline void softmaxGradRow(const float *dy, const float *y, float *dx, int64_t n, int64_t stride) {
   float s = 0.0f;

@@ -357,10 +357,13 @@ __global__ void scaleGradKernel(const float *dy, const float *x, const body::Row
 }
 
 __global__ void softmaxGradKernel(const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
-                                  int64_t inner) {
+                                  int64_t inner, bool log) {
   for (int64_t r = firstItem(); r < outer * inner; r += itemStride()) {
     const int64_t off = (r / inner) * len * inner + r % inner;
-    body::softmaxGradRow(dy + off, y + off, dx + off, len, inner);
+    if (log)
+      body::logSoftmaxGradRow(dy + off, y + off, dx + off, len, inner);
+    else
+      body::softmaxGradRow(dy + off, y + off, dx + off, len, inner);
   }
 }
 
@@ -534,11 +537,11 @@ Status launchLayerNormScaleGrad(const float *dy, const float *x, float *ds, int6
 }
 
 Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t outer, int64_t len, int64_t inner,
-                         void *stream) {
+                         void *stream, bool log) {
   const LaunchShape l = itemLaunch(outer * inner, 128);
   if (l.grid == 0 || len == 0)
     return Status::ok();
-  softmaxGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, y, dx, outer, len, inner);
+  softmaxGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, y, dx, outer, len, inner, log);
   return launched("SoftmaxGrad");
 }
 

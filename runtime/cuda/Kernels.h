@@ -80,9 +80,10 @@ Status launchMaskedSoftmax(const float *x, const bool *cond, float *y, int64_t r
 /// pipec:FusedElementwise: out[i] = the program at element i, n elements.
 Status launchFusedElementwise(const body::EwDeviceProgram &prog, const body::EwInputs &in, float *out, int64_t n,
                               void *stream);
-/// SoftmaxGrad over `len` elements strided by `inner`, outer x inner rows.
+/// SoftmaxGrad (or, with `log`, pipec:LogSoftmaxGrad) over `len` elements
+/// strided by `inner`, outer x inner rows.
 Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t outer, int64_t len, int64_t inner,
-                         void *stream);
+                         void *stream, bool log = false);
 
 /// The other elementwise ops (body::MathOp): one input, or two broadcast
 /// to n outputs; bool tensors (one byte each) where the op reads or writes

@@ -124,6 +124,11 @@ TEST(CudaKernels, MathOpsAgainstCpu) {
   EXPECT_EQ(compareWithCpu(makeDesc("Not", {a.desc()}, {a.desc()}), {a}), 0.0) << "Not";
   EXPECT_EQ(compareWithCpu(makeDesc("Where", {b.desc(), x.desc(), z.desc()}, {x.desc()}, {}, 16), {b, x, z}), 0.0);
   EXPECT_EQ(compareWithCpu(makeDesc("Identity", {x.desc()}, {x.desc()}), {x}), 0.0);
+  // LogSoftmaxGrad along the last axis.
+  cpu::OpDesc lsg = makeDesc("LogSoftmaxGrad", {x.desc(), x.desc()}, {x.desc()}, {}, 17, "pipec");
+  lsg.attrs["axis"] = Attribute::ofInt(-1);
+  Tensor ly = randomF32({300, 17}, 65, -4.f, 0.f);
+  EXPECT_LE(compareWithCpu(lsg, {x, ly}), 4e-6) << "LogSoftmaxGrad";
   // Clip with constant bounds, ArgMax, Cast to int64 and to bool.
   Tensor lo = Tensor::scalarF32(-1.0f), hi = Tensor::scalarF32(1.5f);
   cpu::OpDesc cl = makeDesc("Clip", {x.desc(), lo.desc(), hi.desc()}, {x.desc()}, {}, 13);

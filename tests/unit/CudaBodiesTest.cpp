@@ -746,6 +746,25 @@ TEST(CudaBodies, DropoutIsTheCpuKernelsBitwise) {
   EXPECT_GT(dropped, 0); // the rule dropped something
 }
 
+// pipec:LogSoftmaxGrad's body against the CPU kernel, along the last axis
+// and along a strided one.
+TEST(CudaBodies, LogSoftmaxGradMatchesTheCpuKernel) {
+  Tensor dy = randomF32({5, 7, 3}, 98), y = randomF32({5, 7, 3}, 99, -4.f, 0.f);
+  for (int64_t axis : {2, 1}) {
+    cpu::OpDesc d = makeDesc("LogSoftmaxGrad", {dy.desc(), y.desc()}, {dy.desc()}, {}, 17, "pipec");
+    d.attrs["axis"] = Attribute::ofInt(axis);
+    Tensor ref = evalOne(d, {dy, y});
+    const int64_t outer = axis == 2 ? 35 : 5, len = axis == 2 ? 3 : 7, inner = axis == 2 ? 1 : 3;
+    std::vector<float> got(static_cast<size_t>(dy.numel()));
+    for (int64_t r = 0; r < outer * inner; ++r) {
+      const int64_t off = (r / inner) * len * inner + r % inner;
+      body::logSoftmaxGradRow(dy.data<float>() + off, y.data<float>() + off, got.data() + off, len, inner);
+    }
+    // The same order; a multiply-add may be contracted in one build only.
+    EXPECT_LE(worstError(got.data(), ref.data<float>(), dy.numel()), 2e-7) << "axis " << axis;
+  }
+}
+
 TEST(CudaLaunch, EveryItemIsTakenOnceAndLaunchesStayInLimits) {
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{1} << 20,
                     (int64_t{1} << 31) + 5, int64_t{1} << 40}) {

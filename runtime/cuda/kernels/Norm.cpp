@@ -263,9 +263,10 @@ Expected<KernelPtr> makeSoftmaxGrad(const OpDesc &d) {
     return errorf(d.where(), ": axis out of range for ", shapeStr(s));
   const int64_t outer = prodDims(s, 0, static_cast<size_t>(axis)), len = s[static_cast<size_t>(axis)];
   const int64_t inner = prodDims(s, static_cast<size_t>(axis) + 1, s.size());
+  const bool log = d.opType == "LogSoftmaxGrad";
   return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
     return launchSoftmaxGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
-                             static_cast<float *>(out[0]), outer, len, inner, ctx.stream);
+                             static_cast<float *>(out[0]), outer, len, inner, ctx.stream, log);
   });
 }
 
