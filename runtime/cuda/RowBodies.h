@@ -112,25 +112,27 @@ PIPEC_HD inline void sceGradWrite(const float *x, float *dx, int64_t C, int64_t 
     dx[c * stride] = g * (cpu::expOf(x[c * stride] - max) * r - (c == t ? 1.0f : 0.0f));
 }
 
-inline float sceLossLanes(const float *x, int64_t C, int64_t stride, int64_t t, int L) {
+/// The host's run of a position's maximum and sum of exp(x - max).
+struct MaxSum {
+  float max, sum;
+};
+inline MaxSum maxExpSumLanes(const float *x, int64_t C, int64_t stride, int L) {
   float p[32];
   for (int l = 0; l < L; ++l)
     p[l] = laneMax(x, C, stride, l, L);
   const float m = foldMax(p, L);
   for (int l = 0; l < L; ++l)
     p[l] = laneExpSum(x, C, stride, m, l, L);
-  return sceLossOf(x, stride, t, m, foldSum(p, L));
+  return {m, foldSum(p, L)};
+}
+inline float sceLossLanes(const float *x, int64_t C, int64_t stride, int64_t t, int L) {
+  const MaxSum ms = maxExpSumLanes(x, C, stride, L);
+  return sceLossOf(x, stride, t, ms.max, ms.sum);
 }
 inline void sceGradLanes(const float *x, float *dx, int64_t C, int64_t stride, int64_t t, float g, int L) {
-  float p[32];
+  const MaxSum ms = maxExpSumLanes(x, C, stride, L);
   for (int l = 0; l < L; ++l)
-    p[l] = laneMax(x, C, stride, l, L);
-  const float m = foldMax(p, L);
-  for (int l = 0; l < L; ++l)
-    p[l] = laneExpSum(x, C, stride, m, l, L);
-  const float s = foldSum(p, L);
-  for (int l = 0; l < L; ++l)
-    sceGradWrite(x, dx, C, stride, t, g, m, s, l, L);
+    sceGradWrite(x, dx, C, stride, t, g, ms.max, ms.sum, l, L);
 }
 
 // ---- Layer normalization of a row of `cols`, statistics in double.

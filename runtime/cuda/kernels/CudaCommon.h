@@ -44,6 +44,8 @@ MathMode streamMath(void *stream);
 Status needF32(const OpDesc &d, int other = -1, DType otherType = DType::I64);
 
 body::Broadcast broadcastOf(const Shape &in, const Shape &out);
+/// Input `i` of `d` broadcast to its output 0, or an error naming the node.
+Expected<body::Broadcast> broadcastTo(const OpDesc &d, size_t i);
 
 /// A node whose run is one launch of a lambda (the launchers take device
 /// pointers and the stream); `ws` says how much workspace it needs.

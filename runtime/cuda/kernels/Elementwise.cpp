@@ -114,21 +114,9 @@ Expected<KernelPtr> makeGeluGrad(const OpDesc &d) {
 Expected<KernelPtr> makeBinary(const OpDesc &d, body::BinaryOp op) {
   if (d.inputs.size() != 2 || d.outputs.size() != 1)
     return errorf(d.where(), ": expects two inputs and one output");
-  const Shape &out = d.outputs[0].shape;
-  if (out.size() > static_cast<size_t>(body::kMaxRank))
-    return errorf(d.where(), ": rank ", out.size(), " (the CUDA kernels broadcast up to rank ", body::kMaxRank, ")");
-  for (size_t i = 0; i < 2; ++i) {
-    const Shape &s = d.inputs[i].shape;
-    if (s.size() > out.size())
-      return errorf(d.where(), ": input ", i, " ", shapeStr(s), " does not broadcast to ", shapeStr(out));
-    for (size_t a = 0; a < s.size(); ++a) {
-      const int64_t o = out[out.size() - s.size() + a];
-      if (s[a] != 1 && s[a] != o)
-        return errorf(d.where(), ": input ", i, " ", shapeStr(s), " does not broadcast to ", shapeStr(out));
-    }
-  }
-  return KernelPtr(new BinaryKernel(op, broadcastOf(d.inputs[0].shape, out), broadcastOf(d.inputs[1].shape, out),
-                                    d.outputs[0].numel()));
+  PIPEC_ASSIGN(body::Broadcast a, broadcastTo(d, 0));
+  PIPEC_ASSIGN(body::Broadcast b, broadcastTo(d, 1));
+  return KernelPtr(new BinaryKernel(op, a, b, d.outputs[0].numel()));
 }
 
 Expected<KernelPtr> makeFusedElementwise(const OpDesc &d) {

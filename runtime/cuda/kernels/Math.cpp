@@ -54,21 +54,6 @@ Status needTypes(const OpDesc &d, MathOp op) {
   return Status::ok();
 }
 
-/// Input `i` broadcast to the output, or an error.
-Expected<body::Broadcast> broadcastTo(const OpDesc &d, size_t i) {
-  const Shape &out = d.outputs[0].shape, &s = d.inputs[i].shape;
-  if (out.size() > static_cast<size_t>(body::kMaxRank))
-    return errorf(d.where(), ": rank ", out.size(), " (the CUDA kernels broadcast up to rank ", body::kMaxRank, ")");
-  if (s.size() > out.size())
-    return errorf(d.where(), ": input ", i, " ", shapeStr(s), " does not broadcast to ", shapeStr(out));
-  for (size_t a = 0; a < s.size(); ++a) {
-    const int64_t o = out[out.size() - s.size() + a];
-    if (s[a] != 1 && s[a] != o)
-      return errorf(d.where(), ": input ", i, " ", shapeStr(s), " does not broadcast to ", shapeStr(out));
-  }
-  return broadcastOf(s, out);
-}
-
 double attrF(const OpDesc &d, const char *name, double dflt) {
   return attrFloat(d.attrs, name, static_cast<float>(dflt));
 }
