@@ -79,8 +79,8 @@ public:
     return host;
   }
   Expected<void *> staging(void *, uint64_t bytes) override {
-    if (bytes > staging_.size())
-      staging_.resize(bytes);
+    if (bytes >= staging_.size()) // never empty: no null buffer for a 0-byte tensor
+      staging_.resize(bytes + 1);
     // Poisoned, so a read of what the host did not write shows.
     std::memset(staging_.data(), 0xa5, bytes);
     return staging_.data();

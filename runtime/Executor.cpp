@@ -701,7 +701,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   PIPEC_TRY(backend_->beginStep(io.optimize != nullptr && !residentWeights_));
   if (async_) {
     // Room for every feed and collect of the step at once.
-    uint64_t need = 0;
+    uint64_t need = 256; // never null, even when every tensor is empty
     for (int i = 0; i < dev.program_size(); ++i)
       for (const auto *list : {&feedBefore_[static_cast<size_t>(i)], &collectAfter_[static_cast<size_t>(i)]})
         for (int32_t t : *list)
