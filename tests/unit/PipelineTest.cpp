@@ -230,7 +230,10 @@ void expectSame(const RunResult &ref, const RunResult &got, const std::string &w
   ASSERT_EQ(ref.outputs.size(), got.outputs.size()) << what;
   for (size_t i = 0; i < ref.outputs.size(); ++i)
     EXPECT_TRUE(bitwiseEqual(ref.outputs[i], got.outputs[i])) << what << ": output " << i;
-  EXPECT_EQ(ref.losses, got.losses) << what;
+  ASSERT_EQ(ref.losses.size(), got.losses.size()) << what;
+  for (size_t i = 0; i < ref.losses.size(); ++i) // NaN where a step's data was
+    EXPECT_TRUE(ref.losses[i] == got.losses[i] || (std::isnan(ref.losses[i]) && std::isnan(got.losses[i])))
+        << what << ": step " << i << " loss " << ref.losses[i] << " vs " << got.losses[i];
   ASSERT_EQ(ref.norms.size(), got.norms.size()) << what;
   for (size_t i = 0; i < ref.norms.size(); ++i) // NaN where a step was not finite
     EXPECT_TRUE(ref.norms[i] == got.norms[i] || (std::isnan(ref.norms[i]) && std::isnan(got.norms[i])))
