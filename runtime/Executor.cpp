@@ -700,27 +700,26 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   // one.
   PIPEC_TRY(backend_->beginStep(io.optimize != nullptr && !residentWeights_));
   if (async_) {
-    // Room for every feed and collect of the step at once.
-    uint64_t need = 256; // never null, even when every tensor is empty
-    for (int i = 0; i < dev.program_size(); ++i)
-      for (const auto *list : {&feedBefore_[static_cast<size_t>(i)], &collectAfter_[static_cast<size_t>(i)]})
-        for (int32_t t : *list)
-          need += (lp_.plan.tensors(t).bytes() + 255) / 256 * 256;
-    if (need > ioBufferBytes_) {
+    if (!ioBuffer_) {
+      // Made at the first step, once the session has taken the gradients
+      // it sums on the device off the collect lists (which only shrink):
+      // room for every feed and collect of a step at once, and the flags.
+      uint64_t need = 256; // never null, even when every tensor is empty
+      for (int i = 0; i < dev.program_size(); ++i)
+        for (const auto *list : {&feedBefore_[static_cast<size_t>(i)], &collectAfter_[static_cast<size_t>(i)]})
+          for (int32_t t : *list)
+            need += (lp_.plan.tensors(t).bytes() + 255) / 256 * 256;
       PIPEC_ASSIGN(ioBuffer_, backend_->hostBuffer(need));
       ioBufferBytes_ = need;
-    }
-    ioUsed_ = 0;
-    pending_.clear();
-    const uint64_t flagBytes = static_cast<uint64_t>(std::max(dev.nodes_size(), 1)) * sizeof(int);
-    if (!flags_) {
-      PIPEC_ASSIGN(void *f, backend_->alloc(flagBytes));
-      PIPEC_ASSIGN(void *h, backend_->hostBuffer(flagBytes));
+      PIPEC_ASSIGN(void *f, backend_->alloc(flagBytes()));
+      PIPEC_ASSIGN(void *h, backend_->hostBuffer(flagBytes()));
       flags_ = static_cast<int *>(f);
       hostFlags_ = static_cast<int *>(h);
     }
-    std::memset(hostFlags_, 0, flagBytes);
-    PIPEC_TRY(backend_->upload(flags_, hostFlags_, flagBytes));
+    ioUsed_ = 0;
+    pending_.clear();
+    std::memset(hostFlags_, 0, flagBytes());
+    PIPEC_TRY(backend_->upload(flags_, hostFlags_, flagBytes()));
   }
   Run r{this, ctx, &io, ctx.step, 0, {}, Status::ok()};
   if (useCompiled(io)) {
@@ -764,8 +763,7 @@ Status DeviceExecutor::checkFlags() {
   if (!flags_)
     return backend_->sync();
   const plan::Device &dev = lp_.plan.devices(stage_);
-  const uint64_t bytes = static_cast<uint64_t>(std::max(dev.nodes_size(), 1)) * sizeof(int);
-  PIPEC_TRY(backend_->download(hostFlags_, flags_, bytes));
+  PIPEC_TRY(backend_->download(hostFlags_, flags_, flagBytes()));
   PIPEC_TRY(backend_->sync().withContext(cat("device ", index_)));
   for (int ni = 0; ni < dev.nodes_size(); ++ni)
     if (hostFlags_[ni])

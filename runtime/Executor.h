@@ -14,6 +14,7 @@
 #include "runtime/plan/PlanIO.h"
 #include "support/LargeAlloc.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -255,6 +256,9 @@ private:
   int *hostFlags_ = nullptr;
   /// Reads the flags after the step's work: an error names the node.
   Status checkFlags();
+  uint64_t flagBytes() const {
+    return static_cast<uint64_t>(std::max(lp_.plan.devices(stage_).nodes_size(), 1)) * sizeof(int);
+  }
   /// The step's feeds and collects, each at its own offset of one host
   /// buffer (the copies of a step are in flight together).
   void *ioBuffer_ = nullptr;

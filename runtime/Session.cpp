@@ -550,10 +550,11 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   const int lossIndex = training ? io->outputIndex[p.training().loss()] : -1;
   std::vector<double> replicaLoss(static_cast<size_t>(D), 0.0);
   std::vector<double> noSquares(update ? 0 : params_.size(), 0.0); // inference: no norm
+  std::vector<double> residentSquares;
   bool residentSkipped = false;
   if (update && resident_)
-    PIPEC_TRY(residentStepResults(rule, noSquares, residentSkipped));
-  std::vector<double> &sq = update && !resident_ ? update->squares() : noSquares;
+    residentStepResults(rule, residentSquares, residentSkipped);
+  std::vector<double> &sq = !update ? noSquares : resident_ ? residentSquares : update->squares();
   auto sumLoss = [&](int r) {
     const Tensor &l = outputs[lossIndex];
     const int64_t per = l.numel() / D;

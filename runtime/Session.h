@@ -258,15 +258,16 @@ private:
   /// an updater per device. Leaves resident_ null where it cannot.
   Status prepareResident();
   /// Resident training: the host's copies of the weights and optimizer
-  /// state from the devices (when a step changed them), or to them.
+  /// state from the devices (when a step changed them), or to them
+  /// (`only` >= 0: that parameter's weight alone).
   Status pullResident() const;
-  Status pushResident();
+  Status pushResident(int only = -1);
   /// Resident training: the step's gradients to the host's accumulators
   /// (gradients()).
   Status pullResidentGradients();
   /// Resident training, after a step: the parameters' squared sums and
   /// whether the devices skipped the step.
-  Status residentStepResults(const train::UpdateRule &rule, std::vector<double> &squares, bool &skipped);
+  void residentStepResults(const train::UpdateRule &rule, std::vector<double> &squares, bool &skipped);
   /// Resident training: device d's OPTIMIZER, enqueued on its stream.
   Status optimizeResident(int d, const train::UpdateRule &rule, int64_t stepNumber, float lr, Transport *tr);
   /// The devices run on GPUs, or the emulated one.

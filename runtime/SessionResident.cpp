@@ -49,8 +49,9 @@ Status Session::prepareResident() {
     DeviceExecutor &dev = *devices_[ps.device];
     kernel::Backend &b = dev.backend();
     const uint64_t bytes = static_cast<uint64_t>(ps.n) * sizeof(float);
-    Resident::Param &rp = r->params[i];
-    rp.weight = static_cast<float *>(dev.weightAddress(ps.weight));
+    kernel::ParamBuffers &rp = r->params[i];
+    rp.param = static_cast<float *>(dev.weightAddress(ps.weight));
+    rp.n = ps.n;
     PIPEC_ASSIGN(void *grad, b.alloc(std::max<uint64_t>(bytes, 4)));
     rp.grad = static_cast<float *>(grad);
     for (size_t k = 0; k < ps.state.size(); ++k) {
@@ -66,13 +67,7 @@ Status Session::prepareResident() {
       return errorf("device ", ps.device, " does not compute the gradient '", g.name(), "' it updates with");
     ps.inPlace = inPlace;
     r->paramsOf[static_cast<size_t>(ps.device)].push_back(static_cast<int>(i));
-    kernel::ParamBuffers pb;
-    pb.param = rp.weight;
-    pb.grad = rp.grad;
-    for (int k = 0; k < 3; ++k)
-      pb.state[k] = rp.state[k];
-    pb.n = ps.n;
-    buffers[static_cast<size_t>(ps.device)].push_back(pb);
+    buffers[static_cast<size_t>(ps.device)].push_back(rp);
   }
   for (int d : localDevices_) {
     kernel::Backend &b = devices_[d]->backend();
@@ -128,7 +123,7 @@ Status Session::optimizeResident(int d, const train::UpdateRule &rule, int64_t s
   return u->fetchSquares();
 }
 
-Status Session::residentStepResults(const train::UpdateRule &rule, std::vector<double> &squares, bool &skipped) {
+void Session::residentStepResults(const train::UpdateRule &rule, std::vector<double> &squares, bool &skipped) {
   const Resident &r = *resident_;
   squares.assign(params_.size(), 0.0);
   if (rule.collective) {
@@ -148,7 +143,6 @@ Status Session::residentStepResults(const train::UpdateRule &rule, std::vector<d
   // What every device decided from the same sums.
   skipped = rule.skipNonFinite && !std::isfinite(total);
   resident_->hostStale = true;
-  return Status::ok();
 }
 
 Status Session::pullResident() const {
@@ -156,10 +150,10 @@ Status Session::pullResident() const {
     return Status::ok();
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamState &ps = params_[i];
-    const Resident::Param &rp = resident_->params[i];
+    const kernel::ParamBuffers &rp = resident_->params[i];
     kernel::Backend &b = devices_[ps.device]->backend();
     const uint64_t bytes = static_cast<uint64_t>(ps.n) * sizeof(float);
-    PIPEC_TRY(b.download(ps.data, rp.weight, bytes));
+    PIPEC_TRY(b.download(ps.data, rp.param, bytes));
     for (size_t k = 0; k < ps.state.size(); ++k)
       PIPEC_TRY(b.download(const_cast<float *>(ps.state[k].data()), rp.state[k], bytes));
   }
@@ -180,14 +174,16 @@ Status Session::pullResidentGradients() {
   return Status::ok();
 }
 
-Status Session::pushResident() {
+Status Session::pushResident(int only) {
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (only >= 0 && i != static_cast<size_t>(only))
+      continue;
     const ParamState &ps = params_[i];
-    const Resident::Param &rp = resident_->params[i];
+    const kernel::ParamBuffers &rp = resident_->params[i];
     kernel::Backend &b = devices_[ps.device]->backend();
     const uint64_t bytes = static_cast<uint64_t>(ps.n) * sizeof(float);
-    PIPEC_TRY(b.upload(rp.weight, ps.data, bytes));
-    for (size_t k = 0; k < ps.state.size(); ++k)
+    PIPEC_TRY(b.upload(rp.param, ps.data, bytes));
+    for (size_t k = 0; k < ps.state.size() && only < 0; ++k)
       PIPEC_TRY(b.upload(rp.state[k], ps.state[k].data(), bytes));
   }
   for (int d : localDevices_)

@@ -14,13 +14,10 @@
 namespace pipec::runtime {
 
 struct Session::Resident {
-  /// A trained parameter's device buffers (on the device that updates it).
-  struct Param {
-    float *weight = nullptr; ///< the device's copy of the weight
-    float *grad = nullptr;   ///< the step's gradient, summed on the device
-    float *state[3] = {};    ///< the optimizer's state
-  };
-  std::vector<Param> params;                  ///< per params_ entry
+  /// Per params_ entry, its buffers on the device that updates it: the
+  /// device's copy of the weight, the step's gradient summed there, the
+  /// optimizer's state.
+  std::vector<kernel::ParamBuffers> params;
   std::vector<std::vector<int>> paramsOf;     ///< per device: its parameters, in order
   std::vector<std::unique_ptr<kernel::ParamUpdater>> updaters; ///< per device, null without parameters
   /// Collective steps: the all-reduced squared sums, as the last local

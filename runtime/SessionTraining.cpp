@@ -313,15 +313,16 @@ Expected<Session::Gradients> Session::gradients(const std::vector<Tensor> &input
 Status Session::setWeight(const std::string &name, const Tensor &value) {
   if (noFlush_ && drainPending_)
     return errorf("cannot set weight '", name, "' while a step is pending (Session::flush)");
-  for (ParamState &ps : params_) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ParamState &ps = params_[i];
     const plan::TensorInfo &ti = lp_.plan.tensors(ps.weight);
     if (ti.name() != name)
       continue;
     if (value.dtype() != DType::F32 || value.numel() != ps.n)
       return errorf("weight '", name, "' takes ", ps.n, " float32 values, got ", value.desc().str());
-    PIPEC_TRY(pullResident()); // the others' host copies current, as all go back
     std::memcpy(ps.version(static_cast<int64_t>(steps_)), value.raw(), static_cast<size_t>(ps.n) * sizeof(float));
-    return resident_ ? pushResident() : Status::ok();
+    // The device's copy is the weight; the host's others stay as they are.
+    return resident_ ? pushResident(static_cast<int>(i)) : Status::ok();
   }
   return errorf("the plan has no trained parameter named '", name, "'");
 }

@@ -138,13 +138,19 @@ __global__ void sceGradRowsKernel(const float *dl, const float *x, const int64_t
   });
 }
 
+/// A row's mean and 1 / sqrt(variance + eps) on 32 lanes (`active`: the
+/// group has a row; the others shuffle along): momentsLanes' order.
+__device__ rows::RowMoments moments(const Lanes<32> &g, bool active, const float *xr, int64_t cols, double eps) {
+  const double mean = rows::meanOf(g.sum(active ? rows::laneSum(xr, cols, g.lane, 32) : 0.0), cols);
+  return {mean, rows::rstdOf(g.sum(active ? rows::laneSquaredDeviation(xr, cols, mean, g.lane, 32) : 0.0), cols, eps)};
+}
+
 __global__ void layerNormRowsKernel(const float *x, const float *scale, const float *bias, float *y, int64_t rowCount,
                                     int64_t cols, double eps) {
   forRows<32>(rowCount, [&](int64_t r, const Lanes<32> &g) {
     const float *xr = x + (r < 0 ? 0 : r) * cols;
-    const double mean = rows::meanOf(g.sum(r >= 0 ? rows::laneSum(xr, cols, g.lane, 32) : 0.0), cols);
-    const double rstd =
-        rows::rstdOf(g.sum(r >= 0 ? rows::laneSquaredDeviation(xr, cols, mean, g.lane, 32) : 0.0), cols, eps);
+    const rows::RowMoments m = moments(g, r >= 0, xr, cols, eps);
+    const double mean = m.mean, rstd = m.rstd;
     if (r >= 0)
       rows::layerNormWrite(xr, scale, bias, y + r * cols, cols, mean, rstd, g.lane, 32);
   });
@@ -155,9 +161,8 @@ __global__ void layerNormGradRowsKernel(const float *dy, const float *x, const f
   forRows<32>(rowCount, [&](int64_t r, const Lanes<32> &g) {
     const int64_t off = (r < 0 ? 0 : r) * cols;
     const float *xr = x + off, *dyr = dy + off;
-    const double mean = rows::meanOf(g.sum(r >= 0 ? rows::laneSum(xr, cols, g.lane, 32) : 0.0), cols);
-    const double rstd =
-        rows::rstdOf(g.sum(r >= 0 ? rows::laneSquaredDeviation(xr, cols, mean, g.lane, 32) : 0.0), cols, eps);
+    const rows::RowMoments m = moments(g, r >= 0, xr, cols, eps);
+    const double mean = m.mean, rstd = m.rstd;
     const rows::GradSums s =
         r >= 0 ? rows::layerNormGradSums(dyr, xr, scale, cols, mean, rstd, g.lane, 32) : rows::GradSums{};
     const double mg = rows::meanOf(g.sum(s.g), cols), mgx = rows::meanOf(g.sum(s.gx), cols);
@@ -342,9 +347,8 @@ __global__ void gatherKernel(const float *data, const int64_t *idx, float *out, 
 __global__ void rowStatsKernel(const float *x, body::RowStats *stats, int64_t rowCount, int64_t cols, double eps) {
   forRows<32>(rowCount, [&](int64_t r, const Lanes<32> &g) {
     const float *xr = x + (r < 0 ? 0 : r) * cols;
-    const double mean = rows::meanOf(g.sum(r >= 0 ? rows::laneSum(xr, cols, g.lane, 32) : 0.0), cols);
-    const double rstd =
-        rows::rstdOf(g.sum(r >= 0 ? rows::laneSquaredDeviation(xr, cols, mean, g.lane, 32) : 0.0), cols, eps);
+    const rows::RowMoments m = moments(g, r >= 0, xr, cols, eps);
+    const double mean = m.mean, rstd = m.rstd;
     if (r >= 0 && g.lane == 0)
       stats[r] = {mean, rstd};
   });

@@ -182,27 +182,30 @@ PIPEC_HD inline void layerNormGradWrite(const float *dy, const float *x, const f
   }
 }
 
-inline void layerNormRowLanes(const float *x, const float *scale, const float *bias, float *y, int64_t cols,
-                              double eps, int L) {
+/// The host's run of a row's mean and 1 / sqrt(variance + eps).
+struct RowMoments {
+  double mean, rstd;
+};
+inline RowMoments momentsLanes(const float *x, int64_t cols, double eps, int L) {
   double p[32];
   for (int l = 0; l < L; ++l)
     p[l] = laneSum(x, cols, l, L);
   const double mean = meanOf(foldSum(p, L), cols);
   for (int l = 0; l < L; ++l)
     p[l] = laneSquaredDeviation(x, cols, mean, l, L);
-  const double rstd = rstdOf(foldSum(p, L), cols, eps);
+  return {mean, rstdOf(foldSum(p, L), cols, eps)};
+}
+inline void layerNormRowLanes(const float *x, const float *scale, const float *bias, float *y, int64_t cols,
+                              double eps, int L) {
+  const RowMoments m = momentsLanes(x, cols, eps, L);
   for (int l = 0; l < L; ++l)
-    layerNormWrite(x, scale, bias, y, cols, mean, rstd, l, L);
+    layerNormWrite(x, scale, bias, y, cols, m.mean, m.rstd, l, L);
 }
 inline void layerNormGradRowLanes(const float *dy, const float *x, const float *scale, float *dx, int64_t cols,
                                   double eps, int L) {
+  const RowMoments m = momentsLanes(x, cols, eps, L);
+  const double mean = m.mean, rstd = m.rstd;
   double p[32], q[32];
-  for (int l = 0; l < L; ++l)
-    p[l] = laneSum(x, cols, l, L);
-  const double mean = meanOf(foldSum(p, L), cols);
-  for (int l = 0; l < L; ++l)
-    p[l] = laneSquaredDeviation(x, cols, mean, l, L);
-  const double rstd = rstdOf(foldSum(p, L), cols, eps);
   for (int l = 0; l < L; ++l) {
     const GradSums s = layerNormGradSums(dy, x, scale, cols, mean, rstd, l, L);
     p[l] = s.g;

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -17,11 +18,15 @@ Status cublasCheck(cublasStatus_t s, const char *what) {
 namespace {
 std::mutex gMathLock;
 std::map<void *, MathMode> gMath; // by stream
+/// Bumped by every setStreamMath: a handle's cached mode is for the
+/// generation it read.
+std::atomic<uint64_t> gMathGeneration{0};
 } // namespace
 
 void setStreamMath(void *stream, MathMode mode) {
   std::lock_guard<std::mutex> lock(gMathLock);
   gMath[stream] = mode;
+  ++gMathGeneration;
 }
 
 MathMode streamMath(void *stream) {
@@ -37,6 +42,9 @@ Expected<cublasHandle_t> cublasFor(void *stream) {
   struct Handle {
     cublasHandle_t h = nullptr;
     MathMode mode = MathMode::Exact;
+    void *stream = nullptr;      ///< the stream `want` was looked up for
+    uint64_t generation = ~0ull; ///< and when
+    MathMode want = MathMode::Exact;
   };
   thread_local std::map<int, Handle> handles;
   auto it = handles.find(device);
@@ -47,11 +55,18 @@ Expected<cublasHandle_t> cublasFor(void *stream) {
     it = handles.emplace(device, h).first;
   }
   Handle &h = it->second;
-  if (const MathMode want = streamMath(stream); want != h.mode) {
+  // A device's thread launches on one stream: the map is read (under its
+  // lock) once, not at every product.
+  if (const uint64_t g = gMathGeneration.load(std::memory_order_acquire); stream != h.stream || g != h.generation) {
+    h.want = streamMath(stream);
+    h.stream = stream;
+    h.generation = g;
+  }
+  if (h.want != h.mode) {
     PIPEC_TRY(cublasCheck(
-        cublasSetMathMode(h.h, want == MathMode::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
+        cublasSetMathMode(h.h, h.want == MathMode::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
         "cublasSetMathMode"));
-    h.mode = want;
+    h.mode = h.want;
   }
   PIPEC_TRY(cublasCheck(cublasSetStream(h.h, static_cast<cudaStream_t>(stream)), "cublasSetStream"));
   return h.h;

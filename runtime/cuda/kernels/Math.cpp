@@ -67,7 +67,7 @@ Expected<KernelPtr> makeMath(const OpDesc &d) {
   const MathOp op = it->second;
   PIPEC_TRY(needTypes(d, op));
   const int64_t n = d.outputs[0].numel();
-  if (op >= MathOp::Pow && d.opType != "Pow" && d.opType != "PRelu" && op <= MathOp::Sum) {
+  if (op == MathOp::Max || op == MathOp::Min || op == MathOp::Sum) {
     // Max, Min, Sum, Mean: folded in input order.
     if (d.inputs.empty() || d.inputs.size() > static_cast<size_t>(kMaxVariadic))
       return errorf(d.where(), ": ", d.inputs.size(), " inputs (the CUDA kernel folds 1 to ", kMaxVariadic, ")");
