@@ -96,45 +96,88 @@ __global__ void maskedSoftmaxRowsKernel(const float *x, const bool *cond, float 
   });
 }
 
-__global__ void sceLossRowsKernel(const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d, float *loss,
-                                  int *bad) {
-  forRows<32>(n * d, [&](int64_t pos, const Lanes<32> &g) {
-    const int64_t p = pos < 0 ? 0 : pos, i = p / d, j = p % d;
-    const float *xr = x + i * c * d + j;
-    const float m = g.max(pos >= 0 ? rows::laneMax(xr, c, d, g.lane, 32) : -INFINITY);
-    const float s = g.sum(pos >= 0 ? rows::laneExpSum(xr, c, d, m, g.lane, 32) : 0.0f);
+/// Each position's loss (times its weight; 0 where ignored) and weight.
+__global__ void lossRowsKernel(rows::LossGeometry lg, const float *x, const void *target, const float *weights,
+                               float *loss, float *weightOut, int *bad) {
+  forRows<32>(lg.n * lg.d, [&](int64_t pos, const Lanes<32> &g) {
+    const int64_t p = pos < 0 ? 0 : pos, i = p / lg.d, j = p % lg.d;
+    const float *xr = x + i * lg.c * lg.d + j;
+    float m = 0.0f, s = 0.0f;
+    if (lg.softmax) { // every lane of the warp takes this branch
+      m = g.max(pos >= 0 ? rows::laneMax(xr, lg.c, lg.d, g.lane, 32) : -INFINITY);
+      s = g.sum(pos >= 0 ? rows::laneExpSum(xr, lg.c, lg.d, m, g.lane, 32) : 0.0f);
+    }
     if (pos < 0 || g.lane != 0)
       return;
-    const int64_t t = target[pos];
-    if (t < 0 || t >= c) {
+    int64_t t;
+    float w;
+    if (!rows::lossTargetWeight(lg, target, weights, pos, t, w)) {
       *bad = 1;
       loss[pos] = __int_as_float(0x7fc00000);
       return;
     }
-    loss[pos] = rows::sceLossOf(xr, d, t, m, s);
+    loss[pos] = t < 0 ? 0.0f : (lg.softmax ? rows::sceLossOf(xr, lg.d, t, m, s) : -xr[t * lg.d]) * w;
+    if (weightOut)
+      weightOut[pos] = w;
   });
 }
 
-__global__ void sceGradRowsKernel(const float *dl, const float *x, const int64_t *target, int64_t n, int64_t c,
-                                  int64_t d, int reduction, float *dx, int *bad) {
-  forRows<32>(n * d, [&](int64_t pos, const Lanes<32> &g) {
-    const int64_t p = pos < 0 ? 0 : pos, i = p / d, j = p % d;
-    const float *xr = x + i * c * d + j;
-    const float m = g.max(pos >= 0 ? rows::laneMax(xr, c, d, g.lane, 32) : -INFINITY);
-    const float s = g.sum(pos >= 0 ? rows::laneExpSum(xr, c, d, m, g.lane, 32) : 0.0f);
+/// The sum of the p losses in position order, in double (mean: over the
+/// sum of the weights, or p without them), into *out; one thread.
+__global__ void lossSumKernel(const float *loss, const float *weight, int64_t p, int reduction, float *out) {
+  if (firstItem() != 0)
+    return;
+  double s = 0.0, w = 0.0;
+  for (int64_t i = 0; i < p; ++i) {
+    s += static_cast<double>(loss[i]);
+    w += weight ? static_cast<double>(weight[i]) : 1.0;
+  }
+  *out = static_cast<float>(reduction == 2 ? s / w : s);
+}
+
+/// The total weight of the targets in position order (the mean's
+/// divisor for the gradient); one thread.
+__global__ void lossWeightTotalKernel(rows::LossGeometry lg, const void *target, const float *weights,
+                                      double *total) {
+  if (firstItem() != 0)
+    return;
+  double s = 0.0;
+  for (int64_t p = 0; p < lg.n * lg.d; ++p) {
+    int64_t t;
+    float w;
+    if (rows::lossTargetWeight(lg, target, weights, p, t, w))
+      s += static_cast<double>(w);
+  }
+  *total = s;
+}
+
+__global__ void lossGradRowsKernel(rows::LossGeometry lg, const float *dl, const float *x, const void *target,
+                                   const float *weights, const double *total, float *dx, int *bad) {
+  forRows<32>(lg.n * lg.d, [&](int64_t pos, const Lanes<32> &g) {
+    const int64_t p = pos < 0 ? 0 : pos, i = p / lg.d, j = p % lg.d;
+    const float *xr = x + i * lg.c * lg.d + j;
+    float m = 0.0f, s = 0.0f;
+    if (lg.softmax) {
+      m = g.max(pos >= 0 ? rows::laneMax(xr, lg.c, lg.d, g.lane, 32) : -INFINITY);
+      s = g.sum(pos >= 0 ? rows::laneExpSum(xr, lg.c, lg.d, m, g.lane, 32) : 0.0f);
+    }
     if (pos < 0)
       return;
-    const int64_t t = target[pos];
-    if (t < 0 || t >= c) {
+    int64_t t;
+    float w;
+    if (!rows::lossTargetWeight(lg, target, weights, pos, t, w)) {
       if (g.lane == 0)
         *bad = 1;
       return;
     }
-    // reduction: 0 none, 1 sum, 2 mean (as Kernels.h says).
-    const float scale = reduction == 0   ? dl[pos]
-                        : reduction == 1 ? dl[0]
-                                         : static_cast<float>(static_cast<double>(dl[0]) / static_cast<double>(n * d));
-    rows::sceGradWrite(xr, dx + i * c * d + j, c, d, t, scale, m, s, g.lane, 32);
+    const float gw = rows::lossScale(lg, dl, pos, total ? *total : 0.0) * w;
+    float *dxr = dx + i * lg.c * lg.d + j;
+    if (lg.softmax) {
+      rows::sceGradWrite(xr, dxr, lg.c, lg.d, t, gw, m, s, g.lane, 32);
+    } else {
+      for (int64_t c = g.lane; c < lg.c; c += 32)
+        dxr[c * lg.d] = rows::nllGradOf(c, t, gw);
+    }
   });
 }
 
@@ -308,15 +351,6 @@ __global__ void reduceSumKernel(const float *x, float *y, int64_t outN, body::Re
     y[o] = body::reduceSumElement(x, o, r);
 }
 
-__global__ void sumInOrderKernel(const float *v, int64_t p, bool mean, float *out) {
-  if (firstItem() != 0)
-    return;
-  double s = 0.0;
-  for (int64_t i = 0; i < p; ++i)
-    s += static_cast<double>(v[i]);
-  *out = static_cast<float>(mean ? s / static_cast<double>(p) : s);
-}
-
 __global__ void sliceCopyKernel(const float *src, float *dst, int64_t n, int64_t partLen, int64_t wholeLen,
                                 int64_t offset, int64_t inner, bool toWhole) {
   for (int64_t i = firstItem(); i < n; i += itemStride()) {
@@ -470,27 +504,32 @@ Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduc
   return launched("ReduceSum");
 }
 
-Status launchSceLoss(const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d, float *perPosition,
-                     int *badTarget, void *stream) {
-  const LaunchShape l = rowLaunch<32>(n * d);
-  if (l.grid == 0 || c == 0)
+Status launchLoss(const rows::LossGeometry &g, const float *x, const void *target, const float *weights,
+                  float *perPosition, float *weightPerPosition, int *bad, void *stream) {
+  const LaunchShape l = rowLaunch<32>(g.n * g.d);
+  if (l.grid == 0 || g.c == 0)
     return Status::ok();
-  sceLossRowsKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, target, n, c, d, perPosition, badTarget);
-  return launched("SoftmaxCrossEntropyLoss");
+  lossRowsKernel<<<l.grid, l.block, 0, asStream(stream)>>>(g, x, target, weights, perPosition, weightPerPosition, bad);
+  return launched(g.softmax ? "SoftmaxCrossEntropyLoss" : "NegativeLogLikelihoodLoss");
 }
 
-Status launchSumInOrder(const float *v, int64_t p, bool mean, float *out, void *stream) {
-  sumInOrderKernel<<<1, 32, 0, asStream(stream)>>>(v, p, mean, out);
+Status launchLossSum(const float *loss, const float *weight, int64_t p, int reduction, float *out, void *stream) {
+  lossSumKernel<<<1, 32, 0, asStream(stream)>>>(loss, weight, p, reduction, out);
   return launched("loss sum");
 }
 
-Status launchSceGrad(const float *dLoss, const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d,
-                     int reduction, float *dx, int *badTarget, void *stream) {
-  const LaunchShape l = rowLaunch<32>(n * d);
-  if (l.grid == 0 || c == 0)
+Status launchLossGrad(const rows::LossGeometry &g, const float *dLoss, const float *x, const void *target,
+                      const float *weights, double *total, float *dx, int *bad, void *stream) {
+  const LaunchShape l = rowLaunch<32>(g.n * g.d);
+  if (l.grid == 0 || g.c == 0)
     return Status::ok();
-  sceGradRowsKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dLoss, x, target, n, c, d, reduction, dx, badTarget);
-  return launched("SoftmaxCrossEntropyLossGrad");
+  if (g.reduction == 2) {
+    lossWeightTotalKernel<<<1, 32, 0, asStream(stream)>>>(g, target, weights, total);
+    PIPEC_TRY(launched("loss weight total"));
+  }
+  lossGradRowsKernel<<<l.grid, l.block, 0, asStream(stream)>>>(g, dLoss, x, target, weights,
+                                                                g.reduction == 2 ? total : nullptr, dx, bad);
+  return launched(g.softmax ? "SoftmaxCrossEntropyLossGrad" : "NegativeLogLikelihoodLossGrad");
 }
 
 Status launchSliceCopy(const float *src, float *dst, int64_t n, int64_t partLen, int64_t wholeLen, int64_t offset,

@@ -9,6 +9,8 @@
 #pragma once
 
 #include "runtime/cuda/Bodies.h"
+#include "runtime/cuda/MoveBodies.h"
+#include "runtime/cuda/RowBodies.h"
 #include "support/Error.h"
 
 #include <cstdint>
@@ -36,18 +38,23 @@ Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduc
 /// The other reductions (body::reduceElement), one thread per output.
 Status launchReduce(body::ReduceOp op, const float *x, float *y, int64_t outN, const body::Reduction &r,
                     void *stream);
-/// SoftmaxCrossEntropyLoss over P = N x D positions (scores [N, C, D],
-/// targets [N, D] of int64): `perPosition` gets each position's loss; a
-/// target outside [0, C) sets *badTarget to 1 (and its loss to NaN).
-Status launchSceLoss(const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d, float *perPosition,
-                     int *badTarget, void *stream);
-/// The sum (or mean) of the P losses in position order, in double, into
-/// *out; one thread.
-Status launchSumInOrder(const float *v, int64_t p, bool mean, float *out, void *stream);
-/// Its gradient: dx = g (softmax - onehot), g = dLoss[0] / P (mean),
-/// dLoss[0] (sum) or dLoss[position] (none).
-Status launchSceGrad(const float *dLoss, const float *x, const int64_t *target, int64_t n, int64_t c, int64_t d,
-                     int reduction, float *dx, int *badTarget, void *stream);
+/// SoftmaxCrossEntropyLoss or NegativeLogLikelihoodLoss
+/// (rows::LossGeometry) over P = N x D positions: `perPosition` gets each
+/// position's weighted loss, `weightPerPosition` (where given) its weight;
+/// a target outside [0, C) (and not ignored) sets *bad (and its loss to
+/// NaN).
+Status launchLoss(const rows::LossGeometry &g, const float *x, const void *target, const float *weights,
+                  float *perPosition, float *weightPerPosition, int *bad, void *stream);
+/// The sum of the P losses in position order, in double, into *out; the
+/// mean (reduction 2) divides by the sum of `weight` (P where null). One
+/// thread.
+Status launchLossSum(const float *loss, const float *weight, int64_t p, int reduction, float *out, void *stream);
+/// The gradient with respect to the scores: SCE's dx = g w (softmax -
+/// onehot), NLL's dx = -g w onehot, g = dLoss[position] (none), dLoss[0]
+/// (sum) or dLoss[0] / the total weight (mean: summed into *total, device
+/// memory, first).
+Status launchLossGrad(const rows::LossGeometry &g, const float *dLoss, const float *x, const void *target,
+                      const float *weights, double *total, float *dx, int *bad, void *stream);
 /// Concat and Split: the n elements of a part [outer, partLen, inner] and
 /// their place at `offset` along the axis of the whole [outer, wholeLen,
 /// inner]; toWhole copies part -> whole (Concat), else whole -> part.
@@ -122,5 +129,25 @@ struct VariadicInputs {
   body::Broadcast b[kMaxVariadic];
 };
 Status launchVariadic(body::MathOp op, bool mean, const VariadicInputs &in, float *out, int64_t n, void *stream);
+
+// runtime/cuda/Move.cu: elements of `esize` bytes (1, 2, 4 or 8).
+/// Pad: n output elements, the constant `value` (its low esize bytes) or,
+/// where given, the one at `valueAt` in device memory.
+Status launchPad(const void *in, void *out, const body::PadGeometry &g, int64_t n, size_t esize, uint64_t value,
+                 const void *valueAt, void *stream);
+/// GatherElements with int64 (idx64) or int32 indices; an index out of
+/// range sets *bad (and writes 0).
+Status launchGatherElements(const void *data, const void *idx, bool idx64, void *out,
+                            const body::GatherElementsGeometry &g, int64_t n, size_t esize, int *bad, void *stream);
+/// Trilu over n elements of [.., rows, cols] matrices; k read from kAt
+/// (device memory) where given.
+Status launchTrilu(const void *in, void *out, int64_t n, int64_t rows, int64_t cols, int64_t k, const int64_t *kAt,
+                   bool upper, size_t esize, void *stream);
+/// Writes the low esize bytes of `value` n times.
+Status launchFill(void *out, int64_t n, size_t esize, uint64_t value, void *stream);
+/// Mod of two broadcast inputs (float32, float64, int32 or int64): C's
+/// fmod where cMod, else Python's.
+Status launchMod(CastType type, const void *a, const body::Broadcast &ba, const void *b, const body::Broadcast &bb,
+                 void *out, int64_t n, bool cMod, void *stream);
 
 } // namespace pipec::cuda

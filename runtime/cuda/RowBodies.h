@@ -135,6 +135,55 @@ inline void sceGradLanes(const float *x, float *dx, int64_t C, int64_t stride, i
     sceGradWrite(x, dx, C, stride, t, g, ms.max, ms.sum, l, L);
 }
 
+// ---- The losses' positions: SoftmaxCrossEntropyLoss and
+// NegativeLogLikelihoodLoss over scores [N, C, D], targets [N, D] (int32 or
+// int64), optional class weights [C], an ignore index, reduction none (0),
+// sum (1) or mean (2), as runtime/cpu/kernels/DataMovementCommon.h's
+// LossLayout.
+
+struct LossGeometry {
+  int64_t n = 0, c = 0, d = 0;
+  bool softmax = true; ///< SCE; else NLL (the scores are log-probabilities)
+  bool hasIgnore = false;
+  int64_t ignoreIndex = 0;
+  bool target32 = false;
+  int reduction = 2;
+};
+
+/// Position p's target `t` and its weight `w` (weights[t], or 1; 0 where
+/// the target is ignored, and then t = -1: no one-hot term); false for a
+/// target outside [0, C) that is not ignored.
+PIPEC_HD inline bool lossTargetWeight(const LossGeometry &g, const void *target, const float *weights, int64_t p,
+                                      int64_t &t, float &w) {
+  t = g.target32 ? static_cast<const int32_t *>(target)[p] : static_cast<const int64_t *>(target)[p];
+  if (g.hasIgnore && t == g.ignoreIndex) {
+    t = -1;
+    w = 0.0f;
+    return true;
+  }
+  if (t < 0 || t >= g.c)
+    return false;
+  w = weights ? weights[t] : 1.0f;
+  if (w == 0.0f)
+    t = -1;
+  return true;
+}
+
+/// The gradient's factor at position `pos` before the weight: dLoss[pos]
+/// (none), dLoss[0] (sum) or dLoss[0] / the total weight (mean), rounded
+/// as the CPU kernel rounds it.
+PIPEC_HD inline float lossScale(const LossGeometry &g, const float *dl, int64_t pos, double totalWeight) {
+  if (g.reduction == 0)
+    return dl[pos];
+  if (g.reduction == 1)
+    return dl[0];
+  return static_cast<float>(static_cast<double>(dl[0]) / totalWeight);
+}
+
+/// NLL's gradient at class c of a position: -g at the target, 0 elsewhere
+/// (0 - g, the CPU's subtraction, so that a zero g gives +0).
+PIPEC_HD inline float nllGradOf(int64_t c, int64_t t, float g) { return c == t ? 0.0f - g : 0.0f; }
+
 // ---- Layer normalization of a row of `cols`, statistics in double.
 
 PIPEC_HD inline double laneSum(const float *x, int64_t n, int lane, int L) {

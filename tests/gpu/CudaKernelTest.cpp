@@ -178,6 +178,81 @@ TEST(CudaKernels, MathOpsAgainstCpu) {
   }
 }
 
+// Pad, GatherElements, Trilu, Mod and the outputs known at load
+// (runtime/cuda/Move.cu, kernels/DataMovement.cpp) against the CPU, byte
+// for byte; an index out of range is an error naming the node.
+TEST(CudaKernels, IndexingOpsAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  auto ints = [](std::vector<int64_t> v) {
+    Tensor t(DType::I64, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int64_t>());
+    return t;
+  };
+  Tensor x = randomF32({5, 6, 7}, 71);
+  for (const char *mode : {"constant", "reflect", "edge", "wrap"}) {
+    Tensor pads = ints({1, -1, 3, 2, 4, 0}), value = Tensor::scalarF32(2.5f);
+    cpu::OpDesc d = makeDesc("Pad", {x.desc(), pads.desc(), value.desc()}, {{DType::F32, {8, 9, 10}}}, {}, 19);
+    d.attrs["mode"] = Attribute::ofString(mode);
+    setConst(d, 1, pads);
+    EXPECT_EQ(compareWithCpu(d, {x, pads, value}), 0.0) << "Pad " << mode;
+  }
+  Tensor idx(DType::I64, {5, 4, 7});
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    idx.data<int64_t>()[i] = (i * 5) % 12 - 6;
+  cpu::OpDesc ge = makeDesc("GatherElements", {x.desc(), idx.desc()}, {{DType::F32, {5, 4, 7}}}, {}, 13);
+  ge.attrs["axis"] = Attribute::ofInt(1);
+  EXPECT_EQ(compareWithCpu(ge, {x, idx}), 0.0) << "GatherElements";
+  Tensor k(DType::I64, {});
+  *k.data<int64_t>() = -2;
+  for (int64_t upper : {0, 1}) {
+    cpu::OpDesc tr = makeDesc("Trilu", {x.desc(), k.desc()}, {x.desc()}, {}, 14);
+    tr.attrs["upper"] = Attribute::ofInt(upper);
+    EXPECT_EQ(compareWithCpu(tr, {x, k}), 0.0) << "Trilu " << upper;
+  }
+  Tensor xi(DType::I64, {5, 6, 7}), yi = ints({3, -4, 0, -1, 7, -13, 5});
+  for (int64_t i = 0; i < xi.numel(); ++i)
+    xi.data<int64_t>()[i] = (i * 37 % 23) - 11;
+  Tensor y = randomF32({7}, 72, -4.f, 4.f);
+  for (int64_t fmod : {0, 1}) {
+    cpu::OpDesc mi = makeDesc("Mod", {xi.desc(), yi.desc()}, {xi.desc()}, {}, 13);
+    mi.attrs["fmod"] = Attribute::ofInt(fmod);
+    EXPECT_EQ(compareWithCpu(mi, {xi, yi}), 0.0) << "Mod int64 fmod " << fmod;
+    cpu::OpDesc mf = makeDesc("Mod", {x.desc(), y.desc()}, {x.desc()}, {}, 13);
+    mf.attrs["fmod"] = Attribute::ofInt(fmod);
+    EXPECT_EQ(compareWithCpu(mf, {x, y}), 0.0) << "Mod float32 fmod " << fmod;
+  }
+  EXPECT_EQ(compareWithCpu(makeDesc("Shape", {x.desc()}, {{DType::I64, {3}}}, {}, 15), {x}), 0.0) << "Shape";
+  EXPECT_EQ(compareWithCpu(makeDesc("Size", {x.desc()}, {{DType::I64, {}}}, {}, 13), {x}), 0.0) << "Size";
+  cpu::OpDesc co = makeDesc("Constant", {}, {{DType::I64, {3}}}, {}, 13);
+  co.attrs["value_ints"] = Attribute::ofInts({4, -5, 6});
+  EXPECT_EQ(compareWithCpu(co, {}), 0.0) << "Constant";
+  Tensor start = Tensor::scalarF32(1.0f), limit = Tensor::scalarF32(9.5f), delta = Tensor::scalarF32(0.75f);
+  cpu::OpDesc ra = makeDesc("Range", {start.desc(), limit.desc(), delta.desc()}, {{DType::F32, {12}}}, {}, 11);
+  ra.constInputs = {start, limit, delta};
+  EXPECT_EQ(compareWithCpu(ra, {start, limit, delta}), 0.0) << "Range";
+  Tensor shape = ints({3, 1000});
+  cpu::OpDesc cs = makeDesc("ConstantOfShape", {shape.desc()}, {{DType::I64, {3, 1000}}}, {}, 9);
+  Tensor seven(DType::I64, {1});
+  seven.data<int64_t>()[0] = 7;
+  cs.attrs["value"] = Attribute::ofTensor(seven);
+  setConst(cs, 0, shape);
+  EXPECT_EQ(compareWithCpu(cs, {shape}), 0.0) << "ConstantOfShape";
+  // An index out of range: the run fails, naming the node.
+  idx.data<int64_t>()[17] = 6;
+  auto kernel = cuda::createKernel(ge);
+  ASSERT_TRUE(kernel.isOk()) << kernel.status().message();
+  DeviceBuffer dx(x.bytes()), di(idx.bytes()), dout(ge.outputs[0].bytes()), ws((*kernel)->workspaceBytes());
+  cudaMemcpy(dx.p, x.raw(), x.bytes(), cudaMemcpyHostToDevice);
+  cudaMemcpy(di.p, idx.raw(), idx.bytes(), cudaMemcpyHostToDevice);
+  cpu::ExecContext ctx;
+  ctx.workspace = ws.p;
+  const void *in[] = {dx.p, di.p};
+  void *out[] = {dout.p};
+  Status s = (*kernel)->run(ctx, in, out);
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("'n'"), std::string::npos) << s.message();
+}
+
 TEST(CudaKernels, ElementwiseAgainstCpu) {
   SKIP_WITHOUT_GPU();
   Tensor x = randomF32({1000, 37}, 1, -10.f, 10.f);
@@ -390,6 +465,25 @@ TEST(CudaKernels, ReduceSumAndLossAgainstCpu) {
                                     {s.desc()}, {}, 17, "pipec"),
                            {g, s, t}),
             1e-6);
+  // Both losses with class weights, an ignore index and int32 targets
+  // over [N, C, D] scores, and their gradients.
+  const int64_t D = 3;
+  Tensor x3 = randomF32({N, C, D}, 32), w = randomF32({C}, 33, 0.25f, 2.0f), t32(DType::I32, {N, D});
+  for (int64_t i = 0; i < N * D; ++i)
+    t32.data<int32_t>()[i] = i % 9 == 4 ? -1 : static_cast<int32_t>((i * 3) % C);
+  for (const char *op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"})
+    for (const char *red : {"mean", "sum", "none"}) {
+      const Shape ls = std::string(red) == "none" ? Shape{N, D} : Shape{};
+      cpu::OpDesc l = makeDesc(op, {x3.desc(), t32.desc(), w.desc()}, {{DType::F32, ls}}, {}, 13);
+      l.attrs["reduction"] = Attribute::ofString(red);
+      l.attrs["ignore_index"] = Attribute::ofInt(-1);
+      EXPECT_LE(compareWithCpu(l, {x3, t32, w}), 1e-6) << op << " " << red;
+      Tensor dl = randomF32(ls, 34, 0.5f, 1.5f);
+      cpu::OpDesc lg = makeDesc(std::string(op) + "Grad", {dl.desc(), x3.desc(), t32.desc(), w.desc()}, {x3.desc()},
+                                {}, 13, "pipec");
+      lg.attrs = l.attrs;
+      EXPECT_LE(compareWithCpu(lg, {dl, x3, t32, w}), 1e-6) << op << "Grad " << red;
+    }
 }
 
 TEST(CudaKernels, GptOpsAgainstCpu) {

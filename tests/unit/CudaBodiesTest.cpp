@@ -11,6 +11,7 @@
 #include "runtime/cuda/Bodies.h"
 #include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Launch.h"
+#include "runtime/cuda/MoveBodies.h"
 #include "runtime/cuda/RowBodies.h"
 #include "runtime/cuda/Update.h"
 #include "runtime/train/Clip.h"
@@ -714,6 +715,214 @@ TEST(CudaBodies, ClipArgAndCastMatchTheCpuKernels) {
       }
     }
   }
+}
+
+// Pad (every mode, cropping pads, a run-time constant), GatherElements
+// (negative and out-of-range indices, int32 and int64), Trilu (k past the
+// matrix) and Mod (both signs rules, integer division by 0 and -1) as the
+// CUDA kernels compute them element by element, against the CPU kernels,
+// bit for bit.
+TEST(CudaBodies, PadGatherElementsTriluAndModMatchTheCpuKernels) {
+  auto ints = [](std::vector<int64_t> v) {
+    Tensor t(DType::I64, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int64_t>());
+    return t;
+  };
+  Tensor xf = randomF32({3, 4, 5}, 31);
+  Tensor xi(DType::I64, {3, 4, 5});
+  for (int64_t i = 0; i < xi.numel(); ++i)
+    xi.data<int64_t>()[i] = i * 7919 - 100;
+  for (const Tensor *x : {&xf, &xi}) {
+    const size_t es = dtypeSize(x->dtype());
+    struct Case {
+      const char *mode;
+      std::vector<int64_t> pads;
+    };
+    for (const Case &c : {Case{"constant", {1, 0, 2, 2, 3, -1}}, Case{"reflect", {2, 3, 4, 1, 3, 4}},
+                          Case{"edge", {0, -1, 6, 3, 0, 2}}, Case{"wrap", {4, 2, 9, 1, 7, -2}}}) {
+      Tensor value(x->dtype(), {});
+      std::memcpy(value.raw(), x->raw(), es); // the first element as the constant
+      Tensor pads = ints(c.pads);
+      Shape out = x->shape();
+      for (size_t a = 0; a < 3; ++a)
+        out[a] += c.pads[a] + c.pads[a + 3];
+      cpu::OpDesc d = makeDesc("Pad", {x->desc(), pads.desc(), value.desc()}, {{x->dtype(), out}}, {}, 19);
+      d.attrs["mode"] = Attribute::ofString(c.mode);
+      setConst(d, 1, pads);
+      Tensor ref = evalOne(d, {*x, pads, value});
+      auto spec = cpu::dm::padSpec(d);
+      ASSERT_TRUE(spec.isOk()) << spec.status().message();
+      ASSERT_TRUE(spec->runtimeValue);
+      const body::PadGeometry g = body::padGeometry(*spec);
+      Tensor got(ref.desc());
+      for (int64_t i = 0; i < got.numel(); ++i) {
+        const int64_t src = body::padOffset(g, i);
+        std::memcpy(static_cast<char *>(got.raw()) + i * es,
+                    src < 0 ? static_cast<const char *>(value.raw()) : static_cast<const char *>(x->raw()) + src * es,
+                    es);
+      }
+      EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), ref.bytes()), 0) << "Pad " << c.mode << " " << dtypeName(x->dtype());
+    }
+    for (int axis : {0, 1, 2})
+      for (DType it : {DType::I64, DType::I32}) {
+        Shape is = {2, 3, 4};
+        is[static_cast<size_t>(axis)] = 7; // longer than the data along the axis
+        const int64_t dim = x->shape()[static_cast<size_t>(axis)];
+        Tensor idx(it, is);
+        std::mt19937 rng(static_cast<uint32_t>(axis * 10 + (it == DType::I32)));
+        for (int64_t i = 0; i < idx.numel(); ++i) {
+          const int64_t v = std::uniform_int_distribution<int64_t>(-dim, dim - 1)(rng);
+          if (it == DType::I64)
+            idx.data<int64_t>()[i] = v;
+          else
+            idx.data<int32_t>()[i] = static_cast<int32_t>(v);
+        }
+        cpu::OpDesc d = makeDesc("GatherElements", {x->desc(), idx.desc()}, {{x->dtype(), is}}, {}, 13);
+        d.attrs["axis"] = Attribute::ofInt(axis - 3); // negative: counted from the end
+        Tensor ref = evalOne(d, {*x, idx});
+        const body::GatherElementsGeometry g = body::gatherElementsGeometry(x->shape(), is, axis);
+        Tensor got(ref.desc());
+        for (int64_t i = 0; i < got.numel(); ++i) {
+          const int64_t v = it == DType::I64 ? idx.data<int64_t>()[i] : idx.data<int32_t>()[i];
+          const int64_t src = body::gatherElementsOffset(g, i, v);
+          ASSERT_GE(src, 0);
+          std::memcpy(static_cast<char *>(got.raw()) + i * es, static_cast<const char *>(x->raw()) + src * es, es);
+        }
+        EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), ref.bytes()), 0) << "GatherElements axis " << axis;
+        EXPECT_EQ(body::gatherElementsOffset(g, 0, dim), -1);
+        EXPECT_EQ(body::gatherElementsOffset(g, 0, -dim - 1), -1);
+      }
+    for (int64_t upper : {0, 1})
+      for (int64_t k : std::vector<int64_t>{-100, -2, 0, 3, 100, INT64_MAX}) {
+        Tensor kt(DType::I64, {});
+        *kt.data<int64_t>() = k;
+        cpu::OpDesc d = makeDesc("Trilu", {x->desc(), kt.desc()}, {x->desc()}, {}, 14);
+        d.attrs["upper"] = Attribute::ofInt(upper);
+        Tensor ref = evalOne(d, {*x, kt});
+        Tensor got(ref.desc());
+        std::memset(got.raw(), 0, got.bytes());
+        for (int64_t i = 0; i < got.numel(); ++i)
+          if (body::triluKeeps((i / 5) % 4, i % 5, 4, 5, k, upper != 0))
+            std::memcpy(static_cast<char *>(got.raw()) + i * es, static_cast<const char *>(x->raw()) + i * es, es);
+        EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), ref.bytes()), 0) << "Trilu upper " << upper << " k " << k;
+      }
+  }
+  Tensor a = randomF32({4, 6}, 32, -9.f, 9.f), b = randomF32({6}, 33, -4.f, 4.f);
+  b.data<float>()[2] = 0.0f;
+  b.data<float>()[3] = -0.0f;
+  Tensor ai(DType::I64, {4, 6}), bi(DType::I64, {6});
+  for (int64_t i = 0; i < ai.numel(); ++i)
+    ai.data<int64_t>()[i] = (i * 37 % 23) - 11;
+  const int64_t divisors[] = {3, -4, 0, -1, 7, -13};
+  std::copy(std::begin(divisors), std::end(divisors), bi.data<int64_t>());
+  for (int64_t fmod : {0, 1}) {
+    for (const auto &[x, y] : {std::pair{&a, &b}, std::pair{&ai, &bi}}) {
+      cpu::OpDesc d = makeDesc("Mod", {x->desc(), y->desc()}, {x->desc()}, {}, 13);
+      d.attrs["fmod"] = Attribute::ofInt(fmod);
+      Tensor ref = evalOne(d, {*x, *y});
+      for (int64_t i = 0; i < ref.numel(); ++i) {
+        if (x->dtype() == DType::F32) {
+          const float got = body::modOf<float>(x->data<float>()[i], y->data<float>()[i % 6], fmod != 0);
+          ASSERT_EQ(std::memcmp(&got, ref.data<float>() + i, 4), 0) << i;
+        } else {
+          ASSERT_EQ(body::modOf<int64_t>(x->data<int64_t>()[i], y->data<int64_t>()[i % 6], fmod != 0),
+                    ref.data<int64_t>()[i])
+              << x->data<int64_t>()[i] << " mod " << y->data<int64_t>()[i % 6] << " fmod " << fmod;
+        }
+      }
+    }
+  }
+}
+
+// The losses' kernels as the GPU runs them (runtime/cuda/Kernels.cu:
+// lossRowsKernel, lossSumKernel, lossWeightTotalKernel, lossGradRowsKernel,
+// their per-position bodies run lane by lane here) with class weights, an
+// ignore index and int32 targets, against the CPU kernels: NLL exactly,
+// SCE within its exp's rounding.
+TEST(CudaBodies, LossesWithWeightsAndIgnoredTargetsMatchTheCpuKernels) {
+  const int64_t N = 3, C = 5, D = 4, P = N * D;
+  Tensor x = randomF32({N, C, D}, 41), w = randomF32({C}, 42, 0.25f, 2.f);
+  Tensor t32(DType::I32, {N, D});
+  for (int64_t p = 0; p < P; ++p)
+    t32.data<int32_t>()[p] = static_cast<int32_t>((p * 3) % C);
+  t32.data<int32_t>()[5] = -100; // ignored
+  t32.data<int32_t>()[7] = -100;
+  for (const char *op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"})
+    for (const char *red : {"none", "sum", "mean"}) {
+      const bool none = std::string(red) == "none";
+      cuda::rows::LossGeometry g;
+      g.n = N;
+      g.c = C;
+      g.d = D;
+      g.softmax = std::string(op) == "SoftmaxCrossEntropyLoss";
+      g.hasIgnore = true;
+      g.ignoreIndex = -100;
+      g.target32 = true;
+      g.reduction = none ? 0 : std::string(red) == "sum" ? 1 : 2;
+      const TensorDesc lossDesc{DType::F32, none ? Shape{N, D} : Shape{}};
+      cpu::OpDesc d = makeDesc(op, {x.desc(), t32.desc(), w.desc()}, {lossDesc}, {}, 13);
+      d.attrs["reduction"] = Attribute::ofString(red);
+      d.attrs["ignore_index"] = Attribute::ofInt(-100);
+      Tensor ref = evalOne(d, {x, t32, w});
+      std::vector<float> loss(P), weight(P);
+      for (int64_t p = 0; p < P; ++p) {
+        const float *xr = x.data<float>() + (p / D) * C * D + p % D;
+        int64_t t = 0;
+        float wt = 0;
+        ASSERT_TRUE(cuda::rows::lossTargetWeight(g, t32.raw(), w.data<float>(), p, t, wt));
+        const float term = t < 0 ? 0.0f : g.softmax ? cuda::rows::sceLossLanes(xr, C, D, t, 32) : -xr[t * D];
+        loss[p] = t < 0 ? 0.0f : term * wt;
+        weight[p] = wt;
+      }
+      if (none) {
+        EXPECT_LE(worstError(loss.data(), ref.data<float>(), P), g.softmax ? 2e-7 : 0.0) << op << " " << red;
+      } else {
+        double sl = 0, sw = 0;
+        for (int64_t p = 0; p < P; ++p) {
+          sl += loss[p];
+          sw += weight[p];
+        }
+        const float got = static_cast<float>(g.reduction == 2 ? sl / sw : sl);
+        EXPECT_LE(worstError(&got, ref.data<float>(), 1), 2e-7) << op << " " << red;
+      }
+      // The gradient, for dLoss of the forward's shape.
+      Tensor dl = randomF32(lossDesc.shape, 43, 0.5f, 1.5f);
+      cpu::OpDesc gd = makeDesc(std::string(op) + "Grad", {dl.desc(), x.desc(), t32.desc(), w.desc()}, {x.desc()}, {},
+                                13, "pipec");
+      gd.attrs = d.attrs;
+      Tensor gref = evalOne(gd, {dl, x, t32, w});
+      double total = 0;
+      for (int64_t p = 0; p < P; ++p) {
+        int64_t t = 0;
+        float wt = 0;
+        cuda::rows::lossTargetWeight(g, t32.raw(), w.data<float>(), p, t, wt);
+        total += wt;
+      }
+      std::vector<float> dx(static_cast<size_t>(x.numel()));
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t off = (p / D) * C * D + p % D;
+        int64_t t = 0;
+        float wt = 0;
+        cuda::rows::lossTargetWeight(g, t32.raw(), w.data<float>(), p, t, wt);
+        const float gw = cuda::rows::lossScale(g, dl.data<float>(), p, total) * wt;
+        if (g.softmax)
+          cuda::rows::sceGradLanes(x.data<float>() + off, dx.data() + off, C, D, t, gw, 32);
+        else
+          for (int64_t c = 0; c < C; ++c)
+            dx[static_cast<size_t>(off + c * D)] = cuda::rows::nllGradOf(c, t, gw);
+      }
+      if (g.softmax)
+        EXPECT_LE(worstError(dx.data(), gref.data<float>(), x.numel()), 4e-7) << op << "Grad " << red;
+      else
+        EXPECT_EQ(std::memcmp(dx.data(), gref.raw(), gref.bytes()), 0) << op << "Grad " << red;
+    }
+  // A target outside [0, C) that is not the ignore index is refused.
+  cuda::rows::LossGeometry g;
+  g.c = C;
+  const int64_t bad[] = {C};
+  int64_t t = 0;
+  float wt = 0;
+  EXPECT_FALSE(cuda::rows::lossTargetWeight(g, bad, nullptr, 0, t, wt));
 }
 
 // Dropout's CUDA body draws the CPU kernel's Philox words (the shared

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "runtime/cpu/kernels/PadSpec.h"
 
 #include <algorithm>
 #include <cstring>
@@ -20,7 +21,7 @@
 namespace pipec::cpu {
 
 namespace {
-enum class PadMode { Constant, Reflect, Edge, Wrap };
+using dm::PadMode;
 
 class PadKernel final : public Kernel {
 public:
@@ -109,33 +110,6 @@ private:
   bool runtimeValue_;
 };
 
-int64_t floorMod(int64_t a, int64_t m) {
-  int64_t r = a % m;
-  return r < 0 ? r + m : r;
-}
-
-/// Source coordinate of output coordinate `o` of an axis of size `dim`
-/// padded by (begin, end); -1 for the constant.
-int64_t sourceOf(int64_t o, int64_t dim, int64_t begin, int64_t end, PadMode mode) {
-  const int64_t lo = std::max<int64_t>(0, -begin);
-  const int64_t len = dim - lo - std::max<int64_t>(0, -end);
-  int64_t c = o - std::max<int64_t>(0, begin);
-  if (c >= 0 && c < len)
-    return lo + c;
-  switch (mode) {
-  case PadMode::Constant: return -1;
-  case PadMode::Edge: return lo + std::clamp<int64_t>(c, 0, len - 1);
-  case PadMode::Wrap: return lo + floorMod(c, len);
-  case PadMode::Reflect: {
-    if (len == 1)
-      return lo;
-    const int64_t m = floorMod(c, 2 * (len - 1));
-    return lo + (m < len ? m : 2 * (len - 1) - m);
-  }
-  }
-  return -1;
-}
-
 Status readPads(const OpDesc &d, int64_t rank, std::vector<int64_t> &pads) {
   if (d.opset < 11) {
     const char *name = attrHas(d.attrs, "pads") ? "pads" : "paddings";
@@ -172,50 +146,62 @@ Status readPads(const OpDesc &d, int64_t rank, std::vector<int64_t> &pads) {
 }
 } // namespace
 
-Expected<KernelPtr> makePadKernel(const OpDesc &d) {
+Expected<dm::PadSpec> dm::padSpec(const OpDesc &d) {
   PIPEC_TRY(dm::checkArity(d, 1, 1));
   const TensorDesc &x = d.inputs[0];
-  PIPEC_ASSIGN(size_t esize, dm::elementSize(d, x, "input"));
+  PadSpec p;
+  PIPEC_ASSIGN(p.esize, dm::elementSize(d, x, "input"));
   std::string modeName = attrString(d.attrs, "mode", "constant");
-  PadMode mode;
   if (modeName == "constant")
-    mode = PadMode::Constant;
+    p.mode = PadMode::Constant;
   else if (modeName == "reflect")
-    mode = PadMode::Reflect;
+    p.mode = PadMode::Reflect;
   else if (modeName == "edge")
-    mode = PadMode::Edge;
+    p.mode = PadMode::Edge;
   else if (modeName == "wrap")
-    mode = PadMode::Wrap;
+    p.mode = PadMode::Wrap;
   else
     return errorf(d.where(), ": unknown mode '", modeName, "' (constant, reflect, edge, wrap)");
 
   // A scalar pads as a tensor of shape [1] with zero pads.
   const int64_t rank = x.rank();
-  std::vector<int64_t> pads;
-  PIPEC_TRY(readPads(d, rank, pads));
-  Shape dims = rank ? x.shape : Shape{1};
+  PIPEC_TRY(readPads(d, rank, p.pads));
+  p.dims = rank ? x.shape : Shape{1};
   if (!rank)
-    pads = {0, 0};
-
-  Shape outShape;
-  std::vector<std::vector<int64_t>> maps;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    const int64_t begin = pads[i], end = pads[i + dims.size()];
-    const int64_t out = dims[i] + begin + end;
-    const int64_t kept = dims[i] - std::max<int64_t>(0, -begin) - std::max<int64_t>(0, -end);
+    p.pads = {0, 0};
+  for (size_t i = 0; i < p.dims.size(); ++i) {
+    const int64_t begin = p.pads[i], end = p.pads[i + p.dims.size()];
+    const int64_t out = p.dims[i] + begin + end;
+    const int64_t kept = p.dims[i] - std::max<int64_t>(0, -begin) - std::max<int64_t>(0, -end);
     if (out < 0 || kept < 0)
-      return errorf(d.where(), ": pads ", begin, " and ", end, " on axis ", i, " crop more than ",
-                    dims[i], " elements");
-    if (mode != PadMode::Constant && kept == 0 && out > 0)
-      return errorf(d.where(), ": mode '", modeName, "' cannot pad axis ", i,
-                    ", which has no elements left");
-    outShape.push_back(out);
-    std::vector<int64_t> map(static_cast<size_t>(out));
-    for (int64_t o = 0; o < out; ++o)
-      map[o] = sourceOf(o, dims[i], begin, end, mode);
+      return errorf(d.where(), ": pads ", begin, " and ", end, " on axis ", i, " crop more than ", p.dims[i],
+                    " elements");
+    if (p.mode != PadMode::Constant && kept == 0 && out > 0)
+      return errorf(d.where(), ": mode '", modeName, "' cannot pad axis ", i, ", which has no elements left");
+    p.outDims.push_back(out);
+  }
+  PIPEC_TRY(dm::checkOutput(d, 0, x.dtype, rank ? p.outDims : Shape{}));
+  p.value.assign(p.esize, 0);
+  if (d.opset < 11) {
+    PIPEC_TRY(dm::encodeScalar(d, attrFloat(d.attrs, "value", 0.0f), x.dtype, p.value.data()));
+  } else if (d.hasInput(2)) {
+    const TensorDesc &v = d.inputs[2];
+    if (v.dtype != x.dtype || v.numel() != 1)
+      return errorf(d.where(), ": constant_value must be one ", dtypeName(x.dtype), " value, got ", v.str());
+    p.runtimeValue = true;
+  }
+  return p;
+}
+
+Expected<KernelPtr> makePadKernel(const OpDesc &d) {
+  PIPEC_ASSIGN(dm::PadSpec p, dm::padSpec(d));
+  std::vector<std::vector<int64_t>> maps;
+  for (size_t i = 0; i < p.dims.size(); ++i) {
+    std::vector<int64_t> map(static_cast<size_t>(p.outDims[i]));
+    for (int64_t o = 0; o < p.outDims[i]; ++o)
+      map[o] = dm::padSource(o, p.dims[i], p.pads[i], p.pads[i + p.dims.size()], p.mode);
     maps.push_back(std::move(map));
   }
-  PIPEC_TRY(dm::checkOutput(d, 0, x.dtype, rank ? outShape : Shape{}));
 
   // Innermost axis: maximal runs of consecutive sources, and fills.
   std::vector<PadKernel::Segment> segments;
@@ -231,21 +217,9 @@ Expected<KernelPtr> makePadKernel(const OpDesc &d) {
     }
     segments.push_back({o, 1, s});
   }
-
-  std::vector<unsigned char> value(esize, 0);
-  bool runtimeValue = false;
-  if (d.opset < 11) {
-    PIPEC_TRY(dm::encodeScalar(d, attrFloat(d.attrs, "value", 0.0f), x.dtype, value.data()));
-  } else if (d.hasInput(2)) {
-    const TensorDesc &v = d.inputs[2];
-    if (v.dtype != x.dtype || v.numel() != 1)
-      return errorf(d.where(), ": constant_value must be one ", dtypeName(x.dtype),
-                    " value, got ", v.str());
-    runtimeValue = true;
-  }
-  const int64_t rowLen = outShape.back();
-  return KernelPtr(new PadKernel(std::move(maps), rowMajorStrides(dims), std::move(segments),
-                                 rowLen, esize, std::move(value), runtimeValue));
+  const int64_t rowLen = p.outDims.back();
+  return KernelPtr(new PadKernel(std::move(maps), rowMajorStrides(p.dims), std::move(segments), rowLen, p.esize,
+                                 std::move(p.value), p.runtimeValue));
 }
 
 } // namespace pipec::cpu

@@ -6,6 +6,7 @@
 // run() copies it.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/ConstantOps.h"
 #include "runtime/cpu/kernels/DataMovementCommon.h"
 
 #include <cmath>
@@ -20,7 +21,7 @@ template <typename T> void fillRange(Tensor &out, T start, T delta) {
 }
 } // namespace
 
-Expected<KernelPtr> makeRangeKernel(const OpDesc &d) {
+Expected<Tensor> dm::rangeOutput(const OpDesc &d) {
   PIPEC_TRY(dm::checkArity(d, 3, 1));
   const char *names[] = {"start", "limit", "delta"};
   const Tensor *v[3];
@@ -60,6 +61,11 @@ Expected<KernelPtr> makeRangeKernel(const OpDesc &d) {
   case DType::I32: fillRange<int32_t>(out, *v[0]->data<int32_t>(), *v[2]->data<int32_t>()); break;
   default: fillRange<int16_t>(out, *v[0]->data<int16_t>(), *v[2]->data<int16_t>()); break;
   }
+  return out;
+}
+
+Expected<KernelPtr> makeRangeKernel(const OpDesc &d) {
+  PIPEC_ASSIGN(Tensor out, dm::rangeOutput(d));
   return KernelPtr(new dm::ConstantOutputKernel(std::move(out)));
 }
 

@@ -6,6 +6,7 @@
 // with the one-element 'value' attribute (f32 0 by default) of any type.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/ConstantOps.h"
 #include "runtime/cpu/kernels/DataMovementCommon.h"
 
 #include <algorithm>
@@ -28,13 +29,12 @@ private:
   int64_t count_;
 };
 
-Expected<KernelPtr> constant(const OpDesc &d, Tensor value) {
+Expected<Tensor> checked(const OpDesc &d, Tensor value) {
   PIPEC_TRY(dm::checkOutput(d, 0, value.dtype(), value.shape()));
-  return KernelPtr(new dm::ConstantOutputKernel(std::move(value)));
+  return value;
 }
-} // namespace
 
-Expected<KernelPtr> makeShapeKernel(const OpDesc &d) {
+Expected<Tensor> shapeOutput(const OpDesc &d) {
   PIPEC_TRY(dm::checkArity(d, 1, 1));
   const Shape &s = d.inputs[0].shape;
   const int64_t rank = static_cast<int64_t>(s.size());
@@ -44,17 +44,54 @@ Expected<KernelPtr> makeShapeKernel(const OpDesc &d) {
   std::vector<int64_t> dims;
   for (int64_t i = start; i < end; ++i)
     dims.push_back(s[i]);
-  return constant(d, Tensor::fromInts(dims));
+  return checked(d, Tensor::fromInts(dims));
 }
 
-Expected<KernelPtr> makeSizeKernel(const OpDesc &d) {
+Expected<Tensor> sizeOutput(const OpDesc &d) {
   PIPEC_TRY(dm::checkArity(d, 1, 1));
   Tensor t(DType::I64, {});
   *t.data<int64_t>() = d.inputs[0].numel();
-  return constant(d, std::move(t));
+  return checked(d, std::move(t));
 }
 
-Expected<KernelPtr> makeConstantOfShapeKernel(const OpDesc &d) {
+Expected<Tensor> constantNodeOutput(const OpDesc &d) {
+  if (d.attrs.size() != 1)
+    return errorf(d.where(), ": needs exactly one value attribute, has ", d.attrs.size());
+  const auto &[name, a] = *d.attrs.begin();
+  using K = Attribute::Kind;
+  if (name == "value" && a.kind == K::Tensor) {
+    PIPEC_TRY(dm::elementSize(d, a.t.desc(), "value").status());
+    return checked(d, a.t);
+  }
+  if (name == "value_float" && a.kind == K::Float)
+    return checked(d, Tensor::scalarF32(a.f));
+  if (name == "value_floats" && a.kind == K::Floats)
+    return checked(d, Tensor::fromFloats(a.floats, {static_cast<int64_t>(a.floats.size())}));
+  if (name == "value_int" && a.kind == K::Int) {
+    Tensor t(DType::I64, {});
+    *t.data<int64_t>() = a.i;
+    return checked(d, std::move(t));
+  }
+  if (name == "value_ints" && a.kind == K::Ints)
+    return checked(d, Tensor::fromInts(a.ints));
+  return errorf(d.where(), ": attribute '", name,
+                "' is not supported (value, value_float(s), value_int(s); no strings or sparse)");
+}
+} // namespace
+
+Expected<Tensor> dm::constantOutput(const OpDesc &d) {
+  if (d.opType == "Shape")
+    return shapeOutput(d);
+  if (d.opType == "Size")
+    return sizeOutput(d);
+  if (d.opType == "Constant")
+    return constantNodeOutput(d);
+  if (d.opType == "Range")
+    return rangeOutput(d);
+  return errorf(d.where(), ": not an op whose output is known at load");
+}
+
+Expected<Tensor> dm::constantOfShapeValue(const OpDesc &d) {
   PIPEC_TRY(dm::checkArity(d, 1, 1));
   PIPEC_ASSIGN(std::vector<int64_t> shape, dm::constInts(d, 0, "shape"));
   for (int64_t v : shape)
@@ -68,31 +105,19 @@ Expected<KernelPtr> makeConstantOfShapeKernel(const OpDesc &d) {
   }
   PIPEC_TRY(dm::elementSize(d, value.desc(), "value").status());
   PIPEC_TRY(dm::checkOutput(d, 0, value.dtype(), shape));
-  return KernelPtr(new FillKernel(value, numElements(shape)));
+  return value;
 }
 
-Expected<KernelPtr> makeConstantKernel(const OpDesc &d) {
-  if (d.attrs.size() != 1)
-    return errorf(d.where(), ": needs exactly one value attribute, has ", d.attrs.size());
-  const auto &[name, a] = *d.attrs.begin();
-  using K = Attribute::Kind;
-  if (name == "value" && a.kind == K::Tensor) {
-    PIPEC_TRY(dm::elementSize(d, a.t.desc(), "value").status());
-    return constant(d, a.t);
-  }
-  if (name == "value_float" && a.kind == K::Float)
-    return constant(d, Tensor::scalarF32(a.f));
-  if (name == "value_floats" && a.kind == K::Floats)
-    return constant(d, Tensor::fromFloats(a.floats, {static_cast<int64_t>(a.floats.size())}));
-  if (name == "value_int" && a.kind == K::Int) {
-    Tensor t(DType::I64, {});
-    *t.data<int64_t>() = a.i;
-    return constant(d, std::move(t));
-  }
-  if (name == "value_ints" && a.kind == K::Ints)
-    return constant(d, Tensor::fromInts(a.ints));
-  return errorf(d.where(), ": attribute '", name,
-                "' is not supported (value, value_float(s), value_int(s); no strings or sparse)");
+Expected<KernelPtr> makeShapeKernel(const OpDesc &d) {
+  PIPEC_ASSIGN(Tensor v, dm::constantOutput(d));
+  return KernelPtr(new dm::ConstantOutputKernel(std::move(v)));
+}
+Expected<KernelPtr> makeSizeKernel(const OpDesc &d) { return makeShapeKernel(d); }
+Expected<KernelPtr> makeConstantKernel(const OpDesc &d) { return makeShapeKernel(d); }
+
+Expected<KernelPtr> makeConstantOfShapeKernel(const OpDesc &d) {
+  PIPEC_ASSIGN(Tensor value, dm::constantOfShapeValue(d));
+  return KernelPtr(new FillKernel(value, d.outputs[0].numel()));
 }
 
 } // namespace pipec::cpu

@@ -119,4 +119,10 @@ Status checkFlag(ExecContext &ctx, const std::string &what) {
   return Status::ok();
 }
 
+Status clearFlag(ExecContext &ctx, const std::string &what) {
+  if (cudaMemsetAsync(ctx.workspace, 0, sizeof(int), static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess)
+    return errorf(what, ": cudaMemsetAsync failed: ", cudaGetErrorString(cudaGetLastError()));
+  return Status::ok();
+}
+
 } // namespace pipec::cuda

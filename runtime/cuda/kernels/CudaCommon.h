@@ -67,6 +67,21 @@ template <typename F> KernelPtr launchKernel(F f, size_t ws = 0) {
 /// first int of the workspace, cleared before the launch).
 Status checkFlag(ExecContext &ctx, const std::string &what);
 
+/// Clears the workspace's flag (its first int) on the stream.
+Status clearFlag(ExecContext &ctx, const std::string &what);
+
+/// Runs `launch(int *flag)` of a kernel that flags bad data (an index out
+/// of range): with the executor's ExecContext::errorFlag, read at the
+/// step's end; else with the workspace's (workspaceBytes() >= sizeof(int)),
+/// cleared before and read back after, so the error comes now.
+template <typename F> Status withDataFlag(ExecContext &ctx, const std::string &what, F launch) {
+  if (ctx.errorFlag)
+    return launch(ctx.errorFlag);
+  PIPEC_TRY(clearFlag(ctx, what));
+  PIPEC_TRY(launch(static_cast<int *>(ctx.workspace)));
+  return checkFlag(ctx, what);
+}
+
 inline int64_t normAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
 inline int64_t prodDims(const Shape &s, size_t from, size_t to) {

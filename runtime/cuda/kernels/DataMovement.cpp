@@ -1,18 +1,65 @@
 //===- runtime/cuda/kernels/DataMovement.cpp - CUDA data movement kernels -===//
 //
 // Transpose, Concat and Split along an axis, Gather and pipec:GatherGrad,
-// and Slice, Expand and Tile as strided views (support/StridedView.h).
+// Slice, Expand and Tile as strided views (support/StridedView.h), Pad,
+// GatherElements and Trilu (runtime/cuda/Move.cu), and the ops whose
+// output is known at load: Shape, Size, Constant and Range copy it from
+// pinned host memory, ConstantOfShape fills (runtime/cpu/kernels/
+// ConstantOps.h computes both for either backend).
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/ConstantOps.h"
+#include "runtime/cpu/kernels/PadSpec.h"
 #include "runtime/cuda/kernels/CudaCommon.h"
 #include "support/StridedView.h"
 
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 namespace pipec::cuda {
 
 namespace {
 
+/// Elements the movers take: 1, 2, 4 or 8 bytes.
+Expected<size_t> moverSize(const OpDesc &d, DType t) {
+  const size_t esize = dtypeSize(t);
+  if (esize != 1 && esize != 2 && esize != 4 && esize != 8)
+    return errorf(d.where(), ": elements of type ", dtypeName(t), " (the CUDA kernel moves 1, 2, 4 or 8 bytes)");
+  return esize;
+}
+
+/// An output known at load, held in pinned host memory and copied to the
+/// output on the stream (an asynchronous copy, as a kernel would be).
+class ConstantOutputKernel final : public Kernel {
+public:
+  ~ConstantOutputKernel() override {
+    if (host_)
+      cudaFreeHost(host_);
+  }
+  static Expected<KernelPtr> make(const OpDesc &d, const Tensor &value) {
+    auto k = std::make_unique<ConstantOutputKernel>();
+    k->bytes_ = value.bytes();
+    if (k->bytes_) {
+      if (cudaMallocHost(&k->host_, k->bytes_) != cudaSuccess)
+        return errorf(d.where(), ": cudaMallocHost of ", k->bytes_, " bytes failed: ",
+                      cudaGetErrorString(cudaGetLastError()));
+      std::memcpy(k->host_, value.raw(), k->bytes_);
+    }
+    return KernelPtr(std::move(k));
+  }
+  Status run(ExecContext &ctx, const void *const *, void *const *out) override {
+    if (bytes_ &&
+        cudaMemcpyAsync(out[0], host_, bytes_, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx.stream)) !=
+            cudaSuccess)
+      return errorf("constant output: cudaMemcpyAsync failed: ", cudaGetErrorString(cudaGetLastError()));
+    return Status::ok();
+  }
+
+private:
+  void *host_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 } // namespace
 
@@ -106,16 +153,11 @@ Expected<KernelPtr> makeGather(const OpDesc &d) {
         },
         gatherGradWorkspace(count, len));
   return launchKernel(
-      [=, where = d.where()](ExecContext &ctx, const void *const *in, void *const *out) -> Status {
-        if (ctx.errorFlag) // read by the executor at the step's end
+      [=, where = d.where()](ExecContext &ctx, const void *const *in, void *const *out) {
+        return withDataFlag(ctx, where, [&](int *flag) {
           return launchGather(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),
-                              static_cast<float *>(out[0]), outer, len, inner, count, ctx.errorFlag, ctx.stream);
-        if (cudaMemsetAsync(ctx.workspace, 0, sizeof(int), static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess)
-          return errorf(where, ": cudaMemsetAsync failed");
-        PIPEC_TRY(launchGather(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]),
-                               static_cast<float *>(out[0]), outer, len, inner, count,
-                               static_cast<int *>(ctx.workspace), ctx.stream));
-        return checkFlag(ctx, where);
+                              static_cast<float *>(out[0]), outer, len, inner, count, flag, ctx.stream);
+        });
       },
       256);
 }
@@ -185,6 +227,88 @@ Expected<KernelPtr> makeExpand(const OpDesc &d) {
 Expected<KernelPtr> makeTile(const OpDesc &d) {
   PIPEC_ASSIGN(std::vector<int64_t> repeats, constInts(d, 1, "repeats"));
   return stridedCopy(d, tileView(d.inputs[0].shape, repeats));
+}
+
+Expected<KernelPtr> makePad(const OpDesc &d) {
+  PIPEC_ASSIGN(cpu::dm::PadSpec p, cpu::dm::padSpec(d));
+  PIPEC_TRY(moverSize(d, d.inputs[0].dtype).status());
+  if (p.dims.size() > static_cast<size_t>(body::kMaxRank))
+    return errorf(d.where(), ": rank ", p.dims.size(), " (the CUDA kernel pads up to rank ", body::kMaxRank, ")");
+  const body::PadGeometry g = body::padGeometry(p);
+  uint64_t value = 0;
+  std::memcpy(&value, p.value.data(), p.esize);
+  const size_t esize = p.esize;
+  const bool runtimeValue = p.runtimeValue;
+  const int64_t n = d.outputs[0].numel();
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchPad(in[0], out[0], g, n, esize, value, runtimeValue ? in[2] : nullptr, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeGatherElements(const OpDesc &d) {
+  if (d.inputs.size() != 2 || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects data and indices, and one output");
+  const TensorDesc &x = d.inputs[0], &ind = d.inputs[1];
+  PIPEC_ASSIGN(size_t esize, moverSize(d, x.dtype));
+  if (ind.dtype != DType::I64 && ind.dtype != DType::I32)
+    return errorf(d.where(), ": indices must be int32 or int64, got ", dtypeName(ind.dtype));
+  if (x.rank() < 1 || ind.rank() != x.rank() || x.rank() > body::kMaxRank)
+    return errorf(d.where(), ": data ", x.str(), " and indices ", ind.str(), " must have one rank in [1, ",
+                  body::kMaxRank, "]");
+  const int64_t axis = normAxis(attrInt(d.attrs, "axis", 0), x.shape.size());
+  if (axis < 0 || axis >= x.rank())
+    return errorf(d.where(), ": axis out of range for ", x.str());
+  for (int64_t k = 0; k < x.rank(); ++k)
+    if (k != axis && ind.shape[k] > x.shape[k])
+      return errorf(d.where(), ": indices ", ind.str(), " exceed data ", x.str(), " on axis ", k);
+  if (d.outputs[0].dtype != x.dtype || d.outputs[0].shape != ind.shape)
+    return errorf(d.where(), ": the output must be ", dtypeName(x.dtype), " ", shapeStr(ind.shape));
+  const body::GatherElementsGeometry g = body::gatherElementsGeometry(x.shape, ind.shape, static_cast<int>(axis));
+  const bool idx64 = ind.dtype == DType::I64;
+  const int64_t n = ind.numel();
+  return launchKernel(
+      [=, where = d.where()](ExecContext &ctx, const void *const *in, void *const *out) {
+        return withDataFlag(ctx, where, [&](int *flag) {
+          return launchGatherElements(in[0], in[1], idx64, out[0], g, n, esize, flag, ctx.stream);
+        });
+      },
+      256);
+}
+
+Expected<KernelPtr> makeTrilu(const OpDesc &d) {
+  if (d.inputs.empty() || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects an input and one output");
+  const TensorDesc &x = d.inputs[0];
+  PIPEC_ASSIGN(size_t esize, moverSize(d, x.dtype));
+  if (x.rank() < 2)
+    return errorf(d.where(), ": input must have rank >= 2, got ", x.str());
+  const bool hasK = d.hasInput(1);
+  if (hasK && (d.inputs[1].dtype != DType::I64 || d.inputs[1].numel() != 1))
+    return errorf(d.where(), ": k must be an int64 scalar, got ", d.inputs[1].str());
+  if (d.outputs[0] != x)
+    return errorf(d.where(), ": the output must be ", x.str());
+  const int64_t rows = x.shape[x.shape.size() - 2], cols = x.shape.back(), n = x.numel();
+  const bool upper = attrInt(d.attrs, "upper", 1) != 0;
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchTrilu(in[0], out[0], n, rows, cols, 0, hasK ? static_cast<const int64_t *>(in[1]) : nullptr, upper,
+                       esize, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeConstantOutput(const OpDesc &d) {
+  PIPEC_ASSIGN(Tensor value, cpu::dm::constantOutput(d));
+  return ConstantOutputKernel::make(d, value);
+}
+
+Expected<KernelPtr> makeConstantOfShape(const OpDesc &d) {
+  PIPEC_ASSIGN(Tensor value, cpu::dm::constantOfShapeValue(d));
+  PIPEC_ASSIGN(size_t esize, moverSize(d, value.dtype()));
+  uint64_t bits = 0;
+  std::memcpy(&bits, value.raw(), esize);
+  const int64_t n = d.outputs[0].numel();
+  return launchKernel([=](ExecContext &ctx, const void *const *, void *const *out) {
+    return launchFill(out[0], n, esize, bits, ctx.stream);
+  });
 }
 
 Expected<KernelPtr> makeConcat(const OpDesc &d) { return makeSlices(d, true); }

@@ -3,7 +3,8 @@
 // ONNX's remaining elementwise ops on float32 (bool where the op reads or
 // writes bool): the one-input math and activation functions, IsNaN, IsInf
 // and Not; Pow, PRelu, the comparisons and the logical ops, broadcasting;
-// Where; Max, Min, Sum and Mean of up to eight inputs; and Identity with
+// Where; Max, Min, Sum and Mean of up to eight inputs; Mod (float32/64,
+// int32/64: runtime/cuda/Move.cu); and Identity with
 // the reshaping ops where they are not views (a copy). The
 // arithmetic is runtime/cuda/Bodies.h's body::mathUnary / mathBinary.
 //
@@ -122,6 +123,27 @@ Expected<KernelPtr> makeMath(const OpDesc &d) {
   }
   return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
     return launchMathUnary(p, in[0], out[0], n, ctx.stream);
+  });
+}
+
+Expected<KernelPtr> makeMod(const OpDesc &d) {
+  if (d.inputs.size() != 2 || d.outputs.size() != 1)
+    return errorf(d.where(), ": expects two inputs and one output");
+  const DType t = d.outputs[0].dtype;
+  const CastType type = t == DType::F32 ? CastType::F32
+                        : t == DType::F64 ? CastType::F64
+                        : t == DType::I32 ? CastType::I32
+                        : t == DType::I64 ? CastType::I64
+                                          : CastType::Bool;
+  if (type == CastType::Bool || d.inputs[0].dtype != t || d.inputs[1].dtype != t)
+    return errorf(d.where(), ": the CUDA kernel takes float32, float64, int32 or int64 of one type, not ",
+                  dtypeName(d.inputs[0].dtype), " and ", dtypeName(d.inputs[1].dtype));
+  PIPEC_ASSIGN(body::Broadcast ba, broadcastTo(d, 0));
+  PIPEC_ASSIGN(body::Broadcast bb, broadcastTo(d, 1));
+  const bool cMod = attrInt(d.attrs, "fmod", 0) != 0;
+  const int64_t n = d.outputs[0].numel();
+  return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+    return launchMod(type, in[0], ba, in[1], bb, out[0], n, cMod, ctx.stream);
   });
 }
 

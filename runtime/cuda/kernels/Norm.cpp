@@ -1,10 +1,11 @@
 //===- runtime/cuda/kernels/Norm.cpp - CUDA row kernels: softmax, layer norm, reductions, losses -===//
 //
 // Softmax and LogSoftmax, pipec:MaskedSoftmax and pipec:SoftmaxGrad,
-// LayerNormalization and its gradients, ReduceSum, and softmax
-// cross-entropy with its gradient.
+// LayerNormalization and its gradients, the reductions, and the losses
+// (SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss) with their gradients.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/DataMovementCommon.h"
 #include "runtime/cuda/kernels/CudaCommon.h"
 
 #include <cuda_runtime.h>
@@ -64,49 +65,40 @@ private:
   std::optional<body::ReduceOp> op_;
 };
 
-/// Softmax cross-entropy (reduction 0 none, 1 sum, 2 mean) and its
-/// gradient, without class weights or an ignore index. The workspace
-/// holds a flag the kernels raise for a target outside [0, C), read back
-/// after the launch: an error, not a silent NaN.
-class SceKernel final : public Kernel {
+/// SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss (reduction 0
+/// none, 1 sum, 2 mean; class weights; an ignore index; int32 or int64
+/// targets) and their gradients. The workspace holds the flag the kernels
+/// raise for a target outside [0, C) (an error, not a silent NaN), the
+/// mean's total weight, and each position's loss and weight.
+class LossKernel final : public Kernel {
 public:
-  SceKernel(bool grad, int reduction, int64_t n, int64_t c, int64_t d)
-      : grad_(grad), reduction_(reduction), n_(n), c_(c), d_(d) {}
-  size_t workspaceBytes() const override { return 256 + static_cast<size_t>(n_ * d_) * sizeof(float); }
+  LossKernel(std::string where, rows::LossGeometry g, bool grad, bool weighted)
+      : where_(std::move(where)), g_(g), grad_(grad), weighted_(weighted) {}
+  size_t workspaceBytes() const override { return kPerPosition + 2 * static_cast<size_t>(g_.n * g_.d) * sizeof(float); }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
-    auto stream = static_cast<cudaStream_t>(ctx.stream);
-    // The executor's flag, read at the step's end; else the workspace's,
-    // read back now.
-    int *flag = ctx.errorFlag ? ctx.errorFlag : static_cast<int *>(ctx.workspace);
-    float *per = reinterpret_cast<float *>(static_cast<char *>(ctx.workspace) + 256);
-    if (!ctx.errorFlag && cudaMemsetAsync(flag, 0, sizeof(int), stream) != cudaSuccess)
-      return errorf("SoftmaxCrossEntropyLoss: cudaMemsetAsync failed");
-    if (grad_) {
-      PIPEC_TRY(launchSceGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
-                              static_cast<const int64_t *>(in[2]), n_, c_, d_, reduction_,
-                              static_cast<float *>(out[0]), flag, ctx.stream));
-    } else {
+    auto *ws = static_cast<char *>(ctx.workspace);
+    auto *total = reinterpret_cast<double *>(ws + 8);
+    auto *per = reinterpret_cast<float *>(ws + kPerPosition);
+    float *perWeight = per + g_.n * g_.d;
+    return withDataFlag(ctx, where_, [&](int *flag) -> Status {
+      if (grad_)
+        return launchLossGrad(g_, static_cast<const float *>(in[0]), static_cast<const float *>(in[1]), in[2],
+                              weighted_ ? static_cast<const float *>(in[3]) : nullptr, total,
+                              static_cast<float *>(out[0]), flag, ctx.stream);
       float *loss = static_cast<float *>(out[0]);
-      PIPEC_TRY(launchSceLoss(static_cast<const float *>(in[0]), static_cast<const int64_t *>(in[1]), n_, c_, d_,
-                              reduction_ == 0 ? loss : per, flag, ctx.stream));
-      if (reduction_ != 0)
-        PIPEC_TRY(launchSumInOrder(per, n_ * d_, reduction_ == 2, loss, ctx.stream));
-    }
-    if (ctx.errorFlag)
-      return Status::ok();
-    int bad = 0;
-    if (cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
-        cudaStreamSynchronize(stream) != cudaSuccess)
-      return errorf("SoftmaxCrossEntropyLoss: ", cudaGetErrorString(cudaGetLastError()));
-    if (bad)
-      return errorf("a target is outside [0, ", c_, ") (SoftmaxCrossEntropyLoss on the GPU)");
-    return Status::ok();
+      const bool none = g_.reduction == 0;
+      PIPEC_TRY(launchLoss(g_, static_cast<const float *>(in[0]), in[1],
+                           weighted_ ? static_cast<const float *>(in[2]) : nullptr, none ? loss : per,
+                           none ? nullptr : perWeight, flag, ctx.stream));
+      return none ? Status::ok() : launchLossSum(per, perWeight, g_.n * g_.d, g_.reduction, loss, ctx.stream);
+    });
   }
 
 private:
-  bool grad_;
-  int reduction_;
-  int64_t n_, c_, d_;
+  static constexpr size_t kPerPosition = 256; ///< the flag at 0, the total weight at 8
+  std::string where_;
+  rows::LossGeometry g_;
+  bool grad_, weighted_;
 };
 
 /// The geometry of summing a row-major tensor of shape `s` over the axes
@@ -179,27 +171,35 @@ Expected<KernelPtr> makeReduceSum(const OpDesc &d) {
   return KernelPtr(new ReduceSumKernel(reductionOf(s, reduced), d.outputs[0].numel(), op));
 }
 
-Expected<KernelPtr> makeSce(const OpDesc &d) {
+Expected<KernelPtr> makeLoss(const OpDesc &d) {
   const bool grad = d.domain == "pipec";
-  const size_t scores = grad ? 1 : 0;
-  PIPEC_TRY(needF32(d, static_cast<int>(scores) + 1));
-  if (d.hasInput(scores + 2))
-    return errorf(d.where(), ": class weights are not implemented in the CUDA kernel");
-  if (attrHas(d.attrs, "ignore_index"))
-    return errorf(d.where(), ": ignore_index is not implemented in the CUDA kernel");
   if (!grad && d.outputs.size() > 1)
     return errorf(d.where(), ": the log_prob output is not implemented in the CUDA kernel");
-  const std::string red = attrHas(d.attrs, "reduction") ? d.attrs.at("reduction").s : "mean";
-  const int reduction = red == "none" ? 0 : red == "sum" ? 1 : red == "mean" ? 2 : -1;
-  if (reduction < 0)
-    return errorf(d.where(), ": unknown reduction '", red, "'");
-  const Shape &x = d.inputs[scores].shape;
-  if (x.size() < 2)
-    return errorf(d.where(), ": scores must be [N, C, ...], got ", shapeStr(x));
-  int64_t dd = 1;
-  for (size_t a = 2; a < x.size(); ++a)
-    dd *= x[a];
-  return KernelPtr(new SceKernel(grad, reduction, x[0], x[1], dd));
+  // A gradient node read as its forward loss (scores, target, weight ->
+  // loss), as the CPU kernel reads it, for the shared checks and layout.
+  OpDesc fwd = d;
+  if (grad) {
+    if (d.inputs.size() < 3 || d.outputs.size() != 1)
+      return errorf(d.where(), ": expects 3 or 4 inputs and 1 output");
+    fwd.inputs.assign(d.inputs.begin() + 1, d.inputs.end());
+    fwd.constInputs.clear();
+    fwd.outputs = {d.inputs[0]};
+  }
+  PIPEC_ASSIGN(cpu::dm::LossLayout l, cpu::dm::lossLayout(fwd));
+  if (l.scoreType != DType::F32)
+    return errorf(d.where(), ": the CUDA kernel takes float32 scores, not ", dtypeName(l.scoreType));
+  if (grad && (d.inputs[0].dtype != DType::F32 || d.outputs[0] != d.inputs[1]))
+    return errorf(d.where(), ": the gradient must be float32 ", shapeStr(d.inputs[1].shape));
+  rows::LossGeometry g;
+  g.n = l.n;
+  g.c = l.c;
+  g.d = l.d;
+  g.softmax = d.opType.find("SoftmaxCrossEntropy") != std::string::npos;
+  g.hasIgnore = l.hasIgnore;
+  g.ignoreIndex = l.ignoreIndex;
+  g.target32 = l.targetType == DType::I32;
+  g.reduction = l.reduction == cpu::dm::Reduction::None ? 0 : l.reduction == cpu::dm::Reduction::Sum ? 1 : 2;
+  return KernelPtr(new LossKernel(d.where(), g, grad, l.hasWeight));
 }
 
 Expected<KernelPtr> makeLayerNorm(const OpDesc &d) {
