@@ -143,6 +143,9 @@ Status launchGatherElements(const void *data, const void *idx, bool idx64, void 
 /// (device memory) where given.
 Status launchTrilu(const void *in, void *out, int64_t n, int64_t rows, int64_t cols, int64_t k, const int64_t *kAt,
                    bool upper, size_t esize, void *stream);
+/// One pass of a separable resize (float32; the pass's tables in device
+/// memory).
+Status launchResizePass(const body::ResizePass &p, const float *in, float *out, void *stream);
 /// Writes the low esize bytes of `value` n times.
 Status launchFill(void *out, int64_t n, size_t esize, uint64_t value, void *stream);
 /// Mod of two broadcast inputs (float32, float64, int32 or int64): C's

@@ -1,9 +1,9 @@
 //===- runtime/cuda/Move.cu - CUDA indexing kernels -----------------------===//
 //
-// Pad, GatherElements, Trilu, a fill (ConstantOfShape) and Mod: one thread
-// per output element, grid-stride, the bodies of runtime/cuda/
-// MoveBodies.h. The movers take elements of 1, 2, 4 or 8 bytes whatever
-// their type.
+// Pad, GatherElements, Trilu, a resize pass, a fill (ConstantOfShape) and
+// Mod: one thread per output element, grid-stride, the bodies of
+// runtime/cuda/MoveBodies.h. The movers take elements of 1, 2, 4 or 8
+// bytes whatever their type.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/Kernels.h"
@@ -75,6 +75,12 @@ __global__ void triluKernel(const T *in, T *out, int64_t n, int64_t rows, int64_
   }
 }
 
+__global__ void resizePassKernel(body::ResizePass p, const float *in, float *out) {
+  const int64_t n = p.outer * p.nOut * p.inner;
+  for (int64_t i = firstItem(); i < n; i += itemStride())
+    out[i] = body::resizePassElement(p, in, i);
+}
+
 template <typename T> __global__ void fillKernel(T *out, int64_t n, uint64_t value) {
   const T v = fromBits<T>(value);
   for (int64_t i = firstItem(); i < n; i += itemStride())
@@ -131,6 +137,14 @@ Status launchTrilu(const void *in, void *out, int64_t n, int64_t rows, int64_t c
                                                              rows, cols, k, kAt, upper);
   });
   return ok ? launched("Trilu") : errorf("Trilu: elements of ", esize, " bytes");
+}
+
+Status launchResizePass(const body::ResizePass &p, const float *in, float *out, void *stream) {
+  const LaunchShape l = itemLaunch(p.outer * p.nOut * p.inner);
+  if (l.grid == 0)
+    return Status::ok();
+  resizePassKernel<<<l.grid, l.block, 0, asStream(stream)>>>(p, in, out);
+  return launched("Resize");
 }
 
 Status launchFill(void *out, int64_t n, size_t esize, uint64_t value, void *stream) {

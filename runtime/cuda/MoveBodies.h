@@ -1,7 +1,7 @@
 //===- runtime/cuda/MoveBodies.h - Bodies of the CUDA indexing kernels -*- C++ -*-===//
 //
 // Per-element bodies of the CUDA kernels of runtime/cuda/Move.cu: Pad,
-// GatherElements, Trilu and Mod. PIPEC_HD (runtime/cuda/Hd.h), so the CPU
+// GatherElements, Trilu, a resize pass and Mod. PIPEC_HD (runtime/cuda/Hd.h), so the CPU
 // tests run them element by element against the CPU kernels
 // (tests/unit/CudaBodiesTest.cpp). Element types do not matter to the
 // data movers: they return offsets, and the kernels move 1, 2, 4 or 8
@@ -107,6 +107,27 @@ PIPEC_HD inline bool triluKeeps(int64_t row, int64_t col, int64_t rows, int64_t 
   const int64_t lo = -rows - 1, hi = cols + 1;
   const int64_t diag = (k < lo ? lo : k > hi ? hi : k) + row;
   return upper ? col >= diag : col <= diag;
+}
+
+/// One pass of a separable resize (runtime/cpu/kernels/ResizeCommon.h):
+/// input [outer, nIn, inner] to output [outer, nOut, inner], output
+/// coordinate o the sum of the taps idx[k], w[k] for k in [start[o],
+/// start[o + 1]), in tap order (0 without taps).
+struct ResizePass {
+  int64_t outer = 1, nIn = 1, nOut = 1, inner = 1;
+  const int64_t *start = nullptr, *idx = nullptr;
+  const float *w = nullptr;
+};
+PIPEC_HD inline float resizePassElement(const ResizePass &p, const float *in, int64_t i) {
+  const int64_t k = i % p.inner, o = (i / p.inner) % p.nOut, q = i / (p.inner * p.nOut);
+  const float *base = in + q * p.nIn * p.inner + k;
+  const int64_t k0 = p.start[o], k1 = p.start[o + 1];
+  if (k0 == k1)
+    return 0.0f;
+  float acc = p.w[k0] * base[p.idx[k0] * p.inner];
+  for (int64_t t = k0 + 1; t < k1; ++t)
+    acc += p.w[t] * base[p.idx[t] * p.inner];
+  return acc;
 }
 
 /// Mod: C's fmod (fmod=1, the dividend's sign) or Python's (the divisor's

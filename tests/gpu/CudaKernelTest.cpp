@@ -14,6 +14,7 @@
 #include "runtime/train/Optimizer.h"
 #include "support/Format.h"
 #include "support/ElementwiseProgram.h"
+#include "support/Resize.h"
 #include "tests/unit/KernelTestSupport.h"
 
 #include <cuda_runtime.h>
@@ -237,6 +238,26 @@ TEST(CudaKernels, IndexingOpsAgainstCpu) {
   cs.attrs["value"] = Attribute::ofTensor(seven);
   setConst(cs, 0, shape);
   EXPECT_EQ(compareWithCpu(cs, {shape}), 0.0) << "ConstantOfShape";
+  // Resize (linear, cubic, nearest) and its gradient.
+  Tensor img = randomF32({2, 3, 9, 11}, 73), scales(DType::F32, {4});
+  const float sv[] = {1, 1, 1.5f, 0.6f};
+  std::copy(std::begin(sv), std::end(sv), scales.data<float>());
+  for (const char *mode : {"linear", "cubic", "nearest"}) {
+    cpu::OpDesc rs = makeDesc("Resize", {img.desc(), TensorDesc{}, scales.desc()}, {{DType::F32, {2, 3, 13, 6}}}, {},
+                              18);
+    rs.attrs["mode"] = Attribute::ofString(mode);
+    setConst(rs, 2, scales);
+    EXPECT_LE(compareWithCpu(rs, {img, Tensor(), scales}), 1e-6) << "Resize " << mode;
+    ResizeArgs ra;
+    ra.opType = "Resize";
+    ra.opset = 18;
+    ra.attrs = &rs.attrs;
+    ra.x = img.shape();
+    ra.scales = &scales;
+    Tensor dy = randomF32({2, 3, 13, 6}, 74);
+    cpu::OpDesc rg = makeDesc("ResizeGrad", {dy.desc()}, {img.desc()}, resizeGradAttrs(ra), 1, "pipec");
+    EXPECT_LE(compareWithCpu(rg, {dy}), 1e-6) << "ResizeGrad " << mode;
+  }
   // An index out of range: the run fails, naming the node.
   idx.data<int64_t>()[17] = 6;
   auto kernel = cuda::createKernel(ge);

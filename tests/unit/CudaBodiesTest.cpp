@@ -12,6 +12,7 @@
 #include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Launch.h"
 #include "runtime/cuda/MoveBodies.h"
+#include "runtime/cpu/kernels/ResizeCommon.h"
 #include "runtime/cuda/RowBodies.h"
 #include "runtime/cuda/Update.h"
 #include "runtime/train/Clip.h"
@@ -830,6 +831,60 @@ TEST(CudaBodies, PadGatherElementsTriluAndModMatchTheCpuKernels) {
               << x->data<int64_t>()[i] << " mod " << y->data<int64_t>()[i % 6] << " fmod " << fmod;
         }
       }
+    }
+  }
+}
+
+// Resize and pipec:ResizeGrad as the CUDA kernel runs them: the CPU plan's
+// passes (runtime/cpu/kernels/ResizeCommon.h), each element by
+// body::resizePassElement, against the CPU kernels; nearest exactly.
+TEST(CudaBodies, ResizePassesMatchTheCpuKernels) {
+  Tensor x = randomF32({2, 3, 5, 6}, 51);
+  struct Case {
+    const char *mode;
+    std::vector<float> scales;
+    int64_t antialias;
+  };
+  for (const Case &c : {Case{"nearest", {1, 1, 2, 1.5f}, 0}, Case{"linear", {1, 1, 1.6f, 0.5f}, 0},
+                        Case{"cubic", {1, 1, 0.6f, 2}, 0}, Case{"linear", {1, 1, 0.4f, 0.5f}, 1}}) {
+    Shape out = x.shape();
+    for (size_t a = 0; a < 4; ++a)
+      out[a] = static_cast<int64_t>(std::floor(out[a] * static_cast<double>(c.scales[a])));
+    Tensor scales(DType::F32, {4});
+    std::copy(c.scales.begin(), c.scales.end(), scales.data<float>());
+    cpu::OpDesc d = makeDesc("Resize", {x.desc(), TensorDesc{}, scales.desc()}, {{DType::F32, out}}, {}, 18);
+    d.attrs["mode"] = Attribute::ofString(c.mode);
+    d.attrs["antialias"] = Attribute::ofInt(c.antialias);
+    setConst(d, 2, scales);
+    ResizeArgs a;
+    a.opType = "Resize";
+    a.opset = 18;
+    a.attrs = &d.attrs;
+    a.x = x.shape();
+    a.scales = &scales;
+    Tensor dy = randomF32(out, 52);
+    cpu::OpDesc g = makeDesc("ResizeGrad", {{DType::F32, out}}, {x.desc()}, resizeGradAttrs(a), 1, "pipec");
+    for (const cpu::OpDesc *node : {&d, &g}) {
+      const Tensor &in = node == &d ? x : dy;
+      Tensor ref = evalOne(*node, node == &d ? std::vector<Tensor>{x, Tensor(), scales} : std::vector<Tensor>{dy});
+      auto rn = cpu::resize::resizeNode(*node);
+      ASSERT_TRUE(rn.isOk()) << rn.status().message();
+      const cpu::resize::SeparablePlan<float> plan(rn->in, rn->taps, 0.0);
+      ASSERT_FALSE(plan.passes().empty());
+      std::vector<float> src(in.data<float>(), in.data<float>() + in.numel()), dst;
+      for (const cpu::resize::Pass<float> &p : plan.passes()) {
+        const body::ResizePass bp{p.outer, p.nIn, p.nOut, p.inner, p.start.data(), p.idx.data(), p.w.data()};
+        dst.assign(static_cast<size_t>(p.outer * p.nOut * p.inner), 0.0f);
+        for (int64_t i = 0; i < static_cast<int64_t>(dst.size()); ++i)
+          dst[static_cast<size_t>(i)] = body::resizePassElement(bp, src.data(), i);
+        src.swap(dst);
+      }
+      ASSERT_EQ(static_cast<int64_t>(src.size()), ref.numel());
+      if (std::string(c.mode) == "nearest" && node == &d)
+        EXPECT_EQ(std::memcmp(src.data(), ref.raw(), ref.bytes()), 0) << c.mode;
+      else
+        EXPECT_LE(worstError(src.data(), ref.data<float>(), ref.numel()), 1e-6)
+            << c.mode << (node == &g ? " gradient" : "") << " antialias " << c.antialias;
     }
   }
 }

@@ -130,10 +130,10 @@ TEST(OpRegistry, CudaKernelsMatchTheCudaTrait) {
 TEST(OpRegistry, EveryCpuOpHasACudaKernelOrIsListed) {
   const std::set<std::string> notYet = {
       "BatchNormalization", "InstanceNormalization", "LRN", "AveragePool",
-      "Conv", "ConvTranspose", "GlobalAveragePool", "GlobalMaxPool", "MaxPool", "Resize",
-      "Upsample", "pipec:ConvGradInput", "pipec:ConvGradWeight",
+      "Conv", "ConvTranspose", "GlobalAveragePool", "GlobalMaxPool", "MaxPool",
+      "pipec:ConvGradInput", "pipec:ConvGradWeight",
       "pipec:BatchNormalizationStats", "pipec:BatchNormalizationGrad", "pipec:BatchNormalizationScaleGrad",
-      "pipec:MaxPoolGrad", "pipec:AveragePoolGrad", "pipec:ResizeGrad"};
+      "pipec:MaxPoolGrad", "pipec:AveragePoolGrad"};
   // The channels-last pass (passes/layout) makes these for the CPU's
   // oneDNN; a GPU plan would take cuDNN's own NHWC choice instead.
   const std::set<std::string> cpuOnly = {"pipec:NhwcConv", "pipec:NhwcMaxPool", "pipec:NhwcAveragePool"};

@@ -15,25 +15,10 @@ namespace pipec::cpu {
 
 Expected<KernelPtr> makeResizeGradKernel(const OpDesc &d) {
   PIPEC_TRY(ew::checkArity(d, 1, 1, 1, 1));
-  const TensorDesc &dy = d.inputs[0];
-  auto fwd = resizeGradForward(d.attrs);
-  if (!fwd)
-    return errorf(d.where(), ": ", fwd.status().message());
-  auto spec = resolveResize(fwd->args());
-  if (!spec)
-    return errorf(d.where(), ": forward ", fwd->opType, "-", fwd->opset, ": ",
-                  spec.status().message());
-  if (dy.shape != spec->out)
-    return errorf(d.where(), ": dY ", dy.str(), " does not have the forward output's shape ",
-                  shapeStr(spec->out));
-  PIPEC_TRY(ew::checkOutput(d, 0, dy.dtype, spec->in));
-  std::vector<ResizeTaps> taps;
-  for (size_t ax = 0; ax < spec->in.size(); ++ax)
-    taps.push_back(resizeAxisTaps(*spec, ax).transposed());
+  PIPEC_ASSIGN(resize::ResizeNode node, resize::resizeNode(d));
   return ew::dispatchKernel<ew::kFloats>(
-      d, dy.dtype, "dY", [&]<typename T>(ew::TypeTag<T>) -> Expected<KernelPtr> {
-        return KernelPtr(
-            new resize::SeparableKernel<T>(resize::SeparablePlan<T>(dy.shape, taps, 0.0)));
+      d, d.inputs[0].dtype, "dY", [&]<typename T>(ew::TypeTag<T>) -> Expected<KernelPtr> {
+        return KernelPtr(new resize::SeparableKernel<T>(resize::SeparablePlan<T>(node.in, node.taps, 0.0)));
       });
 }
 

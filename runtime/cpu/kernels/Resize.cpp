@@ -151,27 +151,11 @@ Status constSlot(const OpDesc &d, int slot, bool needed, const Tensor *&t) {
 }
 
 Expected<KernelPtr> makeKernel(const OpDesc &d) {
-  PIPEC_TRY(dm::checkArity(d, 1, 1));
+  PIPEC_ASSIGN(resize::ResizeNode node, resize::resizeNode(d));
   const TensorDesc &x = d.inputs[0];
-  const ResizeInputSlots slots = resizeInputSlots(d.opType, d.opset);
-  ResizeArgs a;
-  a.opType = d.opType;
-  a.opset = d.opset;
-  a.attrs = &d.attrs;
-  a.x = x.shape;
-  const bool crop =
-      attrString(d.attrs, "coordinate_transformation_mode", "") == "tf_crop_and_resize";
-  PIPEC_TRY(constSlot(d, slots.roi, crop, a.roi));
-  PIPEC_TRY(constSlot(d, slots.scales, true, a.scales));
-  PIPEC_TRY(constSlot(d, slots.sizes, true, a.sizes));
-  auto spec = resolveResize(a);
-  if (!spec)
-    return errorf(d.where(), ", opset ", d.opset, ": ", spec.status().message());
-  PIPEC_TRY(dm::checkOutput(d, 0, x.dtype, spec->out));
   const size_t rank = x.shape.size();
-  std::vector<ResizeTaps> taps;
-  for (size_t ax = 0; ax < rank; ++ax)
-    taps.push_back(resizeAxisTaps(*spec, ax));
+  const ResizeSpec *spec = &node.spec;
+  const std::vector<ResizeTaps> &taps = node.taps;
 
   if (spec->mode == ResizeMode::Nearest) {
     PIPEC_ASSIGN(size_t esize, dm::elementSize(d, x, "X"));
@@ -197,6 +181,48 @@ Expected<KernelPtr> makeKernel(const OpDesc &d) {
 }
 
 } // namespace
+
+Expected<resize::ResizeNode> resize::resizeNode(const OpDesc &d) {
+  PIPEC_TRY(dm::checkArity(d, 1, 1));
+  ResizeNode node;
+  if (d.opType == "ResizeGrad") {
+    const TensorDesc &dy = d.inputs[0];
+    auto fwd = resizeGradForward(d.attrs);
+    if (!fwd)
+      return errorf(d.where(), ": ", fwd.status().message());
+    auto spec = resolveResize(fwd->args());
+    if (!spec)
+      return errorf(d.where(), ": forward ", fwd->opType, "-", fwd->opset, ": ", spec.status().message());
+    if (dy.shape != spec->out)
+      return errorf(d.where(), ": dY ", dy.str(), " does not have the forward output's shape ", shapeStr(spec->out));
+    PIPEC_TRY(dm::checkOutput(d, 0, dy.dtype, spec->in));
+    node.spec = *spec;
+    node.in = dy.shape;
+    for (size_t ax = 0; ax < spec->in.size(); ++ax)
+      node.taps.push_back(resizeAxisTaps(*spec, ax).transposed());
+    return node;
+  }
+  const TensorDesc &x = d.inputs[0];
+  const ResizeInputSlots slots = resizeInputSlots(d.opType, d.opset);
+  ResizeArgs a;
+  a.opType = d.opType;
+  a.opset = d.opset;
+  a.attrs = &d.attrs;
+  a.x = x.shape;
+  const bool crop = attrString(d.attrs, "coordinate_transformation_mode", "") == "tf_crop_and_resize";
+  PIPEC_TRY(constSlot(d, slots.roi, crop, a.roi));
+  PIPEC_TRY(constSlot(d, slots.scales, true, a.scales));
+  PIPEC_TRY(constSlot(d, slots.sizes, true, a.sizes));
+  auto spec = resolveResize(a);
+  if (!spec)
+    return errorf(d.where(), ", opset ", d.opset, ": ", spec.status().message());
+  PIPEC_TRY(dm::checkOutput(d, 0, x.dtype, spec->out));
+  node.spec = *spec;
+  node.in = x.shape;
+  for (size_t ax = 0; ax < x.shape.size(); ++ax)
+    node.taps.push_back(resizeAxisTaps(*spec, ax));
+  return node;
+}
 
 Expected<KernelPtr> makeResizeKernel(const OpDesc &d) { return makeKernel(d); }
 Expected<KernelPtr> makeUpsampleKernel(const OpDesc &d) { return makeKernel(d); }

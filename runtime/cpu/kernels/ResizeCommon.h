@@ -119,6 +119,12 @@ public:
   }
 
   size_t workspaceBytes() const { return (buf_[0] + buf_[1]) * sizeof(T); }
+  /// The passes in the order they run; elements of the two intermediate
+  /// buffers (what the CUDA kernel plans alike); whether any output is
+  /// the extrapolation value.
+  const std::vector<Pass<T>> &passes() const { return passes_; }
+  size_t bufferElems(size_t k) const { return buf_[k]; }
+  bool extrapolates() const { return fixup_; }
 
   void run(const T *x, T *y, void *workspace) const {
     if (passes_.empty()) {
@@ -171,6 +177,17 @@ private:
   std::vector<std::vector<uint8_t>> outside_;
   T extrapolation_;
 };
+
+/// What a Resize or Upsample node reads, or a pipec:ResizeGrad node's
+/// forward: its spec, the input the map reads (X, or dY for the gradient)
+/// and per axis its taps (the forward's transposed for the gradient),
+/// checked against the node's output. Shared with the CUDA kernel.
+struct ResizeNode {
+  ResizeSpec spec;
+  Shape in;
+  std::vector<ResizeTaps> taps;
+};
+Expected<ResizeNode> resizeNode(const OpDesc &d);
 
 /// A kernel whose whole run is a SeparablePlan from input 0 to output 0.
 template <typename T> class SeparableKernel final : public Kernel {

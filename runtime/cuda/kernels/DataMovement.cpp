@@ -2,7 +2,7 @@
 //
 // Transpose, Concat and Split along an axis, Gather and pipec:GatherGrad,
 // Slice, Expand and Tile as strided views (support/StridedView.h), Pad,
-// GatherElements and Trilu (runtime/cuda/Move.cu), and the ops whose
+// GatherElements, Trilu and Resize (runtime/cuda/Move.cu), and the ops whose
 // output is known at load: Shape, Size, Constant and Range copy it from
 // pinned host memory, ConstantOfShape fills (runtime/cpu/kernels/
 // ConstantOps.h computes both for either backend).
@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ConstantOps.h"
 #include "runtime/cpu/kernels/PadSpec.h"
+#include "runtime/cpu/kernels/ResizeCommon.h"
 #include "runtime/cuda/kernels/CudaCommon.h"
 #include "support/StridedView.h"
 
@@ -59,6 +60,90 @@ public:
 private:
   void *host_ = nullptr;
   size_t bytes_ = 0;
+};
+
+/// Resize, Upsample and pipec:ResizeGrad on float32: the CPU kernel's
+/// separable passes (runtime/cpu/kernels/ResizeCommon.h), in its order,
+/// one launch each; every run copies the passes' tap tables from pinned
+/// host memory to the front of the workspace, the intermediate buffers
+/// follow.
+class ResizeKernel final : public Kernel {
+public:
+  ~ResizeKernel() override {
+    if (host_)
+      cudaFreeHost(host_);
+  }
+  static Expected<KernelPtr> make(const OpDesc &d, const cpu::resize::SeparablePlan<float> &plan, int64_t inElems) {
+    auto k = std::make_unique<ResizeKernel>();
+    k->inElems_ = inElems;
+    k->buf_[0] = plan.bufferElems(0);
+    k->buf_[1] = plan.bufferElems(1);
+    std::vector<char> blob;
+    auto put = [&blob](const void *p, size_t bytes) {
+      const size_t at = (blob.size() + 7) / 8 * 8;
+      blob.resize(at + bytes);
+      if (bytes)
+        std::memcpy(blob.data() + at, p, bytes);
+      return at;
+    };
+    for (const cpu::resize::Pass<float> &p : plan.passes()) {
+      Pass q;
+      q.shape.outer = p.outer;
+      q.shape.nIn = p.nIn;
+      q.shape.nOut = p.nOut;
+      q.shape.inner = p.inner;
+      q.start = put(p.start.data(), p.start.size() * sizeof(int64_t));
+      q.idx = put(p.idx.data(), p.idx.size() * sizeof(int64_t));
+      q.w = put(p.w.data(), p.w.size() * sizeof(float));
+      k->passes_.push_back(q);
+    }
+    k->tableBytes_ = (blob.size() + 255) / 256 * 256;
+    if (!blob.empty()) {
+      if (cudaMallocHost(&k->host_, blob.size()) != cudaSuccess)
+        return errorf(d.where(), ": cudaMallocHost of ", blob.size(), " bytes failed: ",
+                      cudaGetErrorString(cudaGetLastError()));
+      std::memcpy(k->host_, blob.data(), blob.size());
+      k->hostBytes_ = blob.size();
+    }
+    return KernelPtr(std::move(k));
+  }
+  size_t workspaceBytes() const override { return tableBytes_ + (buf_[0] + buf_[1]) * sizeof(float); }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    auto stream = static_cast<cudaStream_t>(ctx.stream);
+    const auto *x = static_cast<const float *>(in[0]);
+    auto *y = static_cast<float *>(out[0]);
+    if (passes_.empty()) {
+      if (inElems_ && cudaMemcpyAsync(y, x, static_cast<size_t>(inElems_) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      stream) != cudaSuccess)
+        return errorf("Resize: cudaMemcpyAsync failed: ", cudaGetErrorString(cudaGetLastError()));
+      return Status::ok();
+    }
+    char *ws = static_cast<char *>(ctx.workspace);
+    if (cudaMemcpyAsync(ws, host_, hostBytes_, cudaMemcpyHostToDevice, stream) != cudaSuccess)
+      return errorf("Resize: cudaMemcpyAsync failed: ", cudaGetErrorString(cudaGetLastError()));
+    float *bufs[2] = {reinterpret_cast<float *>(ws + tableBytes_), reinterpret_cast<float *>(ws + tableBytes_) + buf_[0]};
+    const float *src = x;
+    for (size_t k = 0; k < passes_.size(); ++k) {
+      body::ResizePass p = passes_[k].shape;
+      p.start = reinterpret_cast<const int64_t *>(ws + passes_[k].start);
+      p.idx = reinterpret_cast<const int64_t *>(ws + passes_[k].idx);
+      p.w = reinterpret_cast<const float *>(ws + passes_[k].w);
+      float *dst = k + 1 == passes_.size() ? y : bufs[k % 2];
+      PIPEC_TRY(launchResizePass(p, src, dst, ctx.stream));
+      src = dst;
+    }
+    return Status::ok();
+  }
+
+private:
+  struct Pass {
+    body::ResizePass shape; ///< the geometry; the pointers are set per run
+    size_t start = 0, idx = 0, w = 0; ///< offsets of the tables in the workspace
+  };
+  std::vector<Pass> passes_;
+  void *host_ = nullptr;
+  size_t hostBytes_ = 0, tableBytes_ = 0, buf_[2] = {0, 0};
+  int64_t inElems_ = 0;
 };
 
 } // namespace
@@ -309,6 +394,18 @@ Expected<KernelPtr> makeConstantOfShape(const OpDesc &d) {
   return launchKernel([=](ExecContext &ctx, const void *const *, void *const *out) {
     return launchFill(out[0], n, esize, bits, ctx.stream);
   });
+}
+
+Expected<KernelPtr> makeResize(const OpDesc &d) {
+  PIPEC_ASSIGN(cpu::resize::ResizeNode node, cpu::resize::resizeNode(d));
+  if (d.inputs[0].dtype != DType::F32 || d.outputs[0].dtype != DType::F32)
+    return errorf(d.where(), ": the CUDA kernel resizes float32, not ", dtypeName(d.inputs[0].dtype));
+  const bool grad = d.opType == "ResizeGrad";
+  const cpu::resize::SeparablePlan<float> plan(node.in, node.taps, grad ? 0.0 : node.spec.extrapolation);
+  if (plan.extrapolates())
+    return errorf(d.where(), ": tf_crop_and_resize sampling outside the input (extrapolation_value) is not "
+                             "implemented in the CUDA kernel");
+  return ResizeKernel::make(d, plan, numElements(node.in));
 }
 
 Expected<KernelPtr> makeConcat(const OpDesc &d) { return makeSlices(d, true); }
