@@ -14,7 +14,12 @@
 #      --host-optimizer (state and optimizer on the host): byte-identical
 #      models, for AdamW with clipping and Nesterov SGD, at K=1 and K=2;
 #      TF32 runs at K=1 and K=2 byte-identical; a label and a token out of
-#      range named as errors by the flags read at the step's end.
+#      range named as errors by the flags read at the step's end;
+#   6. the model zoo on the GPU (tests/zoo/zoo.py --device cuda, the models
+#      of $GPU_ZOO_MODELS, opset 17; torch, torchvision and onnx for
+#      python3 there): forward within 1e-4 of torch, one step's gradients
+#      within twice torch float32's error against float64, K=4 and K=1
+#      bitwise equal on the GPU.
 # Logs go to OUT_DIR; the last line says how many checks failed.
 set -uo pipefail
 bundle=$(cd "${1:?usage: gpu-check.sh BUNDLE_DIR OUT_DIR}" && pwd)
@@ -137,6 +142,16 @@ if [ -n "$sanitizer" ]; then
   for f in memcheck-kernels memcheck-mlp-k2; do tail -n 3 "$out/$f.log"; done
 else
   echo "gpu-check: no compute-sanitizer, memcheck skipped"
+fi
+# The zoo on the GPU, last: the slowest stage, and it needs torch.
+if "${PYTHON:-python3}" -c "import torch, torchvision, onnx" 2>/dev/null; then
+  for m in ${GPU_ZOO_MODELS:-resnet18 mobilenet_v2 vit encoder_pre_norm gpt2}; do
+    check "zoo-$m-gpu" timeout 240 env ZOO_TORCH_THREADS=8 "${PYTHON:-python3}" tests/zoo/zoo.py "$m" --opsets 17 \
+      --bin "$root/bin" --device cuda
+    grep -E "^(PASS|FAIL)" "$out/zoo-$m-gpu.log" | cut -c1-160
+  done
+else
+  echo "gpu-check: no torch/torchvision/onnx for ${PYTHON:-python3}, the zoo on the GPU skipped"
 fi
 echo "gpu-check: $failures check(s) failed"
 exit $((failures > 0))

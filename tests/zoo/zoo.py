@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/zoo/zoo.py - real PyTorch models through pipec, judged by PyTorch.
 
-    zoo.py MODEL [--opsets 13,17] [--bin DIR] [--work DIR] [--keep]
+    zoo.py MODEL [--opsets 13,17] [--bin DIR] [--work DIR] [--keep] [--device cuda]
 
 For one model of tests/zoo/models.py (seeded random weights, nothing
 downloaded), at each opset:
@@ -32,8 +32,14 @@ downloaded), at each opset:
            every tensor a stage receives comes straight from the stage that
            computes it (skip connections are not relayed).
 
+With --device cuda every training and inference run is piperun's on the
+GPU (tools/gpu-check.sh runs it there), judged by the same references: the
+GPU's forward within 1e-4 of torch, its gradients within twice torch
+float32's error, its K=4 and K=1 bitwise equal.
+
 Prints a line per check and exits non-zero if any fails.
 """
+import inspect
 import argparse
 import copy
 import json
@@ -72,10 +78,11 @@ TORCH_CONFIGS = [('1 thread', 1, True), ('2 threads', 2, True), ('1 thread, no o
 
 
 class Zoo:
-    def __init__(self, spec, bindir, work):
+    def __init__(self, spec, bindir, work, device='cpu'):
         self.s = spec
         self.bin = bindir
         self.work = work
+        self.device = device
         self.failures = []
         torch.manual_seed(0)
         self.model = spec.build()
@@ -167,7 +174,9 @@ class Zoo:
                         'pipec')
 
     def piperun(self, args):
-        return self.run([os.path.join(self.bin, 'piperun')] + args, 'piperun')
+        # Runs on the chosen device; --show-program only reads the plan.
+        device = ['--device', self.device] if self.device != 'cpu' and '--show-program' not in args else []
+        return self.run([os.path.join(self.bin, 'piperun')] + args + device, 'piperun')
 
     def train_flags(self, optimizer):
         f = ['--train', '--optimizer', optimizer]
@@ -176,6 +185,8 @@ class Zoo:
         return f
 
     def check(self, name, ok, detail):
+        if self.device != 'cpu':
+            name = f'{name} on {self.device}'
         print(f'{"PASS" if ok else "FAIL"} {self.s.name} {name}: {detail}', flush=True)
         if not ok:
             self.failures.append(name)
@@ -189,12 +200,15 @@ class Zoo:
         if self.s.script:
             m = torch.jit.script(m)
         training = torch.onnx.TrainingMode.TRAINING if mode == 'train' else torch.onnx.TrainingMode.EVAL
+        # Newer torch (the GPU machines') exports through dynamo by default;
+        # the checks are written for the TorchScript exporter of torch 1.13.
+        legacy = {'dynamo': False} if 'dynamo' in inspect.signature(torch.onnx.export).parameters else {}
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
             torch.onnx.export(m, tuple(args), path, opset_version=opset, training=training,
                               input_names=names, output_names=self.s.output_names,
                               dynamic_axes=self.s.dynamic_axes(),
-                              do_constant_folding=(mode == 'eval'))
+                              do_constant_folding=(mode == 'eval'), **legacy)
         return path
 
     def check_forward(self, path, opset, mode):
@@ -336,12 +350,14 @@ def main():
     ap.add_argument('--keep', action='store_true', help='keep the working directory')
     ap.add_argument('--checks', default='forward,grad,pipeline',
                     help='comma-separated subset of forward,grad,pipeline (pipeline includes report)')
+    ap.add_argument('--device', default='cpu', choices=['cpu', 'cuda'],
+                    help="piperun's device for every run (the references stay torch's on the CPU)")
     a = ap.parse_args()
     torch.set_num_threads(int(os.environ.get('ZOO_TORCH_THREADS', '1')))
     work = a.work or tempfile.mkdtemp(prefix=f'pipec-zoo-{a.model}-')
     os.makedirs(work, exist_ok=True)
     checks = set(a.checks.split(','))
-    z = Zoo(ZOO[a.model], os.path.abspath(a.bin), work)
+    z = Zoo(ZOO[a.model], os.path.abspath(a.bin), work, a.device)
     t0 = time.time()
     try:
         g64 = g32 = None
