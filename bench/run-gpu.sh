@@ -19,6 +19,12 @@
 # H200: 66.9 TFLOP/s fp32, 494.7 TFLOP/s TF32 dense). Where nsys is
 # installed, a timeline of the GPT-like model's steps at K=1 goes to
 # OUT_DIR/gpt-like.nsys-rep with its kernel summary.
+#   - resnet50: torchvision's ResNet-50 (exported there by torch, training
+#     mode: BatchNorm on batch statistics), batch 64 of 224x224 images,
+#     training (SGD with momentum) and inference, exact and TF32: images/s,
+#     and under nsys the share of the GPU time spent in convolution and
+#     GEMM kernels (cuDNN's and cuBLAS's, by kernel name): that time is the
+#     step's cuDNN-bound limit, and the share is the limit over the step.
 # Results: OUT_DIR/results.json and a table on stdout.
 # RUN_GPU_DEVICE=cpu and RUN_GPU_MODELS=gpt-like try the script's plumbing
 # on a machine without a GPU (from a build directory's bin/ on PATH:
@@ -30,7 +36,7 @@ out=${2:?usage: run-gpu.sh BUNDLE_DIR OUT_DIR [STEPS]}
 steps=${3:-20}
 here=$(cd "$(dirname "$0")" && pwd)
 device=${RUN_GPU_DEVICE:-cuda}
-models=${RUN_GPU_MODELS:-gpt-like gpt2-small}
+models=${RUN_GPU_MODELS:-gpt-like gpt2-small resnet50}
 if [ "${RUN_GPU_BUNDLE:-}" = none ]; then
   mkdir -p "$out"
 elif [ -f "$here/gpu-env.sh" ]; then # the bundle holds gpu-env.sh beside this script
@@ -100,12 +106,88 @@ else
   echo "run-gpu: no nsys on this machine: no timeline"
 fi
 
+# ResNet-50: images/s, and the convolutions' and GEMMs' share of the GPU
+# time under nsys.
+cnn() {  # cnn NAME PLAN MATH IMAGES_PER_STEP [piperun options...]
+  local name=$1 plan=$2 math=$3 images=$4
+  shift 4
+  local extra=(--math "$math" "$@")
+  [ "$device" = cuda ] || extra=("$@")
+  if ! timeout 300 piperun "$plan" --device "$device" "${extra[@]}" --json > "$out/$name.json" 2> "$out/$name.err"; then
+    echo "run-gpu: $name failed:"; tail -5 "$out/$name.err"; return
+  fi
+  local kern=""
+  if [ -n "$nsys" ] && [ "$device" = cuda ]; then
+    timeout 240 "$nsys" profile -o "$out/$name" --force-overwrite true --trace cuda \
+      piperun "$plan" --device cuda "${extra[@]}" > "$out/$name.nsys.log" 2>&1 &&
+      "$nsys" stats --report cuda_gpu_kern_sum --format csv "$out/$name.nsys-rep" > "$out/$name-kernels.csv" 2>&1 &&
+      kern="$out/$name-kernels.csv"
+  fi
+  "${PYTHON:-python3}" - "$out/$name.json" "$name" "$card" "$math" "$images" "$kern" >> "$results" <<'EOF'
+import csv, json, re, sys
+f, name, card, math, images, kern = sys.argv[1:]
+r = json.load(open(f))
+step = r.get("median_step_seconds") or r.get("median_seconds")
+row = {"run": name, "card": card, "math": math, "step_ms": step * 1e3, "images_per_s": int(images) / step}
+if kern:
+    # nsys's kernel summary: total ns per kernel name over the profiled run.
+    total = dense = 0.0
+    for k in csv.DictReader(l for l in open(kern) if "," in l):
+        t = float(k.get("Total Time (ns)", 0) or 0)
+        total += t
+        if re.search(r"conv|gemm|xmma|cutlass|implicit|fprop|dgrad|wgrad|sm90_|sm80_", k.get("Name", ""), re.I):
+            dense += t
+    row["conv_gemm_share"] = dense / total if total else float("nan")
+print(json.dumps(row))
+EOF
+}
+if case " $models " in *" resnet50 "*) true ;; *) false ;; esac; then
+  if "${PYTHON:-python3}" - "$w" <<'EOF'
+import inspect, os, sys, warnings
+import torch, torchvision
+w = sys.argv[1]
+torch.manual_seed(0)
+m = torchvision.models.resnet50()
+legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+for mode, fold in (("train", False), ("eval", True)):
+    m.train(mode == "train")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, torch.randn(1, 3, 224, 224), os.path.join(w, f"resnet50-{mode}.onnx"), opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING if mode == "train" else torch.onnx.TrainingMode.EVAL,
+                          input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "N"}, "logits": {0: "N"}}, do_constant_folding=fold, **legacy)
+EOF
+  then
+    pipec "$w/resnet50-train.onnx" -b 64 -k 1 -m 1 --train --loss cross-entropy --logits logits \
+      --optimizer sgd:lr=0.01,momentum=0.9 -o "$w/resnet50-train.plan" -q &&
+      pipec "$w/resnet50-eval.onnx" -b 64 -k 1 -o "$w/resnet50-infer.plan" -q ||
+      echo "run-gpu: resnet50: compile failed"
+    for math in exact tf32; do
+      [ -d "$w/resnet50-train.plan" ] && cnn "resnet50-train-$math" "$w/resnet50-train.plan" "$math" 64 \
+        --steps "$((steps + 3))" --warmup 3
+      [ -d "$w/resnet50-infer.plan" ] && cnn "resnet50-infer-$math" "$w/resnet50-infer.plan" "$math" 64 \
+        --steps "$steps" --warmup 3
+    done
+  else
+    echo "run-gpu: resnet50: no torch/torchvision to export it"
+  fi
+fi
+
 "${PYTHON:-python3}" - "$results" "$out/results.json" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 json.dump(rows, open(sys.argv[2], "w"), indent=1)
+cnn = [r for r in rows if "images_per_s" in r]
+rows = [r for r in rows if "images_per_s" not in r]
 print(f"{'run':38} {'card':24} {'ms/step':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'of peak':>8}")
 for r in rows:
     print(f"{r['run']:38} {r['card'][:24]:24} {r['step_ms']:9.2f} {r['tokens_per_s']:10.0f} {r['tflops']:8.2f} "
           f"{100 * r['peak_fraction']:7.1f}%")
+if cnn:
+    print(f"\n{'run':38} {'card':24} {'ms/step':>9} {'images/s':>10} {'conv+GEMM share':>16}")
+    for r in cnn:
+        share = r.get("conv_gemm_share")
+        print(f"{r['run']:38} {r['card'][:24]:24} {r['step_ms']:9.2f} {r['images_per_s']:10.1f} "
+              f"{'-' if share is None else f'{100 * share:.1f}%':>16}")
 EOF
