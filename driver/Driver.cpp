@@ -23,15 +23,26 @@ namespace {
 /// prepareGraph; its BatchNormalizations train and its convolutions stay
 /// NCHW, the layout their gradient kernels take).
 Status addPipeline(passes::PassManager &pm, const CompileOptions &opts, bool training) {
-  if (opts.noPasses)
+  const bool reduced = opts.precision.precision != passes::Precision::Fp32;
+  if (opts.noPasses || !opts.passes.empty()) {
+    // The user's pipeline (or none): an inference graph's copies go in
+    // last (a training graph's after autodiff: prepareGraph).
+    for (const std::string &p : opts.passes)
+      PIPEC_TRY(pm.add(p));
+    if (reduced && !training)
+      pm.add(passes::createMixedPrecisionPass(opts.precision));
     return Status::ok();
-  for (const std::string &p : opts.passes.empty() ? passes::defaultPipeline() : opts.passes)
+  }
+  for (const std::string &p : passes::defaultPipeline())
     PIPEC_TRY(pm.add(p));
-  if (opts.passes.empty() && !training) {
+  if (!training) {
     PIPEC_TRY(pm.add("fold-batchnorm"));
     PIPEC_TRY(pm.add("channels-last"));
     PIPEC_TRY(pm.add("fuse-gemm-epilogue"));
     PIPEC_TRY(pm.add("pack-qkv")); // after the epilogues: a projection is one node
+    // The products' final form is known: their operands' copies can go in.
+    if (reduced)
+      pm.add(passes::createMixedPrecisionPass(opts.precision));
     PIPEC_TRY(pm.add("fuse-elementwise"));
   }
   return Status::ok();
@@ -129,11 +140,20 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
   // fuse-gemm-epilogue and fuse-elementwise run after autodiff on a
   // training graph (fused nodes have no gradient rule), so that the
   // backward's elementwise trees fuse too.
+  const bool reduced = opts.precision.precision != passes::Precision::Fp32;
+  if (reduced && emit.training && opts.precision.precision == passes::Precision::Fp16)
+    return errorf("--precision fp16 trains only with dynamic loss scaling, which pipec does not have yet; "
+                  "train with --precision bf16 (fp32's exponent range: no scaling needed)");
   if (emit.training && !opts.noPasses && opts.passes.empty()) {
     PIPEC_TRY(pm.add("pack-qkv"));
     pm.add(passes::createKeepAttentionProbsPass());
     pm.add(passes::createFuseGemmEpiloguePass(&results));
+    if (reduced)
+      pm.add(passes::createMixedPrecisionPass(opts.precision));
     pm.add(passes::createFuseElementwisePass(&results));
+  } else if (reduced && emit.training) {
+    // A pipeline of the user's (or none): the copies go in last.
+    pm.add(passes::createMixedPrecisionPass(opts.precision));
   }
   PIPEC_TRY(pm.run(g));
   phases.done(emit.training ? "passes (with training)" : "passes");

@@ -10,6 +10,7 @@
 #include "codegen/PlanEmitter.h"
 #include "ir/IR.h"
 #include "partitioner/Partitioner.h"
+#include "passes/MixedPrecision.h"
 #include "passes/PassManager.h"
 #include "support/PhaseTimer.h"
 
@@ -44,6 +45,9 @@ struct CompileOptions {
   EmitOptions emit;
   /// Set with emit.training: differentiate and train.
   TrainOptions train;
+  /// pipec --precision / --keep-fp32: the products' operands in bf16 or
+  /// fp16 (passes/MixedPrecision.h).
+  passes::MixedPrecisionOptions precision;
 };
 
 struct Compiled {

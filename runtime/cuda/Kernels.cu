@@ -270,6 +270,8 @@ Status castFrom(const From *x, CastType to, void *y, int64_t n, const LaunchShap
   case CastType::I64: castKernel<<<l.grid, l.block, 0, s>>>(x, static_cast<int64_t *>(y), n, false); break;
   case CastType::U8: castKernel<<<l.grid, l.block, 0, s>>>(x, static_cast<uint8_t *>(y), n, false); break;
   case CastType::Bool: castKernel<<<l.grid, l.block, 0, s>>>(x, static_cast<uint8_t *>(y), n, true); break;
+  case CastType::F16:
+  case CastType::BF16: return errorf("Cast: 16-bit floats are launchHalfCast's");
   }
   return Status::ok();
 }
@@ -668,6 +670,8 @@ Status launchCast(const void *x, CastType from, void *y, CastType to, int64_t n,
   case CastType::I64: PIPEC_TRY(castFrom(static_cast<const int64_t *>(x), to, y, n, l, s)); break;
   case CastType::U8:
   case CastType::Bool: PIPEC_TRY(castFrom(static_cast<const uint8_t *>(x), to, y, n, l, s)); break;
+  case CastType::F16:
+  case CastType::BF16: return errorf("Cast: 16-bit floats are launchHalfCast's");
   }
   return launched("Cast");
 }

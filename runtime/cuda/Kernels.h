@@ -111,8 +111,11 @@ Status launchClip(const float *x, float *y, int64_t n, float lo, float hi, const
 Status launchArg(const float *x, int64_t *y, int64_t outer, int64_t len, int64_t inner, bool max, bool last,
                  void *stream);
 /// Cast between the element types the GPU casts among.
-enum class CastType { F32, F64, I32, I64, U8, Bool };
+enum class CastType { F32, F64, I32, I64, U8, Bool, F16, BF16 };
 Status launchCast(const void *x, CastType from, void *y, CastType to, int64_t n, void *stream);
+/// Cast to or from float16 / bfloat16 (the other side F32, F64, F16 or
+/// BF16; runtime/cuda/Move.cu): support/Half.h's rounding, the CPU's.
+Status launchHalfCast(const void *x, CastType from, void *y, CastType to, int64_t n, void *stream);
 /// Dropout in training (body::dropoutBlock over every Philox block), the
 /// mask (bool) where given.
 Status launchDropout(const cpu::ew::RandomStream &stream, const float *x, float *y, uint8_t *mask, int64_t n,

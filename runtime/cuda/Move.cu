@@ -9,6 +9,7 @@
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/Launch.h"
 #include "runtime/cuda/MoveBodies.h"
+#include "support/Half.h"
 
 #include <cuda_runtime.h>
 
@@ -81,6 +82,23 @@ __global__ void resizePassKernel(body::ResizePass p, const float *in, float *out
     out[i] = body::resizePassElement(p, in, i);
 }
 
+/// Float to and from the 16-bit floats (support/Half.h's rounding); 16-bit
+/// values travel as uint16_t, `from16`/`to16` say which format.
+template <typename From, typename To>
+__global__ void halfCastKernel(const From *x, To *y, int64_t n, CastType from16, CastType to16) {
+  for (int64_t i = firstItem(); i < n; i += itemStride()) {
+    float f;
+    if constexpr (sizeof(From) == 2)
+      f = from16 == CastType::BF16 ? bf16ToFloat(x[i]) : halfToFloat(x[i]);
+    else
+      f = static_cast<float>(x[i]);
+    if constexpr (sizeof(To) == 2)
+      y[i] = to16 == CastType::BF16 ? floatToBf16(f) : floatToHalf(f);
+    else
+      y[i] = static_cast<To>(f);
+  }
+}
+
 template <typename T> __global__ void fillKernel(T *out, int64_t n, uint64_t value) {
   const T v = fromBits<T>(value);
   for (int64_t i = firstItem(); i < n; i += itemStride())
@@ -145,6 +163,35 @@ Status launchResizePass(const body::ResizePass &p, const float *in, float *out, 
     return Status::ok();
   resizePassKernel<<<l.grid, l.block, 0, asStream(stream)>>>(p, in, out);
   return launched("Resize");
+}
+
+Status launchHalfCast(const void *x, CastType from, void *y, CastType to, int64_t n, void *stream) {
+  const LaunchShape l = itemLaunch(n);
+  if (l.grid == 0)
+    return Status::ok();
+  const bool from16 = from == CastType::F16 || from == CastType::BF16;
+  const bool to16 = to == CastType::F16 || to == CastType::BF16;
+  auto s = asStream(stream);
+  auto run = [&](auto fromTag, auto toTag) {
+    using F = decltype(fromTag);
+    using T = decltype(toTag);
+    halfCastKernel<F, T><<<l.grid, l.block, 0, s>>>(static_cast<const F *>(x), static_cast<T *>(y), n, from, to);
+  };
+  auto toAny = [&](auto fromTag) {
+    if (to16)
+      run(fromTag, uint16_t{});
+    else if (to == CastType::F32)
+      run(fromTag, float{});
+    else
+      run(fromTag, double{});
+  };
+  if (from16)
+    toAny(uint16_t{});
+  else if (from == CastType::F32)
+    toAny(float{});
+  else
+    toAny(double{});
+  return launched("Cast");
 }
 
 Status launchFill(void *out, int64_t n, size_t esize, uint64_t value, void *stream) {

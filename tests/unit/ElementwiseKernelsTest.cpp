@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -166,6 +168,51 @@ TEST(ElementwiseUnary, RoundHalfToEvenAndCastTruncation) {
   Tensor bl = cast(DType::Bool); // NaN is true
   EXPECT_EQ(std::vector<uint8_t>(bl.data<uint8_t>(), bl.data<uint8_t>() + 5),
             (std::vector<uint8_t>{1, 1, 1, 1, 1}));
+}
+
+// Cast to and from bfloat16 and float16 (pipec --precision): round to
+// nearest, ties to even; NaN stays NaN; float16 overflows to infinity and
+// keeps its subnormals; the way back is exact.
+TEST(ElementwiseUnary, CastToSixteenBitFloatsRoundsToNearestEven) {
+  const float tieDown = std::bit_cast<float>(0x3f808000u); // 1 + 2^-8: between two bf16, even below
+  const float tieUp = std::bit_cast<float>(0x3f818000u);   // 1 + 3 * 2^-8: even above
+  const float above = std::bit_cast<float>(0x3f808001u);   // just past the tie: rounds up
+  Tensor f = fromVec<float>(DType::F32, {8},
+                            {tieDown, tieUp, above, NAN, INFINITY, -0.0f, 70000.0f, 3.0e-6f});
+  auto cast = [](const Tensor &x, DType to) {
+    OpDesc d = makeDesc("Cast", {x.desc()}, {{to, x.shape()}});
+    d.attrs["to"] = Attribute::ofInt(static_cast<int64_t>(to));
+    return eval(d, {x})[0];
+  };
+  Tensor b = cast(f, DType::BF16);
+  const uint16_t *bv = b.data<uint16_t>();
+  EXPECT_EQ(bv[0], 0x3f80);
+  EXPECT_EQ(bv[1], 0x3f82);
+  EXPECT_EQ(bv[2], 0x3f81);
+  EXPECT_EQ(bv[3] & 0x7fc0, 0x7fc0); // a quiet NaN
+  EXPECT_EQ(bv[4], 0x7f80);
+  EXPECT_EQ(bv[5], 0x8000);
+  Tensor back = cast(b, DType::F32);
+  EXPECT_EQ(back.data<float>()[0], 1.0f);
+  EXPECT_EQ(back.data<float>()[2], std::bit_cast<float>(0x3f810000u));
+  EXPECT_TRUE(std::isnan(back.data<float>()[3]));
+  Tensor h = cast(f, DType::F16);
+  const uint16_t *hv = h.data<uint16_t>();
+  EXPECT_EQ(hv[0], 0x3c04); // 1 + 2^-8: exact in float16 (10 mantissa bits)
+  EXPECT_EQ(hv[4], 0x7c00);
+  EXPECT_EQ(hv[6], 0x7c00); // 70000 overflows
+  EXPECT_EQ(hv[7], 50);     // 3e-6 / 2^-24 = 50.3: a subnormal
+  Tensor hback = cast(h, DType::F32);
+  EXPECT_EQ(hback.data<float>()[7], 50 * std::ldexp(1.0f, -24));
+  // Through double, and from one 16-bit float to the other.
+  Tensor d = fromVec<double>(DType::F64, {2}, {1.0 + 1.0 / 1024, -2.5});
+  EXPECT_EQ(cast(d, DType::F16).data<uint16_t>()[0], 0x3c01);
+  EXPECT_EQ(cast(cast(d, DType::F16), DType::BF16).data<uint16_t>()[1], 0xc020);
+  // Integers do not cast to 16-bit floats on the CPU: refused, named.
+  Tensor i = fromVec<int64_t>(DType::I64, {1}, {3});
+  OpDesc bad = makeDesc("Cast", {i.desc()}, {{DType::BF16, {1}}});
+  bad.attrs["to"] = Attribute::ofInt(static_cast<int64_t>(DType::BF16));
+  EXPECT_NE(evalError(bad, {i}).find("float16 and bfloat16 to and from f32, f64, f16 and bf16 only"), std::string::npos);
 }
 
 // ONNX 1.12's node tests predate Gelu (opset 20) and Mish (opset 18).
@@ -453,9 +500,10 @@ TEST(BadDesc, FactoriesReturnErrors) {
   // Unsupported element type.
   TensorDesc h23{DType::F16, {2, 3}};
   evalError(makeDesc("Abs", {h23}, {h23}), {Tensor(h23)});
-  OpDesc cast = makeDesc("Cast", {f23}, {h23});
+  TensorDesc s23{DType::I16, {2, 3}};
+  OpDesc cast = makeDesc("Cast", {s23}, {h23}); // integers to float16: not on the CPU
   cast.attrs["to"] = Attribute::ofInt(static_cast<int64_t>(DType::F16));
-  evalError(cast, {Tensor(f23)});
+  evalError(cast, {Tensor(s23)});
   OpDesc castNoTo = makeDesc("Cast", {f23}, {i23});
   evalError(castNoTo, {Tensor(f23)});
   // Axis out of range.

@@ -67,6 +67,8 @@ struct Options {
   bool quiet = false;
   bool copyWeights = false;
   std::string arenaPlanner = "auto";
+  std::string precision = "fp32";
+  std::vector<std::string> keepFp32;
   // Partitioner (docs/partitioner.md).
   std::string profile;
   std::string mem;
@@ -209,6 +211,10 @@ Status compile(const Options &o, const std::string &commandLine) {
   }
 
   driver::CompileOptions co;
+  PIPEC_ASSIGN(co.precision.precision, passes::parsePrecision(o.precision));
+  co.precision.keepFp32 = o.keepFp32;
+  if (!o.keepFp32.empty() && co.precision.precision == passes::Precision::Fp32)
+    return errorf("--keep-fp32 needs --precision bf16 or fp16");
   co.passManager.verifyEach = o.verifyEach;
   co.passManager.printAfter = o.printAfter;
   co.passManager.timePasses = o.timePasses;
@@ -414,6 +420,15 @@ int main(int argc, char **argv) {
   app.add_option("--stop-after", o.stopAfter, "run only the first N passes");
   app.add_option("--ir-constants", o.irConstants,
                  "with --emit=ir: print constants up to this many elements, 'all' for every one");
+  app.add_option("--precision", o.precision,
+                 "fp32 (default), bf16 or fp16: matrix products and convolutions read their operands "
+                 "through bf16 (fp16) copies and accumulate in fp32; master weights, gradients, optimizer "
+                 "state, normalizations, softmax and losses stay fp32 (docs/precision.md). fp16 is for "
+                 "inference (training needs loss scaling, not implemented)");
+  app.add_option("--keep-fp32", o.keepFp32,
+                 "with --precision: nodes whose operands stay fp32 (names as --emit=ir prints them; "
+                 "repeatable, or comma-separated)")
+      ->delimiter(',');
   app.add_option("--arena-planner", o.arenaPlanner,
                  "how each device's arena is planned: greedy (by size, the tightest), sweep (best "
                  "fit in time order, 10x faster on large stages) or auto (greedy below 131,072 "

@@ -4,11 +4,14 @@
 // truncates toward zero as numpy's astype (see ew::floatToInt for NaN and
 // out-of-range values); anything to bool is `x != 0` (NaN is true); bool
 // is 0 or 1. The `saturate` attribute (opset 19) only concerns float8 types,
-// which pipec does not compute with, and is ignored. float16, bfloat16 and
-// strings are not supported.
+// which pipec does not compute with, and is ignored. float16 and bfloat16
+// (support/Half.h: round to nearest even) convert to and from f32 and f64
+// (and between each other through f32): the casts `pipec --precision`
+// inserts (passes/MixedPrecision.cpp). Strings are not supported.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/ElementwiseCommon.h"
+#include "support/Half.h"
 
 #include <cstring>
 
@@ -41,6 +44,38 @@ private:
   int64_t n_;
 };
 
+/// Casts to and from the 16-bit floats: through float, rounding to nearest
+/// even on the way in.
+template <typename From, typename To> class HalfCastKernel final : public Kernel {
+public:
+  HalfCastKernel(int64_t n, DType from, DType to) : n_(n), from_(from), to_(to) {}
+  Status run(ExecContext &, const void *const *in, void *const *out) override {
+    const From *__restrict x = static_cast<const From *>(in[0]);
+    To *__restrict y = static_cast<To *>(out[0]);
+    const DType from = from_, to = to_;
+    parallelChunks(n_, kChunk, [&](int64_t lo, int64_t hi) {
+      const From *__restrict xv = x;
+      To *__restrict yv = y;
+      for (int64_t i = lo; i < hi; ++i) {
+        float f;
+        if constexpr (std::is_same_v<From, uint16_t>)
+          f = from == DType::BF16 ? bf16ToFloat(xv[i]) : halfToFloat(xv[i]);
+        else
+          f = static_cast<float>(xv[i]); // a double rounds twice: to float, then to 16 bits
+        if constexpr (std::is_same_v<To, uint16_t>)
+          yv[i] = to == DType::BF16 ? floatToBf16(f) : floatToHalf(f);
+        else
+          yv[i] = static_cast<To>(f);
+      }
+    });
+    return Status::ok();
+  }
+
+private:
+  int64_t n_;
+  DType from_, to_;
+};
+
 class CopyKernel final : public Kernel {
 public:
   explicit CopyKernel(size_t bytes) : bytes_(bytes) {}
@@ -65,11 +100,25 @@ Expected<KernelPtr> makeCastKernel(const OpDesc &d) {
     return errorf(d.where(), ": 'to' = ", to->i, " is not a known type");
   const DType toType = static_cast<DType>(to->i);
   PIPEC_TRY(checkOutput(d, 0, toType, x.shape));
+  const int64_t n = x.numel();
+  auto half = [](DType t) { return t == DType::F16 || t == DType::BF16; };
+  if (x.dtype != toType && (half(x.dtype) || half(toType))) {
+    auto other = [&](DType t) { return half(t) || t == DType::F32 || t == DType::F64; };
+    if (!other(x.dtype) || !other(toType))
+      return errorf(d.where(), ": cast from ", dtypeName(x.dtype), " to ", dtypeName(toType),
+                    ": the CPU kernel casts float16 and bfloat16 to and from f32, f64, f16 and bf16 only");
+    if (half(x.dtype) && half(toType))
+      return KernelPtr(new HalfCastKernel<uint16_t, uint16_t>(n, x.dtype, toType));
+    if (half(x.dtype))
+      return toType == DType::F32 ? KernelPtr(new HalfCastKernel<uint16_t, float>(n, x.dtype, toType))
+                                  : KernelPtr(new HalfCastKernel<uint16_t, double>(n, x.dtype, toType));
+    return x.dtype == DType::F32 ? KernelPtr(new HalfCastKernel<float, uint16_t>(n, x.dtype, toType))
+                                 : KernelPtr(new HalfCastKernel<double, uint16_t>(n, x.dtype, toType));
+  }
   for (DType t : {x.dtype, toType})
     if (!inTypeSet(t, kAll))
       return errorf(d.where(), ": cast from ", dtypeName(x.dtype), " to ", dtypeName(toType),
                     ": type ", dtypeName(t), " is not supported by the CPU kernel");
-  const int64_t n = x.numel();
   if (x.dtype == toType)
     return KernelPtr(new CopyKernel(x.bytes()));
   return dispatchKernel<kAll>(d, x.dtype, "input", [&]<typename From>(TypeTag<From>) {

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DataMovementCommon.h"
+#include "support/Half.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,35 +36,6 @@ template <size_t S> void fillT(char *dst, const void *value, int64_t n) {
   auto *o = reinterpret_cast<Bytes<S> *>(dst);
   for (int64_t k = 0; k < n; ++k)
     o[k] = v;
-}
-
-uint16_t floatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  uint32_t a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) // inf or nan
-    return sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u);
-  if (a >= 0x477ff000u) // rounds to at least 65536: overflow
-    return sign | 0x7c00u;
-  if (a < 0x38800000u) { // below 2^-14: a half subnormal (exact scaling)
-    float af;
-    std::memcpy(&af, &a, 4);
-    return sign | static_cast<uint16_t>(std::nearbyint(af * 16777216.0f));
-  }
-  uint32_t h = ((((a >> 23) - 127 + 15) << 10) | ((a & 0x7fffffu) >> 13));
-  uint32_t rem = a & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-    ++h;
-  return static_cast<uint16_t>(sign | h);
-}
-
-uint16_t floatToBf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<uint16_t>((x >> 16) | 0x40u);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 template <typename T> void store(void *out, T v) { std::memcpy(out, &v, sizeof(T)); }

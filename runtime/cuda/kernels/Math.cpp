@@ -209,17 +209,26 @@ Expected<KernelPtr> makeCast(const OpDesc &d) {
     case DType::I64: return CastType::I64;
     case DType::U8: return CastType::U8;
     case DType::Bool: return CastType::Bool;
+    case DType::F16: return CastType::F16;
+    case DType::BF16: return CastType::BF16;
     default: return std::nullopt;
     }
   };
   if (d.inputs.size() != 1 || d.outputs.size() != 1 || d.inputs[0].shape != d.outputs[0].shape)
     return errorf(d.where(), ": expects one input and an output of its shape");
   const auto from = typeOf(d.inputs[0].dtype), to = typeOf(d.outputs[0].dtype);
-  if (!from || !to)
-    return errorf(d.where(), ": the CUDA kernel casts among float32, float64, int32, int64, uint8 and bool, not ",
+  auto half = [](CastType c) { return c == CastType::F16 || c == CastType::BF16; };
+  auto floating = [&](CastType c) { return half(c) || c == CastType::F32 || c == CastType::F64; };
+  if (!from || !to || ((half(*from) || half(*to)) && (!floating(*from) || !floating(*to))))
+    return errorf(d.where(), ": the CUDA kernel casts among float32, float64, int32, int64, uint8 and bool, and "
+                  "float16 and bfloat16 to and from the floating types, not ",
                   dtypeName(d.inputs[0].dtype), " to ", dtypeName(d.outputs[0].dtype));
   const int64_t n = d.outputs[0].numel();
   const CastType f = *from, t = *to;
+  if (half(f) || half(t))
+    return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
+      return launchHalfCast(in[0], f, out[0], t, n, ctx.stream);
+    });
   return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
     return launchCast(in[0], f, out[0], t, n, ctx.stream);
   });

@@ -1,0 +1,184 @@
+//===- passes/MixedPrecision.cpp - Reduced-precision operands ----------===//
+//
+// Pass `mixed-precision` (pipec --precision bf16|fp16; docs/precision.md).
+// The matrix products and convolutions take their floating-point operands
+// in the reduced type and accumulate in fp32; everything else computes in
+// fp32. Every fp32 operand V of such a node (forward or backward) is read
+// through one reduced copy shared by all of them:
+//
+//   Vr = Cast(V, to=bf16)           right after V is computed
+//   ... Cast(Vr, to=f32) -> MatMul  right before each product reading V
+//
+// so that
+//   - the products see bf16-rounded operands (bf16 x bf16 is exact in
+//     fp32, and the GEMM accumulates in fp32: the arithmetic of bf16
+//     tensor cores and of oneDNN's bf16 matmul, emulated exactly on any
+//     CPU);
+//   - what the backward keeps of the forward for its products (the
+//     activations a matmul's weight gradient reads) is the 2-byte copy:
+//     V itself dies after its last fp32 reader, and the arena planner,
+//     the memory model and the report count the copy at 2 bytes;
+//   - a stage boundary that cuts a product's operand sends the copy.
+// Master weights, the gradients (summed over micro-batches in fp32), the
+// optimizer's state, normalizations, softmax, losses and reductions stay
+// fp32: the weights are parameters, read through a copy made right before
+// each product that reads them (a copy shared from the forward to the
+// backward would stay alive for every micro-batch in flight); no node's
+// output changes type. Bias inputs (Gemm's C, a
+// convolution's B) are not operands of the product and stay fp32.
+//
+// Nodes named in MixedPrecisionOptions::keepFp32 keep fp32 operands.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/MixedPrecision.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace pipec::passes {
+
+namespace {
+
+/// The inputs of `n` that are operands of its product, or empty for a node
+/// that is no product.
+std::vector<size_t> productOperands(const ir::Node &n) {
+  const std::string &op = n.opType();
+  if (n.domain().empty()) {
+    if (op == "MatMul" || op == "Gemm" || op == "Conv" || op == "ConvTranspose")
+      return {0, 1};
+    if (op == "Einsum") {
+      std::vector<size_t> all;
+      for (size_t i = 0; i < n.numInputs(); ++i)
+        all.push_back(i);
+      return all;
+    }
+    return {};
+  }
+  if (n.domain() == "pipec" &&
+      (op == "FusedGemm" || op == "NhwcConv" || op == "ConvGradInput" || op == "ConvGradWeight"))
+    return {0, 1};
+  return {};
+}
+
+class MixedPrecisionPass final : public Pass {
+public:
+  explicit MixedPrecisionPass(MixedPrecisionOptions o) : o_(std::move(o)) {}
+  std::string_view name() const override { return "mixed-precision"; }
+
+  Expected<bool> run(ir::Graph &g) override {
+    if (o_.precision == Precision::Fp32)
+      return false;
+    const DType reduced = o_.precision == Precision::Bf16 ? DType::BF16 : DType::F16;
+    for (const std::string &k : o_.keepFp32)
+      if (!g.findNode(k))
+        return errorf("--keep-fp32: the graph has no node '", k, "' (after the passes; --emit=ir lists them)");
+    const std::set<std::string> keep(o_.keepFp32.begin(), o_.keepFp32.end());
+    std::map<ir::Value *, ir::Value *> copies; // V -> its reduced copy
+    bool changed = false;
+    for (ir::Node *n : g.nodes()) {
+      if (keep.count(n->name()))
+        continue;
+      // What n reads through a copy: a product's operands, and what a
+      // backward node keeps of the forward.
+      std::vector<size_t> routed = productOperands(*n);
+      if (n->phase() == ir::Phase::Backward || n->phase() == ir::Phase::WeightGrad)
+        for (size_t i = 0; i < n->numInputs(); ++i)
+          if (ir::Value *v = n->input(i); v && keptForBackward(g, v, keep))
+            routed.push_back(i);
+      std::sort(routed.begin(), routed.end());
+      routed.erase(std::unique(routed.begin(), routed.end()), routed.end());
+      for (size_t i : routed) {
+        ir::Value *v = n->input(i);
+        if (!v || v->type().dtype != DType::F32)
+          continue;
+        // A parameter or constant is copied for each reader (it lives
+        // anyway; a shared copy would live from the forward to the
+        // backward of every micro-batch in flight), a computed value once.
+        const bool perReader = !v->producer() && !isGraphInput(g, v);
+        ir::Value *&shared = copies[v];
+        ir::Value *r = perReader ? nullptr : shared;
+        if (!r) {
+          PIPEC_ASSIGN(r, reducedCopy(g, v, n, reduced));
+          if (!perReader)
+            shared = r;
+        }
+        // The fp32 view of the copy, right before the reader.
+        const std::string base = v->name() + (reduced == DType::BF16 ? "/bf16" : "/f16");
+        PIPEC_ASSIGN(ir::Node * back, g.insertNode(n, g.uniqueNodeName(base + "/to_f32"), "Cast", "", {r},
+                                                  {g.uniqueValueName(base + "/f32")},
+                                                  {{"to", Attribute::ofInt(static_cast<int64_t>(DType::F32))}}));
+        back->output(0)->setType(v->type());
+        back->setPhase(n->phase());
+        back->setForwardOf(n->forwardOf());
+        back->setGuards(n->guards());
+        n->setInput(i, back->output(0));
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+private:
+  /// A float32 activation of the forward (or a graph input) that the
+  /// backward reads: kept as the reduced copy. Not the statistics a
+  /// normalization gives its gradient (its outputs past the first), nor
+  /// what a node of keepFp32 computes.
+  static bool keptForBackward(const ir::Graph &g, const ir::Value *v, const std::set<std::string> &keep) {
+    if (v->type().dtype != DType::F32)
+      return false;
+    const ir::Node *p = v->producer();
+    if (!p)
+      return isGraphInput(g, v);
+    if (p->phase() != ir::Phase::Forward || keep.count(p->name()))
+      return false;
+    if (p->opType() == "Cast")
+      return false;
+    const ir::OpInfo *info = p->info();
+    const bool normalization = info && info->has(ir::op::CostNormalization);
+    return !(normalization && v->producerIndex() > 0);
+  }
+
+  static bool isGraphInput(const ir::Graph &g, const ir::Value *v) {
+    for (const ir::Value *in : g.inputs())
+      if (in == v)
+        return true;
+    return false;
+  }
+
+  /// Cast(v, to=reduced), right after v's producer (before `firstReader`
+  /// for a graph input, a parameter or a constant).
+  Expected<ir::Value *> reducedCopy(ir::Graph &g, ir::Value *v, ir::Node *firstReader, DType reduced) {
+    ir::Node *producer = v->producer();
+    ir::Node *pos = producer ? g.nextNode(producer) : firstReader;
+    const std::string base = v->name() + (reduced == DType::BF16 ? "/bf16" : "/f16");
+    PIPEC_ASSIGN(ir::Node * c, g.insertNode(pos, g.uniqueNodeName(base), "Cast", "", {v}, {g.uniqueValueName(base)},
+                                            {{"to", Attribute::ofInt(static_cast<int64_t>(reduced))}}));
+    c->output(0)->setType(TensorDesc{reduced, v->type().shape});
+    const ir::Node *from = producer ? producer : firstReader;
+    c->setPhase(from->phase());
+    c->setForwardOf(from->forwardOf());
+    c->setGuards(from->guards());
+    return c->output(0);
+  }
+
+  MixedPrecisionOptions o_;
+};
+
+} // namespace
+
+Expected<Precision> parsePrecision(const std::string &s) {
+  if (s == "fp32")
+    return Precision::Fp32;
+  if (s == "bf16")
+    return Precision::Bf16;
+  if (s == "fp16")
+    return Precision::Fp16;
+  return errorf("--precision must be fp32, bf16 or fp16 (got '", s, "')");
+}
+
+std::unique_ptr<Pass> createMixedPrecisionPass(MixedPrecisionOptions o) {
+  return std::make_unique<MixedPrecisionPass>(std::move(o));
+}
+
+} // namespace pipec::passes

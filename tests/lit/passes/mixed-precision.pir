@@ -1,0 +1,40 @@
+// RUN: pipec %s --emit=ir --passes=none --precision bf16 | FileCheck %s
+// RUN: pipec %s --emit=ir --passes=none --precision fp16 --keep-fp32 mm2 | FileCheck %s --check-prefix=KEEP
+// The products read their operands through bf16 copies: a computed value
+// (%h) is copied once, right after its producer, and read back to f32
+// right before each product; a parameter (%w1) is copied before each
+// product that reads it. Outputs, biases and the other nodes stay f32.
+
+// CHECK: node "x/bf16" Cast(%x) {to = 16} -> %x/bf16 : bf16[2,2]
+// CHECK: node "x/bf16/to_f32" Cast(%x/bf16) {to = 1} -> %x/bf16/f32 : f32[2,2]
+// CHECK: node "w1/bf16" Cast(%w1) {to = 16} -> %w1/bf16 : bf16[2,2]
+// CHECK: node "w1/bf16/to_f32" Cast(%w1/bf16) {to = 1} -> %w1/bf16/f32 : f32[2,2]
+// CHECK: node "mm1" Gemm(%x/bf16/f32, %w1/bf16/f32, %b1) -> %h : f32[2,2]
+// CHECK: node "h/bf16" Cast(%h) {to = 16} -> %h/bf16 : bf16[2,2]
+// CHECK: node "relu" Relu(%h) -> %r : f32[2,2]
+// CHECK: node "r/bf16" Cast(%r) {to = 16} -> %r/bf16 : bf16[2,2]
+// CHECK: node "h/bf16/to_f32" Cast(%h/bf16) {to = 1} -> %h/bf16/f32 : f32[2,2]
+// CHECK: node "r/bf16/to_f32" Cast(%r/bf16) {to = 1} -> %r/bf16/f32 : f32[2,2]
+// CHECK: node "mm2" MatMul(%h/bf16/f32, %r/bf16/f32) -> %y : f32[2,2]
+// CHECK-NOT: Cast
+// CHECK: output %y
+
+// KEEP: node "mm1" Gemm(%x/f16/f32, %w1/f16/f32, %b1) -> %h : f32[2,2]
+// KEEP: node "mm2" MatMul(%h, %r) -> %y : f32[2,2]
+
+// RUN: not pipec %s --emit=ir --passes=none --precision bf16 --keep-fp32 nosuch 2>&1 | FileCheck %s --check-prefix=NOSUCH
+// NOSUCH: error: pass mixed-precision: --keep-fp32: the graph has no node 'nosuch'
+// RUN: not pipec %s --emit=ir --passes=none --keep-fp32 mm2 2>&1 | FileCheck %s --check-prefix=NOPREC
+// NOPREC: error: --keep-fp32 needs --precision bf16 or fp16
+// RUN: not pipec %s --emit=ir --precision fp8 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: error: --precision must be fp32, bf16 or fp16 (got 'fp8')
+graph "mp" {
+  opset "" 17
+  input %x : f32[2,2]
+  const %w1 : f32[2,2] = [0.5, 1.0, 1.5, 2.0]
+  const %b1 : f32[2] = [0.1, 0.2]
+  node "mm1" Gemm(%x, %w1, %b1) -> %h : f32[2,2]
+  node "relu" Relu(%h) -> %r : f32[2,2]
+  node "mm2" MatMul(%h, %r) -> %y : f32[2,2]
+  output %y
+}
