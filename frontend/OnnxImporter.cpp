@@ -247,7 +247,9 @@ Status Importer::importInitializers() {
     // A subgraph's own initializers are constants: exporters keep a
     // model's parameters in the main graph, where a branch or loop body
     // reads them by name (and --save writes the main graph's back).
-    bool trainable = isFloat(data.dtype()) && !parent_;
+    // 16-bit float weights train too, as fp32 masters (passes/PromoteHalf.cpp).
+    const DType dt = data.dtype();
+    bool trainable = (isFloat(dt) || dt == DType::F16 || dt == DType::BF16) && !parent_;
     PIPEC_ASSIGN(ir::Value * v, g_->addConstant(t.name(), std::move(data)));
     v->setTrainable(trainable);
   }

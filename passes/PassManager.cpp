@@ -46,8 +46,8 @@ Expected<std::unique_ptr<Pass>> createPass(const std::string &flag) {
 }
 
 std::vector<std::string> defaultPipeline() {
-  return {"infer-shapes",        "canonicalize",   "constant-fold", "fuse-layernorm", "fuse-gelu",
-          "fuse-masked-softmax", "fuse-attention", "dce"};
+  return {"promote-half",   "infer-shapes",        "canonicalize",   "constant-fold", "fuse-layernorm",
+          "fuse-gelu",      "fuse-masked-softmax", "fuse-attention", "dce"};
 }
 
 Status PassManager::add(const std::string &flag) {

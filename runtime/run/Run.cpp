@@ -1,5 +1,6 @@
 //===- runtime/run/Run.cpp - Training and inference runs over a session ---===//
 #include "runtime/run/Run.h"
+#include "support/Half.h"
 
 #include "pipec/Version.h"
 #include "runtime/DataFeed.h"
@@ -225,6 +226,16 @@ Status saveTrainedModel(const Session &session, const std::string &planDir, cons
     if (!stripped)
       continue;
     PIPEC_ASSIGN(Tensor w, session.weightView(t.name()));
+    // A 16-bit model's weights train as fp32 masters (passes/PromoteHalf.cpp):
+    // rounded back to the model's type, to nearest even.
+    if (w.dtype() == DType::F32 &&
+        (t.data_type() == static_cast<int32_t>(DType::F16) || t.data_type() == static_cast<int32_t>(DType::BF16))) {
+      const bool bf = t.data_type() == static_cast<int32_t>(DType::BF16);
+      Tensor h(bf ? DType::BF16 : DType::F16, w.shape());
+      for (int64_t i = 0; i < w.numel(); ++i)
+        h.data<uint16_t>()[i] = bf ? floatToBf16(w.data<float>()[i]) : floatToHalf(w.data<float>()[i]);
+      w = std::move(h);
+    }
     if (static_cast<int32_t>(w.dtype()) != t.data_type())
       return errorf("initializer '", t.name(), "' of '", src, "' has data type ", t.data_type(),
                     ", the plan holds ", dtypeName(w.dtype()));
