@@ -84,7 +84,7 @@ public:
       std::vector<size_t> routed = productOperands(*n);
       if (n->phase() == ir::Phase::Backward || n->phase() == ir::Phase::WeightGrad)
         for (size_t i = 0; i < n->numInputs(); ++i)
-          if (ir::Value *v = n->input(i); v && keptForBackward(g, v, keep))
+          if (ir::Value *v = n->input(i); v && keptForBackward(v, keep))
             routed.push_back(i);
       std::sort(routed.begin(), routed.end());
       routed.erase(std::unique(routed.begin(), routed.end()), routed.end());
@@ -95,7 +95,7 @@ public:
         // A parameter or constant is copied for each reader (it lives
         // anyway; a shared copy would live from the forward to the
         // backward of every micro-batch in flight), a computed value once.
-        const bool perReader = !v->producer() && !isGraphInput(g, v);
+        const bool perReader = !v->producer() && !v->isGraphInput();
         ir::Value *&shared = copies[v];
         ir::Value *r = perReader ? nullptr : shared;
         if (!r) {
@@ -124,12 +124,12 @@ private:
   /// backward reads: kept as the reduced copy. Not the statistics a
   /// normalization gives its gradient (its outputs past the first), nor
   /// what a node of keepFp32 computes.
-  static bool keptForBackward(const ir::Graph &g, const ir::Value *v, const std::set<std::string> &keep) {
+  static bool keptForBackward(const ir::Value *v, const std::set<std::string> &keep) {
     if (v->type().dtype != DType::F32)
       return false;
     const ir::Node *p = v->producer();
     if (!p)
-      return isGraphInput(g, v);
+      return v->isGraphInput();
     if (p->phase() != ir::Phase::Forward || keep.count(p->name()))
       return false;
     if (p->opType() == "Cast")
@@ -137,13 +137,6 @@ private:
     const ir::OpInfo *info = p->info();
     const bool normalization = info && info->has(ir::op::CostNormalization);
     return !(normalization && v->producerIndex() > 0);
-  }
-
-  static bool isGraphInput(const ir::Graph &g, const ir::Value *v) {
-    for (const ir::Value *in : g.inputs())
-      if (in == v)
-        return true;
-    return false;
   }
 
   /// Cast(v, to=reduced), right after v's producer (before `firstReader`
