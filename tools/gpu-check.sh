@@ -15,7 +15,9 @@
 #      models, for AdamW with clipping and Nesterov SGD, at K=1 and K=2;
 #      TF32 runs at K=1 and K=2 byte-identical; a label and a token out of
 #      range named as errors by the flags read at the step's end;
-#   6. the model zoo on the GPU (tests/zoo/zoo.py --device cuda, the models
+#   6. two ranks under mpirun on the GPU(s), messages staged through host
+#      memory over MPI, bitwise the threads' run (where mpirun exists);
+#   7. the model zoo on the GPU (tests/zoo/zoo.py --device cuda, the models
 #      of $GPU_ZOO_MODELS, opset 17; torch, torchvision and onnx for
 #      python3 there): forward within 1e-4 of torch, one step's gradients
 #      within twice torch float32's error against float64, K=4 and K=1
@@ -143,6 +145,17 @@ if [ -n "$sanitizer" ]; then
 else
   echo "gpu-check: no compute-sanitizer, memcheck skipped"
 fi
+# Two ranks on this machine's GPU(s) under mpirun, the messages staged
+# through host memory over MPI (no NCCL yet): the trained model, losses and
+# norms bitwise those of the threads' run on the GPU (state resident, the
+# messages on the devices), at K=2.
+if command -v mpirun > /dev/null; then
+  check gpt-mpi-staged env PATH="$PATH" "${PYTHON:-python3}" tests/tools/mpi_check.py same "$w/gpt-k2.plan" 2 \
+    "$w/mpi-staged" --device cuda
+else
+  echo "gpu-check: no mpirun on this machine: the host-staged MPI check skipped"
+fi
+
 # The zoo on the GPU, last: the slowest stage, and it needs torch.
 if "${PYTHON:-python3}" -c "import torch, torchvision, onnx" 2>/dev/null; then
   for m in ${GPU_ZOO_MODELS:-resnet18 mobilenet_v2 vit encoder_pre_norm gpt2}; do
