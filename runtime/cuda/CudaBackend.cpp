@@ -91,6 +91,9 @@ public:
   const char *interpretedBecause() const override { return "a GPU device"; }
   Expected<kernel::KernelPtr> createKernel(const kernel::OpDesc &desc) override {
 #if PIPEC_HAVE_CUDA
+    // Kernels made here choose for this GPU (cuDNN's algorithms) and keep
+    // what they allocate on it (pinned constants, tap tables).
+    PIPEC_TRY(gpu_->select());
     return cuda::createKernel(desc);
 #else
     return errorf(desc.where(), ": this build has no CUDA backend");

@@ -7,7 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cpu/kernels/LinalgCommon.h"
 #include "runtime/cuda/CudaKernels.h"
+#include "runtime/cuda/Dnn.h"
 #include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/Update.h"
@@ -682,5 +684,461 @@ TEST(CudaKernels, FusedElementwiseAgainstCpu) {
     cpu::OpDesc d = makeDesc("FusedElementwise", descs, {{DType::F32, out}}, {}, 17, "pipec");
     d.attrs["program"] = Attribute::ofInts(p.encode());
     EXPECT_EQ(compareWithCpu(d, in), 0.0) << p.str();
+  }
+}
+
+// ---- The CNN ops (runtime/cuda/kernels/Conv.cpp, Pool.cpp, BatchNorm.cpp).
+
+namespace {
+
+/// Runs a node on the GPU with `ctx`'s training flag, on a stream in TF32
+/// math where `tf32`; outputs and workspace are NaN-filled first (a value
+/// the kernel forgets to write shows), out[0] starts as `initial` where
+/// given (ExecContext::accumulate). The outputs, or none where the kernel
+/// could not be made or run.
+std::vector<Tensor> runOnGpu(const cpu::OpDesc &d, const std::vector<Tensor> &inputs, cpu::ExecContext ctx,
+                             bool tf32 = false, const Tensor *initial = nullptr) {
+  auto k = cuda::createKernel(d);
+  EXPECT_TRUE(k.isOk()) << d.opType << ": " << (k ? "" : k.status().message());
+  if (!k)
+    return {};
+  cudaStream_t stream;
+  EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cuda::setStreamMath(stream, tf32 ? cuda::MathMode::Tf32 : cuda::MathMode::Exact);
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  std::vector<const void *> in;
+  std::vector<void *> out;
+  for (const Tensor &t : inputs) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(t.bytes()));
+    cudaMemcpy(bufs.back()->p, t.raw(), t.bytes(), cudaMemcpyHostToDevice);
+    in.push_back(bufs.back()->p);
+  }
+  for (const TensorDesc &o : d.outputs) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(o.bytes()));
+    cudaMemset(bufs.back()->p, 0xff, o.bytes());
+    out.push_back(o.dtype == DType::Undefined ? nullptr : bufs.back()->p);
+  }
+  if (initial)
+    cudaMemcpy(out[0], initial->raw(), initial->bytes(), cudaMemcpyHostToDevice);
+  DeviceBuffer workspace((*k)->workspaceBytes());
+  cudaMemset(workspace.p, 0xff, std::max<size_t>((*k)->workspaceBytes(), 4));
+  ctx.stream = stream;
+  ctx.workspace = workspace.p;
+  ctx.accumulate = initial != nullptr;
+  Status s = (*k)->run(ctx, in.data(), out.data());
+  EXPECT_TRUE(s.isOk()) << d.opType << ": " << s.message();
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << d.opType << ": " << cudaGetErrorString(cudaGetLastError());
+  cuda::setStreamMath(stream, cuda::MathMode::Exact); // the next stream may get this one's address
+  cudaStreamDestroy(stream);
+  std::vector<Tensor> got;
+  for (size_t o = 0; o < d.outputs.size(); ++o) {
+    if (d.outputs[o].dtype == DType::Undefined) {
+      got.emplace_back();
+      continue;
+    }
+    got.emplace_back(d.outputs[o]);
+    cudaMemcpy(got.back().raw(), out[o], got.back().bytes(), cudaMemcpyDeviceToHost);
+  }
+  return s.isOk() ? got : std::vector<Tensor>{};
+}
+
+/// The largest difference of the GPU's outputs from the CPU kernel's
+/// (worstError; other types byte for byte), both run with `training`.
+double cnnCompare(const cpu::OpDesc &d, const std::vector<Tensor> &inputs, bool training = false, bool tf32 = false) {
+  cpu::ExecContext ctx;
+  ctx.training = training;
+  auto ref = cpu::evaluate(d, inputs, ctx);
+  EXPECT_TRUE(ref.isOk()) << d.opType << ": " << (ref ? "" : ref.status().message());
+  std::vector<Tensor> got = runOnGpu(d, inputs, ctx, tf32);
+  if (!ref || got.size() != d.outputs.size())
+    return HUGE_VAL;
+  double worst = 0;
+  for (size_t o = 0; o < got.size(); ++o) {
+    if (d.outputs[o].dtype == DType::Undefined)
+      continue;
+    const Tensor &r = (*ref)[o];
+    if (r.dtype() != DType::F32) {
+      if (std::memcmp(got[o].raw(), r.raw(), r.bytes()) != 0)
+        worst = HUGE_VAL;
+      continue;
+    }
+    worst = std::max(worst, worstError(got[o].data<float>(), r.data<float>(), r.numel()));
+  }
+  return worst;
+}
+
+struct CnnConvCase {
+  Shape x, w;
+  AttrMap attrs;
+};
+
+/// Conv geometries: groups (depthwise too), strides, dilations, symmetric,
+/// asymmetric and automatic pads, 1-D, 2-D and 3-D.
+std::vector<CnnConvCase> cnnConvCases() {
+  auto ints = [](std::vector<int64_t> v) { return Attribute::ofInts(std::move(v)); };
+  return {
+      {{2, 8, 12, 12}, {16, 8, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}},
+      {{2, 8, 11, 10},
+       {6, 4, 3, 3},
+       {{"pads", ints({1, 0, 2, 1})}, {"strides", ints({2, 2})}, {"group", Attribute::ofInt(2)}}},
+      {{2, 8, 10, 10},
+       {8, 1, 3, 3},
+       {{"auto_pad", Attribute::ofString("SAME_UPPER")}, {"strides", ints({2, 2})}, {"group", Attribute::ofInt(8)}}},
+      {{1, 4, 13, 11}, {5, 4, 3, 3}, {{"pads", ints({2, 2, 2, 2})}, {"dilations", ints({2, 2})}}},
+      {{3, 5, 20}, {7, 5, 4}, {{"pads", ints({1, 2})}, {"strides", ints({2})}}},
+      {{1, 3, 6, 7, 8}, {4, 3, 3, 2, 3}, {{"pads", ints({1, 0, 1, 1, 1, 1})}, {"strides", ints({1, 2, 2})}}},
+      {{4, 16, 7, 7}, {32, 16, 1, 1}, {}},
+      {{2, 3, 16, 16}, {8, 3, 7, 7}, {{"auto_pad", Attribute::ofString("SAME_LOWER")}, {"strides", ints({2, 2})}}},
+      {{2, 6, 9, 9},
+       {6, 2, 3, 3},
+       {{"pads", ints({2, 1, 1, 2})},
+        {"strides", ints({2, 2})},
+        {"dilations", ints({1, 2})},
+        {"group", Attribute::ofInt(3)}}},
+  };
+}
+
+/// The output shape of a Conv case.
+Shape convOut(const CnnConvCase &c) {
+  cpu::OpDesc d = makeDesc("Conv", {{DType::F32, c.x}, {DType::F32, c.w}}, {}, c.attrs, 11);
+  std::vector<cpu::LinalgWindowDim> dims;
+  EXPECT_TRUE(cpu::linalgResolveWindow(d, Shape(c.x.begin() + 2, c.x.end()),
+                                       std::vector<int64_t>(c.w.begin() + 2, c.w.end()), false, nullptr, dims)
+                  .isOk());
+  Shape y = {c.x[0], c.w[0]};
+  for (const cpu::LinalgWindowDim &w : dims)
+    y.push_back(w.out);
+  return y;
+}
+
+} // namespace
+
+// Conv (with a bias), ConvGradInput and ConvGradWeight (also adding into
+// dW) against the CPU's on every geometry. cuDNN sums the products in its
+// own order: rounding, not bits; dW sums N x the output's positions.
+TEST(CudaKernels, ConvolutionsAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 1100;
+  for (const CnnConvCase &c : cnnConvCases()) {
+    const Shape ys = convOut(c);
+    const std::string what = cat(shapeStr(c.x), " * ", shapeStr(c.w));
+    Tensor x = randomF32(c.x, ++seed), w = randomF32(c.w, ++seed), b = randomF32({c.w[0]}, ++seed);
+    Tensor dy = randomF32(ys, ++seed);
+    cpu::OpDesc conv = makeDesc("Conv", {x.desc(), w.desc(), b.desc()}, {{DType::F32, ys}}, c.attrs, 11);
+    EXPECT_LE(cnnCompare(conv, {x, w, b}), 1e-5) << "Conv " << what;
+    cpu::OpDesc noBias = makeDesc("Conv", {x.desc(), w.desc()}, {{DType::F32, ys}}, c.attrs, 11);
+    EXPECT_LE(cnnCompare(noBias, {x, w}), 1e-5) << "Conv without bias " << what;
+    AttrMap gi = c.attrs, gw = c.attrs;
+    gi["shape"] = Attribute::ofInts(c.x);
+    gw["shape"] = Attribute::ofInts(c.w);
+    cpu::OpDesc dX = makeDesc("ConvGradInput", {dy.desc(), w.desc()}, {x.desc()}, gi, 17, "pipec");
+    EXPECT_LE(cnnCompare(dX, {dy, w}), 1e-5) << "ConvGradInput " << what;
+    cpu::OpDesc dW = makeDesc("ConvGradWeight", {dy.desc(), x.desc()}, {w.desc()}, gw, 17, "pipec");
+    EXPECT_LE(cnnCompare(dW, {dy, x}), 1e-4) << "ConvGradWeight " << what;
+    // Accumulating: dW += the gradient (cuDNN's beta = 1).
+    Tensor prior = randomF32(c.w, ++seed);
+    Tensor ref = evalOne(dW, {dy, x});
+    std::vector<Tensor> got = runOnGpu(dW, {dy, x}, {}, false, &prior);
+    ASSERT_EQ(got.size(), 1u) << what;
+    for (int64_t i = 0; i < ref.numel(); ++i)
+      ref.data<float>()[i] += prior.data<float>()[i];
+    EXPECT_LE(worstError(got[0].data<float>(), ref.data<float>(), ref.numel()), 1e-4) << "ConvGradWeight += " << what;
+  }
+}
+
+// ConvTranspose: output_padding, output_shape, groups, asymmetric and
+// negative pads, 1-D, 2-D and 3-D.
+TEST(CudaKernels, ConvTransposeAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  auto ints = [](std::vector<int64_t> v) { return Attribute::ofInts(std::move(v)); };
+  struct Case {
+    Shape x, w, y;
+    AttrMap attrs;
+  };
+  const Case cases[] = {
+      {{2, 6, 5, 5},
+       {6, 4, 3, 3},
+       {2, 4, 10, 10},
+       {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}, {"output_padding", ints({1, 1})}}},
+      {{2, 4, 5, 6}, {4, 3, 3, 3}, {2, 6, 6, 7}, {{"pads", ints({0, 1, 1, 0})}, {"group", Attribute::ofInt(2)}}},
+      {{1, 3, 4, 4}, {3, 2, 3, 3}, {1, 2, 10, 10}, {{"strides", ints({2, 2})}, {"output_shape", ints({10, 10})}}},
+      {{2, 3, 7},
+       {3, 2, 4},
+       {2, 2, 21},
+       {{"strides", ints({3})}, {"pads", ints({2, 1})}, {"output_padding", ints({2})}}},
+      {{1, 2, 3, 4, 3},
+       {2, 2, 2, 3, 2},
+       {1, 2, 6, 5, 5},
+       {{"strides", ints({2, 1, 2})}, {"pads", ints({0, 1, 1, 1, 0, 0})}, {"output_padding", ints({1, 0, 0})}}},
+      {{1, 4, 5, 6},
+       {4, 3, 3, 2},
+       {1, 3, 8, 12},
+       {{"strides", ints({1, 2})},
+        {"dilations", ints({2, 1})},
+        {"pads", ints({2, 0, -1, 1})},
+        {"output_padding", ints({0, 1})}}},
+      {{2, 8, 6, 6},
+       {8, 1, 4, 4},
+       {2, 8, 12, 12},
+       {{"strides", ints({2, 2})}, {"auto_pad", Attribute::ofString("SAME_UPPER")}, {"group", Attribute::ofInt(8)}}},
+  };
+  uint32_t seed = 1200;
+  for (const Case &c : cases) {
+    Tensor x = randomF32(c.x, ++seed), w = randomF32(c.w, ++seed), b = randomF32({c.y[1]}, ++seed);
+    cpu::OpDesc d = makeDesc("ConvTranspose", {x.desc(), w.desc(), b.desc()}, {{DType::F32, c.y}}, c.attrs, 11);
+    EXPECT_LE(cnnCompare(d, {x, w, b}), 1e-5) << "ConvTranspose " << shapeStr(c.x) << " -> " << shapeStr(c.y);
+  }
+}
+
+// --math tf32: the same kernels on TF32 tensor cores (where cuDNN's
+// heuristics take them), within TF32's rounding (10 bits of mantissa per
+// operand: about 1e-3 of a product) of the CPU's exact sums, measured
+// against the largest output (a sum near zero keeps the error of its
+// terms).
+TEST(CudaKernels, ConvolutionsInTf32) {
+  SKIP_WITHOUT_GPU();
+  const CnnConvCase c = cnnConvCases()[0];
+  const Shape ys = convOut(c);
+  Tensor x = randomF32(c.x, 1300), w = randomF32(c.w, 1301), dy = randomF32(ys, 1302);
+  AttrMap gw = c.attrs;
+  gw["shape"] = Attribute::ofInts(c.w);
+  for (const cpu::OpDesc &d : {makeDesc("Conv", {x.desc(), w.desc()}, {{DType::F32, ys}}, c.attrs, 11),
+                               makeDesc("ConvGradWeight", {dy.desc(), x.desc()}, {w.desc()}, gw, 17, "pipec")}) {
+    const std::vector<Tensor> in = d.opType == "Conv" ? std::vector<Tensor>{x, w} : std::vector<Tensor>{dy, x};
+    Tensor ref = evalOne(d, in);
+    std::vector<Tensor> got = runOnGpu(d, in, {}, true);
+    ASSERT_EQ(got.size(), 1u) << d.opType;
+    double worst = 0, largest = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(got[0].data<float>()[i]) - ref.data<float>()[i]));
+      largest = std::max(largest, std::fabs(static_cast<double>(ref.data<float>()[i])));
+    }
+    EXPECT_LE(worst, 5e-3 * largest) << d.opType << " in TF32";
+  }
+}
+
+// Algorithms are chosen when a kernel is made, by cuDNN's heuristics: two
+// kernels of one node choose alike (and the choice is printed, for the
+// GPU run's log).
+TEST(CudaKernels, ConvolutionAlgorithmsAreChosenAlike) {
+  SKIP_WITHOUT_GPU();
+  for (const CnnConvCase &c : cnnConvCases()) {
+    const Shape ys = convOut(c);
+    AttrMap gi = c.attrs, gw = c.attrs;
+    gi["shape"] = Attribute::ofInts(c.x);
+    gw["shape"] = Attribute::ofInts(c.w);
+    const TensorDesc x{DType::F32, c.x}, w{DType::F32, c.w}, y{DType::F32, ys};
+    for (const cpu::OpDesc &d :
+         {makeDesc("Conv", {x, w}, {y}, c.attrs, 11), makeDesc("ConvGradInput", {y, w}, {x}, gi, 17, "pipec"),
+          makeDesc("ConvGradWeight", {y, x}, {w}, gw, 17, "pipec")}) {
+      auto a = cuda::createKernel(d), b = cuda::createKernel(d);
+      ASSERT_TRUE(a.isOk() && b.isOk()) << (a ? b.status().message() : a.status().message());
+      const auto *ca = dynamic_cast<const cuda::DnnChoice *>(a->get());
+      const auto *cb = dynamic_cast<const cuda::DnnChoice *>(b->get());
+      ASSERT_TRUE(ca && cb) << d.opType;
+      EXPECT_EQ(ca->dnnChoice(), cb->dnnChoice()) << d.opType << " " << shapeStr(c.x);
+      EXPECT_EQ((*a)->workspaceBytes(), (*b)->workspaceBytes()) << d.opType << " " << shapeStr(c.x);
+      std::cout << d.opType << " " << shapeStr(c.x) << " * " << shapeStr(c.w) << ": " << ca->dnnChoice() << "\n";
+    }
+  }
+}
+
+// The pools and their gradients are the CPU loops' sums and picks, bit for
+// bit (the CPU's oneDNN paths round their own way: the loops here).
+TEST(CudaKernels, PoolsAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  useDnnl(false);
+  auto ints = [](std::vector<int64_t> v) { return Attribute::ofInts(std::move(v)); };
+  auto one = [](int64_t v) { return Attribute::ofInt(v); };
+  struct Case {
+    const char *op;
+    Shape x, y;
+    AttrMap attrs;
+    int64_t opset = 12;
+  };
+  const Case cases[] = {
+      {"MaxPool",
+       {4, 16, 33, 32},
+       {4, 16, 17, 16},
+       {{"kernel_shape", ints({3, 3})},
+        {"strides", ints({2, 2})},
+        {"pads", ints({1, 0, 1, 2})},
+        {"ceil_mode", one(1)}}},
+      {"MaxPool",
+       {2, 3, 9, 10},
+       {2, 3, 9, 5},
+       {{"kernel_shape", ints({2, 3})},
+        {"strides", ints({1, 2})},
+        {"pads", ints({1, 1, 1, 1})},
+        {"dilations", ints({2, 1})}}},
+      {"MaxPool", {2, 3, 17}, {2, 3, 6}, {{"kernel_shape", ints({4})}, {"strides", ints({3})}, {"pads", ints({2, 1})}}},
+      {"MaxPool",
+       {1, 2, 5, 6, 7},
+       {1, 2, 3, 4, 7},
+       {{"kernel_shape", ints({2, 3, 2})},
+        {"strides", ints({2, 2, 1})},
+        {"pads", ints({0, 1, 1, 1, 1, 0})},
+        {"ceil_mode", one(1)}}},
+      {"AveragePool",
+       {4, 8, 15, 16},
+       {4, 8, 8, 9},
+       {{"kernel_shape", ints({3, 3})},
+        {"strides", ints({2, 2})},
+        {"pads", ints({1, 1, 1, 1})},
+        {"ceil_mode", one(1)},
+        {"count_include_pad", one(1)}}},
+      {"AveragePool",
+       {4, 8, 15, 16},
+       {4, 8, 8, 9},
+       {{"kernel_shape", ints({3, 3})},
+        {"strides", ints({2, 2})},
+        {"pads", ints({1, 1, 1, 1})},
+        {"ceil_mode", one(1)}}},
+      {"AveragePool",
+       {1, 2, 5, 6, 7},
+       {1, 2, 3, 6, 3},
+       {{"kernel_shape", ints({3, 2, 3})},
+        {"strides", ints({2, 1, 2})},
+        {"pads", ints({1, 0, 1, 1, 1, 0})},
+        {"count_include_pad", one(1)}}},
+      {"AveragePool",
+       {2, 3, 9, 9},
+       {2, 3, 8, 8},
+       {{"kernel_shape", ints({2, 2})}, {"dilations", ints({2, 2})}, {"pads", ints({1, 0, 0, 1})}},
+       19},
+  };
+  uint32_t seed = 1400;
+  for (const Case &c : cases) {
+    Tensor x = randomF32(c.x, ++seed), dy = randomF32(c.y, ++seed);
+    x.data<float>()[3] = NAN;
+    const bool isMax = std::string(c.op) == "MaxPool";
+    cpu::OpDesc d = makeDesc(c.op, {x.desc()}, {{DType::F32, c.y}}, c.attrs, c.opset);
+    EXPECT_EQ(cnnCompare(d, {x}), 0.0) << c.op << " " << shapeStr(c.x);
+    if (isMax)
+      for (int64_t order : {0, 1}) {
+        cpu::OpDesc di = d;
+        di.outputs.push_back({DType::I64, c.y});
+        di.attrs["storage_order"] = Attribute::ofInt(order);
+        EXPECT_EQ(cnnCompare(di, {x}), 0.0) << "MaxPool with Indices " << shapeStr(c.x) << " storage_order " << order;
+      }
+    cpu::OpDesc g = isMax ? makeDesc("MaxPoolGrad", {dy.desc(), x.desc()}, {x.desc()}, c.attrs, 17, "pipec")
+                          : makeDesc("AveragePoolGrad", {dy.desc()}, {x.desc()}, c.attrs, 17, "pipec");
+    if (!isMax)
+      g.attrs["shape"] = Attribute::ofInts(c.x);
+    EXPECT_EQ(isMax ? cnnCompare(g, {dy, x}) : cnnCompare(g, {dy}), 0.0) << g.opType << " " << shapeStr(c.x);
+  }
+  for (const Shape &s : {Shape{8, 64, 7, 7}, Shape{3, 4, 300}, Shape{2, 5, 2, 3, 4}}) {
+    Tensor x = randomF32(s, ++seed);
+    Shape ys = {s[0], s[1]};
+    ys.resize(s.size(), 1);
+    for (const char *op : {"GlobalAveragePool", "GlobalMaxPool"})
+      EXPECT_EQ(cnnCompare(makeDesc(op, {x.desc()}, {{DType::F32, ys}}), {x}), 0.0) << op << " " << shapeStr(s);
+  }
+  useDnnl(true);
+}
+
+// BatchNormalization in every mode (training by attribute, by the five
+// outputs of opset 9 and by ExecContext::training; inference), the running
+// statistics included, its three gradients, InstanceNormalization and LRN.
+TEST(CudaKernels, NormalizationsAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 1500;
+  const Shape xs = {8, 16, 14, 14};
+  // X off zero; not so far that one multiply-add contracted on one side
+  // only (nvcc and GCC decide apart) moves Y by more than 1e-6.
+  Tensor x = randomF32(xs, ++seed, -1.f, 3.f), scale = randomF32({16}, ++seed, 0.5f, 1.5f),
+         bias = randomF32({16}, ++seed), mean = randomF32({16}, ++seed, 0.f, 2.f),
+         var = randomF32({16}, ++seed, 0.5f, 2.f);
+  const std::vector<TensorDesc> in = {x.desc(), scale.desc(), bias.desc(), mean.desc(), var.desc()};
+  const AttrMap attrs = {{"momentum", Attribute::ofFloat(0.9f)}, {"epsilon", Attribute::ofFloat(1e-5f)}};
+  // Training by attribute: Y, running mean and variance.
+  cpu::OpDesc t15 = makeDesc("BatchNormalization", in, {x.desc(), scale.desc(), scale.desc()}, attrs, 15);
+  t15.attrs["training_mode"] = Attribute::ofInt(1);
+  EXPECT_LE(cnnCompare(t15, {x, scale, bias, mean, var}), 1e-6) << "BatchNormalization-15 training_mode 1";
+  // Opset 9's five outputs: training, the saved mean and variance too.
+  cpu::OpDesc t9 =
+      makeDesc("BatchNormalization", in, {x.desc(), scale.desc(), scale.desc(), scale.desc(), scale.desc()}, attrs, 9);
+  EXPECT_LE(cnnCompare(t9, {x, scale, bias, mean, var}), 1e-6) << "BatchNormalization-9 five outputs";
+  // One output: ExecContext::training decides.
+  cpu::OpDesc y1 = makeDesc("BatchNormalization", in, {x.desc()}, attrs, 15);
+  EXPECT_LE(cnnCompare(y1, {x, scale, bias, mean, var}, true), 1e-6) << "BatchNormalization training by context";
+  EXPECT_LE(cnnCompare(y1, {x, scale, bias, mean, var}, false), 1e-6) << "BatchNormalization inference";
+  // [N, C] after a dense layer.
+  Tensor x2 = randomF32({32, 16}, ++seed);
+  cpu::OpDesc t2 = makeDesc("BatchNormalization", {x2.desc(), scale.desc(), bias.desc(), mean.desc(), var.desc()},
+                            {x2.desc(), scale.desc(), scale.desc()}, attrs, 15);
+  t2.attrs["training_mode"] = Attribute::ofInt(1);
+  EXPECT_LE(cnnCompare(t2, {x2, scale, bias, mean, var}), 1e-6) << "BatchNormalization [N, C]";
+  // The gradients, from the CPU's statistics.
+  Tensor dy = randomF32(xs, ++seed);
+  for (bool training : {true, false}) {
+    cpu::ExecContext ctx;
+    ctx.training = training;
+    cpu::OpDesc st = makeDesc("BatchNormalizationStats", {x.desc(), mean.desc(), var.desc()},
+                              {scale.desc(), scale.desc()}, {}, 17, "pipec");
+    EXPECT_LE(cnnCompare(st, {x, mean, var}, training), 1e-6) << "BatchNormalizationStats, training " << training;
+    std::vector<Tensor> mr = eval(st, {x, mean, var}, ctx);
+    ASSERT_EQ(mr.size(), 2u);
+    cpu::OpDesc gd = makeDesc("BatchNormalizationGrad", {dy.desc(), x.desc(), scale.desc(), scale.desc(), scale.desc()},
+                              {x.desc(), {DType::F32, {2, 16}}}, {}, 17, "pipec");
+    EXPECT_LE(cnnCompare(gd, {dy, x, scale, mr[0], mr[1]}, training), 1e-6)
+        << "BatchNormalizationGrad, training " << training;
+    cpu::OpDesc g1 = gd;
+    g1.outputs.resize(1);
+    EXPECT_LE(cnnCompare(g1, {dy, x, scale, mr[0], mr[1]}, training), 1e-6)
+        << "BatchNormalizationGrad without sums, training " << training;
+    cpu::OpDesc sg = makeDesc("BatchNormalizationScaleGrad", {dy.desc(), x.desc(), scale.desc(), scale.desc()},
+                              {scale.desc(), scale.desc()}, {}, 17, "pipec");
+    EXPECT_LE(cnnCompare(sg, {dy, x, mr[0], mr[1]}, training), 1e-6) << "BatchNormalizationScaleGrad";
+    std::vector<Tensor> sums = eval(gd, {dy, x, scale, mr[0], mr[1]}, ctx);
+    ASSERT_EQ(sums.size(), 2u);
+    cpu::OpDesc fromSums =
+        makeDesc("BatchNormalizationScaleGrad", {sums[1].desc()}, {scale.desc(), scale.desc()}, {}, 17, "pipec");
+    EXPECT_EQ(cnnCompare(fromSums, {sums[1]}, training), 0.0) << "BatchNormalizationScaleGrad from the sums";
+  }
+  Tensor xi = randomF32({4, 6, 17, 19}, ++seed, -1.f, 3.f), si = randomF32({6}, ++seed, 0.5f, 1.5f),
+         bi = randomF32({6}, ++seed);
+  EXPECT_LE(cnnCompare(makeDesc("InstanceNormalization", {xi.desc(), si.desc(), bi.desc()}, {xi.desc()}), {xi, si, bi}),
+            1e-6)
+      << "InstanceNormalization";
+  // LRN against the CPU's loop: CUDA's powf is within a few ulps of glibc's.
+  useDnnl(false);
+  for (int64_t size : {5, 4}) {
+    Tensor xl = randomF32({4, 12, 9, 9}, ++seed);
+    cpu::OpDesc d = makeDesc("LRN", {xl.desc()}, {xl.desc()},
+                             {{"size", Attribute::ofInt(size)},
+                              {"alpha", Attribute::ofFloat(1e-3f)},
+                              {"beta", Attribute::ofFloat(0.75f)},
+                              {"bias", Attribute::ofFloat(2.0f)}},
+                             13);
+    EXPECT_LE(cnnCompare(d, {xl}), 4e-6) << "LRN size " << size;
+  }
+  useDnnl(true);
+}
+
+// The channels-last nodes (runtime/cuda/kernels/Nhwc.cpp) against the CPU's
+// oneDNN kernels: NhwcConv with each folded activation, strides, pads and
+// groups; NhwcMaxPool and NhwcAveragePool.
+TEST(CudaKernels, ChannelsLastNodesAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  auto ints = [](std::vector<int64_t> v) { return Attribute::ofInts(std::move(v)); };
+  Tensor x = randomF32({2, 9, 10, 6}, 1301), w = randomF32({8, 3, 3, 3}, 1302), b = randomF32({8}, 1303);
+  for (const char *act : {"", "Relu", "Clip", "LeakyRelu"}) {
+    AttrMap a = {{"strides", ints({2, 1})}, {"pads", ints({1, 0, 1, 1})}, {"group", Attribute::ofInt(2)}};
+    if (*act)
+      a["activation"] = Attribute::ofString(act);
+    if (std::string(act) == "Clip") {
+      a["clip_min"] = Attribute::ofFloat(-0.5f);
+      a["clip_max"] = Attribute::ofFloat(1.0f);
+    }
+    if (std::string(act) == "LeakyRelu")
+      a["leaky_alpha"] = Attribute::ofFloat(0.1f);
+    cpu::OpDesc d = makeDesc("NhwcConv", {x.desc(), w.desc(), b.desc()}, {{DType::F32, {2, 5, 9, 8}}}, a, 1, "pipec");
+    EXPECT_LE(compareWithCpu(d, {x, w, b}), 1e-5) << "NhwcConv " << act;
+  }
+  AttrMap p = {{"kernel_shape", ints({3, 2})}, {"strides", ints({2, 2})}, {"pads", ints({1, 0, 1, 0})}};
+  for (const char *op : {"NhwcMaxPool", "NhwcAveragePool"}) {
+    cpu::OpDesc d = makeDesc(op, {x.desc()}, {{DType::F32, {2, 5, 5, 6}}}, p, 1, "pipec");
+    EXPECT_LE(compareWithCpu(d, {x}), 1e-6) << op;
   }
 }

@@ -8,7 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cpu/kernels/LinalgCommon.h"
 #include "runtime/cuda/Bodies.h"
+#include "runtime/cuda/DnnBodies.h"
 #include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Launch.h"
 #include "runtime/cuda/MoveBodies.h"
@@ -1195,4 +1197,584 @@ TEST(CudaBodies, LayerNormAndSoftmaxGradientsMatchTheCpuKernels) {
   // The same float sum in the same order; multiply-adds contracted in the
   // compiler's own ways: an ulp or two.
   EXPECT_LE(worstError(smMine.data(), sdx.data<float>(), sy.numel()), 5e-7) << "SoftmaxGrad";
+}
+
+// ---- The CNN ops' bodies (runtime/cuda/DnnBodies.h) and cuDNN's pads.
+
+namespace {
+
+namespace dnn = pipec::cuda::dnn;
+
+/// Bitwise equal, NaNs of any payload alike.
+bool sameBits(const float *a, const float *b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(std::isnan(a[i]) && std::isnan(b[i])) && std::memcmp(a + i, b + i, sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+/// A pool node's windows (what runtime/cuda/kernels/Pool.cpp resolves)
+/// and its output shape.
+dnn::PoolGeom poolWindows(const cpu::OpDesc &d, const Shape &x, Shape &y) {
+  std::vector<cpu::LinalgWindowDim> dims;
+  const Status s = cpu::linalgResolveWindow(d, Shape(x.begin() + 2, x.end()), {}, attrInt(d.attrs, "ceil_mode", 0) != 0,
+                                            nullptr, dims);
+  EXPECT_TRUE(s.isOk()) << s.message();
+  dnn::PoolGeom g;
+  g.nd = static_cast<int>(dims.size());
+  g.planes = x[0] * x[1];
+  y = {x[0], x[1]};
+  for (size_t i = 0; i < dims.size(); ++i) {
+    g.in[i] = dims[i].in;
+    g.out[i] = dims[i].out;
+    g.kernel[i] = dims[i].kernel;
+    g.stride[i] = dims[i].stride;
+    g.dilation[i] = dims[i].dilation;
+    g.padBegin[i] = dims[i].padBegin;
+    g.padEnd[i] = dims[i].padEnd;
+    g.inSp *= dims[i].in;
+    g.outSp *= dims[i].out;
+    y.push_back(dims[i].out);
+  }
+  return g;
+}
+
+struct PoolCase {
+  const char *op;
+  Shape x;
+  AttrMap attrs;
+  int64_t opset = 12;
+};
+
+std::vector<PoolCase> poolCases() {
+  auto ints = [](std::vector<int64_t> v) { return Attribute::ofInts(std::move(v)); };
+  auto one = [](int64_t v) { return Attribute::ofInt(v); };
+  return {
+      {"MaxPool",
+       {2, 3, 9, 10},
+       {{"kernel_shape", ints({3, 3})},
+        {"strides", ints({2, 2})},
+        {"pads", ints({1, 0, 1, 2})},
+        {"ceil_mode", one(1)}}},
+      {"MaxPool",
+       {2, 3, 9, 10},
+       {{"kernel_shape", ints({2, 3})},
+        {"strides", ints({1, 2})},
+        {"pads", ints({1, 1, 1, 1})},
+        {"dilations", ints({2, 1})}}},
+      {"MaxPool", {2, 3, 17}, {{"kernel_shape", ints({4})}, {"strides", ints({3})}, {"pads", ints({2, 1})}}},
+      {"MaxPool",
+       {1, 2, 5, 6, 7},
+       {{"kernel_shape", ints({2, 3, 2})},
+        {"strides", ints({2, 2, 1})},
+        {"pads", ints({0, 1, 1, 1, 1, 0})},
+        {"ceil_mode", one(1)}}},
+      {"MaxPool",
+       {2, 2, 8, 8},
+       {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"auto_pad", Attribute::ofString("SAME_UPPER")}}},
+      {"AveragePool",
+       {2, 3, 8, 9},
+       {{"kernel_shape", ints({3, 3})},
+        {"strides", ints({2, 2})},
+        {"pads", ints({1, 1, 1, 1})},
+        {"ceil_mode", one(1)},
+        {"count_include_pad", one(1)}}},
+      {"AveragePool",
+       {2, 3, 8, 9},
+       {{"kernel_shape", ints({3, 3})},
+        {"strides", ints({2, 2})},
+        {"pads", ints({1, 1, 1, 1})},
+        {"ceil_mode", one(1)}}},
+      {"AveragePool",
+       {1, 2, 5, 6, 7},
+       {{"kernel_shape", ints({3, 2, 3})},
+        {"strides", ints({2, 1, 2})},
+        {"pads", ints({1, 0, 1, 1, 1, 0})},
+        {"count_include_pad", one(1)}}},
+      {"AveragePool", {2, 2, 11}, {{"kernel_shape", ints({3})}, {"strides", ints({2})}, {"pads", ints({0, 2})}}},
+      {"AveragePool",
+       {2, 3, 9, 9},
+       {{"kernel_shape", ints({2, 2})}, {"dilations", ints({2, 2})}, {"pads", ints({1, 0, 0, 1})}},
+       19},
+  };
+}
+
+/// Random inputs with a NaN and both zeros among them.
+Tensor poolInput(const Shape &s, uint32_t seed) {
+  Tensor x = randomF32(s, seed);
+  x.data<float>()[5] = NAN;
+  x.data<float>()[6] = -0.0f;
+  x.data<float>()[7] = 0.0f;
+  x.data<float>()[x.numel() - 1] = 0.0f;
+  x.data<float>()[x.numel() - 2] = -0.0f;
+  return x;
+}
+
+} // namespace
+
+TEST(CudaBodies, PoolsAreTheCpuLoopsBitwise) {
+  useDnnl(false); // the CPU's loops: the f32 oneDNN paths round and pick their own way
+  uint32_t seed = 900;
+  for (const PoolCase &c : poolCases()) {
+    Shape ys;
+    const dnn::PoolGeom g = poolWindows(makeDesc(c.op, {}, {}, c.attrs, c.opset), c.x, ys);
+    Tensor x = poolInput(c.x, ++seed);
+    const bool isMax = std::string(c.op) == "MaxPool";
+    const dnn::PoolKind kind = isMax                                      ? dnn::PoolKind::Max
+                               : attrInt(c.attrs, "count_include_pad", 0) ? dnn::PoolKind::AvgIncludePad
+                                                                          : dnn::PoolKind::AvgExcludePad;
+    for (int indices = 0; indices < (isMax ? 3 : 1); ++indices) {
+      // indices: 0 none, 1 row-major, 2 column-major (storage_order 1).
+      cpu::OpDesc d = makeDesc(c.op, {x.desc()}, {{DType::F32, ys}}, c.attrs, c.opset);
+      if (indices) {
+        d.outputs.push_back({DType::I64, ys});
+        d.attrs["storage_order"] = Attribute::ofInt(indices - 1);
+      }
+      std::vector<Tensor> ref = eval(d, {x});
+      ASSERT_EQ(ref.size(), d.outputs.size());
+      std::vector<float> y(static_cast<size_t>(ref[0].numel()));
+      std::vector<int64_t> ind(y.size());
+      const bool firstTakes = indices || g.nd >= 3;
+      for (int64_t i = 0; i < ref[0].numel(); ++i)
+        y[i] = dnn::poolOutput(g, kind, firstTakes, indices == 2, x.data<float>(), i, indices ? &ind[i] : nullptr);
+      const std::string what = cat(c.op, " ", shapeStr(c.x), " indices ", indices);
+      EXPECT_TRUE(sameBits(y.data(), ref[0].data<float>(), ref[0].numel())) << what;
+      if (indices) {
+        EXPECT_EQ(0, std::memcmp(ind.data(), ref[1].raw(), ref[1].bytes())) << what;
+      }
+    }
+    // The gradient of the same windows, from its own loop (GradPool.cpp).
+    Tensor dy = randomF32(ys, ++seed);
+    cpu::OpDesc gd = isMax ? makeDesc("MaxPoolGrad", {dy.desc(), x.desc()}, {x.desc()}, c.attrs, 17, "pipec")
+                           : makeDesc("AveragePoolGrad", {dy.desc()}, {x.desc()}, c.attrs, 17, "pipec");
+    if (!isMax)
+      gd.attrs["shape"] = Attribute::ofInts(c.x);
+    Tensor ref = isMax ? evalOne(gd, {dy, x}) : evalOne(gd, {dy});
+    std::vector<int32_t> argmax(static_cast<size_t>(dy.numel()));
+    if (isMax)
+      for (int64_t i = 0; i < dy.numel(); ++i)
+        argmax[i] = static_cast<int32_t>(dnn::poolArgmax(g, x.data<float>(), i));
+    std::vector<float> dx(static_cast<size_t>(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i)
+      dx[i] = dnn::poolGradInput(g, kind, dy.data<float>(), isMax ? argmax.data() : nullptr, i);
+    EXPECT_TRUE(sameBits(dx.data(), ref.data<float>(), x.numel())) << gd.opType << " " << shapeStr(c.x);
+  }
+  // The global pools, over planes shorter and longer than the 16 lanes.
+  for (const Shape &s : {Shape{2, 3, 5, 7}, Shape{3, 4, 300}, Shape{2, 2, 1}}) {
+    Tensor x = poolInput(s, ++seed);
+    Shape ys = {s[0], s[1]};
+    ys.resize(s.size(), 1);
+    const int64_t planes = s[0] * s[1], n = x.numel() / planes;
+    for (bool isMax : {false, true}) {
+      Tensor ref =
+          evalOne(makeDesc(isMax ? "GlobalMaxPool" : "GlobalAveragePool", {x.desc()}, {{DType::F32, ys}}), {x});
+      std::vector<float> y(static_cast<size_t>(planes));
+      for (int64_t p = 0; p < planes; ++p)
+        y[p] = isMax ? dnn::globalMax(x.data<float>() + p * n, n) : dnn::globalAverage(x.data<float>() + p * n, n);
+      EXPECT_TRUE(sameBits(y.data(), ref.data<float>(), planes))
+          << (isMax ? "GlobalMaxPool " : "GlobalAveragePool ") << shapeStr(s);
+    }
+  }
+  useDnnl(true);
+}
+
+namespace {
+
+/// A normalization pass on the host as runtime/cuda/DnnKernels.cu runs it:
+/// every channel's block sums thread by thread, then its thread 0.
+void hostNormChannels(const dnn::NormArgs &a) {
+  for (int64_t c = 0; c < a.C; ++c) {
+    double s[2] = {0.0, 0.0}, shift = 0.0;
+    if (a.reduces()) {
+      switch (a.pass) {
+      case dnn::NormPass::Forward:
+      case dnn::NormPass::Stats:
+        shift = dnn::momentShift(a, c);
+        dnn::hostChannelSums<2>(
+            a.N, a.C, a.inner, c, dnn::kLanes, [&](int64_t off, double(&v)[2]) { dnn::momentTerms(a, shift, off, v); },
+            s);
+        break;
+      case dnn::NormPass::Grad:
+      case dnn::NormPass::ScaleGrad: {
+        const double m = a.mu[c], r = a.rstd[c];
+        dnn::hostChannelSums<2>(
+            a.N, a.C, a.inner, c, dnn::kLanes, [&](int64_t off, double(&v)[2]) { dnn::gradTerms(a, m, r, off, v); }, s);
+        break;
+      }
+      case dnn::NormPass::Instance: {
+        double s1[2];
+        dnn::hostChannelSums<2>(
+            a.N, a.C, a.inner, c, dnn::kLanes,
+            [&](int64_t off, double(&v)[2]) {
+              v[0] = a.x[off];
+              v[1] = 0.0;
+            },
+            s1);
+        const double m = s1[0] / static_cast<double>(a.count());
+        dnn::hostChannelSums<2>(
+            a.N, a.C, a.inner, c, dnn::kLanes,
+            [&](int64_t off, double(&v)[2]) {
+              const double d = a.x[off] - m;
+              v[0] = 0.0;
+              v[1] = d * d;
+            },
+            s);
+        s[0] = s1[0];
+        break;
+      }
+      }
+    }
+    dnn::normChannel(a, c, s, shift);
+  }
+}
+
+} // namespace
+
+TEST(CudaBodies, NormalizationsMatchTheCpuKernels) {
+  // BatchNormalization: training by attribute (opset 15, running
+  // statistics), the five outputs of opset 9, inference, opset 7's
+  // spatial = 0; X far from zero, where the statistics' shift matters.
+  struct BnCase {
+    Shape x;
+    int64_t opset;
+    int outputs;
+    int training; ///< training_mode, -1: none
+    bool spatial = true;
+  };
+  const BnCase cases[] = {{{4, 3, 5, 6}, 15, 3, 1},
+                          {{2, 4, 3, 3}, 9, 5, -1},
+                          {{3, 5, 4}, 15, 1, 0},
+                          {{2, 3, 5, 6}, 7, 1, -1, false},
+                          {{6, 7}, 15, 3, 1}};
+  uint32_t seed = 950;
+  for (const BnCase &bc : cases) {
+    Tensor x = randomF32(bc.x, ++seed, 99.f, 101.f);
+    const Shape cs = bc.spatial ? Shape{bc.x[1]} : Shape(bc.x.begin() + 1, bc.x.end());
+    Tensor scale = randomF32(cs, ++seed, 0.5f, 1.5f), bias = randomF32(cs, ++seed),
+           mean = randomF32(cs, ++seed, 99.f, 101.f), var = randomF32(cs, ++seed, 0.5f, 2.f);
+    std::vector<TensorDesc> outs = {x.desc()};
+    for (int o = 1; o < bc.outputs; ++o)
+      outs.push_back(scale.desc());
+    cpu::OpDesc d =
+        makeDesc("BatchNormalization", {x.desc(), scale.desc(), bias.desc(), mean.desc(), var.desc()}, outs,
+                 {{"momentum", Attribute::ofFloat(0.8f)}, {"epsilon", Attribute::ofFloat(1e-3f)}}, bc.opset);
+    if (bc.training >= 0)
+      d.attrs["training_mode"] = Attribute::ofInt(bc.training);
+    if (!bc.spatial)
+      d.attrs["spatial"] = Attribute::ofInt(0);
+    std::vector<Tensor> ref = eval(d, {x, scale, bias, mean, var});
+    ASSERT_EQ(ref.size(), outs.size());
+    dnn::NormArgs a;
+    a.pass = dnn::NormPass::Forward;
+    a.N = bc.x[0];
+    a.C = scale.numel();
+    a.inner = x.numel() / (a.N * a.C);
+    a.epsilon = 1e-3f;
+    a.momentum = 0.8f;
+    a.training = bc.training == 1 || bc.outputs == 5;
+    a.x = x.data<float>();
+    a.scale = scale.data<float>();
+    a.bias = bias.data<float>();
+    a.mean = mean.data<float>();
+    a.var = var.data<float>();
+    std::vector<float> ta(static_cast<size_t>(a.C)), tb(ta), y(static_cast<size_t>(x.numel()));
+    std::vector<std::vector<float>> stats(4, std::vector<float>(static_cast<size_t>(a.C)));
+    a.ta = ta.data();
+    a.tb = tb.data();
+    if (bc.outputs >= 3) {
+      a.runMean = stats[0].data();
+      a.runVar = stats[1].data();
+    }
+    if (bc.outputs == 5) {
+      a.savedMean = stats[2].data();
+      a.savedVar = stats[3].data();
+    }
+    hostNormChannels(a);
+    for (int64_t e = 0; e < x.numel(); ++e)
+      y[e] = dnn::normApply(a.x, a.ta, a.tb, a.C, a.inner, e);
+    const std::string what = cat("BatchNormalization-", bc.opset, " ", shapeStr(bc.x));
+    EXPECT_LE(worstError(y.data(), ref[0].data<float>(), x.numel()), 1e-6) << what;
+    for (int o = 1; o < bc.outputs; ++o)
+      EXPECT_LE(worstError(stats[o - 1].data(), ref[o].data<float>(), a.C), 1e-6) << what << " output " << o;
+  }
+  // The three gradients, with and without batch statistics.
+  Tensor x = randomF32({4, 3, 5, 7}, ++seed, -2.f, 6.f), dy = randomF32({4, 3, 5, 7}, ++seed);
+  Tensor scale = randomF32({3}, ++seed, 0.5f, 1.5f), mean = randomF32({3}, ++seed),
+         var = randomF32({3}, ++seed, 0.5f, 2.f);
+  const int64_t N = 4, C = 3, inner = 35;
+  for (bool training : {true, false}) {
+    cpu::ExecContext ctx;
+    ctx.training = training;
+    cpu::OpDesc st = makeDesc("BatchNormalizationStats", {x.desc(), mean.desc(), var.desc()},
+                              {scale.desc(), scale.desc()}, {}, 17, "pipec");
+    std::vector<Tensor> muRstd = eval(st, {x, mean, var}, ctx);
+    ASSERT_EQ(muRstd.size(), 2u);
+    dnn::NormArgs a;
+    a.N = N;
+    a.C = C;
+    a.inner = inner;
+    a.training = training;
+    a.x = x.data<float>();
+    a.dy = dy.data<float>();
+    a.scale = scale.data<float>();
+    a.mean = mean.data<float>();
+    a.var = var.data<float>();
+    std::vector<float> mu(3), rstd(3);
+    a.pass = dnn::NormPass::Stats;
+    a.muOut = mu.data();
+    a.rstdOut = rstd.data();
+    hostNormChannels(a);
+    EXPECT_LE(worstError(mu.data(), muRstd[0].data<float>(), C), 1e-6) << "Stats mu, training " << training;
+    EXPECT_LE(worstError(rstd.data(), muRstd[1].data<float>(), C), 1e-6) << "Stats rstd, training " << training;
+    // The gradients from the CPU's statistics, as a plan hands them over.
+    a.mu = muRstd[0].data<float>();
+    a.rstd = muRstd[1].data<float>();
+    cpu::OpDesc gd = makeDesc("BatchNormalizationGrad", {dy.desc(), x.desc(), scale.desc(), scale.desc(), scale.desc()},
+                              {x.desc(), {DType::F32, {2, C}}}, {}, 17, "pipec");
+    std::vector<Tensor> ref = eval(gd, {dy, x, scale, muRstd[0], muRstd[1]}, ctx);
+    ASSERT_EQ(ref.size(), 2u);
+    std::vector<double> coef(5 * C);
+    std::vector<float> sums(2 * C), dx(static_cast<size_t>(x.numel()));
+    a.pass = dnn::NormPass::Grad;
+    a.coef = coef.data();
+    a.sums = sums.data();
+    hostNormChannels(a);
+    for (int64_t e = 0; e < x.numel(); ++e)
+      dx[e] = dnn::bnGradApply(a.dy, a.x, a.coef, C, inner, training, e);
+    EXPECT_LE(worstError(dx.data(), ref[0].data<float>(), x.numel()), 1e-6) << "Grad dX, training " << training;
+    EXPECT_LE(worstError(sums.data(), ref[1].data<float>(), 2 * C), 1e-6) << "Grad sums, training " << training;
+    cpu::OpDesc sg = makeDesc("BatchNormalizationScaleGrad", {dy.desc(), x.desc(), scale.desc(), scale.desc()},
+                              {scale.desc(), scale.desc()}, {}, 17, "pipec");
+    std::vector<Tensor> sref = eval(sg, {dy, x, muRstd[0], muRstd[1]}, ctx);
+    ASSERT_EQ(sref.size(), 2u);
+    std::vector<float> dScale(3), dBias(3);
+    a.pass = dnn::NormPass::ScaleGrad;
+    a.dScale = dScale.data();
+    a.dBias = dBias.data();
+    hostNormChannels(a);
+    EXPECT_LE(worstError(dScale.data(), sref[0].data<float>(), C), 1e-6) << "ScaleGrad dScale";
+    EXPECT_LE(worstError(dBias.data(), sref[1].data<float>(), C), 1e-6) << "ScaleGrad dBias";
+  }
+  // InstanceNormalization.
+  {
+    Tensor xi = randomF32({2, 3, 7, 9}, ++seed, 49.f, 51.f), s = randomF32({3}, ++seed, 0.5f, 1.5f),
+           b = randomF32({3}, ++seed);
+    cpu::OpDesc d = makeDesc("InstanceNormalization", {xi.desc(), s.desc(), b.desc()}, {xi.desc()},
+                             {{"epsilon", Attribute::ofFloat(1e-4f)}});
+    Tensor ref = evalOne(d, {xi, s, b});
+    dnn::NormArgs a;
+    a.pass = dnn::NormPass::Instance;
+    a.N = 1;
+    a.C = 6;
+    a.inner = 63;
+    a.scaleC = 3;
+    a.epsilon = 1e-4f;
+    a.x = xi.data<float>();
+    a.scale = s.data<float>();
+    a.bias = b.data<float>();
+    std::vector<float> ta(6), tb(6), y(static_cast<size_t>(xi.numel()));
+    a.ta = ta.data();
+    a.tb = tb.data();
+    hostNormChannels(a);
+    for (int64_t e = 0; e < xi.numel(); ++e)
+      y[e] = dnn::normApply(a.x, a.ta, a.tb, 6, 63, e);
+    EXPECT_LE(worstError(y.data(), ref.data<float>(), xi.numel()), 1e-6) << "InstanceNormalization";
+  }
+  // LRN, odd and even windows, against the CPU's loop.
+  useDnnl(false);
+  for (int64_t size : {3, 4, 1}) {
+    Tensor xl = randomF32({2, 7, 3, 4}, ++seed);
+    cpu::OpDesc d = makeDesc("LRN", {xl.desc()}, {xl.desc()},
+                             {{"size", Attribute::ofInt(size)},
+                              {"alpha", Attribute::ofFloat(0.02f)},
+                              {"beta", Attribute::ofFloat(0.7f)},
+                              {"bias", Attribute::ofFloat(1.5f)}},
+                             13);
+    Tensor ref = evalOne(d, {xl});
+    dnn::LrnArgs a;
+    a.N = 2;
+    a.C = 7;
+    a.spatial = 12;
+    a.size = size;
+    a.scale = static_cast<float>(static_cast<double>(0.02f) / static_cast<double>(size));
+    a.bias = 1.5f;
+    a.negBeta = static_cast<float>(-static_cast<double>(0.7f));
+    std::vector<float> y(static_cast<size_t>(xl.numel()));
+    for (int64_t e = 0; e < xl.numel(); ++e)
+      y[e] = dnn::lrnOutput(a, xl.data<float>(), e);
+    // The same float sums; the host compiler may contract x * x + sum in
+    // one place and not the other.
+    EXPECT_LE(worstError(y.data(), ref.data<float>(), xl.numel()), 2e-7) << "LRN size " << size;
+  }
+  useDnnl(true);
+}
+
+namespace {
+
+/// `t` [N, C, spatial...] padded by the plans' begin and end zeros (a
+/// negative count crops), as launchPad copies it for the CUDA
+/// convolutions; `negate`: the opposite (the crop back).
+Tensor padPlanned(const Tensor &t, const std::vector<dnn::DimPlan> &plans, bool negate) {
+  const Shape &in = t.shape();
+  Shape out = in;
+  std::vector<int64_t> b(in.size(), 0), e(in.size(), 0);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    b[i + 2] = negate ? -plans[i].begin : plans[i].begin;
+    e[i + 2] = negate ? -plans[i].end : plans[i].end;
+    out[i + 2] = in[i + 2] + b[i + 2] + e[i + 2];
+  }
+  Tensor r(DType::F32, out);
+  const std::vector<int64_t> inStrides = rowMajorStrides(in);
+  for (int64_t o = 0; o < r.numel(); ++o) {
+    int64_t rem = o, off = 0;
+    bool fill = false;
+    for (size_t a = out.size(); a-- > 0;) {
+      const int64_t s = cpu::dm::padSource(rem % out[a], in[a], b[a], e[a], cpu::dm::PadMode::Constant);
+      rem /= out[a];
+      fill |= s < 0;
+      off += s * inStrides[a];
+    }
+    r.data<float>()[o] = fill ? 0.0f : t.data<float>()[off];
+  }
+  return r;
+}
+
+} // namespace
+
+// The CUDA convolutions run cuDNN with symmetric pads: Conv and
+// ConvGradWeight on X padded by the pads' difference, ConvGradInput and
+// ConvTranspose cropped after (DnnBodies.h: convPlan, deconvPlan), or on
+// the tensors as they are where the node's windows are cuDNN's. Checked
+// here with the CPU kernels in both roles: the node as it is against the
+// symmetric convolution and the copies.
+TEST(CudaBodies, CudnnSymmetricPadsComputeTheNodesConvolutions) {
+  useDnnl(false);
+  struct ConvCase {
+    Shape x, w;
+    AttrMap attrs;
+  };
+  auto ints = [](std::vector<int64_t> v) { return Attribute::ofInts(std::move(v)); };
+  const ConvCase cases[] = {
+      {{2, 4, 9, 8}, {6, 4, 3, 3}, {{"pads", ints({1, 0, 2, 1})}, {"strides", ints({2, 1})}}},
+      {{2, 4, 8, 8},
+       {4, 2, 3, 3},
+       {{"auto_pad", Attribute::ofString("SAME_UPPER")}, {"strides", ints({2, 2})}, {"group", Attribute::ofInt(2)}}},
+      {{1, 3, 9, 7},
+       {3, 1, 3, 2},
+       {{"auto_pad", Attribute::ofString("SAME_LOWER")}, {"dilations", ints({2, 1})}, {"group", Attribute::ofInt(3)}}},
+      {{2, 3, 8, 8}, {5, 3, 3, 3}, {{"pads", ints({2, 2, 1, 1})}, {"strides", ints({2, 2})}}}, // cuDNN's windows
+      {{2, 3, 11}, {4, 3, 4}, {{"pads", ints({0, 3})}, {"strides", ints({2})}}},
+      {{1, 2, 5, 6, 5}, {3, 2, 2, 3, 2}, {{"pads", ints({1, 0, 1, 0, 1, 1})}, {"strides", ints({1, 2, 2})}}},
+      {{2, 3, 6, 6}, {4, 3, 3, 3}, {{"pads", ints({1, 1, 1, 1})}}},
+  };
+  int copies = 0, direct = 0;
+  uint32_t seed = 990;
+  for (const ConvCase &c : cases) {
+    Tensor x = randomF32(c.x, ++seed), w = randomF32(c.w, ++seed);
+    cpu::OpDesc probe = makeDesc("Conv", {x.desc(), w.desc()}, {}, c.attrs, 11);
+    std::vector<cpu::LinalgWindowDim> dims;
+    ASSERT_TRUE(cpu::linalgResolveWindow(probe, Shape(c.x.begin() + 2, c.x.end()),
+                                         std::vector<int64_t>(c.w.begin() + 2, c.w.end()), false, nullptr, dims)
+                    .isOk());
+    Shape ys = {c.x[0], c.w[0]};
+    std::vector<dnn::DimPlan> plans;
+    bool copy = false;
+    std::vector<int64_t> sym;
+    for (const cpu::LinalgWindowDim &d : dims) {
+      ys.push_back(d.out);
+      plans.push_back(dnn::convPlan({d.in, d.out, d.kernel, d.stride, d.dilation, d.padBegin, d.padEnd}));
+      copy |= plans.back().copy();
+      sym.push_back(plans.back().pad);
+    }
+    (copy ? copies : direct) += 1;
+    std::vector<int64_t> symPads = sym;
+    symPads.insert(symPads.end(), sym.begin(), sym.end());
+    AttrMap symAttrs = c.attrs;
+    symAttrs.erase("auto_pad");
+    symAttrs["pads"] = Attribute::ofInts(symPads);
+    const std::string what = cat(shapeStr(c.x), " * ", shapeStr(c.w), copy ? " (copied)" : " (as it is)");
+    // Conv.
+    Tensor xs = copy ? padPlanned(x, plans, false) : x;
+    Tensor ref = evalOne(makeDesc("Conv", {x.desc(), w.desc()}, {{DType::F32, ys}}, c.attrs, 11), {x, w});
+    Tensor got = evalOne(makeDesc("Conv", {xs.desc(), w.desc()}, {{DType::F32, ys}}, symAttrs, 11), {xs, w});
+    EXPECT_LE(worstError(got.data<float>(), ref.data<float>(), ref.numel()), 1e-6) << "Conv " << what;
+    // ConvGradWeight: dY with X, padded the same way.
+    Tensor dy = randomF32(ys, ++seed);
+    AttrMap gw = c.attrs, gwSym = symAttrs;
+    gw["shape"] = gwSym["shape"] = Attribute::ofInts(c.w);
+    ref = evalOne(makeDesc("ConvGradWeight", {dy.desc(), x.desc()}, {w.desc()}, gw, 17, "pipec"), {dy, x});
+    got = evalOne(makeDesc("ConvGradWeight", {dy.desc(), xs.desc()}, {w.desc()}, gwSym, 17, "pipec"), {dy, xs});
+    EXPECT_LE(worstError(got.data<float>(), ref.data<float>(), ref.numel()), 1e-6) << "ConvGradWeight " << what;
+    // ConvGradInput: dX of the padded X, cropped back.
+    AttrMap gi = c.attrs, giSym = symAttrs;
+    gi["shape"] = Attribute::ofInts(c.x);
+    giSym["shape"] = Attribute::ofInts(xs.shape());
+    ref = evalOne(makeDesc("ConvGradInput", {dy.desc(), w.desc()}, {x.desc()}, gi, 17, "pipec"), {dy, w});
+    got = evalOne(makeDesc("ConvGradInput", {dy.desc(), w.desc()}, {xs.desc()}, giSym, 17, "pipec"), {dy, w});
+    if (copy)
+      got = padPlanned(got, plans, true);
+    ASSERT_EQ(got.shape(), ref.shape());
+    EXPECT_LE(worstError(got.data<float>(), ref.data<float>(), ref.numel()), 1e-6) << "ConvGradInput " << what;
+  }
+  EXPECT_GT(copies, 0);
+  EXPECT_GT(direct, 0);
+
+  // ConvTranspose: X [N, C, in...], W [C, M / G, k...], explicit pads
+  // (negative too) and output_padding.
+  struct DeconvCase {
+    Shape x, w;
+    std::vector<int64_t> strides, dilations, pads, outPad;
+    int64_t group = 1;
+  };
+  const DeconvCase dcases[] = {
+      {{2, 4, 5, 4}, {4, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, {1, 1}},     // output_padding: as it is
+      {{2, 4, 5, 4}, {4, 3, 3, 3}, {2, 2}, {1, 1}, {1, 0, 0, 0}, {0, 0}},     // the end pad is never cuDNN's
+      {{2, 4, 5, 4}, {4, 3, 3, 3}, {2, 2}, {1, 1}, {0, 1, 1, 0}, {0, 1}},     // cropped
+      {{1, 4, 5, 6}, {4, 2, 3, 2}, {1, 2}, {2, 1}, {2, 0, -1, 1}, {0, 1}, 2}, // negative pad: zeros
+      {{2, 3, 7}, {3, 2, 4}, {3}, {1}, {2, 1}, {2}},
+      {{1, 2, 3, 4, 3}, {2, 2, 2, 3, 2}, {2, 1, 2}, {1, 1, 1}, {0, 1, 1, 1, 0, 0}, {1, 0, 0}},
+  };
+  copies = direct = 0;
+  for (const DeconvCase &c : dcases) {
+    Tensor x = randomF32(c.x, ++seed), w = randomF32(c.w, ++seed);
+    const size_t nd = c.x.size() - 2;
+    Shape ys = {c.x[0], c.w[1] * c.group};
+    std::vector<dnn::DimPlan> plans;
+    bool copy = false;
+    std::vector<int64_t> symPads(2 * nd), symOutPad(nd);
+    for (size_t i = 0; i < nd; ++i) {
+      const dnn::ConvDim d{c.x[i + 2], 0, c.w[i + 2], c.strides[i], c.dilations[i], c.pads[i], c.pads[i + nd]};
+      dnn::ConvDim full = d;
+      full.out = d.stride * (d.in - 1) + c.outPad[i] + d.extent() - d.padBegin - d.padEnd;
+      ys.push_back(full.out);
+      plans.push_back(dnn::deconvPlan(full));
+      copy |= plans.back().copy();
+      symPads[i] = symPads[i + nd] = plans.back().pad;
+      // The output_padding that makes the symmetric transposed convolution
+      // as wide as cuDNN's Y (the node's, or the full one to crop).
+      symOutPad[i] = plans.back().size + 2 * plans.back().pad - d.extent() - d.stride * (d.in - 1);
+    }
+    (copy ? copies : direct) += 1;
+    AttrMap attrs = {{"strides", Attribute::ofInts(c.strides)},
+                     {"dilations", Attribute::ofInts(c.dilations)},
+                     {"pads", Attribute::ofInts(c.pads)},
+                     {"output_padding", Attribute::ofInts(c.outPad)},
+                     {"group", Attribute::ofInt(c.group)}};
+    Tensor ref = evalOne(makeDesc("ConvTranspose", {x.desc(), w.desc()}, {{DType::F32, ys}}, attrs, 11), {x, w});
+    AttrMap sym = attrs;
+    sym["pads"] = Attribute::ofInts(symPads);
+    sym["output_padding"] = Attribute::ofInts(symOutPad);
+    Shape fs = {ys[0], ys[1]};
+    for (const dnn::DimPlan &p : plans)
+      fs.push_back(p.size);
+    Tensor got = evalOne(makeDesc("ConvTranspose", {x.desc(), w.desc()}, {{DType::F32, fs}}, sym, 11), {x, w});
+    if (copy)
+      got = padPlanned(got, plans, false);
+    ASSERT_EQ(got.shape(), ref.shape());
+    EXPECT_LE(worstError(got.data<float>(), ref.data<float>(), ref.numel()), 1e-6)
+        << "ConvTranspose " << shapeStr(c.x) << (copy ? " (cropped)" : " (as it is)");
+  }
+  EXPECT_GT(copies, 0);
+  EXPECT_GT(direct, 0);
+  useDnnl(true);
 }
