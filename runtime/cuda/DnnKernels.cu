@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/Dnn.h"
+#include "runtime/cuda/Device.cuh"
 #include "runtime/cuda/Launch.h"
 
 #include <cuda_runtime.h>
@@ -18,17 +19,8 @@ namespace pipec::cuda {
 
 namespace {
 
-__device__ inline int64_t firstItem() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t itemStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-cudaStream_t asStream(void *s) { return static_cast<cudaStream_t>(s); }
 
-Status launched(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return errorf("CUDA kernel ", what, ": ", cudaGetErrorString(e));
-  return Status::ok();
-}
 
 __global__ void poolKernel(dnn::PoolGeom g, dnn::PoolKind kind, bool firstTakes, bool columnMajor, const float *x,
                            float *y, int64_t *indices, int64_t n) {

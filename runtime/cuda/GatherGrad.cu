@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/Device.cuh"
 #include "runtime/cuda/Launch.h"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -19,8 +20,6 @@ namespace pipec::cuda {
 
 namespace {
 
-__device__ inline int64_t firstItem() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t itemStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 __global__ void gatherKeysKernel(const int64_t *idx, int64_t count, int64_t len, int32_t *keys, int32_t *pos) {
   for (int64_t j = firstItem(); j < count; j += itemStride()) {

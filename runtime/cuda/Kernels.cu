@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/Device.cuh"
 #include "runtime/cuda/Launch.h"
 #include "runtime/cuda/RowBodies.h"
 
@@ -18,10 +19,6 @@ namespace pipec::cuda {
 
 namespace {
 
-__device__ inline int64_t firstItem() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline int64_t itemStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 // ---- Rows shared by groups of L lanes of a warp (runtime/cuda/RowBodies.h).
 
@@ -407,14 +404,7 @@ __global__ void softmaxGradKernel(const float *dy, const float *y, float *dx, in
   }
 }
 
-Status launched(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return errorf("CUDA kernel ", what, ": ", cudaGetErrorString(e));
-  return Status::ok();
-}
 
-cudaStream_t asStream(void *s) { return static_cast<cudaStream_t>(s); }
 
 } // namespace
 

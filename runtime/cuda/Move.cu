@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/Device.cuh"
 #include "runtime/cuda/Launch.h"
 #include "runtime/cuda/MoveBodies.h"
 #include "support/Half.h"
@@ -17,17 +18,8 @@ namespace pipec::cuda {
 
 namespace {
 
-__device__ inline int64_t firstItem() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t itemStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-cudaStream_t asStream(void *s) { return static_cast<cudaStream_t>(s); }
 
-Status launched(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return errorf(what, ": kernel launch failed: ", cudaGetErrorString(e));
-  return Status::ok();
-}
 
 /// The element type a mover uses for `esize` bytes.
 template <typename F> bool bySize(size_t esize, F f) {

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/Launch.h"
 #include "runtime/cuda/Update.h"
+#include "runtime/cuda/Device.cuh"
 
 #include <cuda_runtime.h>
 
@@ -16,8 +17,6 @@ namespace pipec::cuda {
 
 namespace {
 
-__device__ inline int64_t firstItem() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t itemStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 __global__ void laneSquaresKernel(const update::Chunk *chunks, int64_t items, float scale, double *lanes) {
   for (int64_t it = firstItem(); it < items; it += itemStride())
@@ -52,14 +51,7 @@ __global__ void accumulateKernel(float *dst, const float *src, int64_t n, bool f
     update::accumulateElement(dst, src, first, i);
 }
 
-cudaStream_t asStream(void *s) { return static_cast<cudaStream_t>(s); }
 
-Status launched(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess)
-    return Status::ok();
-  return errorf("launching the ", what, " kernel: ", cudaGetErrorString(e));
-}
 
 } // namespace
 

@@ -183,9 +183,10 @@ LinalgDnnlPrim makeDnnlDeconv(const DeconvGeom &g, bool hasBias) {
   return p;
 }
 
-/// Resolves pads and output sizes from the attributes (see the header).
-Status resolveDeconv(const OpDesc &d, DeconvGeom &g, const Shape &in,
-                     const std::vector<int64_t> &kernel) {
+} // namespace
+
+Status linalgResolveDeconvWindow(const OpDesc &d, const Shape &in, const std::vector<int64_t> &kernel,
+                                 std::vector<LinalgWindowDim> &dims) {
   size_t n = in.size();
   std::vector<int64_t> strides = attrInts(d.attrs, "strides", std::vector<int64_t>(n, 1));
   std::vector<int64_t> dil = attrInts(d.attrs, "dilations", std::vector<int64_t>(n, 1));
@@ -203,9 +204,9 @@ Status resolveDeconv(const OpDesc &d, DeconvGeom &g, const Shape &in,
   bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
   if (!same && autoPad != "NOTSET" && autoPad != "VALID" && !autoPad.empty())
     return errorf(d.where(), ": unknown auto_pad '", autoPad, "'");
-  g.dims.assign(n, {});
+  dims.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
-    LinalgWindowDim &w = g.dims[i];
+    LinalgWindowDim &w = dims[i];
     w.in = in[i];
     w.kernel = kernel[i];
     w.stride = strides[i];
@@ -240,6 +241,8 @@ Status resolveDeconv(const OpDesc &d, DeconvGeom &g, const Shape &in,
   return Status::ok();
 }
 
+namespace {
+
 template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, DeconvGeom g, bool hasBias) {
   if constexpr (linalgDnnlSupports<T>()) {
     if (oneDnnEnabled()) {
@@ -271,7 +274,7 @@ Expected<KernelPtr> makeConvTransposeKernel(const OpDesc &d) {
   std::vector<int64_t> kw(w.shape.begin() + 2, w.shape.end());
   if (attrInts(d.attrs, "kernel_shape", kw) != kw)
     return errorf(d.where(), ": kernel_shape differs from W ", w.str());
-  PIPEC_TRY(resolveDeconv(d, g, in, kw));
+  PIPEC_TRY(linalgResolveDeconvWindow(d, in, kw, g.dims));
   PIPEC_TRY(linalgCheckSpatialOut(d, d.outputs[0], g.N, g.M, g.dims));
   for (const LinalgWindowDim &dim : g.dims) {
     g.inSpatial *= dim.in;

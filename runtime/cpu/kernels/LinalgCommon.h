@@ -277,6 +277,14 @@ struct LinalgWindowDim {
   int64_t extent() const { return (kernel - 1) * dilation + 1; }
 };
 
+/// ConvTranspose's pads and output sizes, from strides, dilations, pads,
+/// output_padding, output_shape and auto_pad, for X's spatial sizes `in`
+/// and the kernel's `kernel` (`in` is X's, `out` Y's: the windows of the
+/// convolution that maps Y back to X). runtime/cpu/kernels/
+/// ConvTranspose.cpp; the CUDA kernel reads it too.
+Status linalgResolveDeconvWindow(const OpDesc &d, const Shape &in, const std::vector<int64_t> &kernel,
+                                 std::vector<LinalgWindowDim> &dims);
+
 /// Reads kernel_shape (or `kernelFromWeights`), strides, dilations, pads and
 /// auto_pad for a Conv or pool node whose input spatial sizes are `in`, and
 /// computes pads and output sizes. `ceilMode` rounds output sizes up (pools).

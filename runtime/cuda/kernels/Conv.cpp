@@ -192,61 +192,6 @@ Status checkSpatial(const OpDesc &d, size_t rank) {
   return Status::ok();
 }
 
-/// ConvTranspose's pads and output sizes, as runtime/cpu/kernels/
-/// ConvTranspose.cpp's resolveDeconv: `in` X's spatial sizes.
-Status resolveDeconv(const OpDesc &d, const Shape &in, const std::vector<int64_t> &kernel,
-                     std::vector<LinalgWindowDim> &dims) {
-  size_t n = in.size();
-  std::vector<int64_t> strides = attrInts(d.attrs, "strides", std::vector<int64_t>(n, 1));
-  std::vector<int64_t> dil = attrInts(d.attrs, "dilations", std::vector<int64_t>(n, 1));
-  std::vector<int64_t> pads = attrInts(d.attrs, "pads", std::vector<int64_t>(2 * n, 0));
-  std::vector<int64_t> outPad = attrInts(d.attrs, "output_padding", std::vector<int64_t>(n, 0));
-  std::vector<int64_t> outShape = attrInts(d.attrs, "output_shape");
-  std::string autoPad = attrString(d.attrs, "auto_pad", "NOTSET");
-  if (outShape.size() > n)
-    outShape.erase(outShape.begin(), outShape.end() - static_cast<std::ptrdiff_t>(n));
-  if (strides.size() != n || dil.size() != n || pads.size() != 2 * n || outPad.size() != n ||
-      (!outShape.empty() && outShape.size() != n))
-    return errorf(d.where(), ": strides/dilations/pads/output_padding/output_shape have ", strides.size(), "/",
-                  dil.size(), "/", pads.size(), "/", outPad.size(), "/", outShape.size(), " values for ", n,
-                  " spatial dimensions");
-  bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
-  if (!same && autoPad != "NOTSET" && autoPad != "VALID" && !autoPad.empty())
-    return errorf(d.where(), ": unknown auto_pad '", autoPad, "'");
-  dims.assign(n, {});
-  for (size_t i = 0; i < n; ++i) {
-    LinalgWindowDim &w = dims[i];
-    w.in = in[i];
-    w.kernel = kernel[i];
-    w.stride = strides[i];
-    w.dilation = dil[i];
-    if (w.kernel < 1 || w.stride < 1 || w.dilation < 1 || outPad[i] < 0)
-      return errorf(d.where(), ": dimension ", i, " has kernel ", w.kernel, ", stride ", w.stride, ", dilation ",
-                    w.dilation, ", output_padding ", outPad[i]);
-    int64_t full = w.stride * (w.in - 1) + outPad[i] + w.extent();
-    if (!outShape.empty() || same) {
-      w.out = outShape.empty() ? w.in * w.stride : outShape[i];
-      int64_t total = full - w.out;
-      int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
-      if (autoPad == "SAME_UPPER") {
-        w.padBegin = half;
-        w.padEnd = total - half;
-      } else {
-        w.padBegin = total - half;
-        w.padEnd = half;
-      }
-    } else {
-      if (autoPad != "VALID") {
-        w.padBegin = pads[i];
-        w.padEnd = pads[i + n];
-      }
-      w.out = full - w.padBegin - w.padEnd;
-    }
-    if (w.out < 0)
-      return errorf(d.where(), ": output size ", w.out, " in dimension ", i);
-  }
-  return Status::ok();
-}
 
 /// The shape cuDNN sees for a convolution of `dims` (X's side of the
 /// plans: `plans[i].size`), channels Cin -> Cout.
@@ -337,7 +282,7 @@ Expected<KernelPtr> makeConvTranspose(const OpDesc &d) {
   if (attrInts(d.attrs, "kernel_shape", kw) != kw)
     return errorf(d.where(), ": kernel_shape differs from W ", w.str());
   std::vector<LinalgWindowDim> dims;
-  PIPEC_TRY(resolveDeconv(d, in, kw, dims));
+  PIPEC_TRY(cpu::linalgResolveDeconvWindow(d, in, kw, dims));
   PIPEC_TRY(cpu::linalgCheckSpatialOut(d, d.outputs[0], N, M, dims));
   std::vector<dnn::DimPlan> plans;
   for (const LinalgWindowDim &dim : dims)
