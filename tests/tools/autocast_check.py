@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""tests/tools/autocast_check.py BIN WORK [--steps N] - pipec --precision
+bf16 against torch.autocast.
+
+A small CNN (Conv, ReLU, MaxPool, Linear layers; seeded weights) is trained
+for N steps of plain SGD on the same seeded batches five ways:
+
+  torch fp32          float32 eager
+  torch autocast      torch.autocast('cpu', dtype=torch.bfloat16): the
+                      convolutions and matrix products in bf16, as torch
+                      1.13 lists them
+  torch fp64          float64 eager (the reference the others are judged by)
+  pipec fp32          pipec MODEL --train, piperun --metrics
+  pipec bf16          the same with --precision bf16
+
+and the per-step losses are compared. Printed: the largest relative
+difference of each curve from torch fp64's, and of pipec bf16's from
+torch autocast's. The check passes when pipec bf16 is within 2% of torch
+fp64 at every step (autocast's difference is printed for comparison), pipec
+fp32 within 1e-4, pipec bf16 differs from fp32 (the rounding happened),
+and the model learns (the last 10 steps' mean loss below 0.97 of the first
+10's).
+Prints 'PASS autocast: ...' or exits non-zero with the numbers.
+"""
+import argparse
+import inspect
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+B, CLASSES = 16, 10
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.f1 = nn.Linear(32 * 4 * 4, 64)
+        self.f2 = nn.Linear(64, CLASSES)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.c1(x)), 2)
+        x = F.max_pool2d(F.relu(self.c2(x)), 2)
+        return self.f2(F.relu(self.f1(torch.flatten(x, 1))))
+
+
+def torch_losses(model, xs, ys, steps, lr, dtype, autocast):
+    m = Net()
+    m.load_state_dict(model.state_dict())
+    m = m.to(dtype)
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    losses = []
+    for s in range(steps):
+        x = torch.from_numpy(xs[s * B:(s + 1) * B]).to(dtype)
+        y = torch.from_numpy(ys[s * B:(s + 1) * B])
+        opt.zero_grad()
+        if autocast:
+            with torch.autocast('cpu', dtype=torch.bfloat16):
+                out = m(x)
+            loss = F.cross_entropy(out.float(), y)
+        else:
+            loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+def pipec_losses(bindir, work, onnx_path, steps, lr, precision):
+    plan = os.path.join(work, f'{precision}.plan')
+    metrics = os.path.join(work, f'{precision}.jsonl')
+    subprocess.run([os.path.join(bindir, 'pipec'), onnx_path, '-q', '-b', str(B), '--train', '--loss',
+                    'cross-entropy', '--logits', 'logits', '--optimizer', f'sgd:lr={lr}', '--precision', precision,
+                    '-o', plan], check=True)
+    subprocess.run([os.path.join(bindir, 'piperun'), plan, '--steps', str(steps), '--data',
+                    os.path.join(work, 'data'), '--metrics', metrics], check=True, stdout=subprocess.DEVNULL)
+    return [json.loads(l)['loss'] for l in open(metrics)]
+
+
+def worst(a, ref):
+    return max(abs(x - r) / abs(r) for x, r in zip(a, ref))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('bin')
+    ap.add_argument('work')
+    ap.add_argument('--steps', type=int, default=50)
+    ap.add_argument('--lr', type=float, default=0.05)
+    a = ap.parse_args()
+    os.makedirs(os.path.join(a.work, 'data'), exist_ok=True)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = Net()
+    g = torch.Generator().manual_seed(1)
+    xs = torch.randn(a.steps * B, 3, 16, 16, generator=g).numpy()
+    # Labels that a fixed projection of the images' quadrant means decides:
+    # learnable in a few steps.
+    teacher = torch.randn(3 * 4, CLASSES, generator=g).numpy()
+    quadrants = xs.reshape(len(xs), 3, 2, 8, 2, 8).mean(axis=(3, 5)).reshape(len(xs), -1)
+    ys = np.argmax(quadrants @ teacher, axis=1).astype(np.int64)
+    np.save(os.path.join(a.work, 'data', 'x.npy'), xs)
+    np.save(os.path.join(a.work, 'data', 'labels.npy'), ys)
+    path = os.path.join(a.work, 'net.onnx')
+    legacy = {'dynamo': False} if 'dynamo' in inspect.signature(torch.onnx.export).parameters else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(model, torch.from_numpy(xs[:B]), path, opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING, input_names=['x'], output_names=['logits'],
+                          dynamic_axes={'x': {0: 'N'}, 'logits': {0: 'N'}}, do_constant_folding=False, **legacy)
+    ref = torch_losses(model, xs, ys, a.steps, a.lr, torch.float64, False)
+    t32 = torch_losses(model, xs, ys, a.steps, a.lr, torch.float32, False)
+    tac = torch_losses(model, xs, ys, a.steps, a.lr, torch.float32, True)
+    p32 = pipec_losses(a.bin, a.work, path, a.steps, a.lr, 'fp32')
+    p16 = pipec_losses(a.bin, a.work, path, a.steps, a.lr, 'bf16')
+    e = {k: worst(v, ref) for k, v in
+         (('torch fp32', t32), ('torch autocast', tac), ('pipec fp32', p32), ('pipec bf16', p16))}
+    vs_autocast = worst(p16, tac)
+    detail = (f'{a.steps} SGD steps, largest relative loss difference from torch fp64: '
+              + ', '.join(f'{k} {v:.2e}' for k, v in e.items())
+              + f'; pipec bf16 from torch autocast {vs_autocast:.2e}; mean loss of the first and last 10 steps '
+              f'{np.mean(ref[:10]):.4f} -> {np.mean(ref[-10:]):.4f}')
+    first, last = np.mean(ref[:10]), np.mean(ref[-10:])
+    ok = e['pipec bf16'] <= 2e-2 and e['pipec fp32'] <= 1e-4 and p16 != p32 and last < 0.97 * first
+    print(('PASS' if ok else 'FAIL') + ' autocast: ' + detail)
+    return 0 if ok else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
