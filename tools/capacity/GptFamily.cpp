@@ -34,12 +34,14 @@ int gptBlockOf(const ir::Node &n) {
 
 } // namespace
 
-partitioner::LayerFamily gptFamily(const samples::GptOptions &dims) {
+partitioner::LayerFamily gptFamily(const samples::GptOptions &dims, passes::Precision precision) {
   partitioner::LayerFamily f;
   f.name = cat("gpt dmodel ", dims.dmodel, ", ", dims.heads, " heads, seq ", dims.seq, ", vocab ",
                dims.vocab);
   f.blockOf = gptBlockOf;
-  f.build = [dims](int64_t blocks, int64_t batch) -> Expected<std::unique_ptr<ir::Graph>> {
+  if (precision != passes::Precision::Fp32)
+    f.name += precision == passes::Precision::Bf16 ? ", bf16 products" : ", fp16 products";
+  f.build = [dims, precision](int64_t blocks, int64_t batch) -> Expected<std::unique_ptr<ir::Graph>> {
     samples::GptOptions go = dims;
     go.layers = blocks;
     samples::CommonOptions co;
@@ -69,6 +71,11 @@ partitioner::LayerFamily gptFamily(const samples::GptOptions &dims) {
     passes::AutodiffOptions ao;
     ao.loss = loss->name();
     PIPEC_TRY(passes::differentiate(*g, ao).status());
+    if (precision != passes::Precision::Fp32) {
+      passes::MixedPrecisionOptions mo;
+      mo.precision = precision;
+      PIPEC_TRY(passes::createMixedPrecisionPass(mo)->run(*g).status());
+    }
     return g;
   };
   return f;

@@ -11,12 +11,15 @@
 #pragma once
 
 #include "tools/capacity/Capacity.h"
+#include "passes/MixedPrecision.h"
 #include "samples/gen/Models.h"
 
 namespace pipec::capacity {
 
 /// The family of GPTs of `dims` (its `layers` is ignored: the capacity
-/// search picks the block counts).
-partitioner::LayerFamily gptFamily(const samples::GptOptions &dims);
+/// search picks the block counts), its products' operands in `precision`
+/// (pipec --precision: passes/MixedPrecision.h).
+partitioner::LayerFamily gptFamily(const samples::GptOptions &dims,
+                                   passes::Precision precision = passes::Precision::Fp32);
 
 } // namespace pipec::capacity

@@ -35,6 +35,7 @@ struct Options {
   std::string schedule = "gpipe";
   int optimizerStates = 2;
   int maxDevices = 8;
+  std::string precision = "fp32";
   bool json = false;
 };
 
@@ -106,7 +107,8 @@ Status run(const Options &o) {
   if (o.maxDevices < 1)
     return errorf("--max-devices must be at least 1 (got ", o.maxDevices, ")");
   PIPEC_TRY(pipeline::Schedule::parse(o.schedule).status());
-  partitioner::LayerFamily f = capacity::gptFamily(o.gpt);
+  PIPEC_ASSIGN(passes::Precision precision, passes::parsePrecision(o.precision));
+  partitioner::LayerFamily f = capacity::gptFamily(o.gpt, precision);
   PIPEC_ASSIGN(std::vector<partitioner::CapacityResult> rs,
                partitioner::maxTrainableBlocks(f, configurations(o, budget)));
   if (o.json) {
@@ -146,6 +148,10 @@ int main(int argc, char **argv) {
                  "state tensors per parameter (adam 2)")
       ->capture_default_str();
   app.add_option("--max-devices", o.maxDevices, "Pipeline-K for K = 1, 2, 4, ... up to this")
+      ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "fp32, bf16 or fp16: the products' operands and what the backward keeps, as pipec "
+                 "--precision compiles them")
       ->capture_default_str();
   app.add_flag("--json", o.json, "print JSON instead of the table");
   try {
