@@ -132,8 +132,6 @@ private:
       return v->isGraphInput();
     if (p->phase() != ir::Phase::Forward || keep.count(p->name()))
       return false;
-    if (p->opType() == "Cast")
-      return false;
     const ir::OpInfo *info = p->info();
     const bool normalization = info && info->has(ir::op::CostNormalization);
     return !(normalization && v->producerIndex() > 0);

@@ -107,6 +107,17 @@ struct Taps {
   int64_t start = 0, lo = 0, hi = 0, padded = 0;
 };
 
+/// Steps the window position `k` (one tap per dimension, the last fastest)
+/// to the next tap; false past the last.
+PIPEC_HD inline bool nextTap(const Taps *t, int64_t *k, int nd) {
+  for (int d = nd - 1; d >= 0; --d) {
+    if (++k[d] < t[d].hi)
+      return true;
+    k[d] = t[d].lo;
+  }
+  return false;
+}
+
 PIPEC_HD inline Taps tapsOf(const PoolGeom &g, int d, int64_t o) {
   Taps t;
   t.start = o * g.stride[d] - g.padBegin[d];
@@ -183,13 +194,7 @@ PIPEC_HD inline float poolOutput(const PoolGeom &g, PoolKind kind, bool firstTak
       sum += v;
     }
     ++count;
-    int d = g.nd - 1;
-    for (; d >= 0; --d) {
-      if (++k[d] < t[d].hi)
-        break;
-      k[d] = t[d].lo;
-    }
-    if (d < 0)
+    if (!nextTap(t, k, g.nd))
       break;
   }
   if (kind == PoolKind::Max) {
@@ -227,13 +232,7 @@ PIPEC_HD inline int64_t poolArgmax(const PoolGeom &g, const float *x, int64_t it
       best = off;
       bestV = xp[off];
     }
-    int d = g.nd - 1;
-    for (; d >= 0; --d) {
-      if (++k[d] < t[d].hi)
-        break;
-      k[d] = t[d].lo;
-    }
-    if (d < 0)
+    if (!nextTap(t, k, g.nd))
       return best;
   }
 }

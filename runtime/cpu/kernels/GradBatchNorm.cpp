@@ -31,18 +31,6 @@ namespace pipec::cpu {
 
 namespace {
 
-/// What the three kernels share: the [N, C, inner] geometry and the mode.
-struct BnGradGeom {
-  int64_t N = 0, C = 0, inner = 0;
-  double epsilon = 1e-5;
-  int trainingAttr = -1; ///< training_mode if given, else -1
-
-  bool training(const ExecContext &ctx) const {
-    return trainingAttr >= 0 ? trainingAttr == 1 : ctx.training;
-  }
-  bool parallel() const { return N * C * inner > 16384; }
-};
-
 /// sum(dY) and sum(dY * xhat) of channel c, in double, in a fixed order
 /// (linalgSegmentLaneSums).
 template <typename T>
@@ -190,12 +178,11 @@ private:
   bool sums_;
 };
 
-/// Checks that input `xIdx` is X of rank >= 2, inputs `perChannel` and
-/// outputs `perChannelOut` are [C] of X's dtype, and (if dyIdx >= 0) input
-/// dyIdx is typed as X; fills the geometry.
-Status checkBn(const OpDesc &d, size_t numIn, size_t numOut, int dyIdx, size_t xIdx,
-               const std::vector<size_t> &perChannel, const std::vector<size_t> &perChannelOut,
-               BnGradGeom &g) {
+} // namespace
+
+Status linalgCheckBnGrad(const OpDesc &d, size_t numIn, size_t numOut, int dyIdx, size_t xIdx,
+                         const std::vector<size_t> &perChannel, const std::vector<size_t> &perChannelOut,
+                         BnGradGeom &g) {
   if (d.inputs.size() != numIn || d.outputs.size() != numOut)
     return errorf(d.where(), ": expects ", numIn, " inputs and ", numOut, " outputs, got ",
                   d.inputs.size(), " and ", d.outputs.size());
@@ -223,11 +210,10 @@ Status checkBn(const OpDesc &d, size_t numIn, size_t numOut, int dyIdx, size_t x
   return Status::ok();
 }
 
-} // namespace
 
 Expected<KernelPtr> makeBatchNormalizationStatsKernel(const OpDesc &d) {
   BnGradGeom g;
-  PIPEC_TRY(checkBn(d, 3, 2, -1, 0, {1, 2}, {0, 1}, g));
+  PIPEC_TRY(linalgCheckBnGrad(d, 3, 2, -1, 0, {1, 2}, {0, 1}, g));
   return linalgDispatchFloat(d, d.inputs[0].dtype, [&](auto tag) -> Expected<KernelPtr> {
     return KernelPtr(new BatchNormStatsKernel<decltype(tag)>(g));
   });
@@ -251,7 +237,7 @@ Expected<KernelPtr> makeBatchNormalizationScaleGradKernel(const OpDesc &d) {
       return KernelPtr(new BatchNormScaleGradKernel<decltype(tag)>(g, true));
     });
   }
-  PIPEC_TRY(checkBn(d, 4, 2, 0, 1, {2, 3}, {0, 1}, g));
+  PIPEC_TRY(linalgCheckBnGrad(d, 4, 2, 0, 1, {2, 3}, {0, 1}, g));
   return linalgDispatchFloat(d, d.inputs[1].dtype, [&](auto tag) -> Expected<KernelPtr> {
     return KernelPtr(new BatchNormScaleGradKernel<decltype(tag)>(g, false));
   });
@@ -260,7 +246,7 @@ Expected<KernelPtr> makeBatchNormalizationScaleGradKernel(const OpDesc &d) {
 Expected<KernelPtr> makeBatchNormalizationGradKernel(const OpDesc &d) {
   BnGradGeom g;
   const bool sums = d.outputs.size() == 2;
-  PIPEC_TRY(checkBn(d, 5, sums ? 2 : 1, 0, 1, {2, 3, 4}, {}, g));
+  PIPEC_TRY(linalgCheckBnGrad(d, 5, sums ? 2 : 1, 0, 1, {2, 3, 4}, {}, g));
   if (d.outputs[0] != d.inputs[1])
     return errorf(d.where(), ": dX ", d.outputs[0].str(), " is not typed as X ",
                   d.inputs[1].str());

@@ -108,6 +108,25 @@ inline bool linalgHasOutput(const OpDesc &d, size_t i) {
   return i < d.outputs.size() && d.outputs[i].dtype != DType::Undefined;
 }
 
+/// What BatchNormalization's gradient kernels (pipec:BatchNormalizationStats,
+/// Grad, ScaleGrad) share: the [N, C, inner] geometry and the mode.
+struct BnGradGeom {
+  int64_t N = 0, C = 0, inner = 0;
+  double epsilon = 1e-5;
+  int trainingAttr = -1; ///< training_mode if given, else -1
+
+  bool training(const ExecContext &ctx) const { return trainingAttr >= 0 ? trainingAttr == 1 : ctx.training; }
+  bool parallel() const { return N * C * inner > 16384; }
+};
+
+/// Checks that input `xIdx` is X of rank >= 2, inputs `perChannel` and
+/// outputs `perChannelOut` are [C] of X's dtype, and (if dyIdx >= 0) input
+/// dyIdx is typed as X; fills the geometry (runtime/cpu/kernels/
+/// GradBatchNorm.cpp; the CUDA kernels check their nodes with it too).
+Status linalgCheckBnGrad(const OpDesc &d, size_t numIn, size_t numOut, int dyIdx, size_t xIdx,
+                         const std::vector<size_t> &perChannel, const std::vector<size_t> &perChannelOut,
+                         BnGradGeom &g);
+
 /// Rounds a workspace pointer up to 64 bytes (evaluate() and the executor
 /// hand out workspaceBytes() + 64 bytes with no alignment promise).
 inline unsigned char *linalgAlign(void *p) {

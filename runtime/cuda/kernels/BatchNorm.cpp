@@ -34,8 +34,6 @@ inline unsigned char *aligned(void *p) {
   return reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(p) + 255) & ~uintptr_t(255));
 }
 
-bool hasOutput(const OpDesc &d, size_t i) { return i < d.outputs.size() && d.outputs[i].dtype != DType::Undefined; }
-
 /// Every given input and output float32 (the table's rows say Own: a
 /// normalization's optional outputs may be absent).
 Status needF32Given(const OpDesc &d) {
@@ -44,7 +42,7 @@ Status needF32Given(const OpDesc &d) {
       return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype),
                     "; the CUDA kernels take float32 only");
   for (size_t i = 0; i < d.outputs.size(); ++i)
-    if (hasOutput(d, i) && d.outputs[i].dtype != DType::F32)
+    if (cpu::linalgHasOutput(d, i) && d.outputs[i].dtype != DType::F32)
       return errorf(d.where(), ": output ", i, " is ", dtypeName(d.outputs[i].dtype),
                     "; the CUDA kernels take float32 only");
   return Status::ok();
@@ -57,43 +55,17 @@ Status missing(const std::string &where, const void *const *in, int n) {
   return Status::ok();
 }
 
-/// The three gradients' geometry and mode (GradBatchNorm.cpp's BnGradGeom).
-struct BnGeom {
-  int64_t N = 0, C = 0, inner = 0;
-  double epsilon = 1e-5;
-  int trainingAttr = -1; ///< training_mode if given, else -1
-  bool training(const ExecContext &ctx) const { return trainingAttr >= 0 ? trainingAttr == 1 : ctx.training; }
-};
+using BnGeom = cpu::BnGradGeom;
 
-/// GradBatchNorm.cpp's checkBn: input `xIdx` is X of rank >= 2, the inputs
-/// `perChannel` and outputs `perChannelOut` are [C], input dyIdx (where
-/// >= 0) is typed as X.
+/// The CPU's check of a gradient node (cpu::linalgCheckBnGrad), float32
+/// only.
 Status checkBn(const OpDesc &d, size_t numIn, size_t numOut, int dyIdx, size_t xIdx,
                const std::vector<size_t> &perChannel, const std::vector<size_t> &perChannelOut, BnGeom &g) {
   if (d.inputs.size() != numIn || d.outputs.size() != numOut)
     return errorf(d.where(), ": expects ", numIn, " inputs and ", numOut, " outputs, got ", d.inputs.size(), " and ",
                   d.outputs.size());
   PIPEC_TRY(needF32Given(d));
-  const TensorDesc &x = d.inputs[xIdx];
-  if (x.rank() < 2)
-    return errorf(d.where(), ": X ", x.str(), " must have rank >= 2");
-  if (dyIdx >= 0 && d.inputs[static_cast<size_t>(dyIdx)] != x)
-    return errorf(d.where(), ": dY ", d.inputs[static_cast<size_t>(dyIdx)].str(), " and X ", x.str(),
-                  " must have the same type");
-  const int64_t C = x.shape[1];
-  for (size_t i : perChannel)
-    if (d.inputs[i].numel() != C)
-      return errorf(d.where(), ": input ", i, " ", d.inputs[i].str(), " is not ", C, " float32 elements");
-  for (size_t i : perChannelOut)
-    if (hasOutput(d, i) && d.outputs[i].numel() != C)
-      return errorf(d.where(), ": output ", i, " ", d.outputs[i].str(), " is not ", C, " float32 elements");
-  g.N = x.shape[0];
-  g.C = C;
-  g.inner = g.N != 0 && C != 0 ? x.numel() / (g.N * C) : 0;
-  g.epsilon = attrFloat(d.attrs, "epsilon", 1e-5f);
-  if (attrHas(d.attrs, "training_mode"))
-    g.trainingAttr = attrInt(d.attrs, "training_mode", 0) != 0 ? 1 : 0;
-  return Status::ok();
+  return cpu::linalgCheckBnGrad(d, numIn, numOut, dyIdx, xIdx, perChannel, perChannelOut, g);
 }
 
 dnn::NormArgs argsOf(const BnGeom &g, dnn::NormPass pass, bool training) {
@@ -135,12 +107,12 @@ Expected<KernelPtr> makeBatchNorm(const OpDesc &d) {
     g.trainingAttr = attrInt(d.attrs, "training_mode", 0) != 0 ? 1 : 0;
   else if (d.outputs.size() == 5)
     g.trainingAttr = 1; // opsets 9-13: output case #1 is training mode
-  if (hasOutput(d, 1) != hasOutput(d, 2) || hasOutput(d, 3) != hasOutput(d, 4))
+  if (cpu::linalgHasOutput(d, 1) != cpu::linalgHasOutput(d, 2) || cpu::linalgHasOutput(d, 3) != cpu::linalgHasOutput(d, 4))
     return errorf(d.where(), ": mean and variance outputs come in pairs");
   for (size_t i = 1; i < d.outputs.size(); ++i)
-    if (hasOutput(d, i) && d.outputs[i].numel() != cs)
+    if (cpu::linalgHasOutput(d, i) && d.outputs[i].numel() != cs)
       return errorf(d.where(), ": output ", i, " ", d.outputs[i].str(), " has not ", cs, " elements");
-  const bool running = hasOutput(d, 1), saved = hasOutput(d, 3);
+  const bool running = cpu::linalgHasOutput(d, 1), saved = cpu::linalgHasOutput(d, 3);
   const size_t ws = 256 + 2 * roundUp(static_cast<size_t>(cs) * sizeof(float));
   return launchKernel(
       [where = d.where(), g, momentum, running, saved](ExecContext &ctx, const void *const *in, void *const *out) {
@@ -196,7 +168,7 @@ Expected<KernelPtr> makeBatchNormScaleGrad(const OpDesc &d) {
     PIPEC_TRY(needF32Given(d));
     const int64_t C = sums.shape[1];
     for (size_t i = 0; i < 2; ++i)
-      if (hasOutput(d, i) && d.outputs[i].numel() != C)
+      if (cpu::linalgHasOutput(d, i) && d.outputs[i].numel() != C)
         return errorf(d.where(), ": output ", i, " ", d.outputs[i].str(), " is not ", C, " float32 elements");
     const size_t bytes = static_cast<size_t>(C) * sizeof(float);
     return launchKernel([where = d.where(), bytes](ExecContext &ctx, const void *const *in, void *const *out) {

@@ -119,6 +119,17 @@ Status checkFlag(ExecContext &ctx, const std::string &what) {
   return Status::ok();
 }
 
+body::Broadcast transposeView(const Shape &in, const std::vector<int64_t> &perm) {
+  const std::vector<int64_t> strides = rowMajorStrides(in);
+  body::Broadcast b;
+  b.rank = static_cast<int>(in.size());
+  for (int a = 0; a < b.rank; ++a) {
+    b.dims[a] = in[static_cast<size_t>(perm[static_cast<size_t>(a)])];
+    b.strides[a] = strides[static_cast<size_t>(perm[static_cast<size_t>(a)])];
+  }
+  return b;
+}
+
 Status clearFlag(ExecContext &ctx, const std::string &what) {
   if (cudaMemsetAsync(ctx.workspace, 0, sizeof(int), static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess)
     return errorf(what, ": cudaMemsetAsync failed: ", cudaGetErrorString(cudaGetLastError()));

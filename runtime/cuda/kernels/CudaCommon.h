@@ -44,6 +44,9 @@ MathMode streamMath(void *stream);
 Status needF32(const OpDesc &d, int other = -1, DType otherType = DType::I64);
 
 body::Broadcast broadcastOf(const Shape &in, const Shape &out);
+/// Transpose's view of `in` (a valid `perm` of its axes, rank at most
+/// body::kMaxRank): output axis a reads input axis perm[a].
+body::Broadcast transposeView(const Shape &in, const std::vector<int64_t> &perm);
 /// Input `i` of `d` broadcast to its output 0, or an error naming the node.
 Expected<body::Broadcast> broadcastTo(const OpDesc &d, size_t i);
 

@@ -30,36 +30,55 @@ Expected<size_t> moverSize(const OpDesc &d, DType t) {
   return esize;
 }
 
-/// An output known at load, held in pinned host memory and copied to the
-/// output on the stream (an asynchronous copy, as a kernel would be).
-class ConstantOutputKernel final : public Kernel {
+/// Bytes a kernel keeps in pinned host memory from its creation on, to
+/// copy to the device on its stream at every run (an asynchronous copy, as
+/// a kernel's launch is).
+class PinnedBytes {
 public:
-  ~ConstantOutputKernel() override {
-    if (host_)
-      cudaFreeHost(host_);
+  PinnedBytes() = default;
+  PinnedBytes(const PinnedBytes &) = delete;
+  PinnedBytes &operator=(const PinnedBytes &) = delete;
+  ~PinnedBytes() {
+    if (p_)
+      cudaFreeHost(p_);
   }
-  static Expected<KernelPtr> make(const OpDesc &d, const Tensor &value) {
-    auto k = std::make_unique<ConstantOutputKernel>();
-    k->bytes_ = value.bytes();
-    if (k->bytes_) {
-      if (cudaMallocHost(&k->host_, k->bytes_) != cudaSuccess)
-        return errorf(d.where(), ": cudaMallocHost of ", k->bytes_, " bytes failed: ",
-                      cudaGetErrorString(cudaGetLastError()));
-      std::memcpy(k->host_, value.raw(), k->bytes_);
-    }
-    return KernelPtr(std::move(k));
+  Status init(const OpDesc &d, const void *src, size_t bytes) {
+    bytes_ = bytes;
+    if (!bytes)
+      return Status::ok();
+    if (cudaMallocHost(&p_, bytes) != cudaSuccess)
+      return errorf(d.where(), ": cudaMallocHost of ", bytes, " bytes failed: ",
+                    cudaGetErrorString(cudaGetLastError()));
+    std::memcpy(p_, src, bytes);
+    return Status::ok();
   }
-  Status run(ExecContext &ctx, const void *const *, void *const *out) override {
-    if (bytes_ &&
-        cudaMemcpyAsync(out[0], host_, bytes_, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx.stream)) !=
-            cudaSuccess)
-      return errorf("constant output: cudaMemcpyAsync failed: ", cudaGetErrorString(cudaGetLastError()));
+  size_t bytes() const { return bytes_; }
+  Status copyTo(void *dst, void *stream, const char *what) const {
+    if (bytes_ && cudaMemcpyAsync(dst, p_, bytes_, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)) !=
+                      cudaSuccess)
+      return errorf(what, ": cudaMemcpyAsync failed: ", cudaGetErrorString(cudaGetLastError()));
     return Status::ok();
   }
 
 private:
-  void *host_ = nullptr;
+  void *p_ = nullptr;
   size_t bytes_ = 0;
+};
+
+/// An output known at load, copied from pinned host memory at every run.
+class ConstantOutputKernel final : public Kernel {
+public:
+  static Expected<KernelPtr> make(const OpDesc &d, const Tensor &value) {
+    auto k = std::make_unique<ConstantOutputKernel>();
+    PIPEC_TRY(k->value_.init(d, value.raw(), value.bytes()));
+    return KernelPtr(std::move(k));
+  }
+  Status run(ExecContext &ctx, const void *const *, void *const *out) override {
+    return value_.copyTo(out[0], ctx.stream, "constant output");
+  }
+
+private:
+  PinnedBytes value_;
 };
 
 /// Resize, Upsample and pipec:ResizeGrad on float32: the CPU kernel's
@@ -69,10 +88,6 @@ private:
 /// follow.
 class ResizeKernel final : public Kernel {
 public:
-  ~ResizeKernel() override {
-    if (host_)
-      cudaFreeHost(host_);
-  }
   static Expected<KernelPtr> make(const OpDesc &d, const cpu::resize::SeparablePlan<float> &plan, int64_t inElems) {
     auto k = std::make_unique<ResizeKernel>();
     k->inElems_ = inElems;
@@ -98,13 +113,7 @@ public:
       k->passes_.push_back(q);
     }
     k->tableBytes_ = (blob.size() + 255) / 256 * 256;
-    if (!blob.empty()) {
-      if (cudaMallocHost(&k->host_, blob.size()) != cudaSuccess)
-        return errorf(d.where(), ": cudaMallocHost of ", blob.size(), " bytes failed: ",
-                      cudaGetErrorString(cudaGetLastError()));
-      std::memcpy(k->host_, blob.data(), blob.size());
-      k->hostBytes_ = blob.size();
-    }
+    PIPEC_TRY(k->tables_.init(d, blob.data(), blob.size()));
     return KernelPtr(std::move(k));
   }
   size_t workspaceBytes() const override { return tableBytes_ + (buf_[0] + buf_[1]) * sizeof(float); }
@@ -119,8 +128,7 @@ public:
       return Status::ok();
     }
     char *ws = static_cast<char *>(ctx.workspace);
-    if (cudaMemcpyAsync(ws, host_, hostBytes_, cudaMemcpyHostToDevice, stream) != cudaSuccess)
-      return errorf("Resize: cudaMemcpyAsync failed: ", cudaGetErrorString(cudaGetLastError()));
+    PIPEC_TRY(tables_.copyTo(ws, ctx.stream, "Resize"));
     float *bufs[2] = {reinterpret_cast<float *>(ws + tableBytes_), reinterpret_cast<float *>(ws + tableBytes_) + buf_[0]};
     const float *src = x;
     for (size_t k = 0; k < passes_.size(); ++k) {
@@ -141,8 +149,8 @@ private:
     size_t start = 0, idx = 0, w = 0; ///< offsets of the tables in the workspace
   };
   std::vector<Pass> passes_;
-  void *host_ = nullptr;
-  size_t hostBytes_ = 0, tableBytes_ = 0, buf_[2] = {0, 0};
+  PinnedBytes tables_; ///< the passes' tap tables
+  size_t tableBytes_ = 0, buf_[2] = {0, 0};
   int64_t inElems_ = 0;
 };
 
@@ -159,18 +167,10 @@ Expected<KernelPtr> makeTranspose(const OpDesc &d) {
       perm.push_back(static_cast<int64_t>(rank - 1 - a));
   if (perm.size() != rank)
     return errorf(d.where(), ": perm has ", perm.size(), " axes for rank ", rank);
-  std::vector<int64_t> strides(rank, 1);
-  for (size_t a = rank; a-- > 1;)
-    strides[a - 1] = strides[a] * in[a];
-  // Output axis a reads input axis perm[a].
-  body::Broadcast b;
-  b.rank = static_cast<int>(rank);
-  for (size_t a = 0; a < rank; ++a) {
-    if (perm[a] < 0 || perm[a] >= static_cast<int64_t>(rank))
-      return errorf(d.where(), ": perm ", perm[a], " out of range");
-    b.dims[a] = in[static_cast<size_t>(perm[a])];
-    b.strides[a] = strides[static_cast<size_t>(perm[a])];
-  }
+  for (int64_t p : perm)
+    if (p < 0 || p >= static_cast<int64_t>(rank))
+      return errorf(d.where(), ": perm ", p, " out of range");
+  const body::Broadcast b = transposeView(in, perm);
   const int64_t n = d.outputs[0].numel();
   return launchKernel([b, n](ExecContext &ctx, const void *const *in, void *const *out) {
     return launchBroadcastScale(static_cast<const float *>(in[0]), b, 1.0f, static_cast<float *>(out[0]), n,

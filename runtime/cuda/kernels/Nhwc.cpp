@@ -28,26 +28,13 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
-/// The transpose of a 4-D tensor `in` to the axis order `perm`, as
-/// Transpose's kernel reads it (output axis a reads input axis perm[a]).
-body::Broadcast permuted(const Shape &in, const int64_t (&perm)[4]) {
-  const std::vector<int64_t> strides = rowMajorStrides(in);
-  body::Broadcast b;
-  b.rank = 4;
-  for (int a = 0; a < 4; ++a) {
-    b.dims[a] = in[static_cast<size_t>(perm[a])];
-    b.strides[a] = strides[static_cast<size_t>(perm[a])];
-  }
-  return b;
-}
-
-constexpr int64_t kToNchw[4] = {0, 3, 1, 2};
-constexpr int64_t kToNhwc[4] = {0, 2, 3, 1};
+const std::vector<int64_t> kToNchw = {0, 3, 1, 2}, kToNhwc = {0, 2, 3, 1};
 
 class NhwcKernel final : public Kernel {
 public:
   NhwcKernel(KernelPtr inner, Shape x, Shape y, ConvEpilogue e)
-      : inner_(std::move(inner)), xNhwc_(std::move(x)), yNchw_(std::move(y)), e_(e) {
+      : inner_(std::move(inner)), xNhwc_(std::move(x)), yNchw_(std::move(y)), e_(e),
+        toNchw_(transposeView(xNhwc_, kToNchw)), toNhwc_(transposeView(yNchw_, kToNhwc)) {
     xBytes_ = aligned(static_cast<size_t>(numElements(xNhwc_)) * sizeof(float));
     yBytes_ = aligned(static_cast<size_t>(numElements(yNchw_)) * sizeof(float));
   }
@@ -57,7 +44,7 @@ public:
     auto *xn = reinterpret_cast<float *>(ws);
     auto *yn = reinterpret_cast<float *>(ws + xBytes_);
     const int64_t nx = numElements(xNhwc_), ny = numElements(yNchw_);
-    PIPEC_TRY(launchBroadcastScale(static_cast<const float *>(in[0]), permuted(xNhwc_, kToNchw), 1.0f, xn, nx,
+    PIPEC_TRY(launchBroadcastScale(static_cast<const float *>(in[0]), toNchw_, 1.0f, xn, nx,
                                    ctx.stream));
     ExecContext inner = ctx;
     inner.workspace = ws + xBytes_ + yBytes_;
@@ -77,13 +64,14 @@ public:
       break;
     }
     }
-    return launchBroadcastScale(yn, permuted(yNchw_, kToNhwc), 1.0f, static_cast<float *>(out[0]), ny, ctx.stream);
+    return launchBroadcastScale(yn, toNhwc_, 1.0f, static_cast<float *>(out[0]), ny, ctx.stream);
   }
 
 private:
   KernelPtr inner_;
   Shape xNhwc_, yNchw_;
   ConvEpilogue e_;
+  body::Broadcast toNchw_, toNhwc_; ///< the two transposes' views
   size_t xBytes_ = 0, yBytes_ = 0;
 };
 
