@@ -31,6 +31,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/MixedPrecision.h"
+#include "support/FusedOps.h"
 
 #include <algorithm>
 #include <map>
@@ -61,6 +62,15 @@ std::vector<size_t> productOperands(const ir::Node &n) {
   return {};
 }
 
+/// MatMul, Gemm or pipec:FusedGemm with f32 operands 0 and 1: the products
+/// whose kernels read 16-bit operands themselves (support/FusedOps.h).
+bool takesHalfOperands(const ir::Node &n) {
+  const std::string &op = n.opType();
+  const bool product = n.domain().empty() ? op == "MatMul" || op == "Gemm" : n.domain() == "pipec" && op == "FusedGemm";
+  return product && n.numInputs() >= 2 && n.input(0) && n.input(1) && n.input(0)->type().dtype == DType::F32 &&
+         n.input(1)->type().dtype == DType::F32;
+}
+
 class MixedPrecisionPass final : public Pass {
 public:
   explicit MixedPrecisionPass(MixedPrecisionOptions o) : o_(std::move(o)) {}
@@ -88,6 +98,13 @@ public:
             routed.push_back(i);
       std::sort(routed.begin(), routed.end());
       routed.erase(std::unique(routed.begin(), routed.end()), routed.end());
+      // A matrix product on two f32 operands reads both copies as they are
+      // and gives f32 (output_dtype): its kernels take bf16 (f16) operands
+      // and accumulate in f32 (bf16 tensor cores, oneDNN's bf16 matmul),
+      // with no f32 view of either in the arena.
+      const bool direct = takesHalfOperands(*n);
+      if (direct)
+        n->attrs()[kProductOutputDType] = Attribute::ofInt(static_cast<int64_t>(DType::F32));
       for (size_t i : routed) {
         ir::Value *v = n->input(i);
         if (!v || v->type().dtype != DType::F32)
@@ -102,6 +119,11 @@ public:
           PIPEC_ASSIGN(r, reducedCopy(g, v, n, reduced));
           if (!perReader)
             shared = r;
+        }
+        changed = true;
+        if (direct && i < 2) {
+          n->setInput(i, r);
+          continue;
         }
         // The fp32 view of the copy, right before the reader.
         const std::string base = v->name() + (reduced == DType::BF16 ? "/bf16" : "/f16");

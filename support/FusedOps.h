@@ -39,6 +39,30 @@ inline Expected<FusedActivation> fusedActivationOf(const AttrMap &attrs) {
   return errorf("unknown activation '", a, "' (Relu, Gelu or GeluTanh)");
 }
 
+/// A product (MatMul, Gemm, pipec:FusedGemm) whose operands are 16-bit
+/// floats and whose result is f32, the product accumulated in f32: what
+/// the mixed-precision pass makes (passes/MixedPrecision.cpp; bf16 tensor
+/// cores, oneDNN's bf16 matmul). Marked by the attribute `output_dtype`
+/// (the ONNX type number of the result, f32's 1); without it, ONNX's rule
+/// holds (the operands' type). Gemm's C and FusedGemm's bias have the
+/// result's type.
+inline constexpr const char *kProductOutputDType = "output_dtype";
+
+/// The result type of a product on operands of types `a` and `b` under
+/// `attrs`, or why there is none. Errors name no node: callers add it.
+inline Expected<DType> productResultType(DType a, DType b, const AttrMap &attrs) {
+  if (a != b)
+    return errorf("the operands differ in type: ", dtypeName(a), " and ", dtypeName(b));
+  if (!attrs.count(kProductOutputDType))
+    return a;
+  const int64_t out = attrInt(attrs, kProductOutputDType, 0);
+  if (out != static_cast<int64_t>(DType::F32))
+    return errorf(kProductOutputDType, " must be 1 (f32), got ", out);
+  if (a != DType::BF16 && a != DType::F16)
+    return errorf(kProductOutputDType, " needs bf16 or f16 operands, they are ", dtypeName(a));
+  return DType::F32;
+}
+
 /// pipec:FusedGemm(A, B[, bias]) {transA, transB}: A [..., K] (the leading
 /// axes folded into M; [K, M] with transA, rank 2 only), B [K, N] ([N, K]
 /// with transB); Y [..., N] ([M, N] with transA).

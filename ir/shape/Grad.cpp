@@ -66,9 +66,15 @@ Status fusedElementwiseRule(const ShapeContext &ctx, Outputs &out) {
 /// pipec:FusedGemm(A, B[, bias]) {transA, transB, activation}: f32, the
 /// geometry of support/FusedOps.h, bias [N].
 Status fusedGemmRule(const ShapeContext &ctx, Outputs &out) {
-  for (size_t i = 0; i < ctx.numInputs(); ++i)
-    if (!ctx.hasInput(i) || ctx.inputType(i).dtype != DType::F32)
+  // f32 operands, or 16-bit ones with an f32 result (output_dtype); the
+  // bias f32.
+  for (size_t i = 0; i < ctx.numInputs(); ++i) {
+    const bool half = i < 2 && ctx.attrs().count(kProductOutputDType);
+    if (!ctx.hasInput(i) || (ctx.inputType(i).dtype != DType::F32 && !half))
       return ctx.error(cat(inputLabel(ctx, i), " must be an f32 tensor"));
+  }
+  if (auto t = productResultType(ctx.inputType(0).dtype, ctx.inputType(1).dtype, ctx.attrs()); !t)
+    return ctx.error(t.status().message());
   if (auto act = fusedActivationOf(ctx.attrs()); !act)
     return ctx.error(act.status().message());
   auto g = fusedGemmDims(ctx.inputType(0).shape, ctx.inputType(1).shape, ctx.attrs());

@@ -7,11 +7,23 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/shape/RuleUtil.h"
+#include "support/FusedOps.h"
 
 namespace pipec::ir::shape {
 
+namespace {
+/// The result type of the product's operands 0 and 1
+/// (support/FusedOps.h: f32 from 16-bit operands under output_dtype).
+Expected<DType> resultType(const ShapeContext &ctx) {
+  auto t = productResultType(ctx.inputType(0).dtype, ctx.inputType(1).dtype, ctx.attrs());
+  if (!t)
+    return ctx.error(t.status().message());
+  return t;
+}
+} // namespace
+
 Status matMulRule(const ShapeContext &ctx, Outputs &out) {
-  PIPEC_TRY(expectSameDType(ctx, {0, 1}));
+  PIPEC_ASSIGN(const DType type, resultType(ctx));
   Shape a = ctx.inputType(0).shape, b = ctx.inputType(1).shape;
   if (a.empty() || b.empty())
     return ctx.error(cat("MatMul needs operands of rank 1 or more, got ", ctx.inputType(0).str(),
@@ -36,12 +48,15 @@ Status matMulRule(const ShapeContext &ctx, Outputs &out) {
     s.push_back(a[a.size() - 2]);
   if (!bVector)
     s.push_back(b.back());
-  out[0] = {ctx.inputType(0).dtype, std::move(s)};
+  out[0] = {type, std::move(s)};
   return Status::ok();
 }
 
 Status gemmRule(const ShapeContext &ctx, Outputs &out) {
-  PIPEC_TRY(expectSameDType(ctx, {0, 1, 2}));
+  PIPEC_ASSIGN(const DType type, resultType(ctx));
+  if (ctx.hasInput(2) && ctx.inputType(2).dtype != type)
+    return ctx.error(cat(inputLabel(ctx, 2), " has element type ", dtypeName(ctx.inputType(2).dtype),
+                         " but the product's result has ", dtypeName(type)));
   PIPEC_TRY(expectRank(ctx, 0, 2));
   PIPEC_TRY(expectRank(ctx, 1, 2));
   const Shape &a = ctx.inputType(0).shape, &b = ctx.inputType(1).shape;
@@ -62,7 +77,7 @@ Status gemmRule(const ShapeContext &ctx, Outputs &out) {
   } else if (ctx.opset() < 11) {
     return ctx.error("input C is required before opset 11");
   }
-  out[0] = {ctx.inputType(0).dtype, std::move(y)};
+  out[0] = {type, std::move(y)};
   return Status::ok();
 }
 

@@ -19,11 +19,31 @@
 // fixed by the shape), so results stay independent of it.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/cpu/kernels/LinalgGemm.h"
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
 
 namespace pipec::cpu {
 
 namespace {
+
+/// Under output_dtype: A and B 16-bit, the bias and Y f32 (LinalgHalfGemm,
+/// which runs the epilogue on each block after its product).
+class HalfFusedGemmKernel final : public Kernel {
+public:
+  HalfFusedGemmKernel(LinalgBatchedGemm<float> g, DType operands) {
+    g_.f32 = std::move(g);
+    g_.operands = operands;
+    g_.prepare();
+  }
+  size_t workspaceBytes() const override { return g_.workspaceBytes(); }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return g_.run(static_cast<const uint16_t *>(in[0]), static_cast<const uint16_t *>(in[1]),
+                  static_cast<float *>(out[0]), ctx.workspace,
+                  g_.f32.bias ? static_cast<const float *>(in[2]) : nullptr);
+  }
+
+private:
+  LinalgHalfGemm g_;
+};
 
 class FusedGemmKernel final : public Kernel {
 public:
@@ -47,9 +67,14 @@ Expected<KernelPtr> makeFusedGemmKernel(const OpDesc &d) {
       d.outputs.size() != 1)
     return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(), " and ",
                   d.outputs.size());
-  for (size_t i = 0; i < d.inputs.size(); ++i)
-    if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
-      return errorf(d.where(), ": input ", i, " is ", d.inputs[i].str(), "; FusedGemm takes f32");
+  // f32 operands, or 16-bit ones under output_dtype; the bias f32.
+  const DType operands = d.inputs[0].dtype;
+  const auto result = productResultType(operands, d.inputs[1].dtype, d.attrs);
+  if (!result || *result != DType::F32)
+    return errorf(d.where(), ": operands ", d.inputs[0].str(), " and ", d.inputs[1].str(),
+                  "; FusedGemm takes f32 ones, or bf16 or f16 ones with output_dtype");
+  if (d.inputs.size() > 2 && d.hasInput(2) && d.inputs[2].dtype != DType::F32)
+    return errorf(d.where(), ": the bias is ", d.inputs[2].str(), "; FusedGemm takes f32");
   auto act = fusedActivationOf(d.attrs);
   auto dims = fusedGemmDims(d.inputs[0].shape, d.inputs[1].shape, d.attrs);
   if (!act || !dims)
@@ -71,6 +96,8 @@ Expected<KernelPtr> makeFusedGemmKernel(const OpDesc &d) {
   g.ldc = g.N;
   g.aOff = g.bOff = g.cOff = {0};
   g.bStepInvariant = d.isStepInvariant(1);
+  if (operands != DType::F32)
+    return KernelPtr(new HalfFusedGemmKernel(std::move(g), operands));
   return KernelPtr(new FusedGemmKernel(std::move(g)));
 }
 

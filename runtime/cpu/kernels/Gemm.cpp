@@ -10,10 +10,14 @@
 //
 // The three GEMMs (beta 0, beta for C, beta 1 to accumulate) are prepared
 // once: with transB an f32 product may run as a oneDNN matmul primitive
-// (runtime/cpu/kernels/DnnlGemm.cpp).
+// (runtime/cpu/kernels/DnnlGemm.cpp). Under output_dtype (support/FusedOps.h)
+// A and B are bf16 or f16, C and Y f32: LinalgHalfGemm.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/cpu/kernels/LinalgGemm.h"
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
+#include "support/FusedOps.h"
+
+#include <tuple>
 
 namespace pipec::cpu {
 
@@ -28,44 +32,95 @@ public:
   int64_t cStrideM = 0, cStrideN = 0;   ///< strides of C broadcast to [M,N]
   /// beta 0; beta for Y = C; beta 1 for Y += A'B' (ExecContext::accumulate)
   LinalgBatchedGemm<T> gemm, gemmWithC, gemmAccumulate;
+  /// Under output_dtype (T float): A and B of this 16-bit type, the three
+  /// products as LinalgHalfGemm on the fields of the three above.
+  DType halfOperands = DType::Undefined;
+  LinalgHalfGemm halfGemm, halfWithC, halfAccumulate;
 
   /// Without C: the GEMM adds into Y itself (beta 1), with no extra pass.
   bool canAccumulate() const override { return !hasC || beta == T(0); }
 
   size_t workspaceBytes() const override {
+    if (halfOperands != DType::Undefined)
+      return std::max({halfGemm.workspaceBytes(), halfWithC.workspaceBytes(), halfAccumulate.workspaceBytes()});
     return std::max({gemm.workspaceBytes(), gemmWithC.workspaceBytes(),
                      gemmAccumulate.workspaceBytes()});
   }
 
+  /// Prepares the products the kernel runs (the half ones under
+  /// output_dtype).
+  void prepare() {
+    const bool withC = hasC && beta != T(0);
+    if constexpr (std::is_same_v<T, float>) {
+      if (halfOperands != DType::Undefined) {
+        for (auto [h, g, use] : {std::tuple{&halfGemm, &gemm, true}, std::tuple{&halfWithC, &gemmWithC, withC},
+                                 std::tuple{&halfAccumulate, &gemmAccumulate, canAccumulate()}})
+          if (use) {
+            h->operands = halfOperands;
+            h->f32 = *g;
+            h->prepare();
+          }
+        return;
+      }
+    }
+    gemm.prepare();
+    if (withC)
+      gemmWithC.prepare();
+    if (canAccumulate())
+      gemmAccumulate.prepare();
+  }
+
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
-    const T *A = static_cast<const T *>(in[0]);
-    const T *B = static_cast<const T *>(in[1]);
     const T *C = hasC ? static_cast<const T *>(in[2]) : nullptr;
     T *Y = static_cast<T *>(out[0]);
+    if (halfOperands != DType::Undefined) {
+      if constexpr (std::is_same_v<T, float>) {
+        const auto *hA = static_cast<const uint16_t *>(in[0]), *hB = static_cast<const uint16_t *>(in[1]);
+        if (ctx.accumulate && canAccumulate())
+          return halfAccumulate.run(hA, hB, Y, ctx.workspace);
+        if (hasC && beta != T(0)) {
+          PIPEC_TRY(fillC(C, Y));
+          return halfWithC.run(hA, hB, Y, ctx.workspace);
+        }
+        return halfGemm.run(hA, hB, Y, ctx.workspace);
+      }
+    }
+    const T *A = static_cast<const T *>(in[0]);
+    const T *B = static_cast<const T *>(in[1]);
     if (ctx.accumulate && canAccumulate())
       return gemmAccumulate.runPrepared(A, B, Y, ctx.workspace);
     // A step-invariant B (the layer's weights) runs packed in inference,
     // where it never changes (LinalgBatchedGemm::runPrepared).
     const bool packed = !ctx.training;
     if (hasC && beta != T(0)) {
-      if (!C)
-        return errorf("Gemm: input C is missing at run time");
-      for (int64_t m = 0; m < M; ++m) {
-        T *row = Y + m * N;
-        const T *crow = C + m * cStrideM;
-        if (cStrideN == 0)
-          std::fill(row, row + N, crow[0]);
-        else
-          std::copy(crow, crow + N, row);
-      }
+      PIPEC_TRY(fillC(C, Y));
       return gemmWithC.runPrepared(A, B, Y, ctx.workspace, packed);
     }
     return gemm.runPrepared(A, B, Y, ctx.workspace, packed);
   }
+
+private:
+  /// Y = C broadcast to [M, N], for the product to add into.
+  Status fillC(const T *C, T *Y) const {
+    if (!C)
+      return errorf("Gemm: input C is missing at run time");
+    for (int64_t m = 0; m < M; ++m) {
+      T *row = Y + m * N;
+      const T *crow = C + m * cStrideM;
+      if (cStrideN == 0)
+        std::fill(row, row + N, crow[0]);
+      else
+        std::copy(crow, crow + N, row);
+    }
+    return Status::ok();
+  }
 };
 
-template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
+/// `half`: the 16-bit type of A and B under output_dtype (T float), else
+/// Undefined.
+template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, DType half = DType::Undefined) {
   auto k = std::make_unique<GemmKernel<T>>();
+  k->halfOperands = half;
   const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
   if (a.size() != 2 || b.size() != 2)
     return errorf(d.where(), ": A and B must be matrices, got ", shapeStr(a), " and ", shapeStr(b));
@@ -85,8 +140,8 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
   k->hasC = d.hasInput(2);
   if (k->hasC) {
     const Shape &c = d.inputs[2].shape;
-    if (d.inputs[2].dtype != d.inputs[0].dtype)
-      return errorf(d.where(), ": C has type ", d.inputs[2].str(), ", A ", d.inputs[0].str());
+    if (d.inputs[2].dtype != d.outputs[0].dtype)
+      return errorf(d.where(), ": C has type ", d.inputs[2].str(), ", Y ", d.outputs[0].str());
     Shape target = {k->M, k->N}, bc;
     if (c.size() > 2 || !linalgBroadcastShapes(c, target, bc) || bc != target)
       return errorf(d.where(), ": C of shape ", shapeStr(c), " does not broadcast to [", k->M, ",",
@@ -112,11 +167,7 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
   k->gemmAccumulate = g;
   k->gemmAccumulate.beta = T(1);
   k->gemmAccumulate.bStepInvariant = false;
-  k->gemm.prepare();
-  if (k->hasC && k->beta != T(0))
-    k->gemmWithC.prepare();
-  if (k->canAccumulate())
-    k->gemmAccumulate.prepare();
+  k->prepare();
   return KernelPtr(std::move(k));
 }
 
@@ -127,9 +178,12 @@ Expected<KernelPtr> makeGemmKernel(const OpDesc &d) {
     return errorf(d.where(), ": expects 2 or 3 inputs and 1 output, got ", d.inputs.size(), " and ",
                   d.outputs.size());
   DType t = d.inputs[0].dtype;
-  if (d.inputs[1].dtype != t || d.outputs[0].dtype != t)
-    return errorf(d.where(), ": element types differ: ", d.inputs[0].str(), ", ", d.inputs[1].str(),
-                  " -> ", d.outputs[0].str());
+  auto result = productResultType(t, d.inputs[1].dtype, d.attrs);
+  if (!result || d.outputs[0].dtype != *result)
+    return errorf(d.where(), ": element types do not fit: ", d.inputs[0].str(), ", ", d.inputs[1].str(), " -> ",
+                  d.outputs[0].str(), result ? "" : ": ", result ? "" : result.status().message());
+  if (*result != t) // 16-bit operands, f32 result
+    return makeTyped<float>(d, t);
   return linalgDispatchNumeric(d, t, [&](auto tag) { return makeTyped<decltype(tag)>(d); });
 }
 

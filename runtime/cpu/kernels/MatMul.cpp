@@ -12,8 +12,12 @@
 // f32 batch of small products (attention's per-head ones) runs as one
 // oneDNN matmul primitive (runtime/cpu/kernels/DnnlGemm.cpp).
 //
+// Under output_dtype (support/FusedOps.h) the operands are bf16 or f16 and
+// the result f32: LinalgHalfGemm.
+//
 //===----------------------------------------------------------------------===//
-#include "runtime/cpu/kernels/LinalgGemm.h"
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
+#include "support/FusedOps.h"
 
 namespace pipec::cpu {
 
@@ -32,7 +36,27 @@ private:
   LinalgBatchedGemm<T> g_;
 };
 
-template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
+/// MatMul under output_dtype: 16-bit operands, an f32 result
+/// (LinalgHalfGemm).
+class HalfMatMulKernel final : public Kernel {
+public:
+  HalfMatMulKernel(LinalgBatchedGemm<float> g, DType operands) {
+    g_.f32 = std::move(g);
+    g_.operands = operands;
+    g_.prepare();
+  }
+  size_t workspaceBytes() const override { return g_.workspaceBytes(); }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return g_.run(static_cast<const uint16_t *>(in[0]), static_cast<const uint16_t *>(in[1]),
+                  static_cast<float *>(out[0]), ctx.workspace);
+  }
+
+private:
+  LinalgHalfGemm g_;
+};
+
+/// The batch of GEMMs of MatMul `d` on T.
+template <typename T> Expected<LinalgBatchedGemm<T>> geometry(const OpDesc &d) {
   Shape a = d.inputs[0].shape, b = d.inputs[1].shape;
   if (a.empty() || b.empty())
     return errorf(d.where(), ": operands must have rank >= 1, got ", shapeStr(a), " and ",
@@ -71,7 +95,7 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
     // B is shared by the whole batch: one [batch*M, K] x [K, N] product.
     g.M = M * nb;
     g.aOff = g.bOff = g.cOff = {0};
-    return KernelPtr(new MatMulKernel<T>(std::move(g)));
+    return g;
   }
   std::vector<int64_t> as = linalgBroadcastStrides(aBatch, batch);
   std::vector<int64_t> bs = linalgBroadcastStrides(bBatch, batch);
@@ -94,6 +118,11 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
       idx[k] = 0;
     }
   }
+  return g;
+}
+
+template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d) {
+  PIPEC_ASSIGN(LinalgBatchedGemm<T> g, geometry<T>(d));
   return KernelPtr(new MatMulKernel<T>(std::move(g)));
 }
 
@@ -104,9 +133,14 @@ Expected<KernelPtr> makeMatMulKernel(const OpDesc &d) {
     return errorf(d.where(), ": expects 2 inputs and 1 output, got ", d.inputs.size(), " and ",
                   d.outputs.size());
   DType t = d.inputs[0].dtype;
-  if (d.inputs[1].dtype != t || d.outputs[0].dtype != t)
-    return errorf(d.where(), ": element types differ: ", d.inputs[0].str(), ", ", d.inputs[1].str(),
-                  " -> ", d.outputs[0].str());
+  auto result = productResultType(t, d.inputs[1].dtype, d.attrs);
+  if (!result || d.outputs[0].dtype != *result)
+    return errorf(d.where(), ": element types do not fit: ", d.inputs[0].str(), ", ", d.inputs[1].str(), " -> ",
+                  d.outputs[0].str(), result ? "" : ": ", result ? "" : result.status().message());
+  if (*result != t) { // 16-bit operands, f32 result
+    PIPEC_ASSIGN(LinalgBatchedGemm<float> g, geometry<float>(d));
+    return KernelPtr(new HalfMatMulKernel(std::move(g), t));
+  }
   return linalgDispatchNumeric(d, t, [&](auto tag) { return makeTyped<decltype(tag)>(d); });
 }
 

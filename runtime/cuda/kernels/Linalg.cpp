@@ -1,7 +1,9 @@
 //===- runtime/cuda/kernels/Linalg.cpp - CUDA matrix products and attention -===//
 //
 // MatMul, Gemm, Einsum (batched matrix products) and pipec:FusedGemm on
-// cuBLAS in pedantic math mode; pipec:Attention and its gradient.
+// cuBLAS in pedantic math mode; pipec:Attention and its gradient. MatMul,
+// Gemm and FusedGemm under output_dtype (support/FusedOps.h) take bf16 or
+// f16 operands and give f32 (cublasGemmEx with f32 compute).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/kernels/CudaCommon.h"
@@ -25,18 +27,35 @@ struct Gemm {
   /// Leading dimensions of the row-major operands; 0: packed rows.
   int64_t ldA = 0, ldB = 0, ldY = 0;
   float alpha = 1.0f;
+  /// The type of A and B: f32, or bf16/f16 under output_dtype
+  /// (support/FusedOps.h), whose products cuBLAS accumulates in f32 into
+  /// the f32 Y (cublasGemmEx, tensor cores).
+  cudaDataType operands = CUDA_R_32F;
 
-  Status run(void *stream, const float *a, const float *b, float *y, float beta) const {
+  Status run(void *stream, const void *a, const void *b, float *y, float beta) const {
     PIPEC_ASSIGN(cublasHandle_t h, cublasFor(stream));
     const int lda = static_cast<int>(ldA ? ldA : ta ? m : k), ldb = static_cast<int>(ldB ? ldB : tb ? k : n);
     const int ldy = static_cast<int>(ldY ? ldY : n);
     const cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (operands != CUDA_R_32F) {
+      if (batch == 1)
+        return cublasCheck(cublasGemmEx(h, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                                        &alpha, b, operands, ldb, a, operands, lda, &beta, y, CUDA_R_32F, ldy,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                           "cublasGemmEx");
+      return cublasCheck(cublasGemmStridedBatchedEx(h, opB, opA, static_cast<int>(n), static_cast<int>(m),
+                                                    static_cast<int>(k), &alpha, b, operands, ldb, strideB, a,
+                                                    operands, lda, strideA, &beta, y, CUDA_R_32F, ldy, strideY,
+                                                    static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                         "cublasGemmStridedBatchedEx");
+    }
+    const auto *af = static_cast<const float *>(a), *bf = static_cast<const float *>(b);
     if (batch == 1)
       return cublasCheck(cublasSgemm(h, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-                                     &alpha, b, ldb, a, lda, &beta, y, ldy),
+                                     &alpha, bf, ldb, af, lda, &beta, y, ldy),
                          "cublasSgemm");
     return cublasCheck(cublasSgemmStridedBatched(h, opB, opA, static_cast<int>(n), static_cast<int>(m),
-                                                 static_cast<int>(k), &alpha, b, ldb, strideB, a, lda, strideA,
+                                                 static_cast<int>(k), &alpha, bf, ldb, strideB, af, lda, strideA,
                                                  &beta, y, ldy, strideY, static_cast<int>(batch)),
                        "cublasSgemmStridedBatched");
   }
@@ -52,8 +71,7 @@ public:
 
   bool canAccumulate() const override { return !hasC || beta == 0.0f; }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
-    const auto *a = static_cast<const float *>(in[0]);
-    const auto *b = static_cast<const float *>(in[1]);
+    const void *a = in[0], *b = in[1]; // f32, or Gemm::operands
     auto *y = static_cast<float *>(out[0]);
     if (ctx.accumulate)
       return g.run(ctx.stream, a, b, y, 1.0f);
@@ -78,7 +96,7 @@ public:
 
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     auto *dst = static_cast<float *>(out[0]);
-    PIPEC_TRY(g.run(ctx.stream, static_cast<const float *>(in[0]), static_cast<const float *>(in[1]), dst, 0.0f));
+    PIPEC_TRY(g.run(ctx.stream, in[0], in[1], dst, 0.0f));
     if (hasBias)
       PIPEC_TRY(launchBinary(body::BinaryOp::Add, dst, y, static_cast<const float *>(in[2]), bias, dst, outElems,
                              ctx.stream));
@@ -187,6 +205,23 @@ public:
   }
 };
 
+/// The operand type of product `d` for cuBLAS: f32, or bf16/f16 under
+/// output_dtype; refused otherwise.
+Expected<cudaDataType> operandsOf(const OpDesc &d) {
+  if (d.inputs.size() < 2 || d.outputs.empty())
+    return errorf(d.where(), ": a product needs 2 operands and an output");
+  auto result = productResultType(d.inputs[0].dtype, d.inputs[1].dtype, d.attrs);
+  if (!result)
+    return errorf(d.where(), ": ", result.status().message());
+  if (*result != DType::F32 || d.outputs[0].dtype != DType::F32)
+    return errorf(d.where(), ": the CUDA products give f32 results, not ", d.outputs[0].str());
+  switch (d.inputs[0].dtype) {
+  case DType::BF16: return CUDA_R_16BF;
+  case DType::F16: return CUDA_R_16F;
+  default: return CUDA_R_32F;
+  }
+}
+
 } // namespace
 
 Expected<KernelPtr> makeMatMul(const OpDesc &d) {
@@ -196,6 +231,7 @@ Expected<KernelPtr> makeMatMul(const OpDesc &d) {
                   shapeStr(b));
   auto k = std::make_unique<GemmKernel>();
   Gemm &g = k->g;
+  PIPEC_ASSIGN(g.operands, operandsOf(d));
   g.m = a[a.size() - 2];
   g.k = a.back();
   g.n = b.back();
@@ -285,6 +321,7 @@ Expected<KernelPtr> makeGemm(const OpDesc &d) {
     return errorf(d.where(), ": Gemm takes 2-D A and B");
   auto k = std::make_unique<GemmKernel>();
   Gemm &g = k->g;
+  PIPEC_ASSIGN(g.operands, operandsOf(d));
   g.ta = attrInt(d.attrs, "transA", 0) != 0;
   g.tb = attrInt(d.attrs, "transB", 0) != 0;
   g.alpha = attrFloat(d.attrs, "alpha", 1.0f);
@@ -309,6 +346,7 @@ Expected<KernelPtr> makeFusedGemm(const OpDesc &d) {
     return errorf(d.where(), ": ", (act ? dims.status() : act.status()).message());
   auto k = std::make_unique<FusedGemmKernel>();
   Gemm &g = k->g;
+  PIPEC_ASSIGN(g.operands, operandsOf(d));
   g.ta = dims->ta;
   g.tb = dims->tb;
   g.m = dims->M;

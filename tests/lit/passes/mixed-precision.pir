@@ -1,25 +1,27 @@
 // RUN: pipec %s --emit=ir --passes=none --precision bf16 | FileCheck %s
 // RUN: pipec %s --emit=ir --passes=none --precision fp16 --keep-fp32 mm2 | FileCheck %s --check-prefix=KEEP
 // The products read their operands through bf16 copies: a computed value
-// (%h) is copied once, right after its producer, and read back to f32
-// right before each product; a parameter (%w1) is copied before each
-// product that reads it. Outputs, biases and the other nodes stay f32.
+// (%h) is copied once, right after its producer; a parameter (%w1) is
+// copied before each product that reads it. MatMul and Gemm read the
+// copies themselves and give f32 (output_dtype = 1); other products
+// (Einsum) read them back to f32 right before. Outputs, biases and the
+// other nodes stay f32.
 
 // CHECK: node "x/bf16" Cast(%x) {to = 16} -> %x/bf16 : bf16[2,2]
-// CHECK: node "x/bf16/to_f32" Cast(%x/bf16) {to = 1} -> %x/bf16/f32 : f32[2,2]
 // CHECK: node "w1/bf16" Cast(%w1) {to = 16} -> %w1/bf16 : bf16[2,2]
-// CHECK: node "w1/bf16/to_f32" Cast(%w1/bf16) {to = 1} -> %w1/bf16/f32 : f32[2,2]
-// CHECK: node "mm1" Gemm(%x/bf16/f32, %w1/bf16/f32, %b1) -> %h : f32[2,2]
+// CHECK: node "mm1" Gemm(%x/bf16, %w1/bf16, %b1) {output_dtype = 1} -> %h : f32[2,2]
 // CHECK: node "h/bf16" Cast(%h) {to = 16} -> %h/bf16 : bf16[2,2]
 // CHECK: node "relu" Relu(%h) -> %r : f32[2,2]
 // CHECK: node "r/bf16" Cast(%r) {to = 16} -> %r/bf16 : bf16[2,2]
-// CHECK: node "h/bf16/to_f32" Cast(%h/bf16) {to = 1} -> %h/bf16/f32 : f32[2,2]
+// CHECK: node "mm2" MatMul(%h/bf16, %r/bf16) {output_dtype = 1} -> %y : f32[2,2]
+// CHECK: node "y/bf16" Cast(%y) {to = 16} -> %y/bf16 : bf16[2,2]
+// CHECK: node "y/bf16/to_f32" Cast(%y/bf16) {to = 1} -> %y/bf16/f32 : f32[2,2]
 // CHECK: node "r/bf16/to_f32" Cast(%r/bf16) {to = 1} -> %r/bf16/f32 : f32[2,2]
-// CHECK: node "mm2" MatMul(%h/bf16/f32, %r/bf16/f32) -> %y : f32[2,2]
+// CHECK: node "e" Einsum(%y/bf16/f32, %r/bf16/f32) {equation = "ij,jk->ik"} -> %z : f32[2,2]
 // CHECK-NOT: Cast
-// CHECK: output %y
+// CHECK: output %z
 
-// KEEP: node "mm1" Gemm(%x/f16/f32, %w1/f16/f32, %b1) -> %h : f32[2,2]
+// KEEP: node "mm1" Gemm(%x/f16, %w1/f16, %b1) {output_dtype = 1} -> %h : f32[2,2]
 // KEEP: node "mm2" MatMul(%h, %r) -> %y : f32[2,2]
 
 // RUN: not pipec %s --emit=ir --passes=none --precision bf16 --keep-fp32 nosuch 2>&1 | FileCheck %s --check-prefix=NOSUCH
@@ -36,5 +38,6 @@ graph "mp" {
   node "mm1" Gemm(%x, %w1, %b1) -> %h : f32[2,2]
   node "relu" Relu(%h) -> %r : f32[2,2]
   node "mm2" MatMul(%h, %r) -> %y : f32[2,2]
-  output %y
+  node "e" Einsum(%y, %r) {equation = "ij,jk->ik"} -> %z : f32[2,2]
+  output %z
 }

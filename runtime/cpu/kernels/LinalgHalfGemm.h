@@ -1,0 +1,76 @@
+//===- runtime/cpu/kernels/LinalgHalfGemm.h - GEMMs on bf16/f16 operands -*- C++ -*-===//
+//
+// LinalgHalfGemm: a batch of GEMMs C[b] = alpha op(A[b]) op(B[b]) + beta
+// C[b] whose operands A and B are 16-bit floats (bf16 or f16, both the
+// same) and whose C is f32, the products accumulated in f32: MatMul, Gemm
+// and pipec:FusedGemm under `output_dtype` (support/FusedOps.h), which the
+// mixed-precision pass makes (docs/precision.md).
+//
+// Two ways, chosen in prepare() from the machine alone:
+//
+//  - native: where oneDNN runs the 16-bit matmul with its brgemm kernel
+//    (AVX512_BF16, AMX: "brg:avx512_core_bf16", "brg:avx512_core_amx..."),
+//    a primitive per block of rows of C (as many blocks as
+//    LinalgBatchedGemm's tiling has tiles, fixed by the shape), each on one
+//    thread, the blocks spread over the device's threads; the epilogue
+//    (bias, activation) runs on each block after its product. Every
+//    element is computed by the same primitive whatever the thread count.
+//  - emulated: elsewhere (AVX2, AVX-512 without bf16, f16 operands), A and
+//    B are widened to f32 in the workspace (exactly: every 16-bit value is
+//    an f32 value) and the f32 LinalgBatchedGemm runs on them: the
+//    arithmetic of a Cast to f32 followed by the f32 product, bit for bit.
+//
+// The two agree to f32 rounding (each product of two 16-bit values is
+// exact in f32; only the order of the sums differs).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/cpu/kernels/LinalgGemm.h"
+
+namespace pipec::cpu {
+
+/// oneDNN matmul primitives of a LinalgHalfGemm's native path
+/// (DnnlHalfGemm.cpp), behind a pointer so that kernels need not include
+/// oneDNN's header.
+struct LinalgHalfPrims;
+struct LinalgHalfPrimsDeleter {
+  void operator()(LinalgHalfPrims *p) const;
+};
+
+struct LinalgHalfGemm {
+  /// BF16 or F16: the type of A and B.
+  DType operands = DType::BF16;
+  /// The geometry, alpha, beta, offsets and epilogue (act, bias): set
+  /// these fields as for an f32 product; its bStepInvariant is ignored
+  /// (the widened B lives in the workspace).
+  LinalgBatchedGemm<float> f32;
+
+  LinalgHalfGemm() = default;
+  LinalgHalfGemm(const LinalgHalfGemm &o);
+  LinalgHalfGemm(LinalgHalfGemm &&) = default;
+  LinalgHalfGemm &operator=(const LinalgHalfGemm &o);
+  LinalgHalfGemm &operator=(LinalgHalfGemm &&) = default;
+
+  /// Chooses the path (native where `allowNative`, oneDNN is enabled and
+  /// runs these operands with brgemm; else emulated) and prepares it. Call
+  /// once the fields are set.
+  void prepare(bool allowNative = true);
+  /// Whether prepare() chose the native path.
+  bool native() const { return prims_ != nullptr; }
+  /// The native path's implementation as oneDNN names it ("" when
+  /// emulated), for reports and tests.
+  std::string implementation() const;
+  /// Scratch memory run() needs (64-byte aligned).
+  size_t workspaceBytes() const;
+  /// A, B: 16-bit values (of `operands`); `bias`: the epilogue's N values.
+  Status run(const uint16_t *A, const uint16_t *B, float *C, void *workspace, const float *bias = nullptr) const;
+
+private:
+  /// Elements of A and B that the batch reads (from offset 0).
+  int64_t extentA() const;
+  int64_t extentB() const;
+  std::unique_ptr<LinalgHalfPrims, LinalgHalfPrimsDeleter> prims_;
+};
+
+} // namespace pipec::cpu
