@@ -35,10 +35,11 @@ PIPEC_HALF_HD inline float halfFloatOf(uint32_t x) {
 }
 
 PIPEC_HALF_HD inline uint16_t floatToBf16(float f) {
+  // Branch-free (a select), so that loops of it vectorize: a NaN keeps its
+  // sign and top payload and is made quiet.
   const uint32_t x = halfBitsOf(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<uint16_t>((x >> 16) | 0x40u);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, nan = (x >> 16) | 0x40u;
+  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 PIPEC_HALF_HD inline float bf16ToFloat(uint16_t h) { return halfFloatOf(static_cast<uint32_t>(h) << 16); }
