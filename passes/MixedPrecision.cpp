@@ -7,9 +7,11 @@
 // through one reduced copy shared by all of them:
 //
 //   Vr = Cast(V, to=bf16)           right after V is computed
-//   ... Cast(Vr, to=f32) -> MatMul  right before each product reading V
+//   ... MatMul(Vr, ..) {output_dtype = 1}     MatMul, Gemm, FusedGemm
+//   ... Cast(Vr, to=f32) -> Conv    right before each other product
 //
-// so that
+// (output_dtype: the product takes 16-bit operands and gives f32;
+// support/FusedOps.h), so that
 //   - the products see bf16-rounded operands (bf16 x bf16 is exact in
 //     fp32, and the GEMM accumulates in fp32: the arithmetic of bf16
 //     tensor cores and of oneDNN's bf16 matmul, emulated exactly on any
