@@ -621,6 +621,10 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
                                         "2bw's devices update at different times, without a collective");
     if (opts.dataParallel > 1)
       return refuse("--data-parallel");
+    if (opts.train.lossScaleSeed)
+      return refuse("loss scaling (--loss-scale, fp16 training)",
+                    "a step with non-finite gradients is skipped on every device, and 2bw's devices update at "
+                    "different times, without a collective");
     for (const auto &[param, grad] : opts.train.paramGrads) {
       const int32_t w = table.id(param);
       std::vector<int> on;
@@ -687,6 +691,15 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     t->set_optimizer(opts.train.optimizer);
     t->set_lr_schedule(opts.train.lrSchedule);
     t->set_clip_grad_norm(opts.train.clipGradNorm);
+    if (opts.train.lossScaleSeed) {
+      if (table.id(opts.train.lossScaleSeed) < 0)
+        return errorf("internal error: the loss scale's seed '", opts.train.lossScaleSeed->name(),
+                      "' is in no device's program");
+      plan::LossScaling *ls = t->mutable_loss_scaling();
+      ls->set_seed(table.id(opts.train.lossScaleSeed));
+      ls->set_initial_scale(opts.train.lossScale);
+      ls->set_window(opts.train.lossScaleWindow);
+    }
   }
   PIPEC_TRY(plan::validatePlan(p).withContext("internal error: emitted an invalid plan"));
   phases.done("emit: validate");

@@ -37,6 +37,11 @@ struct TrainingSpec {
   int optimizerStates = 0;   ///< state tensors per parameter (adam 2)
   std::string lrSchedule; ///< learning-rate schedule spec, "" for constant
   double clipGradNorm = 0;
+  /// Dynamic loss scaling (plan Training.loss_scaling): the seed constant,
+  /// the first scale and the growth window; no seed: none.
+  const ir::Value *lossScaleSeed = nullptr;
+  double lossScale = 0;
+  int64_t lossScaleWindow = 0;
 };
 
 /// What the plan does with the weights that live in the model's external

@@ -132,6 +132,24 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
     lo.kind = t.lossKind;
     lo.logits = t.logits;
     lo.target = t.labels;
+    // Dynamic loss scaling: on with --loss-scale, and for fp16 training
+    // (whose gradients would underflow fp16 unscaled) from 2^16.
+    double lossScale = t.lossScale;
+    if (lossScale == 0 && opts.precision.precision == passes::Precision::Fp16)
+      lossScale = 65536.0;
+    if (lossScale != 0) {
+      int exp = 0;
+      if (!(lossScale >= 1) || !std::isfinite(lossScale) || std::frexp(lossScale, &exp) != 0.5)
+        return errorf("--loss-scale must be a power of two of at least 1 (got ", t.lossScale,
+                      "): the gradients are divided by it exactly");
+      if (t.lossScaleWindow < 0)
+        return errorf("--loss-scale-window must be at least 1 (got ", t.lossScaleWindow, ")");
+      results.scaleLoss = true;
+      emit.train.lossScale = lossScale;
+      emit.train.lossScaleWindow = t.lossScaleWindow > 0 ? t.lossScaleWindow : 2000;
+    } else if (t.lossScaleWindow != 0) {
+      return errorf("--loss-scale-window needs loss scaling (--loss-scale, or --precision fp16)");
+    }
     pm.add(passes::createLossPass(lo, t.lossOutput, results));
     pm.add(passes::createTrainingStatePass(results));
     pm.add(passes::createAutodiffPass(results));
@@ -141,9 +159,6 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
   // training graph (fused nodes have no gradient rule), so that the
   // backward's elementwise trees fuse too.
   const bool reduced = opts.precision.precision != passes::Precision::Fp32;
-  if (reduced && emit.training && opts.precision.precision == passes::Precision::Fp16)
-    return errorf("--precision fp16 trains only with dynamic loss scaling, which pipec does not have yet; "
-                  "train with --precision bf16 (fp32's exponent range: no scaling needed)");
   if (emit.training && !opts.noPasses && opts.passes.empty()) {
     PIPEC_TRY(pm.add("pack-qkv"));
     pm.add(passes::createKeepAttentionProbsPass());
@@ -162,6 +177,7 @@ Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, Pha
     return emit;
   if (emit.training) {
     emit.train.loss = results.loss;
+    emit.train.lossScaleSeed = results.lossScaleSeed;
     for (const passes::StateUpdate &u : results.stateUpdates)
       emit.train.stateUpdates.emplace_back(u.state, u.value);
     for (const passes::GradientPair &gp : results.gradients)

@@ -34,6 +34,12 @@ struct TrainOptions {
   double lr = 0;            ///< > 0: overrides the optimizer spec's rate
   std::string lrSchedule;   ///< --lr-schedule (runtime/train/LrSchedule.h)
   double clipGradNorm = 0;
+  /// --loss-scale: dynamic loss scaling from this scale (a power of two);
+  /// 0: none, except with --precision fp16 (then 65536).
+  double lossScale = 0;
+  /// --loss-scale-window: finite steps in a row that double the scale
+  /// (0: 2000).
+  int64_t lossScaleWindow = 0;
 };
 
 struct CompileOptions {

@@ -407,7 +407,7 @@ Status Graph::topoSort() {
 }
 
 bool isParameter(const Value &v) {
-  if (!v.isConstant() || !v.isTrainable())
+  if (!v.isConstant() || !v.isTrainable() || v.isLossScaleSeed())
     return false;
   for (const Node *u : v.users()) {
     if (u->is("BatchNormalization") && (u->input(3) == &v || u->input(4) == &v))

@@ -128,6 +128,10 @@ public:
   /// the partition report counts them.
   bool isPromotedConstant() const { return promotedConstant_; }
   void setPromotedConstant(bool p) { promotedConstant_ = p; }
+  /// The loss gradient's seed under loss scaling: a constant the runtime
+  /// sets before each step (so trainable: never folded), no parameter.
+  bool isLossScaleSeed() const { return lossScaleSeed_; }
+  void setLossScaleSeed(bool s) { lossScaleSeed_ = s; }
   const Tensor &constant() const { return constant_; }
   /// Nodes that read this value, once per input slot.
   const std::vector<Node *> &users() const { return users_; }
@@ -145,6 +149,7 @@ private:
   bool isOutput_ = false;
   bool trainable_ = false;
   bool promotedConstant_ = false;
+  bool lossScaleSeed_ = false;
   Tensor constant_;
   std::vector<Node *> users_;
   /// Nodes guarded on this value (Node::guards), which are not users:

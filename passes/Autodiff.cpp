@@ -79,6 +79,12 @@ public:
     }
     PIPEC_ASSIGN(ir::Value * seed,
                  g_.addConstant(g_.uniqueValueName(cat("grad/", loss->name())), one));
+    if (opts.scalableSeed) {
+      seed->setTrainable(true); // never folded into another constant
+      seed->setLossScaleSeed(true);
+    }
+    if (opts.seed)
+      *opts.seed = seed;
     contributions_[loss].push_back(seed);
 
     for (auto it = forward.rbegin(); it != forward.rend(); ++it) {

@@ -35,6 +35,11 @@ namespace pipec::passes {
 struct AutodiffOptions {
   /// Name of the loss: a scalar (one-element) float value.
   std::string loss;
+  /// Loss scaling: the seed (dLoss = 1) is a constant the runtime sets to
+  /// the scale before each step (ir::Value::isLossScaleSeed); `*seed`
+  /// receives it.
+  bool scalableSeed = false;
+  ir::Value **seed = nullptr;
 };
 
 /// A trainable parameter and its gradient.

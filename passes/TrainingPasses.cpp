@@ -50,6 +50,8 @@ public:
       return errorf("autodiff needs a loss: run the loss pass first");
     AutodiffOptions ao;
     ao.loss = out_.loss->name();
+    ao.scalableSeed = out_.scaleLoss;
+    ao.seed = out_.scaleLoss ? &out_.lossScaleSeed : nullptr;
     PIPEC_ASSIGN(out_.gradients, differentiate(g, ao));
     return true;
   }

@@ -31,6 +31,9 @@ namespace pipec::passes {
 /// What the training passes made, as they ran.
 struct TrainingResults {
   ir::Value *loss = nullptr;
+  /// With loss scaling (set before autodiff): the seed autodiff made.
+  bool scaleLoss = false;
+  ir::Value *lossScaleSeed = nullptr;
   std::vector<StateUpdate> stateUpdates;
   std::vector<GradientPair> gradients;
   RecomputeStats recompute;

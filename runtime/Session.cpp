@@ -480,8 +480,15 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   const int64_t stepNumber = static_cast<int64_t>(steps_) + 1;
   const float lr = training ? lrSchedule_.lrAt(stepNumber) : 0.0f;
   std::optional<train::StepUpdate> update;
+  if (training && lossScaleSeed_ >= 0) {
+    // Loss scaling: the seed of every micro-batch's backward is the scale
+    // (set here, before any device runs; each process sets its own copy).
+    const float scale = static_cast<float>(scaler_.scale());
+    std::memcpy(lp_.weightAddress(lossScaleSeed_), &scale, sizeof scale);
+  }
   if (training)
-    update.emplace(*optimizer_, params_, rule, stepNumber, lr, MT, localDevices_.back());
+    update.emplace(*optimizer_, params_, rule, stepNumber, lr, MT, localDevices_.back(),
+                   static_cast<float>(scaler_.enabled() ? scaler_.scale() : 1.0));
   StepExchange exchange(tr, params_, otherHolders_, K, D, distributed() && (sharedParams_ || D > 1));
   const uint64_t call = steps_;
 

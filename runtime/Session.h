@@ -11,6 +11,7 @@
 
 #include "runtime/Executor.h"
 #include "runtime/train/Checkpoint.h"
+#include "runtime/train/LossScale.h"
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/StepUpdate.h"
 #include "runtime/train/LrSchedule.h"
@@ -127,9 +128,14 @@ public:
     /// The first parameter (in the plan's order) whose gradient holds a NaN
     /// or an infinity; empty when every gradient is finite.
     std::string firstNonFinite;
-    /// The step's update was dropped (SessionOptions::skipNonFinite).
+    /// The step's update was dropped (SessionOptions::skipNonFinite, and
+    /// under loss scaling).
     bool skipped = false;
+    /// The loss scale the step ran with (0: no loss scaling).
+    double lossScale = 0;
   };
+  /// The loss scale of the next step (0: the plan has no loss scaling).
+  double lossScale() const { return scaler_.scale(); }
   /// Under a no-flush schedule (2bw) a step's update completes on the
   /// first devices during the next step: train() then reports the loss and
   /// lr of the step it ran and the gradient norm of the step before, the
@@ -318,6 +324,9 @@ private:
 
   plan::LoadedPlan lp_;
   SessionOptions opts_;
+  /// The plan's dynamic loss scaling (none: disabled) and its seed tensor.
+  train::LossScaler scaler_;
+  int32_t lossScaleSeed_ = -1;
   std::vector<std::unique_ptr<DeviceExecutor>> devices_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<DeviceThreads> threads_;

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -90,6 +91,24 @@ Status Session::prepareTraining() {
         ps.replicaAccum[static_cast<size_t>(r - 1)].assign(static_cast<size_t>(ps.n), 0.0f);
     paramOfGrad_[pp.grad()] = static_cast<int>(params_.size());
     params_.push_back(std::move(ps));
+  }
+  if (t.has_loss_scaling()) {
+    // Dynamic loss scaling (runtime/train/LossScale.h): the seed is set
+    // before each step, and a step with non-finite gradients is skipped.
+    const plan::LossScaling &ls = t.loss_scaling();
+    const int32_t seed = ls.seed();
+    if (seed < 0 || seed >= lp_.plan.tensors_size() ||
+        lp_.plan.tensors(seed).kind() != plan::TensorInfo::CONSTANT ||
+        lp_.plan.tensors(seed).dtype() != static_cast<int32_t>(DType::F32) ||
+        lp_.plan.tensors(seed).bytes() != sizeof(float) || !lp_.weightAddress(seed))
+      return errorf("the plan's loss scaling names tensor ", seed, ", which is no f32 scalar constant");
+    if (onGpus())
+      return errorf("loss scaling (fp16 training) runs on CPU devices only yet; the GPU runtime keeps the "
+                    "loss gradient's seed on the device");
+    scaler_ = train::LossScaler(ls.initial_scale(), ls.window());
+    PIPEC_TRY(scaler_.restore(ls.initial_scale(), 0).withContext("the plan's loss scaling"));
+    lossScaleSeed_ = seed;
+    opts_.skipNonFinite = true;
   }
   if (!lp_.plan.pipeline().schedule().empty()) {
     PIPEC_ASSIGN(pipeline::Schedule sched, pipeline::Schedule::ofPlan(lp_.plan.pipeline().schedule(),
@@ -283,7 +302,9 @@ Expected<Session::TrainStep> Session::train(const std::vector<Tensor> &inputs) {
   if (!isTraining())
     return errorf("this is an inference plan: it has no loss, gradients or optimizer");
   TrainStep step;
+  step.lossScale = scaler_.scale();
   PIPEC_ASSIGN(step.outputs, runProgram(inputs, true, &step));
+  PIPEC_TRY(scaler_.afterStep(step.skipped).withContext(cat("step ", steps_)));
   return step;
 }
 
@@ -382,6 +403,12 @@ Expected<train::Checkpoint> Session::checkpointContents(int owner) const {
   c.meta["optimizer"] = p.training().optimizer();
   c.meta["schedule"] = p.training().lr_schedule();
   c.meta["rng.seed"] = std::to_string(opts_.seed);
+  if (scaler_.enabled()) {
+    char scale[32]; // every digit: the restore checks for a power of two
+    std::snprintf(scale, sizeof scale, "%.17g", scaler_.scale());
+    c.meta["loss_scale.scale"] = scale;
+    c.meta["loss_scale.good_steps"] = std::to_string(scaler_.goodSteps());
+  }
   for (const ParamState &ps : params_) {
     if (owner >= 0 && ps.device != owner)
       continue;
@@ -422,6 +449,19 @@ Status Session::loadCheckpoint(const std::string &dir) {
   if (meta("rng.seed") != std::to_string(opts_.seed))
     return errorf("checkpoint '", dir, "' was written with --seed ", meta("rng.seed"), "; resume with the same seed");
   const int64_t step = c.step;
+  if (scaler_.enabled()) {
+    // The scale the run had reached (a checkpoint without one: from the
+    // plan's first scale).
+    if (c.meta.count("loss_scale.scale")) {
+      char *end = nullptr;
+      const std::string &s = c.meta.at("loss_scale.scale");
+      const double scale = std::strtod(s.c_str(), &end);
+      const long long good = std::atoll(meta("loss_scale.good_steps").c_str());
+      if (end == s.c_str() || *end)
+        return errorf("checkpoint '", dir, "': loss_scale.scale '", s, "' is not a number");
+      PIPEC_TRY(scaler_.restore(scale, good).withContext(cat("checkpoint '", dir, "'")));
+    }
+  }
   if (noFlush_ && drainPending_)
     return errorf("cannot load checkpoint '", dir, "' into a session whose last step is not flushed");
   for (ParamState &ps : params_) {

@@ -228,6 +228,18 @@ Status validatePlan(const Plan &p) {
     }
     if (tr.optimizer().empty())
       return errorf("the training plan names no optimizer");
+    if (tr.has_loss_scaling()) {
+      const LossScaling &ls = tr.loss_scaling();
+      PIPEC_TRY(checkTensorRef(p, ls.seed(), "the loss scale's seed", false));
+      const TensorInfo &s = p.tensors(ls.seed());
+      int exp = 0;
+      if (s.kind() != TensorInfo::CONSTANT || s.dtype() != 1 || s.bytes() != sizeof(float))
+        return errorf("the loss scale's seed '", s.name(), "' must be an f32 scalar constant");
+      if (!(ls.initial_scale() >= 1) || !std::isfinite(ls.initial_scale()) ||
+          std::frexp(ls.initial_scale(), &exp) != 0.5 || ls.window() < 1)
+        return errorf("the plan's loss scaling starts at ", ls.initial_scale(), " with window ", ls.window(),
+                      " (a power of two >= 1 and a window >= 1)");
+    }
     if (!(tr.clip_grad_norm() >= 0) || !std::isfinite(tr.clip_grad_norm()))
       return errorf("the training plan's gradient clipping norm is ", tr.clip_grad_norm(),
                     " (it must be a number >= 0)");

@@ -88,7 +88,7 @@ Expected<TrainRunSummary> trainRun(Session &session, const TrainRunOptions &o) {
     const double dt = secondsSince(t0);
     if (s >= timedFrom)
       sum.stepSeconds.push_back(dt);
-    if (!r.firstNonFinite.empty() && !o.skipNonFinite)
+    if (!r.firstNonFinite.empty() && !o.skipNonFinite && !r.skipped)
       return errorf("step ", s + 1, ": the gradient of '", r.firstNonFinite, "' is not finite (loss ",
                     r.loss, "; the weights are now corrupt and no checkpoint was written for this "
                     "step): lower --lr, clip gradients, check the data, or --skip-nonfinite-steps");
@@ -96,7 +96,11 @@ Expected<TrainRunSummary> trainRun(Session &session, const TrainRunOptions &o) {
       return errorf("step ", s + 1, ": the loss is ", r.loss, " (diverged; lower --lr or clip gradients)");
     if (r.skipped) {
       ++sum.skippedSteps;
-      if (!quiet)
+      if (!quiet && r.lossScale > 0)
+        std::fprintf(stderr, "%sstep %lld: gradient of '%s' not finite at loss scale %g, update skipped, "
+                     "scale now %g\n", tty ? "\n" : "", static_cast<long long>(s + 1),
+                     printable(r.firstNonFinite).c_str(), r.lossScale, session.lossScale());
+      else if (!quiet)
         std::fprintf(stderr, "%sstep %lld: gradient of '%s' not finite, update skipped\n", tty ? "\n" : "",
                      static_cast<long long>(s + 1), printable(r.firstNonFinite).c_str());
     }
@@ -106,14 +110,19 @@ Expected<TrainRunSummary> trainRun(Session &session, const TrainRunOptions &o) {
     ++sum.stepsRun;
     nlohmann::json m = {{"step", s + 1}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.gradNorm},
                         {"samples_per_second", examples / dt}, {"step_seconds", dt}};
+    if (r.lossScale > 0) {
+      m["loss_scale"] = r.lossScale;
+      m["skipped"] = r.skipped;
+    }
     metrics += jsonText(m) + "\n";
     const double elapsed = secondsSince(start);
     if (o.progress && !quiet && (elapsed - lastPrint >= 0.5 || s + 1 == o.steps || s == 0)) {
       lastPrint = elapsed;
       double eta = elapsed / static_cast<double>(s + 1 - first) * static_cast<double>(o.steps - s - 1);
-      std::fprintf(stderr, "%sstep %lld/%lld  loss %.6f  lr %.3g  %.1f samples/s  ETA %.1fs%s",
+      const std::string scale = r.lossScale > 0 ? cat("  scale ", session.lossScale()) : std::string();
+      std::fprintf(stderr, "%sstep %lld/%lld  loss %.6f  lr %.3g%s  %.1f samples/s  ETA %.1fs%s",
                    tty ? "\r" : "", static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss,
-                   r.lr, examples / dt, eta, tty ? "   " : "\n");
+                   r.lr, scale.c_str(), examples / dt, eta, tty ? "   " : "\n");
     }
     if (!o.metrics.empty() && !quiet && (s + 1 == o.steps || (s + 1) % 10 == 0))
       PIPEC_TRY(writeFileAtomic(o.metrics, metrics));

@@ -8,9 +8,12 @@
 namespace pipec::train {
 
 StepUpdate::StepUpdate(const Optimizer &optimizer, std::vector<ParamState> &params, const UpdateRule &rule,
-                       int64_t stepNumber, float lr, unsigned microBatches, int lastLocalDevice)
+                       int64_t stepNumber, float lr, unsigned microBatches, int lastLocalDevice, float lossScale)
     : opt_(optimizer), params_(params), rule_(rule), stepNumber_(stepNumber), lr_(lr),
-      microBatches_(microBatches), invM_(1.0f / static_cast<float>(microBatches)),
+      microBatches_(microBatches),
+      // 1/M, divided by the power of two S exactly: (S g) (1/M) / S is
+      // bitwise g (1/M) wherever S g did not overflow.
+      invM_((1.0f / static_cast<float>(microBatches)) / lossScale), scaled_(lossScale != 1.0f),
       lastLocal_(lastLocalDevice), sq_(params.size(), 0.0) {}
 
 Status StepUpdate::updateOne(size_t i) {
@@ -18,7 +21,7 @@ Status StepUpdate::updateOne(size_t i) {
   // The loss of a step is the mean of the micro-batch losses, so its
   // gradient is the mean of theirs.
   PIPEC_ASSIGN(sq_[i], opt_.scaleSquareAndStep(stepNumber_, lr_, ps.data, ps.accum.data(),
-                                               microBatches_ > 1 ? invM_ : 1.0f, ps.stateBuffers(), ps.n));
+                                               microBatches_ > 1 || scaled_ ? invM_ : 1.0f, ps.stateBuffers(), ps.n));
   return Status::ok();
 }
 
@@ -43,7 +46,7 @@ Expected<bool> StepUpdate::optimize(int d, const std::function<Status(double *, 
     ParamState &ps = params_[i];
     if (ps.device != d)
       continue;
-    if (microBatches_ > 1)
+    if (microBatches_ > 1 || scaled_)
       scaleGrad(ps.accum.data(), ps.n, invM_);
     (collective ? mine[i] : sq_[i]) = gradSquaredSum(ps.accum.data(), ps.n);
   }

@@ -92,8 +92,10 @@ public:
   /// `microBatches`: the step's, over which gradients are averaged;
   /// `lastLocalDevice`: the device of this process that records the
   /// agreed squared sums and the skip decision.
+  /// `lossScale`: the loss scale S of the step (a power of two; 1 for
+  /// none): the gradients are divided by M S.
   StepUpdate(const Optimizer &optimizer, std::vector<ParamState> &params, const UpdateRule &rule,
-             int64_t stepNumber, float lr, unsigned microBatches, int lastLocalDevice);
+             int64_t stepNumber, float lr, unsigned microBatches, int lastLocalDevice, float lossScale = 1.0f);
 
   /// Parameter i's mean, squared sum and update in one pass, chunk by
   /// chunk while it is in cache (bitwise the three passes of optimize's
@@ -120,7 +122,8 @@ private:
   const int64_t stepNumber_;
   const float lr_;
   const unsigned microBatches_;
-  const float invM_;
+  const float invM_; ///< 1 / (M S)
+  const bool scaled_; ///< S != 1: the gradients are divided even with M = 1
   const int lastLocal_;
   std::vector<double> sq_;
   bool skip_ = false;

@@ -15,6 +15,7 @@
 #include "runtime/train/Clip.h"
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/LrSchedule.h"
+#include "runtime/train/LossScale.h"
 
 #include "support/FileIO.h"
 
@@ -919,4 +920,38 @@ TEST(CheckpointManifest, OutOfRangeIntegersAreMalformed) {
     EXPECT_NE(ck.status().message().find("is not an integer in range"), std::string::npos)
         << field << ": " << ck.status().message();
   }
+}
+
+TEST(LossScaler, HalvesOnOverflowAndDoublesAfterAWindowOfFiniteSteps) {
+  train::LossScaler s(1024.0, 3);
+  ASSERT_TRUE(s.enabled());
+  // skip, finite x3 (doubles), finite, skip, finite x3 (doubles)
+  const bool skips[] = {true, false, false, false, false, true, false, false, false};
+  const double want[] = {512, 512, 512, 1024, 1024, 512, 512, 512, 1024};
+  for (size_t i = 0; i < std::size(skips); ++i) {
+    ASSERT_TRUE(s.afterStep(skips[i]).isOk());
+    EXPECT_EQ(s.scale(), want[i]) << "after step " << i + 1;
+  }
+  EXPECT_EQ(s.goodSteps(), 0);
+  // An overflow at scale 1 is not the scale's: an error, not a scale of 1/2.
+  train::LossScaler one(1.0, 5);
+  Status st = one.afterStep(true);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("not finite at loss scale 1"), std::string::npos) << st.message();
+  // Off: nothing changes.
+  train::LossScaler off;
+  EXPECT_FALSE(off.enabled());
+  EXPECT_TRUE(off.afterStep(true).isOk());
+  EXPECT_EQ(off.scale(), 0.0);
+}
+
+TEST(LossScaler, RestoresOnlyStatesOfTheRule) {
+  train::LossScaler s(65536.0, 4);
+  EXPECT_TRUE(s.restore(1048576.0, 3).isOk());
+  EXPECT_EQ(s.scale(), 1048576.0);
+  EXPECT_EQ(s.goodSteps(), 3);
+  for (auto [scale, good] : {std::pair{1048580.0, int64_t{0}}, std::pair{0.5, int64_t{0}},
+                             std::pair{1024.0, int64_t{4}}, std::pair{1024.0, int64_t{-1}},
+                             std::pair{std::numeric_limits<double>::infinity(), int64_t{0}}})
+    EXPECT_FALSE(s.restore(scale, good).isOk()) << scale << " " << good;
 }

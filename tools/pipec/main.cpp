@@ -172,9 +172,10 @@ void exitWithoutTeardown() {
 Status compile(const Options &o, const std::string &commandLine) {
   bool trainFlags = !o.trainOpts.lossOutput.empty() || !o.trainOpts.lossKind.empty() ||
                     !o.trainOpts.lrSchedule.empty() || o.trainOpts.lr != 0 ||
-                    o.trainOpts.clipGradNorm != 0 || o.trainOpts.optimizer != "adam";
+                    o.trainOpts.clipGradNorm != 0 || o.trainOpts.optimizer != "adam" ||
+                    o.trainOpts.lossScale != 0;
   if (trainFlags && !o.train)
-    return errorf("--loss, --loss-output, --optimizer, --lr, --lr-schedule and --clip-grad-norm "
+    return errorf("--loss, --loss-output, --optimizer, --lr, --lr-schedule, --clip-grad-norm and --loss-scale "
                   "need --train");
   if (o.trainConstants && !o.train)
     return errorf("--train-constants needs --train");
@@ -453,6 +454,11 @@ int main(int argc, char **argv) {
                  "with --train: e.g. 'cosine:T=1000,min=1e-5,warmup=100' (docs/training.md)");
   app.add_option("--clip-grad-norm", o.trainOpts.clipGradNorm,
                  "with --train: clip gradients to this global L2 norm");
+  app.add_option("--loss-scale", o.trainOpts.lossScale,
+                 "with --train: dynamic loss scaling from this scale, a power of two (default: none; "
+                 "65536 with --precision fp16): a step with non-finite gradients is skipped and halves it");
+  app.add_option("--loss-scale-window", o.trainOpts.lossScaleWindow,
+                 "with --loss-scale: finite steps in a row that double the scale (default 2000)");
   app.add_flag("-q,--quiet", o.quiet, "do not print the partition report");
   app.add_option("--profile", o.profile,
                  "device profile for the cost model: a name in partitioner/profiles/ (this-cpu "

@@ -208,7 +208,7 @@ Status trainPlan(const Options &o, runtime::Session &session) {
   if (!o.profileOps.empty())
     PIPEC_TRY(writeOpProfile(o.profileOps, session, o.steps - r.firstStep - o.warmup, o.json));
   if (o.json) {
-    const nlohmann::json summary = {
+    nlohmann::json summary = {
         {"steps", o.steps},
         {"first_loss", r.firstLoss},
         {"last_loss", r.lastLoss},
@@ -221,6 +221,8 @@ Status trainPlan(const Options &o, runtime::Session &session) {
         {"math", o.math},
         {"cpu_isa", cpu::cpuIsaName(cpu::cpuIsa())},
         {"devices", devs}};
+    if (session.lossScale() > 0)
+      summary["loss_scale"] = session.lossScale(); // the next step's
     std::cout << jsonText(summary, 2) << "\n";
   } else {
     std::printf("trained %lld step(s)%s: loss %.6f -> %.6f, median step %.3f ms, %.1f samples/s\n",
