@@ -483,8 +483,16 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
   if (training && lossScaleSeed_ >= 0) {
     // Loss scaling: the seed of every micro-batch's backward is the scale
     // (set here, before any device runs; each process sets its own copy).
-    const float scale = static_cast<float>(scaler_.scale());
-    std::memcpy(lp_.weightAddress(lossScaleSeed_), &scale, sizeof scale);
+    seedValue_ = static_cast<float>(scaler_.scale());
+    std::memcpy(lp_.weightAddress(lossScaleSeed_), &seedValue_, sizeof seedValue_);
+    // A device with a copy of its own (a GPU): the copy, ordered before
+    // the step's kernels on its stream (a host optimizer's step refreshes
+    // every copy anyway).
+    if (resident_)
+      for (int d : localDevices_)
+        if (void *copy = devices_[d]->weightAddress(lossScaleSeed_);
+            copy && copy != lp_.weightAddress(lossScaleSeed_))
+          PIPEC_TRY(devices_[d]->backend().upload(copy, &seedValue_, sizeof seedValue_));
   }
   if (training)
     update.emplace(*optimizer_, params_, rule, stepNumber, lr, MT, localDevices_.back(),

@@ -327,6 +327,9 @@ private:
   /// The plan's dynamic loss scaling (none: disabled) and its seed tensor.
   train::LossScaler scaler_;
   int32_t lossScaleSeed_ = -1;
+  /// The seed's value this step: the source of the devices' copies'
+  /// uploads, valid until the step's end.
+  float seedValue_ = 1.0f;
   std::vector<std::unique_ptr<DeviceExecutor>> devices_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<DeviceThreads> threads_;

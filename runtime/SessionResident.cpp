@@ -87,9 +87,12 @@ Status Session::optimizeResident(int d, const train::UpdateRule &rule, int64_t s
   kernel::ParamUpdater *u = r.updaters[static_cast<size_t>(d)].get();
   const std::vector<int> &mine = r.paramsOf[static_cast<size_t>(d)];
   const unsigned MT = stepMicroBatches();
-  // The step's loss is the mean of the micro-batches' losses.
+  // The step's loss is the mean of the micro-batches' losses; under loss
+  // scaling the gradients are also divided by the scale (a power of two:
+  // exactly), as train::StepUpdate does.
+  const float scale = static_cast<float>(scaler_.enabled() ? scaler_.scale() : 1.0);
   if (u)
-    PIPEC_TRY(u->squares(MT > 1 ? 1.0f / static_cast<float>(MT) : 1.0f));
+    PIPEC_TRY(u->squares(MT > 1 || scale != 1.0f ? (1.0f / static_cast<float>(MT)) / scale : 1.0f));
   if (rule.collective) {
     // Clipping or skipping over several devices: every device's squared
     // sums, slot per parameter (each slot has one non-zero part, so the

@@ -102,9 +102,6 @@ Status Session::prepareTraining() {
         lp_.plan.tensors(seed).dtype() != static_cast<int32_t>(DType::F32) ||
         lp_.plan.tensors(seed).bytes() != sizeof(float) || !lp_.weightAddress(seed))
       return errorf("the plan's loss scaling names tensor ", seed, ", which is no f32 scalar constant");
-    if (onGpus())
-      return errorf("loss scaling (fp16 training) runs on CPU devices only yet; the GPU runtime keeps the "
-                    "loss gradient's seed on the device");
     scaler_ = train::LossScaler(ls.initial_scale(), ls.window());
     PIPEC_TRY(scaler_.restore(ls.initial_scale(), 0).withContext("the plan's loss scaling"));
     lossScaleSeed_ = seed;
