@@ -15,9 +15,12 @@
 #      models, for AdamW with clipping and Nesterov SGD, at K=1 and K=2;
 #      TF32 runs at K=1 and K=2 byte-identical; a label and a token out of
 #      range named as errors by the flags read at the step's end;
-#   6. two ranks under mpirun on the GPU(s), messages staged through host
+#   6. reduced precision: bf16 training on cuBLAS's bf16 products (K=1
+#      and K=2 bitwise alike, near the CPU), fp16 training with loss
+#      scaling recovering from an overflow by the rule;
+#   7. two ranks under mpirun on the GPU(s), messages staged through host
 #      memory over MPI, bitwise the threads' run (where mpirun exists);
-#   7. the model zoo on the GPU (tests/zoo/zoo.py --device cuda, the models
+#   8. the model zoo on the GPU (tests/zoo/zoo.py --device cuda, the models
 #      of $GPU_ZOO_MODELS, opset 17; torch, torchvision and onnx for
 #      python3 there): forward within 1e-4 of torch, one step's gradients
 #      within twice torch float32's error against float64, K=4 and K=1
@@ -145,6 +148,26 @@ if [ -n "$sanitizer" ]; then
 else
   echo "gpu-check: no compute-sanitizer, memcheck skipped"
 fi
+# Reduced precision (docs/precision.md): bf16 products on cuBLAS
+# (cublasGemmEx, bf16 operands, f32 results) at K=1 and K=2, bitwise alike
+# and near the CPU's bf16 run; fp16 training with dynamic loss scaling from
+# an overflowing scale (2^40, window 4) at K=1, state on the GPU: the
+# rule's sequence (tests/tools/loss_scale_check.py) and near the CPU's run.
+for k in 1 2; do
+  check "gpt-bf16-k$k-plan" pipec "$s/gpt-train.onnx" -b 4 -k $k -m 4 --train --precision bf16 -o "$w/gpt-bf16-k$k.plan" -q
+  check "gpt-bf16-k$k-gpu" timeout 120 piperun "$w/gpt-bf16-k$k.plan" --device cuda --steps 6 --save "$w/gpt-bf16-k$k.onnx"
+done
+check gpt-bf16-k1-equals-k2 cmp "$w/gpt-bf16-k1.onnx" "$w/gpt-bf16-k2.onnx"
+check gpt-bf16-cpu timeout 120 piperun "$w/gpt-bf16-k1.plan" --steps 6 --save "$w/gpt-bf16-cpu.onnx"
+check gpt-bf16-near-cpu close "$w/gpt-bf16-k1.onnx" "$w/gpt-bf16-cpu.onnx" 1e-2
+check gpt-fp16-plan pipec "$s/gpt-train.onnx" -b 4 -k 1 -m 4 --train --precision fp16 --loss-scale 1099511627776 \
+  --loss-scale-window 4 -o "$w/gpt-fp16.plan" -q
+check gpt-fp16-gpu timeout 120 piperun "$w/gpt-fp16.plan" --device cuda --steps 40 --metrics "$w/gpt-fp16-gpu.jsonl" \
+  --save "$w/gpt-fp16-gpu.onnx"
+check gpt-fp16-rule "${PYTHON:-python3}" tests/tools/loss_scale_check.py "$w/gpt-fp16-gpu.jsonl" 1099511627776 4
+check gpt-fp16-cpu timeout 120 piperun "$w/gpt-fp16.plan" --steps 40 --save "$w/gpt-fp16-cpu.onnx"
+check gpt-fp16-near-cpu close "$w/gpt-fp16-gpu.onnx" "$w/gpt-fp16-cpu.onnx" 5e-2
+
 # Two ranks on this machine's GPU(s) under mpirun, the messages staged
 # through host memory over MPI (no NCCL yet): the trained model, losses and
 # norms bitwise those of the threads' run on the GPU (state resident, the
