@@ -45,20 +45,22 @@ LinalgHalfGemm &LinalgHalfGemm::operator=(const LinalgHalfGemm &o) {
   return *this;
 }
 
-int64_t LinalgHalfGemm::extentA() const {
-  const auto &g = f32;
-  if (g.cOff.empty() || g.M == 0 || g.K == 0)
+namespace {
+/// Elements from offset 0 through the last matrix of a batch at `off`,
+/// each `rows` rows of `cols` elements `ld` apart.
+int64_t extentOf(const std::vector<int64_t> &off, int64_t rows, int64_t cols, int64_t ld) {
+  if (off.empty() || rows == 0 || cols == 0)
     return 0;
-  const int64_t last = *std::max_element(g.aOff.begin(), g.aOff.end());
-  return last + (g.ta ? (g.K - 1) * g.lda + g.M : (g.M - 1) * g.lda + g.K);
+  return *std::max_element(off.begin(), off.end()) + (rows - 1) * ld + cols;
+}
+} // namespace
+
+int64_t LinalgHalfGemm::extentA() const {
+  return f32.cOff.empty() ? 0 : extentOf(f32.aOff, f32.ta ? f32.K : f32.M, f32.ta ? f32.M : f32.K, f32.lda);
 }
 
 int64_t LinalgHalfGemm::extentB() const {
-  const auto &g = f32;
-  if (g.cOff.empty() || g.N == 0 || g.K == 0)
-    return 0;
-  const int64_t last = *std::max_element(g.bOff.begin(), g.bOff.end());
-  return last + (g.tb ? (g.N - 1) * g.ldb + g.K : (g.K - 1) * g.ldb + g.N);
+  return f32.cOff.empty() ? 0 : extentOf(f32.bOff, f32.tb ? f32.N : f32.K, f32.tb ? f32.K : f32.N, f32.ldb);
 }
 
 namespace {

@@ -25,26 +25,6 @@ namespace pipec::cpu {
 
 namespace {
 
-/// Under output_dtype: A and B 16-bit, the bias and Y f32 (LinalgHalfGemm,
-/// which runs the epilogue on each block after its product).
-class HalfFusedGemmKernel final : public Kernel {
-public:
-  HalfFusedGemmKernel(LinalgBatchedGemm<float> g, DType operands) {
-    g_.f32 = std::move(g);
-    g_.operands = operands;
-    g_.prepare();
-  }
-  size_t workspaceBytes() const override { return g_.workspaceBytes(); }
-  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
-    return g_.run(static_cast<const uint16_t *>(in[0]), static_cast<const uint16_t *>(in[1]),
-                  static_cast<float *>(out[0]), ctx.workspace,
-                  g_.f32.bias ? static_cast<const float *>(in[2]) : nullptr);
-  }
-
-private:
-  LinalgHalfGemm g_;
-};
-
 class FusedGemmKernel final : public Kernel {
 public:
   explicit FusedGemmKernel(LinalgBatchedGemm<float> g) : g_(std::move(g)) { g_.prepare(); }
@@ -97,7 +77,7 @@ Expected<KernelPtr> makeFusedGemmKernel(const OpDesc &d) {
   g.aOff = g.bOff = g.cOff = {0};
   g.bStepInvariant = d.isStepInvariant(1);
   if (operands != DType::F32)
-    return KernelPtr(new HalfFusedGemmKernel(std::move(g), operands));
+    return KernelPtr(new LinalgHalfGemmKernel(std::move(g), operands));
   return KernelPtr(new FusedGemmKernel(std::move(g)));
 }
 

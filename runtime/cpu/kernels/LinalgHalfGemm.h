@@ -73,4 +73,24 @@ private:
   std::unique_ptr<LinalgHalfPrims, LinalgHalfPrimsDeleter> prims_;
 };
 
+/// MatMul or pipec:FusedGemm under output_dtype: A and B 16-bit, Y (and
+/// FusedGemm's bias, input 2 where `bias` is set) f32.
+class LinalgHalfGemmKernel final : public Kernel {
+public:
+  LinalgHalfGemmKernel(LinalgBatchedGemm<float> g, DType operands) {
+    g_.f32 = std::move(g);
+    g_.operands = operands;
+    g_.prepare();
+  }
+  size_t workspaceBytes() const override { return g_.workspaceBytes(); }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    return g_.run(static_cast<const uint16_t *>(in[0]), static_cast<const uint16_t *>(in[1]),
+                  static_cast<float *>(out[0]), ctx.workspace,
+                  g_.f32.bias ? static_cast<const float *>(in[2]) : nullptr);
+  }
+
+private:
+  LinalgHalfGemm g_;
+};
+
 } // namespace pipec::cpu

@@ -36,25 +36,6 @@ private:
   LinalgBatchedGemm<T> g_;
 };
 
-/// MatMul under output_dtype: 16-bit operands, an f32 result
-/// (LinalgHalfGemm).
-class HalfMatMulKernel final : public Kernel {
-public:
-  HalfMatMulKernel(LinalgBatchedGemm<float> g, DType operands) {
-    g_.f32 = std::move(g);
-    g_.operands = operands;
-    g_.prepare();
-  }
-  size_t workspaceBytes() const override { return g_.workspaceBytes(); }
-  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
-    return g_.run(static_cast<const uint16_t *>(in[0]), static_cast<const uint16_t *>(in[1]),
-                  static_cast<float *>(out[0]), ctx.workspace);
-  }
-
-private:
-  LinalgHalfGemm g_;
-};
-
 /// The batch of GEMMs of MatMul `d` on T.
 template <typename T> Expected<LinalgBatchedGemm<T>> geometry(const OpDesc &d) {
   Shape a = d.inputs[0].shape, b = d.inputs[1].shape;
@@ -139,7 +120,7 @@ Expected<KernelPtr> makeMatMulKernel(const OpDesc &d) {
                   d.outputs[0].str(), result ? "" : ": ", result ? "" : result.status().message());
   if (*result != t) { // 16-bit operands, f32 result
     PIPEC_ASSIGN(LinalgBatchedGemm<float> g, geometry<float>(d));
-    return KernelPtr(new HalfMatMulKernel(std::move(g), t));
+    return KernelPtr(new LinalgHalfGemmKernel(std::move(g), t));
   }
   return linalgDispatchNumeric(d, t, [&](auto tag) { return makeTyped<decltype(tag)>(d); });
 }
