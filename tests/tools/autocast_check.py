@@ -1,9 +1,12 @@
 #!/usr/bin/python3
-"""tests/tools/autocast_check.py BIN WORK [--steps N] - pipec --precision
-bf16 against torch.autocast.
+"""tests/tools/autocast_check.py BIN WORK [--steps N] [--model cnn|transformer]
+- pipec --precision bf16 against torch.autocast.
 
-A small CNN (Conv, ReLU, MaxPool, Linear layers; seeded weights) is trained
-for N steps of plain SGD on the same seeded batches five ways:
+A small model (cnn: Conv, ReLU, MaxPool, Linear layers; transformer: a
+pre-norm encoder block, single-head attention and a GELU MLP, over 8
+tokens of 16 features, mean-pooled into a Linear classifier; seeded
+weights) is trained for N steps of plain SGD on the same seeded batches
+five ways:
 
   torch fp32          float32 eager
   torch autocast      torch.autocast('cpu', dtype=torch.bfloat16): the
@@ -12,12 +15,15 @@ for N steps of plain SGD on the same seeded batches five ways:
   torch fp64          float64 eager (the reference the others are judged by)
   pipec fp32          pipec MODEL --train, piperun --metrics
   pipec bf16          the same with --precision bf16
+  pipec fp16          the same with --precision fp16 (dynamic loss scaling
+                      from 2^16)
 
 and the per-step losses are compared. Printed: the largest relative
 difference of each curve from torch fp64's, and of pipec bf16's from
-torch autocast's. The check passes when pipec bf16 is within 2% of torch
-fp64 at every step (autocast's difference is printed for comparison), pipec
-fp32 within 1e-4, pipec bf16 differs from fp32 (the rounding happened),
+torch autocast's. The check passes when pipec bf16 and fp16 are within 2%
+of torch fp64 at every step (autocast's difference is printed for
+comparison), pipec fp32 within 1e-4, pipec bf16 and fp16 differ from fp32
+(the rounding happened),
 and the model learns (the last 10 steps' mean loss below 0.97 of the first
 10's).
 Prints 'PASS autocast: ...' or exits non-zero with the numbers.
@@ -52,8 +58,33 @@ class Net(nn.Module):
         return self.f2(F.relu(self.f1(torch.flatten(x, 1))))
 
 
+T, D = 8, 16  # the transformer's tokens and features
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.n1 = nn.LayerNorm(D)
+        self.qkv = nn.Linear(D, 3 * D)
+        self.o = nn.Linear(D, D)
+        self.n2 = nn.LayerNorm(D)
+        self.up = nn.Linear(D, 4 * D)
+        self.down = nn.Linear(4 * D, D)
+        self.head = nn.Linear(D, CLASSES)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.n1(x)).chunk(3, dim=-1)
+        att = torch.softmax(torch.matmul(q, k.transpose(1, 2)) / D ** 0.5, dim=-1)
+        x = x + self.o(torch.matmul(att, v))
+        x = x + self.down(F.gelu(self.up(self.n2(x))))
+        return self.head(x.mean(dim=1))
+
+
+MODELS = {'cnn': (Net, (3, 16, 16)), 'transformer': (Block, (T, D))}
+
+
 def torch_losses(model, xs, ys, steps, lr, dtype, autocast):
-    m = Net()
+    m = type(model)()
     m.load_state_dict(model.state_dict())
     m = m.to(dtype)
     opt = torch.optim.SGD(m.parameters(), lr=lr)
@@ -94,19 +125,26 @@ def main():
     ap.add_argument('bin')
     ap.add_argument('work')
     ap.add_argument('--steps', type=int, default=50)
-    ap.add_argument('--lr', type=float, default=0.05)
+    ap.add_argument('--lr', type=float, help='SGD rate (default: cnn 0.05, transformer 0.2)')
+    ap.add_argument('--model', choices=sorted(MODELS), default='cnn')
     a = ap.parse_args()
+    cls, shape = MODELS[a.model]
+    if a.lr is None:
+        a.lr = {'cnn': 0.05, 'transformer': 0.2}[a.model]
     os.makedirs(os.path.join(a.work, 'data'), exist_ok=True)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = Net()
+    model = cls()
     g = torch.Generator().manual_seed(1)
-    xs = torch.randn(a.steps * B, 3, 16, 16, generator=g).numpy()
-    # Labels that a fixed projection of the images' quadrant means decides:
-    # learnable in a few steps.
-    teacher = torch.randn(3 * 4, CLASSES, generator=g).numpy()
-    quadrants = xs.reshape(len(xs), 3, 2, 8, 2, 8).mean(axis=(3, 5)).reshape(len(xs), -1)
-    ys = np.argmax(quadrants @ teacher, axis=1).astype(np.int64)
+    xs = torch.randn(a.steps * B, *shape, generator=g).numpy()
+    # Labels that a fixed projection of the inputs' block means decides:
+    # learnable in a few steps (the images' quadrants; the tokens' means).
+    if a.model == 'cnn':
+        feats = xs.reshape(len(xs), 3, 2, 8, 2, 8).mean(axis=(3, 5)).reshape(len(xs), -1)
+    else:
+        feats = xs.mean(axis=1)
+    teacher = torch.randn(feats.shape[1], CLASSES, generator=g).numpy()
+    ys = np.argmax(feats @ teacher, axis=1).astype(np.int64)
     np.save(os.path.join(a.work, 'data', 'x.npy'), xs)
     np.save(os.path.join(a.work, 'data', 'labels.npy'), ys)
     path = os.path.join(a.work, 'net.onnx')
@@ -121,16 +159,19 @@ def main():
     tac = torch_losses(model, xs, ys, a.steps, a.lr, torch.float32, True)
     p32 = pipec_losses(a.bin, a.work, path, a.steps, a.lr, 'fp32')
     p16 = pipec_losses(a.bin, a.work, path, a.steps, a.lr, 'bf16')
+    h16 = pipec_losses(a.bin, a.work, path, a.steps, a.lr, 'fp16')
     e = {k: worst(v, ref) for k, v in
-         (('torch fp32', t32), ('torch autocast', tac), ('pipec fp32', p32), ('pipec bf16', p16))}
+         (('torch fp32', t32), ('torch autocast', tac), ('pipec fp32', p32), ('pipec bf16', p16),
+          ('pipec fp16 (loss scaling)', h16))}
     vs_autocast = worst(p16, tac)
     detail = (f'{a.steps} SGD steps, largest relative loss difference from torch fp64: '
               + ', '.join(f'{k} {v:.2e}' for k, v in e.items())
               + f'; pipec bf16 from torch autocast {vs_autocast:.2e}; mean loss of the first and last 10 steps '
               f'{np.mean(ref[:10]):.4f} -> {np.mean(ref[-10:]):.4f}')
     first, last = np.mean(ref[:10]), np.mean(ref[-10:])
-    ok = e['pipec bf16'] <= 2e-2 and e['pipec fp32'] <= 1e-4 and p16 != p32 and last < 0.97 * first
-    print(('PASS' if ok else 'FAIL') + ' autocast: ' + detail)
+    ok = (e['pipec bf16'] <= 2e-2 and e['pipec fp16 (loss scaling)'] <= 2e-2 and e['pipec fp32'] <= 1e-4 and
+          p16 != p32 and h16 != p32 and last < 0.97 * first)
+    print(('PASS' if ok else 'FAIL') + f' autocast {a.model}: ' + detail)
     return 0 if ok else 1
 
 
