@@ -8,15 +8,18 @@
 #     4 micro-batches;
 #   - gpt2-small: 12 blocks, d 768, 12 heads, seq 1024, vocab 50257,
 #     batch 8 in 4 micro-batches;
-# each at K=1 and K=2 on the one GPU, in exact fp32 and in TF32
-# (--math tf32), and the GPT-like model with the state and optimizer on
+# each at K=1 and K=2 on the one GPU, in exact fp32, in TF32 (--math
+# tf32) and in bf16 (pipec --precision bf16: the products on cuBLAS's bf16
+# tensor cores with f32 results, run under --math tf32 so that cuBLAS may
+# take tensor-op algorithms), and the GPT-like model with the state and optimizer on
 # the host (--host-optimizer), the path before resident training. Per run:
 # the median step (piperun --json over STEPS steps after 3 warm-up
 # steps), tokens/s, the achieved TFLOP/s of 6N + 12 L d s FLOPs per token
 # (N: every trained parameter, embeddings included; the attention term of
 # the PaLM paper's appendix B), and that as a fraction of the card's dense
 # peak for the math used (NVIDIA's datasheet figures for H100 SXM and
-# H200: 66.9 TFLOP/s fp32, 494.7 TFLOP/s TF32 dense). Where nsys is
+# H200: 66.9 TFLOP/s fp32, 494.7 TFLOP/s TF32 dense, 989.4 TFLOP/s bf16
+# dense). Where nsys is
 # installed, a timeline of the GPT-like model's steps at K=1 goes to
 # OUT_DIR/gpt-like.nsys-rep with its kernel summary.
 #   - resnet50: torchvision's ResNet-50 (exported there by torch, training
@@ -54,16 +57,19 @@ model() {  # model NAME LAYERS D HEADS SEQ VOCAB
   pipec-samples gpt --layers "$2" --dmodel "$3" --heads "$4" --seq "$5" --vocab "$6" --with-loss -q \
     -o "$w/$1.onnx"
 }
-run() {  # run NAME MODEL LAYERS D SEQ B M K MATH [piperun options...]
+run() {  # run NAME MODEL LAYERS D SEQ B M K MATH [piperun options...]; MATH exact, tf32 or bf16
   local name=$1 m=$2 layers=$3 d=$4 seq=$5 b=$6 mb=$7 k=$8 math=$9
   shift 9
-  local plan="$w/$m-k$k.plan"
-  [ -d "$plan" ] || pipec "$w/$m.onnx" -b "$b" -k "$k" -m "$mb" --train --optimizer adamw:lr=0.0003 -o "$plan" -q ||
-    { echo "run-gpu: $name: compile failed"; return; }
+  local plan="$w/$m-k$k.plan" precision=fp32 piperunMath=$math
+  if [ "$math" = bf16 ]; then
+    plan="$w/$m-k$k-bf16.plan" precision=bf16 piperunMath=tf32
+  fi
+  [ -d "$plan" ] || pipec "$w/$m.onnx" -b "$b" -k "$k" -m "$mb" --train --optimizer adamw:lr=0.0003 \
+    --precision "$precision" -o "$plan" -q || { echo "run-gpu: $name: compile failed"; return; }
   local params
   params=$("${PYTHON:-python3}" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['total_parameters']))" \
     "$plan/report.json")
-  local extra=(--math "$math" "$@")
+  local extra=(--math "$piperunMath" "$@")
   [ "$device" = cuda ] || extra=()
   if ! timeout 300 piperun "$plan" --device "$device" "${extra[@]}" --steps "$((steps + 3))" --warmup 3 --json \
       > "$out/$name.json" 2> "$out/$name.err"; then
@@ -78,7 +84,8 @@ n, layers, d, seq, b, m, k = map(int, (n, layers, d, seq, b, m, k))
 tokens = b * m * seq
 flops = tokens * (6 * n + 12 * layers * d * seq)
 step = r["median_step_seconds"]
-peak = {"exact": 66.9e12, "tf32": 494.7e12}[math] if ("H100" in card or "H200" in card) else float("nan")
+peak = {"exact": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12}[math] if ("H100" in card or "H200" in card) \
+    else float("nan")
 print(json.dumps({"run": name, "card": card, "K": k, "math": math, "params": n, "tokens_per_step": tokens,
                   "step_ms": step * 1e3, "tokens_per_s": tokens / step, "tflops": flops / step / 1e12,
                   "peak_fraction": flops / step / peak, "training_state": r.get("training_state"),
@@ -89,7 +96,7 @@ EOF
 case " $models " in *" gpt-like "*) model gpt-like 4 256 4 128 1024 ;; esac
 case " $models " in *" gpt2-small "*) model gpt2-small 12 768 12 1024 50257 ;; esac
 for k in 1 2; do
-  for math in exact tf32; do
+  for math in exact tf32 bf16; do
     [ -f "$w/gpt-like.onnx" ] && run "gpt-like-k$k-$math" gpt-like 4 256 128 8 4 "$k" "$math"
     [ -f "$w/gpt2-small.onnx" ] && run "gpt2-small-k$k-$math" gpt2-small 12 768 1024 2 4 "$k" "$math"
   done
