@@ -6,6 +6,7 @@
 #include "runtime/plan/Predicted.h"
 #include "runtime/train/Optimizer.h"
 #include "support/FileIO.h"
+#include "support/FusedOps.h"
 #include "support/Format.h"
 #include "support/TimelineSvg.h"
 #include "support/Json.h"
@@ -49,6 +50,9 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
     r["optimizer"] = p.training().optimizer();
     r["lr_schedule"] = p.training().lr_schedule();
     r["clip_grad_norm"] = p.training().clip_grad_norm();
+    if (p.training().has_loss_scaling())
+      r["loss_scaling"] = {{"initial_scale", p.training().loss_scaling().initial_scale()},
+                           {"window", p.training().loss_scaling().window()}};
     // 2bw keeps each parameter twice; the stages' memory counts both.
     r["weight_versions"] = est.schedule.weightVersions();
     double params = 0;
@@ -57,6 +61,15 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
     r["second_weight_version_bytes"] = est.schedule.weightVersions() > 1 ? params * sizeof(float) : 0.0;
   }
   r["nodes"] = g.numNodes();
+  // The products' operand type (pipec --precision: the mixed-precision
+  // pass's 16-bit copies, docs/precision.md).
+  std::string precision = "fp32";
+  for (const ir::Node *n : g.nodes())
+    if (n->attrs().count(kProductOutputDType) && n->numInputs() > 0 && n->input(0)) {
+      precision = n->input(0)->dtype() == DType::BF16 ? "bf16" : "fp16";
+      break;
+    }
+  r["precision"] = precision;
   r["recompute"] = est.recompute;
   r["partition_search"] = est.search;
   r["device_profile"] = {{"name", est.model.profile.name},
@@ -224,6 +237,11 @@ std::string renderReportText(const json &r) {
                : ", lr schedule " + r["lr_schedule"].get<std::string>())
        << (r["clip_grad_norm"].get<double>() > 0
                ? cat(", gradients clipped to norm ", r["clip_grad_norm"].get<double>())
+               : "")
+       << (r["precision"].get<std::string>() != "fp32" ? ", products in " + r["precision"].get<std::string>() : "")
+       << (r.contains("loss_scaling")
+               ? cat(", loss scaling from ", r["loss_scaling"]["initial_scale"].get<double>(), " (window ",
+                     r["loss_scaling"]["window"].get<int64_t>(), ")")
                : "")
        << (r["weight_versions"].get<unsigned>() > 1
                ? cat(", ", r["weight_versions"].get<unsigned>(),
