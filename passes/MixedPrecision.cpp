@@ -7,8 +7,8 @@
 // through one reduced copy shared by all of them:
 //
 //   Vr = Cast(V, to=bf16)           right after V is computed
-//   ... MatMul(Vr, ..) {output_dtype = 1}     MatMul, Gemm, FusedGemm
-//   ... Cast(Vr, to=f32) -> Conv    right before each other product
+//   ... MatMul(Vr, ..) {output_dtype = 1}     the GEMMs and convolutions
+//   ... Cast(Vr, to=f32) -> Einsum  right before each other reader
 //
 // (output_dtype: the product takes 16-bit operands and gives f32;
 // support/FusedOps.h), so that
@@ -64,11 +64,15 @@ std::vector<size_t> productOperands(const ir::Node &n) {
   return {};
 }
 
-/// MatMul, Gemm or pipec:FusedGemm with f32 operands 0 and 1: the products
-/// whose kernels read 16-bit operands themselves (support/FusedOps.h).
+/// A matrix product or convolution (MatMul, Gemm, Conv, ConvTranspose,
+/// pipec:FusedGemm, NhwcConv, ConvGradInput, ConvGradWeight) with f32
+/// operands 0 and 1: the products whose kernels read 16-bit operands
+/// themselves (support/FusedOps.h).
 bool takesHalfOperands(const ir::Node &n) {
   const std::string &op = n.opType();
-  const bool product = n.domain().empty() ? op == "MatMul" || op == "Gemm" : n.domain() == "pipec" && op == "FusedGemm";
+  const bool product = n.domain().empty() ? op == "MatMul" || op == "Gemm" || op == "Conv" || op == "ConvTranspose"
+                                          : n.domain() == "pipec" && (op == "FusedGemm" || op == "NhwcConv" ||
+                                                                      op == "ConvGradInput" || op == "ConvGradWeight");
   return product && n.numInputs() >= 2 && n.input(0) && n.input(1) && n.input(0)->type().dtype == DType::F32 &&
          n.input(1)->type().dtype == DType::F32;
 }

@@ -114,18 +114,24 @@ Expected<Shape> convOutput(const ShapeContext &ctx, const Shape &x) {
 
 Status convRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_TRY(expectMinRank(ctx, 0, 3));
-  PIPEC_TRY(expectSameDType(ctx, {0, 1, 2}));
+  PIPEC_ASSIGN(DType t, expectProductDType(ctx, {2}));
   PIPEC_ASSIGN(Shape y, convOutput(ctx, ctx.inputType(0).shape));
-  out[0] = {ctx.inputType(0).dtype, std::move(y)};
+  out[0] = {t, std::move(y)};
   return Status::ok();
 }
 
 /// pipec:NhwcConv(X, W[, B]) {Conv's attributes, activation}: Conv on X
-/// [N, H, W, C] giving Y [N, OH, OW, M]; W and B as Conv's; f32.
+/// [N, H, W, C] giving Y [N, OH, OW, M]; W and B as Conv's; f32 (X and W
+/// bf16 or f16 under output_dtype).
 Status nhwcConvRule(const ShapeContext &ctx, Outputs &out) {
-  for (size_t i = 0; i < ctx.numInputs(); ++i)
-    if (!ctx.hasInput(i) || ctx.inputType(i).dtype != DType::F32)
+  for (size_t i = 0; i < ctx.numInputs(); ++i) {
+    const bool half = i < 2 && ctx.attrs().count(kProductOutputDType);
+    if (!ctx.hasInput(i) || (ctx.inputType(i).dtype != DType::F32 && !half))
       return ctx.error(cat(inputLabel(ctx, i), " must be an f32 tensor"));
+  }
+  PIPEC_ASSIGN(DType t, expectProductDType(ctx, {2}));
+  if (t != DType::F32)
+    return ctx.error("X and W must be f32 (bf16 or f16 under output_dtype)");
   const Shape &x = ctx.inputType(0).shape;
   if (x.size() != 4)
     return ctx.error(cat("X ", shapeStr(x), " must be [N, H, W, C]"));
@@ -138,7 +144,7 @@ Status nhwcConvRule(const ShapeContext &ctx, Outputs &out) {
 
 Status convTransposeRule(const ShapeContext &ctx, Outputs &out) {
   PIPEC_TRY(expectMinRank(ctx, 0, 3));
-  PIPEC_TRY(expectSameDType(ctx, {0, 1, 2}));
+  PIPEC_ASSIGN(DType t, expectProductDType(ctx, {2}));
   const Shape &x = ctx.inputType(0).shape, &wt = ctx.inputType(1).shape;
   if (wt.size() != x.size())
     return ctx.error(cat("W ", shapeStr(wt), " must have the rank of X ", shapeStr(x)));
@@ -177,7 +183,7 @@ Status convTransposeRule(const ShapeContext &ctx, Outputs &out) {
       y.push_back(d);
     }
   }
-  out[0] = {ctx.inputType(0).dtype, std::move(y)};
+  out[0] = {t, std::move(y)};
   return Status::ok();
 }
 

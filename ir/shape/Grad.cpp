@@ -279,17 +279,23 @@ Status gatherGradRule(const ShapeContext &ctx, Outputs &out) {
 Status shapeAttrGradRule(const ShapeContext &ctx, Outputs &out) {
   // dY, [a forward operand] -> a tensor of attribute `shape` (the forward
   // input it differentiates) in dY's dtype: ConvGradInput, ConvGradWeight,
-  // AveragePoolGrad.
-  PIPEC_TRY(expectFloat(ctx, 0));
-  if (ctx.hasInput(1))
-    PIPEC_TRY(expectSameDType(ctx, {0, 1}));
+  // AveragePoolGrad. The convolutions' gradients under output_dtype read
+  // 16-bit dY and operand and give f32.
+  if (!ctx.attrs().count(kProductOutputDType))
+    PIPEC_TRY(expectFloat(ctx, 0));
+  DType t = ctx.inputType(0).dtype;
+  if (ctx.hasInput(1)) {
+    PIPEC_ASSIGN(t, expectProductDType(ctx, {}));
+  } else if (ctx.attrs().count(kProductOutputDType)) {
+    return ctx.error("output_dtype needs two operands");
+  }
   const Attribute *shape = attrFind(ctx.attrs(), "shape");
   if (!shape || shape->kind != Attribute::Kind::Ints)
     return ctx.error("attribute 'shape' (the result's shape) is required");
   if (shape->ints.size() != ctx.inputType(0).shape.size())
     return ctx.error(cat("shape ", shapeStr(shape->ints), " and the output gradient ",
                          ctx.inputType(0).str(), " differ in rank"));
-  out[0] = {ctx.inputType(0).dtype, shape->ints};
+  out[0] = {t, shape->ints};
   return Status::ok();
 }
 

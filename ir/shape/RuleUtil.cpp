@@ -1,5 +1,6 @@
 //===- ir/shape/RuleUtil.cpp - Helpers shared by the shape rules ----------===//
 #include "ir/shape/RuleUtil.h"
+#include "support/FusedOps.h"
 
 #include <algorithm>
 
@@ -22,6 +23,17 @@ Status expectMinRank(const ShapeContext &ctx, size_t i, int64_t rank) {
   if (t.rank() < rank)
     return ctx.error(cat(inputLabel(ctx, i), " must have rank ", rank, " or more, got ", t.str()));
   return Status::ok();
+}
+
+Expected<DType> expectProductDType(const ShapeContext &ctx, const std::vector<size_t> &others) {
+  auto t = productResultType(ctx.inputType(0).dtype, ctx.inputType(1).dtype, ctx.attrs());
+  if (!t)
+    return ctx.error(t.status().message());
+  for (size_t i : others)
+    if (ctx.hasInput(i) && ctx.inputType(i).dtype != *t)
+      return ctx.error(cat(inputLabel(ctx, i), " has element type ", dtypeName(ctx.inputType(i).dtype),
+                           " but the product gives ", dtypeName(*t)));
+  return *t;
 }
 
 Status expectSameDType(const ShapeContext &ctx, const std::vector<size_t> &idx) {

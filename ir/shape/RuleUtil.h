@@ -26,6 +26,11 @@ Status expectRank(const ShapeContext &ctx, size_t i, int64_t rank);
 Status expectMinRank(const ShapeContext &ctx, size_t i, int64_t rank);
 /// Fails unless the present inputs among `idx` have the dtype of the first.
 Status expectSameDType(const ShapeContext &ctx, const std::vector<size_t> &idx);
+/// The result type of a product of inputs 0 and 1 (a convolution or its
+/// gradients): their common type, or f32 for 16-bit operands under
+/// `output_dtype` (support/FusedOps.h productResultType); the present
+/// inputs among `others` (a bias) must have the result type.
+Expected<DType> expectProductDType(const ShapeContext &ctx, const std::vector<size_t> &others);
 /// Fails unless input i has dtype `t`.
 Status expectDType(const ShapeContext &ctx, size_t i, DType t);
 /// Fails unless input i is int32 or int64 (indices, targets).

@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
 #include "runtime/cpu/kernels/LinalgGemm.h"
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
 #include "support/FusedOps.h"
 #include "support/Parallel.h"
 
@@ -255,25 +256,28 @@ bool linalgDnnlHasNhwcConv() {
 /// graph's plain ones (LinalgDnnlBlocked); an invalid plan when oneDNN
 /// declines the case. `nhwc`: X and Y are [N, H, W, C] and the primitive
 /// works on them as they are, with `epilogue` as its post-op.
-LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = false,
-                               ConvEpilogue epilogue = {}) {
+/// `operands`: the type of X and W (f32, or bf16/f16 under output_dtype,
+/// taken only where linalgDnnlNativeHalf); Y and B are f32.
+LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = false, ConvEpilogue epilogue = {},
+                               dnnl::memory::data_type operands = dnnl::memory::data_type::f32) {
   LinalgDnnlBlocked p;
   if (g.dims.empty() || g.dims.size() > 3)
     return p;
   try {
     using namespace dnnl;
     const LinalgDnnlConvShape cs = linalgDnnlConvShape(g.N, g.C, g.M, g.G, g.dims);
-    auto any = [](const std::vector<int64_t> &d) {
-      return memory::desc(linalgDnnlDims(d), memory::data_type::f32, memory::format_tag::any);
+    const memory::data_type f32 = memory::data_type::f32;
+    auto any = [](const std::vector<int64_t> &d, memory::data_type t) {
+      return memory::desc(linalgDnnlDims(d), t, memory::format_tag::any);
     };
     if (nhwc && g.dims.size() != 2)
       return p;
-    auto channelsLast = [](const std::vector<int64_t> &d) {
-      return memory::desc(linalgDnnlDims(d), memory::data_type::f32, memory::format_tag::nhwc);
+    auto channelsLast = [](const std::vector<int64_t> &d, memory::data_type t) {
+      return memory::desc(linalgDnnlDims(d), t, memory::format_tag::nhwc);
     };
-    const memory::desc xmd = nhwc ? channelsLast(cs.src) : linalgDnnlPlain(cs.src),
-                       ymd = nhwc ? channelsLast(cs.dst) : linalgDnnlPlain(cs.dst),
-                       wmd = linalgDnnlPlain(cs.weights), bmd = linalgDnnlPlain({g.M});
+    const memory::desc xmd = nhwc ? channelsLast(cs.src, operands) : linalgDnnlPlain(cs.src, operands),
+                       ymd = nhwc ? channelsLast(cs.dst, f32) : linalgDnnlPlain(cs.dst),
+                       wmd = linalgDnnlPlain(cs.weights, operands), bmd = linalgDnnlPlain({g.M});
     // On NHWC the primitive reads and writes the tensors as they are, but
     // where the output has 4 pixels or fewer and the channels come in 16s
     // (ResNet's last stage at 64x64: [16, 512, 2, 2]) oneDNN's direct
@@ -281,8 +285,8 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = fals
     // of cache (at 4x4 NHWC already wins: bench/results/log.md), and the
     // reorders of activations that small cost next to nothing.
     const bool blocked = nhwc && g.G == 1 && g.C % 16 == 0 && g.M % 16 == 0 && g.outSpatial <= 4;
-    auto block16 = [](const std::vector<int64_t> &d) {
-      return memory::desc(linalgDnnlDims(d), memory::data_type::f32, memory::format_tag::nChw16c);
+    auto block16 = [](const std::vector<int64_t> &d, memory::data_type t) {
+      return memory::desc(linalgDnnlDims(d), t, memory::format_tag::nChw16c);
     };
     // Where oneDNN has no kernel of its own for NHWC (brgconv: avx512_core
     // and up in oneDNN 2.6; on AVX2 its direct kernel takes NHWC at a
@@ -292,16 +296,16 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = fals
     // CNNs' inference steps gained or held (bench/results/log.md). Grouped
     // convolutions keep NHWC.
     const bool pick = nhwc && !blocked && g.G == 1 && !linalgDnnlHasNhwcConv();
-    const memory::desc xc = blocked ? block16(cs.src) : nhwc && !pick ? xmd : any(cs.src),
-                       yc = blocked ? block16(cs.dst) : nhwc && !pick ? ymd : any(cs.dst);
+    const memory::desc xc = blocked ? block16(cs.src, operands) : nhwc && !pick ? xmd : any(cs.src, operands),
+                       yc = blocked ? block16(cs.dst, f32) : nhwc && !pick ? ymd : any(cs.dst, f32);
     const memory::dims st = linalgDnnlDims(cs.strides), dl = linalgDnnlDims(cs.dilations),
                        p0 = linalgDnnlDims(cs.padBegin), p1 = linalgDnnlDims(cs.padEnd);
     convolution_forward::desc cd =
         hasBias ? convolution_forward::desc(prop_kind::forward_inference,
-                                            algorithm::convolution_direct, xc, any(cs.weights),
+                                            algorithm::convolution_direct, xc, any(cs.weights, operands),
                                             bmd, yc, st, dl, p0, p1)
                 : convolution_forward::desc(prop_kind::forward_inference,
-                                            algorithm::convolution_direct, xc, any(cs.weights),
+                                            algorithm::convolution_direct, xc, any(cs.weights, operands),
                                             yc, st, dl, p0, p1);
     primitive_attr attr = linalgDnnlAttr();
     if (epilogue.kind != ConvEpilogue::None) {
@@ -319,6 +323,8 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = fals
     convolution_forward::primitive_desc pd(cd, attr, linalgDnnlEngine());
     if (linalgDnnlIsReference(pd.impl_info_str()))
       return LinalgDnnlBlocked(); // the loop is faster than oneDNN's reference kernel
+    if (operands != f32 && !linalgDnnlNativeHalf(pd.impl_info_str()))
+      return LinalgDnnlBlocked(); // the emulation is faster
     p.main.init<convolution_forward>(pd);
     // run() passes X, W, B, Y; without a bias, slot 2 is Y.
     p.main.args = {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}};
@@ -385,7 +391,32 @@ Expected<ConvGeom> convGeom(const OpDesc &d, const Shape &x, const TensorDesc &y
 }
 } // namespace
 
+/// Conv or pipec:NhwcConv under output_dtype: oneDNN's 16-bit convolution
+/// where it runs on the CPU's 16-bit instructions, else the emulation
+/// (HalfProduct.cpp).
+static Expected<KernelPtr> makeHalfConv(const OpDesc &d, bool nhwc, KernelFactory f32) {
+  PIPEC_ASSIGN(OpDesc w, linalgWidenedProduct(d));
+  PIPEC_TRY(linalgCheckConvOperands(w));
+  if (oneDnnEnabled() && w.inputs[0].rank() >= 3 && w.inputs[0].rank() <= 5 && (!nhwc || w.inputs[0].rank() == 4)) {
+    const TensorDesc &x = w.inputs[0], &y = w.outputs[0];
+    auto epilogue = nhwc ? convEpilogueOf(d.attrs) : Expected<ConvEpilogue>(ConvEpilogue{});
+    if (!epilogue)
+      return errorf(d.where(), ": ", epilogue.status().message());
+    PIPEC_ASSIGN(ConvGeom g, nhwc ? convGeom(w, permuteShape(x.shape, toNchwPerm()),
+                                             TensorDesc{y.dtype, permuteShape(y.shape, toNchwPerm())})
+                                  : convGeom(w, x.shape, y));
+    LinalgDnnlBlocked p = makeDnnlConv(g, w.hasInput(2), nhwc, *epilogue, linalgDnnlHalfType(d.inputs[0].dtype));
+    if (d.isStepInvariant(1))
+      p.keepReordered(1);
+    if (p.valid())
+      return KernelPtr(new ConvDnnlKernel(std::move(p), w.hasInput(2)));
+  }
+  return makeLinalgWidenedProductKernel(d, f32);
+}
+
 Expected<KernelPtr> makeConvKernel(const OpDesc &d) {
+  if (linalgIsHalfProduct(d))
+    return makeHalfConv(d, false, makeConvKernel);
   PIPEC_TRY(linalgCheckConvOperands(d));
   PIPEC_ASSIGN(ConvGeom g, convGeom(d, d.inputs[0].shape, d.outputs[0]));
   bool hasBias = d.hasInput(2);
@@ -394,6 +425,8 @@ Expected<KernelPtr> makeConvKernel(const OpDesc &d) {
 }
 
 Expected<KernelPtr> makeNhwcConvKernel(const OpDesc &d) {
+  if (linalgIsHalfProduct(d))
+    return makeHalfConv(d, true, makeNhwcConvKernel);
   PIPEC_TRY(linalgCheckConvOperands(d));
   const TensorDesc &x = d.inputs[0], &y = d.outputs[0];
   if (x.dtype != DType::F32 || x.rank() != 4 || y.rank() != 4)

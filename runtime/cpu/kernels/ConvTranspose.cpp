@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
 #include "runtime/cpu/kernels/LinalgGemm.h"
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
 #include "support/Parallel.h"
 
 namespace pipec::cpu {
@@ -257,6 +258,8 @@ template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, DeconvGeom 
 } // namespace
 
 Expected<KernelPtr> makeConvTransposeKernel(const OpDesc &d) {
+  if (linalgIsHalfProduct(d)) // the emulation (HalfProduct.cpp)
+    return makeLinalgWidenedProductKernel(d, makeConvTransposeKernel);
   PIPEC_TRY(linalgCheckConvOperands(d));
   const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
   DType t = x.dtype;

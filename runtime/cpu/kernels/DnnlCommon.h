@@ -48,11 +48,11 @@ inline dnnl::memory::dims linalgDnnlDims(const std::vector<int64_t> &v) {
   return dnnl::memory::dims(v.begin(), v.end());
 }
 
-/// A row-major f32 memory descriptor of shape `s`.
-inline dnnl::memory::desc linalgDnnlPlain(const std::vector<int64_t> &s) {
+/// A row-major memory descriptor of shape `s` (f32 unless `t`).
+inline dnnl::memory::desc linalgDnnlPlain(const std::vector<int64_t> &s,
+                                          dnnl::memory::data_type t = dnnl::memory::data_type::f32) {
   std::vector<int64_t> strides = rowMajorStrides(s);
-  return dnnl::memory::desc(linalgDnnlDims(s), dnnl::memory::data_type::f32,
-                            linalgDnnlDims(strides));
+  return dnnl::memory::desc(linalgDnnlDims(s), t, linalgDnnlDims(strides));
 }
 
 /// Whether oneDNN fell back to a reference kernel (plain loops, far slower
@@ -60,6 +60,22 @@ inline dnnl::memory::desc linalgDnnlPlain(const std::vector<int64_t> &s) {
 inline bool linalgDnnlIsReference(const char *impl) {
   const std::string s(impl);
   return s.rfind("ref", 0) == 0 || s.find("simple") != std::string::npos;
+}
+
+/// oneDNN's type of the 16-bit operands of a product under output_dtype.
+inline dnnl::memory::data_type linalgDnnlHalfType(DType t) {
+  return t == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f16;
+}
+
+/// Whether oneDNN runs a primitive on 16-bit operands with the CPU's own
+/// 16-bit instructions (AMX, AVX512_BF16, AVX512_FP16) rather than by
+/// converting them in a slower kernel: only then does a 16-bit
+/// convolution beat the emulation (LinalgHalfGemm.h).
+inline bool linalgDnnlNativeHalf(const char *impl) {
+  const std::string s(impl);
+  return !linalgDnnlIsReference(impl) && s.rfind("gemm", 0) != 0 &&
+         (s.find("amx") != std::string::npos || s.find("bf16") != std::string::npos ||
+          s.find("fp16") != std::string::npos);
 }
 
 /// Attributes of every primitive we create: user-managed scratchpad.

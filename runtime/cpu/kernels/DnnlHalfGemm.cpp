@@ -94,9 +94,9 @@ LinalgDnnlPrim makeBlock(const LinalgBatchedGemm<float> &g, DType operands, int6
   return p;
 }
 
-/// dst[i] = the f32 value of the 16-bit src[i], for i < n, over the
-/// calling thread's budget.
-void widen(const uint16_t *src, float *dst, int64_t n, DType t) {
+} // namespace
+
+void linalgWidenHalf(const uint16_t *src, float *dst, int64_t n, DType t) {
   [[maybe_unused]] const int threads = n >= (int64_t(1) << 16) ? omp_get_max_threads() : 1;
   if (t == DType::BF16) {
 #pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1)
@@ -108,8 +108,6 @@ void widen(const uint16_t *src, float *dst, int64_t n, DType t) {
       dst[i] = halfToFloat(src[i]);
   }
 }
-
-} // namespace
 
 void LinalgHalfGemm::prepare(bool allowNative) {
   prims_.reset();
@@ -168,8 +166,8 @@ Status LinalgHalfGemm::run(const uint16_t *A, const uint16_t *B, float *C, void 
   if (!prims_) {
     float *a = reinterpret_cast<float *>(ws);
     float *b = reinterpret_cast<float *>(ws + linalgRoundUp(static_cast<size_t>(extentA()) * sizeof(float)));
-    widen(A, a, extentA(), operands);
-    widen(B, b, extentB(), operands);
+    linalgWidenHalf(A, a, extentA(), operands);
+    linalgWidenHalf(B, b, extentB(), operands);
     unsigned char *rest = reinterpret_cast<unsigned char *>(b) + linalgRoundUp(static_cast<size_t>(extentB()) * sizeof(float));
     return g.runPrepared(a, b, C, rest, false, bias);
   }

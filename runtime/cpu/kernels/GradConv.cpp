@@ -28,6 +28,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
 #include "support/Parallel.h"
 
 #include <algorithm>
@@ -189,18 +190,22 @@ struct ConvGradViews {
   std::vector<int64_t> dy, x;
 };
 
-/// A row-major descriptor of shape `s`, or of a view with `strides`.
-dnnl::memory::desc viewDesc(const std::vector<int64_t> &s, const std::vector<int64_t> &strides) {
+/// A row-major descriptor of shape `s` and type `t`, or of a view with
+/// `strides`.
+dnnl::memory::desc viewDesc(const std::vector<int64_t> &s, const std::vector<int64_t> &strides,
+                            dnnl::memory::data_type t) {
   if (strides.empty())
-    return linalgDnnlPlain(s);
-  return dnnl::memory::desc(linalgDnnlDims(s), dnnl::memory::data_type::f32,
-                            linalgDnnlDims(strides));
+    return linalgDnnlPlain(s, t);
+  return dnnl::memory::desc(linalgDnnlDims(s), t, linalgDnnlDims(strides));
 }
 
 /// The plan of ConvGradWeight (`weight`) or ConvGradInput over `images`
-/// images; an invalid plan when oneDNN declines the case.
+/// images; an invalid plan when oneDNN declines the case. `operands`: the
+/// type of dY and of X or W (f32, or bf16/f16 under output_dtype, taken
+/// only where linalgDnnlNativeHalf); the result is f32.
 DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t images,
-                                  const ConvGradViews &views = {}) {
+                                  const ConvGradViews &views = {},
+                                  dnnl::memory::data_type operands = dnnl::memory::data_type::f32) {
   DnnlConvGradPlan plan;
   if (g.dims.empty() || g.dims.size() > 3 || images < 1)
     return plan;
@@ -209,18 +214,21 @@ DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t im
     const LinalgDnnlConvShape cs = linalgDnnlConvShape(images, g.C, g.M, g.G, g.dims);
     const std::vector<int64_t> &xs = cs.src, &ys = cs.dst, &ws = cs.weights, &strides = cs.strides,
                                &dil = cs.dilations, &pl = cs.padBegin, &pr = cs.padEnd;
-    auto any = [](const std::vector<int64_t> &d) {
-      return memory::desc(linalgDnnlDims(d), memory::data_type::f32, memory::format_tag::any);
+    const memory::data_type f32 = memory::data_type::f32;
+    auto any = [](const std::vector<int64_t> &d, memory::data_type t) {
+      return memory::desc(linalgDnnlDims(d), t, memory::format_tag::any);
     };
-    const memory::desc xany = any(xs), yany = any(ys), wany = any(ws);
+    // The result f32, the operands of `operands`.
+    const memory::desc xany = any(xs, weight ? operands : f32), yany = any(ys, operands),
+                       wany = any(ws, weight ? f32 : operands);
     const memory::dims st = linalgDnnlDims(strides), dl = linalgDnnlDims(dil),
                        pad0 = linalgDnnlDims(pl), pad1 = linalgDnnlDims(pr);
     // The backward primitives take the forward's descriptor as a hint.
-    convolution_forward::desc fd(prop_kind::forward_training, algorithm::convolution_direct, xany,
-                                 wany, yany, st, dl, pad0, pad1);
+    convolution_forward::desc fd(prop_kind::forward_training, algorithm::convolution_direct, any(xs, operands),
+                                 any(ws, operands), yany, st, dl, pad0, pad1);
     convolution_forward::primitive_desc fpd(fd, linalgDnnlEngine());
-    const memory::desc plain[3] = {viewDesc(ys, views.dy),
-                                   weight ? viewDesc(xs, views.x) : linalgDnnlPlain(ws),
+    const memory::desc plain[3] = {viewDesc(ys, views.dy, operands),
+                                   weight ? viewDesc(xs, views.x, operands) : linalgDnnlPlain(ws, operands),
                                    linalgDnnlPlain(weight ? ws : xs)};
     memory::desc chosen[3];
     if (weight) {
@@ -228,7 +236,7 @@ DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t im
                                             dl, pad0, pad1);
       convolution_backward_weights::primitive_desc pd(bd, linalgDnnlAttr(), linalgDnnlEngine(),
                                                       fpd);
-      if (linalgDnnlIsReference(pd.impl_info_str()))
+      if (linalgDnnlIsReference(pd.impl_info_str()) || (operands != f32 && !linalgDnnlNativeHalf(pd.impl_info_str())))
         return DnnlConvGradPlan();
       plan.main.init<convolution_backward_weights>(pd);
       chosen[0] = pd.diff_dst_desc();
@@ -241,7 +249,7 @@ DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t im
       convolution_backward_data::desc bd(algorithm::convolution_direct, xany, wany, yany, st, dl,
                                          pad0, pad1);
       convolution_backward_data::primitive_desc pd(bd, linalgDnnlAttr(), linalgDnnlEngine(), fpd);
-      if (linalgDnnlIsReference(pd.impl_info_str()))
+      if (linalgDnnlIsReference(pd.impl_info_str()) || (operands != f32 && !linalgDnnlNativeHalf(pd.impl_info_str())))
         return DnnlConvGradPlan();
       plan.main.init<convolution_backward_data>(pd);
       chosen[0] = pd.diff_dst_desc();
@@ -651,7 +659,44 @@ Expected<KernelPtr> makeConvGrad(const OpDesc &d, bool weight) {
 
 } // namespace
 
-Expected<KernelPtr> makeConvGradInputKernel(const OpDesc &d) { return makeConvGrad(d, false); }
-Expected<KernelPtr> makeConvGradWeightKernel(const OpDesc &d) { return makeConvGrad(d, true); }
+Expected<KernelPtr> makeConvGradInputKernel(const OpDesc &d);
+
+namespace {
+/// ConvGradInput under output_dtype: oneDNN's 16-bit backward-data
+/// convolution where it runs on the CPU's 16-bit instructions (one thread
+/// per element of dX, as the f32 one), else the emulation
+/// (HalfProduct.cpp). ConvGradWeight takes the emulation everywhere: cut
+/// into the f32 kernel's pieces (ConvGradWeightDnnlKernel), oneDNN's AMX
+/// backward-weights primitives ran the CNN sample's weight gradients at
+/// about half the speed of the f32 ones on widened operands
+/// (docs/precision.md).
+Expected<KernelPtr> makeHalfConvGradInput(const OpDesc &d) {
+  PIPEC_ASSIGN(OpDesc w, linalgWidenedProduct(d));
+  // Malformed nodes get the f32 factory's message through the emulation.
+  if (oneDnnEnabled() && w.inputs.size() == 2 && attrHas(w.attrs, "shape") &&
+      w.outputs[0].shape == attrInts(w.attrs, "shape")) {
+    const Shape result = attrInts(w.attrs, "shape");
+    ConvGradGeom g;
+    PIPEC_TRY(resolveConvGrad(w, result, w.inputs[1].shape, w.inputs[0].shape, g));
+    DnnlConvGradPlan p = makeDnnlConvGrad(g, false, g.N, {}, linalgDnnlHalfType(d.inputs[0].dtype));
+    if (d.isStepInvariant(1))
+      p.keepReordered(1);
+    if (p.valid())
+      return KernelPtr(new ConvGradInputDnnlKernel(std::move(p)));
+  }
+  return makeLinalgWidenedProductKernel(d, makeConvGradInputKernel);
+}
+} // namespace
+
+Expected<KernelPtr> makeConvGradInputKernel(const OpDesc &d) {
+  if (linalgIsHalfProduct(d))
+    return makeHalfConvGradInput(d);
+  return makeConvGrad(d, false);
+}
+Expected<KernelPtr> makeConvGradWeightKernel(const OpDesc &d) {
+  if (linalgIsHalfProduct(d)) // the emulation (HalfProduct.cpp)
+    return makeLinalgWidenedProductKernel(d, makeConvGradWeightKernel);
+  return makeConvGrad(d, true);
+}
 
 } // namespace pipec::cpu

@@ -73,6 +73,25 @@ private:
   std::unique_ptr<LinalgHalfPrims, LinalgHalfPrimsDeleter> prims_;
 };
 
+/// dst[i] = the f32 value of the 16-bit (`t`: BF16 or F16) src[i], for
+/// i < n, over the calling thread's budget.
+void linalgWidenHalf(const uint16_t *src, float *dst, int64_t n, DType t);
+
+/// Whether `d` is a product under output_dtype (support/FusedOps.h): 16-bit
+/// operands 0 and 1, an f32 result.
+bool linalgIsHalfProduct(const OpDesc &d);
+/// `d` (a product under output_dtype) as the f32 product of its widened
+/// operands: operands 0 and 1 f32, not step-invariant (their widened
+/// copies live in the workspace), without output_dtype. Fails on other
+/// type mixes, naming the node.
+Expected<OpDesc> linalgWidenedProduct(const OpDesc &d);
+/// The emulation of a product under output_dtype that has no 16-bit kernel
+/// of its own on this machine (the convolutions' where oneDNN has no bf16
+/// instructions to use): operands 0 and 1 widened to f32 in the workspace
+/// (exactly), then `f32` of linalgWidenedProduct(d) on them; bit for bit a
+/// Cast to f32 followed by the f32 product.
+Expected<KernelPtr> makeLinalgWidenedProductKernel(const OpDesc &d, KernelFactory f32);
+
 /// MatMul or pipec:FusedGemm under output_dtype: A and B 16-bit, Y (and
 /// FusedGemm's bias, input 2 where `bias` is set) f32.
 class LinalgHalfGemmKernel final : public Kernel {

@@ -3,6 +3,11 @@
 // RUN: pipec %s --emit=ir --passes=infer-shapes | FileCheck %s
 // CHECK: node "mm" MatMul(%a, %b) {output_dtype = 1} -> %y : f32[2,3]
 // CHECK: node "g" Gemm(%a, %bt, %c) {output_dtype = 1, transB = 1} -> %z : f32[2,3]
+// CHECK: node "conv" Conv(%x, %w, %c) {output_dtype = 1} -> %v : f32[1,3,2,2]
+// CHECK: node "dx" pipec:ConvGradInput(%dv, %w) {output_dtype = 1, shape = [1, 4, 3, 3]} -> %gx : f32[1,4,3,3]
+// RUN: sed -e 's/node "conv" Conv(%x, %w, %c)/node "conv" Conv(%x, %w, %xc)/' %s > %t.bias.pir
+// RUN: not pipec %t.bias.pir --emit=ir --passes=infer-shapes 2>&1 | FileCheck %s --check-prefix=BIAS
+// BIAS: error: {{.*}}node 'conv' (Conv, opset 17): input 2 'xc' has element type bf16 but the product gives f32
 // RUN: sed -e 's/%bt : bf16/%bt : f16/' %s > %t.mixed.pir
 // RUN: not pipec %t.mixed.pir --emit=ir --passes=infer-shapes 2>&1 | FileCheck %s --check-prefix=MIXED
 // MIXED: error: {{.*}}node 'g' (Gemm, opset 17): the operands differ in type: bf16 and f16
@@ -14,12 +19,21 @@
 // TO16: error: {{.*}}output_dtype must be 1 (f32), got 16
 graph "products" {
   opset "" 17
+  opset "pipec" 1
   input %a : bf16[2,4]
   input %b : bf16[4,3]
   input %bt : bf16[3,4]
   input %c : f32[3]
+  input %x : bf16[1,4,3,3]
+  input %w : bf16[3,4,2,2]
+  input %xc : bf16[3]
+  input %dv : bf16[1,3,2,2]
   node "mm" MatMul(%a, %b) {output_dtype = 1} -> %y : f32[2,3]
   node "g" Gemm(%a, %bt, %c) {output_dtype = 1, transB = 1} -> %z : f32[2,3]
+  node "conv" Conv(%x, %w, %c) {output_dtype = 1} -> %v : f32[1,3,2,2]
+  node "dx" pipec:ConvGradInput(%dv, %w) {output_dtype = 1, shape = [1, 4, 3, 3]} -> %gx : f32[1,4,3,3]
   output %y
   output %z
+  output %v
+  output %gx
 }
