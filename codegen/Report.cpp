@@ -65,8 +65,8 @@ Expected<json> buildReport(const ir::Graph &g, const pt::Partition &part, const 
   // pass's 16-bit copies, docs/precision.md).
   std::string precision = "fp32";
   for (const ir::Node *n : g.nodes())
-    if (n->attrs().count(kProductOutputDType) && n->numInputs() > 0 && n->input(0)) {
-      precision = n->input(0)->dtype() == DType::BF16 ? "bf16" : "fp16";
+    if (n->attrs().count(kProductOutputDType) && n->numInputs() > 1 && n->input(0) && n->input(1)) {
+      precision = productOperandType(n->input(0)->dtype(), n->input(1)->dtype()) == DType::BF16 ? "bf16" : "fp16";
       break;
     }
   r["precision"] = precision;

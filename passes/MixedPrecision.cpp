@@ -23,10 +23,12 @@
 //   - a stage boundary that cuts a product's operand sends the copy.
 // Master weights, the gradients (summed over micro-batches in fp32), the
 // optimizer's state, normalizations, softmax, losses and reductions stay
-// fp32: the weights are parameters, read through a copy made right before
-// each product that reads them (a copy shared from the forward to the
-// backward would stay alive for every micro-batch in flight); no node's
-// output changes type. Bias inputs (Gemm's C, a
+// fp32. The weights are parameters: a product under output_dtype reads
+// one as it is and rounds it to bf16 itself, once a step (its kernel keeps
+// the rounded copy from the step's first micro-batch to its last); other
+// readers (Einsum) read it through a copy made right before them (a copy
+// shared from the forward to the backward would stay alive for every
+// micro-batch in flight). No node's output changes type. Bias inputs (Gemm's C, a
 // convolution's B) are not operands of the product and stay fp32.
 //
 // Nodes named in MixedPrecisionOptions::keepFp32 keep fp32 operands.
@@ -109,8 +111,10 @@ public:
       // and accumulate in f32 (bf16 tensor cores, oneDNN's bf16 matmul),
       // with no f32 view of either in the arena.
       const bool direct = takesHalfOperands(*n);
-      if (direct)
+      if (direct) {
         n->attrs()[kProductOutputDType] = Attribute::ofInt(static_cast<int64_t>(DType::F32));
+        changed = true;
+      }
       for (size_t i : routed) {
         ir::Value *v = n->input(i);
         if (!v || v->type().dtype != DType::F32)
@@ -118,7 +122,12 @@ public:
         // A parameter or constant is copied for each reader (it lives
         // anyway; a shared copy would live from the forward to the
         // backward of every micro-batch in flight), a computed value once.
-        const bool perReader = !v->producer() && !v->isGraphInput();
+        const bool perReader = isWeightLike(v);
+        // A product under output_dtype reads such an operand as it is and
+        // rounds it itself, once a step (support/FusedOps.h), unless its
+        // other operand is one too (then operand 0 is copied).
+        if (direct && i < 2 && perReader && !(i == 0 && isWeightLike(n->input(1))))
+          continue;
         ir::Value *&shared = copies[v];
         ir::Value *r = perReader ? nullptr : shared;
         if (!r) {
@@ -148,6 +157,9 @@ public:
   }
 
 private:
+  /// A parameter or constant: no producer, not a graph input.
+  static bool isWeightLike(const ir::Value *v) { return v && !v->producer() && !v->isGraphInput(); }
+
   /// A float32 activation of the forward (or a graph input) that the
   /// backward reads: kept as the reduced copy. Not the statistics a
   /// normalization gives its gradient (its outputs past the first), nor

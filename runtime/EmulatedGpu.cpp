@@ -60,6 +60,7 @@ public:
   const char *interpretedBecause() const override { return "an emulated GPU"; }
   Expected<kernel::KernelPtr> createKernel(const kernel::OpDesc &desc) override { return cpu_->createKernel(desc); }
   Expected<void *> alloc(uint64_t bytes) override { return cpu_->alloc(bytes); }
+  kernel::HalfWeights *halfWeights() override { return cpu_->halfWeights(); }
   Expected<void *> residentWeight(const void *host, uint64_t bytes) override {
     PIPEC_ASSIGN(void *dev, cpu_->alloc(bytes));
     std::memcpy(dev, host, bytes);

@@ -695,6 +695,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   const plan::Device &dev = lp_.plan.devices(stage_);
   ctx.workspace = workspace_;
   ctx.stream = backend_->stream();
+  ctx.halfWeights = backend_->halfWeights();
   using Part = StepIO::Part;
   // A training step's host optimizer updated the weights since the last
   // one.

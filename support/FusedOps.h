@@ -39,27 +39,40 @@ inline Expected<FusedActivation> fusedActivationOf(const AttrMap &attrs) {
   return errorf("unknown activation '", a, "' (Relu, Gelu or GeluTanh)");
 }
 
-/// A product (MatMul, Gemm, pipec:FusedGemm) whose operands are 16-bit
-/// floats and whose result is f32, the product accumulated in f32: what
-/// the mixed-precision pass makes (passes/MixedPrecision.cpp; bf16 tensor
-/// cores, oneDNN's bf16 matmul). Marked by the attribute `output_dtype`
-/// (the ONNX type number of the result, f32's 1); without it, ONNX's rule
-/// holds (the operands' type). Gemm's C and FusedGemm's bias have the
-/// result's type.
+/// A product (MatMul, Gemm, pipec:FusedGemm, the convolutions and their
+/// gradients) whose operands are 16-bit floats and whose result is f32,
+/// the product accumulated in f32: what the mixed-precision pass makes
+/// (passes/MixedPrecision.cpp; bf16 tensor cores, oneDNN's bf16 matmul).
+/// Marked by the attribute `output_dtype` (the ONNX type number of the
+/// result, f32's 1); without it, ONNX's rule holds (the operands' type).
+/// Under it one operand may be f32 (a weight): the product reads it
+/// rounded to the other's 16-bit type (to nearest even), which kernels do
+/// once a step where the operand changes only between steps
+/// (kernel::OpDesc::stepInvariant). Gemm's C, FusedGemm's and the
+/// convolutions' bias have the result's type.
 inline constexpr const char *kProductOutputDType = "output_dtype";
+
+/// The 16-bit type a product under output_dtype computes in: that of its
+/// 16-bit operand(s) (`a` and `b` are its operands' types).
+inline DType productOperandType(DType a, DType b) { return a == DType::F32 ? b : a; }
 
 /// The result type of a product on operands of types `a` and `b` under
 /// `attrs`, or why there is none. Errors name no node: callers add it.
 inline Expected<DType> productResultType(DType a, DType b, const AttrMap &attrs) {
-  if (a != b)
-    return errorf("the operands differ in type: ", dtypeName(a), " and ", dtypeName(b));
-  if (!attrs.count(kProductOutputDType))
+  if (!attrs.count(kProductOutputDType)) {
+    if (a != b)
+      return errorf("the operands differ in type: ", dtypeName(a), " and ", dtypeName(b));
     return a;
+  }
   const int64_t out = attrInt(attrs, kProductOutputDType, 0);
   if (out != static_cast<int64_t>(DType::F32))
     return errorf(kProductOutputDType, " must be 1 (f32), got ", out);
-  if (a != DType::BF16 && a != DType::F16)
-    return errorf(kProductOutputDType, " needs bf16 or f16 operands, they are ", dtypeName(a));
+  const DType t = productOperandType(a, b);
+  if (t != DType::BF16 && t != DType::F16)
+    return errorf(kProductOutputDType, " needs bf16 or f16 operands, they are ", dtypeName(a),
+                  a == b ? "" : " and ", a == b ? "" : dtypeName(b));
+  if ((a != t && a != DType::F32) || (b != t && b != DType::F32))
+    return errorf("the operands differ in type: ", dtypeName(a), " and ", dtypeName(b));
   return DType::F32;
 }
 

@@ -2,6 +2,7 @@
 #include "runtime/cpu/CpuBackend.h"
 
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
 #include "support/LargeAlloc.h"
 
 #include <cstdlib>
@@ -33,9 +34,11 @@ public:
   Expected<void *> hostView(void *dev, uint64_t) override { return dev; }
   Expected<void *> staging(void *dev, uint64_t) override { return dev; }
   Status commit(void *, const void *, uint64_t) override { return Status::ok(); }
+  kernel::HalfWeights *halfWeights() override { return halfWeights_.get(); }
 
 private:
   std::vector<void *> allocations_;
+  std::unique_ptr<kernel::HalfWeights> halfWeights_ = makeCpuHalfWeights();
 };
 
 } // namespace

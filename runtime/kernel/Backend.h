@@ -93,6 +93,9 @@ public:
   virtual Status sync() = 0;
   /// The stream the kernels launch on (ExecContext::stream), or null.
   virtual void *stream() const { return nullptr; }
+  /// The device's shared weight roundings (ExecContext::halfWeights), or
+  /// null where its kernels keep none.
+  virtual HalfWeights *halfWeights() { return nullptr; }
 
   /// `bytes` at device address `dev` readable by the host: `dev` itself,
   /// or a host buffer holding a copy (valid until the next call).

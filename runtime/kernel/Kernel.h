@@ -61,6 +61,21 @@ struct OpDesc {
   }
 };
 
+/// One device's 16-bit roundings of the step-invariant f32 operands that
+/// products under output_dtype read (the weights; support/FusedOps.h):
+/// one per weight and type, made by its first reader in a step and shared
+/// by the others, so that a step rounds each weight once whatever the
+/// number of micro-batches and of products reading it.
+class HalfWeights {
+public:
+  virtual ~HalfWeights() = default;
+  /// The `n` values at `src` rounded to `t` (BF16 or F16) to nearest even,
+  /// made now unless made from `src` for `step` already.
+  virtual const uint16_t *rounded(const float *src, int64_t n, DType t, uint64_t step) = 0;
+  /// Bytes the roundings take.
+  virtual size_t bytes() const = 0;
+};
+
 /// Per-run state passed to every kernel call.
 struct ExecContext {
   /// Identifiers for counter-based random number generation (Dropout):
@@ -87,6 +102,9 @@ struct ExecContext {
   /// executor reads at the step's end without waiting inside the step;
   /// null: the kernel checks and returns the error itself.
   int *errorFlag = nullptr;
+  /// The device's shared weight roundings where its backend keeps them
+  /// (the CPU's); null: a kernel that needs one keeps its own.
+  HalfWeights *halfWeights = nullptr;
 };
 
 class Kernel {

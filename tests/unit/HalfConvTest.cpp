@@ -195,6 +195,48 @@ TEST(HalfConv, MatchesADoubleConvolutionOfTheSameValuesWithAnyThreadCount) {
     }
 }
 
+TEST(HalfConv, RoundsAnF32WeightAsACastWould) {
+  // Operand 1 given in f32 and step-invariant (the weight a convolution
+  // reads as it is under output_dtype): bitwise the result of its 16-bit
+  // copy, through oneDNN's reorder or the emulation's rounding, run after
+  // run.
+  for (bool dnnl : {true, false})
+    for (DType t : {DType::BF16, DType::F16})
+      for (const Case &c : cases()) {
+        const std::string what = nameOf(c, t) + (dnnl ? "" : " (no oneDNN)");
+        useDnnl(dnnl);
+        const Tensor w32 = randomF32(c.b, 22, -2.f, 2.f);
+        Operand a = operandOf(c.a, 21, t), b = operandOf(c.b, 22, t);
+        std::vector<Tensor> hin{a.half, b.half};
+        if (c.bias)
+          hin.push_back(randomF32(descOf(c, t, DType::F32).inputs[2].shape, 23));
+        const Tensor want = evalOne(descOf(c, t, DType::F32), hin);
+        OpDesc wd = descOf(c, t, DType::F32);
+        wd.inputs[1].dtype = DType::F32;
+        wd.stepInvariant.assign(wd.inputs.size(), false);
+        wd.stepInvariant[1] = true;
+        std::vector<Tensor> win = hin;
+        win[1] = w32;
+        auto k = cpu::createKernel(wd);
+        ASSERT_TRUE(k.isOk()) << what << ": " << k.status().message();
+        std::vector<unsigned char> ws((*k)->workspaceBytes() + 64);
+        for (uint64_t step : {0, 0, 1}) {
+          Tensor y(DType::F32, c.out);
+          ExecContext ctx;
+          ctx.training = true;
+          ctx.step = step;
+          ctx.workspace = ws.data();
+          std::vector<const void *> in;
+          for (const Tensor &x : win)
+            in.push_back(x.raw());
+          void *out[1] = {y.raw()};
+          ASSERT_TRUE((*k)->run(ctx, in.data(), out).isOk()) << what;
+          EXPECT_TRUE(y.identical(want)) << what << ", step " << step;
+        }
+      }
+  useDnnl(true);
+}
+
 TEST(HalfConv, RefusesOperandsThatDoNotFit) {
   const Case c = cases()[1];
   // Mixed 16-bit types.

@@ -272,6 +272,84 @@ TEST(HalfGemm, NativePathWhereTheMachineHasOneIsThreadCountFree) {
   EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(float)), 0);
 }
 
+TEST(HalfGemm, RoundsAnF32OperandAsACastWould) {
+  // An f32 operand under output_dtype (the weight a product reads as it
+  // is) gives bitwise the result of its 16-bit copy: B kept for the step,
+  // A rounded in the workspace at every run; oneDNN's path and the
+  // emulation alike.
+  for (bool dnnl : {true, false}) {
+    useDnnl(dnnl);
+    for (DType t : {DType::BF16, DType::F16})
+      for (const Case &c : cases()) {
+        const std::string what = nameOf(c, t) + (dnnl ? "" : " (no oneDNN)");
+        const Tensor a32 = randomF32(c.a, 41, -2.f, 2.f), b32 = randomF32(c.b, 42, -2.f, 2.f);
+        HalfPair A = halfOf(a32, t), B = halfOf(b32, t);
+        std::vector<Tensor> extra = extraOf(c, 43);
+        Shape out;
+        const OpDesc hd = descOf(c, t, extra, out);
+        std::vector<Tensor> hin{A.half, B.half};
+        hin.insert(hin.end(), extra.begin(), extra.end());
+        const Tensor want = evalOne(hd, hin);
+        for (size_t f : {size_t(0), size_t(1)}) {
+          OpDesc wd = hd;
+          wd.inputs[f].dtype = DType::F32;
+          wd.stepInvariant.assign(wd.inputs.size(), false);
+          wd.stepInvariant[f] = f == 1;
+          std::vector<Tensor> win = hin;
+          win[f] = f == 0 ? a32 : b32;
+          const Tensor got = evalOne(wd, win);
+          ASSERT_EQ(got.bytes(), want.bytes()) << what;
+          EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.bytes()), 0) << what << ", operand " << f << " f32";
+        }
+      }
+  }
+  useDnnl(true);
+}
+
+TEST(HalfGemm, KeepsAWeightsRoundingForTheStepSharedByItsReaders) {
+  // MatMul(A, W) and Gemm(A, W^T... as W) reading the same f32 weight W
+  // under output_dtype: each step rounds W once (the device's HalfWeights
+  // holds one copy); a change of W within a step is not seen (the step
+  // invariance the executor promises), the next step sees it.
+  const DType t = DType::BF16;
+  const Tensor a32 = randomF32({8, 16}, 51), w = randomF32({16, 12}, 52);
+  const HalfPair A = halfOf(a32, t);
+  AttrMap at{{kProductOutputDType, Attribute::ofInt(static_cast<int64_t>(DType::F32))}};
+  OpDesc mm = makeDesc("MatMul", {{t, {8, 16}}, {DType::F32, {16, 12}}}, {{DType::F32, {8, 12}}}, at, 13);
+  OpDesc gm = makeDesc("Gemm", {{t, {8, 16}}, {DType::F32, {16, 12}}}, {{DType::F32, {8, 12}}}, at, 13);
+  mm.stepInvariant = gm.stepInvariant = {false, true};
+  auto k1 = cpu::createKernel(mm), k2 = cpu::createKernel(gm);
+  ASSERT_TRUE(k1.isOk() && k2.isOk());
+  std::unique_ptr<kernel::HalfWeights> shared = makeCpuHalfWeights();
+  std::vector<unsigned char> ws(std::max((*k1)->workspaceBytes(), (*k2)->workspaceBytes()) + 64);
+  Tensor W = w.clone();
+  auto run = [&](Kernel &k, uint64_t step) {
+    Tensor y(DType::F32, {8, 12});
+    ExecContext ctx;
+    ctx.training = true;
+    ctx.step = step;
+    ctx.workspace = ws.data();
+    ctx.halfWeights = shared.get();
+    const void *in[3] = {A.half.raw(), W.raw(), nullptr};
+    void *out[1] = {y.raw()};
+    EXPECT_TRUE(k.run(ctx, in, out).isOk());
+    return y;
+  };
+  auto fresh = [&] { return evalOne(mm, {A.half, W}); };
+  const Tensor y0 = run(**k1, 0), want0 = fresh();
+  EXPECT_TRUE(y0.identical(want0));
+  EXPECT_TRUE(run(**k2, 0).identical(want0));
+  EXPECT_EQ(shared->bytes(), (16 * 12 + 32) * sizeof(uint16_t)) << "one rounding of W for both readers";
+  for (int64_t i = 0; i < W.numel(); ++i)
+    W.data<float>()[i] *= 2.0f;
+  EXPECT_TRUE(run(**k1, 0).identical(y0)) << "within a step the rounding is kept";
+  const Tensor want1 = fresh();
+  EXPECT_FALSE(want1.identical(want0));
+  EXPECT_TRUE(run(**k2, 1).identical(want1)) << "the next step rounds again";
+  EXPECT_TRUE(run(**k1, 1).identical(want1));
+  EXPECT_EQ(shared->bytes(), (16 * 12 + 32) * sizeof(uint16_t));
+}
+
 TEST(HalfGemm, RefusesOperandsThatDoNotFit) {
   Tensor a(DType::BF16, {4, 8}), b(DType::F16, {8, 4}), f(DType::F32, {8, 4});
   AttrMap at{{kProductOutputDType, Attribute::ofInt(static_cast<int64_t>(DType::F32))}};

@@ -256,10 +256,13 @@ bool linalgDnnlHasNhwcConv() {
 /// graph's plain ones (LinalgDnnlBlocked); an invalid plan when oneDNN
 /// declines the case. `nhwc`: X and Y are [N, H, W, C] and the primitive
 /// works on them as they are, with `epilogue` as its post-op.
-/// `operands`: the type of X and W (f32, or bf16/f16 under output_dtype,
-/// taken only where linalgDnnlNativeHalf); Y and B are f32.
+/// `operands`: the type the primitive reads X and W in (f32, or bf16/f16
+/// under output_dtype, taken only where linalgDnnlNativeHalf); Y and B are
+/// f32. `wF32`: W is given in f32 all the same (a weight under
+/// output_dtype), rounded to `operands` by its reorder.
 LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = false, ConvEpilogue epilogue = {},
-                               dnnl::memory::data_type operands = dnnl::memory::data_type::f32) {
+                               dnnl::memory::data_type operands = dnnl::memory::data_type::f32,
+                               bool wF32 = false) {
   LinalgDnnlBlocked p;
   if (g.dims.empty() || g.dims.size() > 3)
     return p;
@@ -277,7 +280,7 @@ LinalgDnnlBlocked makeDnnlConv(const ConvGeom &g, bool hasBias, bool nhwc = fals
     };
     const memory::desc xmd = nhwc ? channelsLast(cs.src, operands) : linalgDnnlPlain(cs.src, operands),
                        ymd = nhwc ? channelsLast(cs.dst, f32) : linalgDnnlPlain(cs.dst),
-                       wmd = linalgDnnlPlain(cs.weights, operands), bmd = linalgDnnlPlain({g.M});
+                       wmd = linalgDnnlPlain(cs.weights, wF32 ? f32 : operands), bmd = linalgDnnlPlain({g.M});
     // On NHWC the primitive reads and writes the tensors as they are, but
     // where the output has 4 pixels or fewer and the channels come in 16s
     // (ResNet's last stage at 64x64: [16, 512, 2, 2]) oneDNN's direct
@@ -405,7 +408,12 @@ static Expected<KernelPtr> makeHalfConv(const OpDesc &d, bool nhwc, KernelFactor
     PIPEC_ASSIGN(ConvGeom g, nhwc ? convGeom(w, permuteShape(x.shape, toNchwPerm()),
                                              TensorDesc{y.dtype, permuteShape(y.shape, toNchwPerm())})
                                   : convGeom(w, x.shape, y));
-    LinalgDnnlBlocked p = makeDnnlConv(g, w.hasInput(2), nhwc, *epilogue, linalgDnnlHalfType(d.inputs[0].dtype));
+    // X 16-bit; W 16-bit, or an f32 weight the reorder rounds (once a
+    // step where it is step-invariant: keepReordered).
+    if (d.inputs[0].dtype == DType::F32)
+      return makeLinalgWidenedProductKernel(d, f32);
+    LinalgDnnlBlocked p = makeDnnlConv(g, w.hasInput(2), nhwc, *epilogue, linalgDnnlHalfType(d.inputs[0].dtype),
+                                       d.inputs[1].dtype == DType::F32);
     if (d.isStepInvariant(1))
       p.keepReordered(1);
     if (p.valid())

@@ -14,6 +14,7 @@
 #include "support/Half.h"
 
 #include <array>
+#include <map>
 #include <string_view>
 
 namespace pipec::cpu {
@@ -34,12 +35,19 @@ struct LinalgHalfPrims {
 void LinalgHalfPrimsDeleter::operator()(LinalgHalfPrims *p) const { delete p; }
 
 LinalgHalfGemm::LinalgHalfGemm(const LinalgHalfGemm &o)
-    : operands(o.operands), f32(o.f32), prims_(o.prims_ ? new LinalgHalfPrims(*o.prims_) : nullptr) {}
+    : operands(o.operands), aF32(o.aF32), bF32(o.bF32), aKeep(o.aKeep), bKeep(o.bKeep), f32(o.f32),
+      prims_(o.prims_ ? new LinalgHalfPrims(*o.prims_) : nullptr) {}
 
 LinalgHalfGemm &LinalgHalfGemm::operator=(const LinalgHalfGemm &o) {
   if (this != &o) {
     operands = o.operands;
+    aF32 = o.aF32;
+    bF32 = o.bF32;
+    aKeep = o.aKeep;
+    bKeep = o.bKeep;
     f32 = o.f32;
+    held_[0] = Held();
+    held_[1] = Held();
     prims_.reset(o.prims_ ? new LinalgHalfPrims(*o.prims_) : nullptr);
   }
   return *this;
@@ -96,6 +104,19 @@ LinalgDnnlPrim makeBlock(const LinalgBatchedGemm<float> &g, DType operands, int6
 
 } // namespace
 
+void linalgNarrowHalf(const float *src, uint16_t *dst, int64_t n, DType t) {
+  [[maybe_unused]] const int threads = n >= (int64_t(1) << 16) ? omp_get_max_threads() : 1;
+  if (t == DType::BF16) {
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = floatToBf16(src[i]);
+  } else {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = floatToHalf(src[i]);
+  }
+}
+
 void linalgWidenHalf(const uint16_t *src, float *dst, int64_t n, DType t) {
   [[maybe_unused]] const int threads = n >= (int64_t(1) << 16) ? omp_get_max_threads() : 1;
   if (t == DType::BF16) {
@@ -150,19 +171,90 @@ void LinalgHalfGemm::prepare(bool allowNative) {
 std::string LinalgHalfGemm::implementation() const { return prims_ ? prims_->impl : std::string(); }
 
 size_t LinalgHalfGemm::workspaceBytes() const {
+  // Rounded copies of f32 operands not kept, then the path's own.
+  const size_t rounded = (aF32 && !aKeep ? linalgRoundUp(static_cast<size_t>(extentA()) * sizeof(uint16_t)) : 0) +
+                         (bF32 && !bKeep ? linalgRoundUp(static_cast<size_t>(extentB()) * sizeof(uint16_t)) : 0);
   if (prims_)
-    return prims_->slots.size() * prims_->scratch + 64;
-  return linalgRoundUp(static_cast<size_t>(extentA()) * sizeof(float)) +
+    return rounded + prims_->slots.size() * prims_->scratch + 64;
+  return rounded + linalgRoundUp(static_cast<size_t>(extentA()) * sizeof(float)) +
          linalgRoundUp(static_cast<size_t>(extentB()) * sizeof(float)) + f32.workspaceBytes() + 64;
 }
 
-Status LinalgHalfGemm::run(const uint16_t *A, const uint16_t *B, float *C, void *workspace,
-                           const float *bias) const {
+size_t LinalgHalfGemm::heldBytes() const {
+  return (aKeep ? static_cast<size_t>(extentA()) * sizeof(uint16_t) : 0) +
+         (bKeep ? static_cast<size_t>(extentB()) * sizeof(uint16_t) : 0);
+}
+
+namespace {
+class CpuHalfWeights final : public kernel::HalfWeights {
+public:
+  const uint16_t *rounded(const float *src, int64_t n, DType t, uint64_t step) override {
+    Entry &e = entries_[{src, t}];
+    const size_t room = static_cast<size_t>(n) + 32;
+    if (e.data.size() != room) {
+      bytes_ += room * sizeof(uint16_t);
+      bytes_ -= e.data.size() * sizeof(uint16_t);
+      e.data.assign(room, 0);
+      e.made = false;
+    }
+    auto *dst = reinterpret_cast<uint16_t *>(linalgAlign(e.data.data()));
+    if (!e.made || e.step != step) {
+      linalgNarrowHalf(src, dst, n, t);
+      e.made = true;
+      e.step = step;
+    }
+    return dst;
+  }
+  size_t bytes() const override { return bytes_; }
+
+private:
+  struct Entry {
+    std::vector<uint16_t> data;
+    bool made = false;
+    uint64_t step = 0;
+  };
+  std::map<std::pair<const float *, DType>, Entry> entries_;
+  size_t bytes_ = 0;
+};
+} // namespace
+
+std::unique_ptr<kernel::HalfWeights> makeCpuHalfWeights() { return std::make_unique<CpuHalfWeights>(); }
+
+Status LinalgHalfGemm::run(const void *a16, const void *b16, float *C, void *workspace, const float *bias,
+                           uint64_t step, kernel::HalfWeights *shared) const {
   const auto &g = f32;
   const int64_t batch = static_cast<int64_t>(g.cOff.size());
   if (batch == 0 || g.M == 0 || g.N == 0)
     return Status::ok();
   unsigned char *ws = static_cast<unsigned char *>(linalgAlign(workspace));
+  // f32 operands rounded to `operands`: kept from the step's first run
+  // (aKeep, bKeep) or made in the workspace.
+  auto rounded = [&](const void *src, bool isF32, bool keep, int64_t n, Held &h) -> const uint16_t * {
+    if (!isF32)
+      return static_cast<const uint16_t *>(src);
+    if (!keep) {
+      auto *dst = reinterpret_cast<uint16_t *>(ws);
+      linalgNarrowHalf(static_cast<const float *>(src), dst, n, operands);
+      ws += linalgRoundUp(static_cast<size_t>(n) * sizeof(uint16_t));
+      return dst;
+    }
+    if (shared)
+      return shared->rounded(static_cast<const float *>(src), n, operands, step);
+    // 64-byte aligned, as the arena's and the workspace's buffers.
+    const size_t room = static_cast<size_t>(n) + 32;
+    uint16_t *dst = reinterpret_cast<uint16_t *>(linalgAlign(h.data.data()));
+    if (h.from != src || h.step != step || h.data.size() != room) {
+      h.data.resize(room);
+      dst = reinterpret_cast<uint16_t *>(linalgAlign(h.data.data()));
+      h.from = nullptr;
+      linalgNarrowHalf(static_cast<const float *>(src), dst, n, operands);
+      h.from = src;
+      h.step = step;
+    }
+    return dst;
+  };
+  const uint16_t *A = rounded(a16, aF32, aKeep, extentA(), held_[0]);
+  const uint16_t *B = rounded(b16, bF32, bKeep, extentB(), held_[1]);
   if (!prims_) {
     float *a = reinterpret_cast<float *>(ws);
     float *b = reinterpret_cast<float *>(ws + linalgRoundUp(static_cast<size_t>(extentA()) * sizeof(float)));

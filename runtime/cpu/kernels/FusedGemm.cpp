@@ -76,8 +76,8 @@ Expected<KernelPtr> makeFusedGemmKernel(const OpDesc &d) {
   g.ldc = g.N;
   g.aOff = g.bOff = g.cOff = {0};
   g.bStepInvariant = d.isStepInvariant(1);
-  if (operands != DType::F32)
-    return KernelPtr(new LinalgHalfGemmKernel(std::move(g), operands));
+  if (linalgIsHalfProduct(d))
+    return KernelPtr(new LinalgHalfGemmKernel(std::move(g), d));
   return KernelPtr(new FusedGemmKernel(std::move(g)));
 }
 

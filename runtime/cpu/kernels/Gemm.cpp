@@ -32,16 +32,21 @@ public:
   int64_t cStrideM = 0, cStrideN = 0;   ///< strides of C broadcast to [M,N]
   /// beta 0; beta for Y = C; beta 1 for Y += A'B' (ExecContext::accumulate)
   LinalgBatchedGemm<T> gemm, gemmWithC, gemmAccumulate;
-  /// Under output_dtype (T float): A and B of this 16-bit type, the three
-  /// products as LinalgHalfGemm on the fields of the three above.
-  DType halfOperands = DType::Undefined;
+  /// Under output_dtype (T float): the three products as LinalgHalfGemm
+  /// on the fields of the three above (their operand types set by
+  /// makeTyped).
+  bool half = false;
   LinalgHalfGemm halfGemm, halfWithC, halfAccumulate;
 
   /// Without C: the GEMM adds into Y itself (beta 1), with no extra pass.
   bool canAccumulate() const override { return !hasC || beta == T(0); }
 
+  size_t heldBytes() const override {
+    return half ? halfGemm.heldBytes() + halfWithC.heldBytes() + halfAccumulate.heldBytes() : 0;
+  }
+
   size_t workspaceBytes() const override {
-    if (halfOperands != DType::Undefined)
+    if (half)
       return std::max({halfGemm.workspaceBytes(), halfWithC.workspaceBytes(), halfAccumulate.workspaceBytes()});
     return std::max({gemm.workspaceBytes(), gemmWithC.workspaceBytes(),
                      gemmAccumulate.workspaceBytes()});
@@ -52,11 +57,10 @@ public:
   void prepare() {
     const bool withC = hasC && beta != T(0);
     if constexpr (std::is_same_v<T, float>) {
-      if (halfOperands != DType::Undefined) {
+      if (half) {
         for (auto [h, g, use] : {std::tuple{&halfGemm, &gemm, true}, std::tuple{&halfWithC, &gemmWithC, withC},
                                  std::tuple{&halfAccumulate, &gemmAccumulate, canAccumulate()}})
           if (use) {
-            h->operands = halfOperands;
             h->f32 = *g;
             h->prepare();
           }
@@ -73,16 +77,16 @@ public:
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     const T *C = hasC ? static_cast<const T *>(in[2]) : nullptr;
     T *Y = static_cast<T *>(out[0]);
-    if (halfOperands != DType::Undefined) {
+    if (half) {
       if constexpr (std::is_same_v<T, float>) {
-        const auto *hA = static_cast<const uint16_t *>(in[0]), *hB = static_cast<const uint16_t *>(in[1]);
+        const uint64_t step = ctx.training ? ctx.step : 0;
         if (ctx.accumulate && canAccumulate())
-          return halfAccumulate.run(hA, hB, Y, ctx.workspace);
+          return halfAccumulate.run(in[0], in[1], Y, ctx.workspace, nullptr, step, ctx.halfWeights);
         if (hasC && beta != T(0)) {
           PIPEC_TRY(fillC(C, Y));
-          return halfWithC.run(hA, hB, Y, ctx.workspace);
+          return halfWithC.run(in[0], in[1], Y, ctx.workspace, nullptr, step, ctx.halfWeights);
         }
-        return halfGemm.run(hA, hB, Y, ctx.workspace);
+        return halfGemm.run(in[0], in[1], Y, ctx.workspace, nullptr, step, ctx.halfWeights);
       }
     }
     const T *A = static_cast<const T *>(in[0]);
@@ -116,11 +120,13 @@ private:
   }
 };
 
-/// `half`: the 16-bit type of A and B under output_dtype (T float), else
-/// Undefined.
-template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, DType half = DType::Undefined) {
+/// `half`: a product under output_dtype (T float: LinalgHalfGemm).
+template <typename T> Expected<KernelPtr> makeTyped(const OpDesc &d, bool half = false) {
   auto k = std::make_unique<GemmKernel<T>>();
-  k->halfOperands = half;
+  k->half = half;
+  if (half)
+    for (LinalgHalfGemm *h : {&k->halfGemm, &k->halfWithC, &k->halfAccumulate})
+      linalgHalfOperandsOf(d, *h);
   const Shape &a = d.inputs[0].shape, &b = d.inputs[1].shape;
   if (a.size() != 2 || b.size() != 2)
     return errorf(d.where(), ": A and B must be matrices, got ", shapeStr(a), " and ", shapeStr(b));
@@ -182,8 +188,8 @@ Expected<KernelPtr> makeGemmKernel(const OpDesc &d) {
   if (!result || d.outputs[0].dtype != *result)
     return errorf(d.where(), ": element types do not fit: ", d.inputs[0].str(), ", ", d.inputs[1].str(), " -> ",
                   d.outputs[0].str(), result ? "" : ": ", result ? "" : result.status().message());
-  if (*result != t) // 16-bit operands, f32 result
-    return makeTyped<float>(d, t);
+  if (linalgIsHalfProduct(d)) // 16-bit operands (or an f32 weight), f32 result
+    return makeTyped<float>(d, true);
   return linalgDispatchNumeric(d, t, [&](auto tag) { return makeTyped<decltype(tag)>(d); });
 }
 

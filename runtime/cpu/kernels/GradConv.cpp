@@ -201,11 +201,14 @@ dnnl::memory::desc viewDesc(const std::vector<int64_t> &s, const std::vector<int
 
 /// The plan of ConvGradWeight (`weight`) or ConvGradInput over `images`
 /// images; an invalid plan when oneDNN declines the case. `operands`: the
-/// type of dY and of X or W (f32, or bf16/f16 under output_dtype, taken
-/// only where linalgDnnlNativeHalf); the result is f32.
+/// type the primitive reads dY and X or W in (f32, or bf16/f16 under
+/// output_dtype, taken only where linalgDnnlNativeHalf); the result is
+/// f32. `otherF32`: X or W is given in f32 all the same (a weight under
+/// output_dtype), rounded to `operands` by its reorder.
 DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t images,
                                   const ConvGradViews &views = {},
-                                  dnnl::memory::data_type operands = dnnl::memory::data_type::f32) {
+                                  dnnl::memory::data_type operands = dnnl::memory::data_type::f32,
+                                  bool otherF32 = false) {
   DnnlConvGradPlan plan;
   if (g.dims.empty() || g.dims.size() > 3 || images < 1)
     return plan;
@@ -227,8 +230,9 @@ DnnlConvGradPlan makeDnnlConvGrad(const ConvGradGeom &g, bool weight, int64_t im
     convolution_forward::desc fd(prop_kind::forward_training, algorithm::convolution_direct, any(xs, operands),
                                  any(ws, operands), yany, st, dl, pad0, pad1);
     convolution_forward::primitive_desc fpd(fd, linalgDnnlEngine());
+    const memory::data_type other = otherF32 ? f32 : operands;
     const memory::desc plain[3] = {viewDesc(ys, views.dy, operands),
-                                   weight ? viewDesc(xs, views.x, operands) : linalgDnnlPlain(ws, operands),
+                                   weight ? viewDesc(xs, views.x, other) : linalgDnnlPlain(ws, other),
                                    linalgDnnlPlain(weight ? ws : xs)};
     memory::desc chosen[3];
     if (weight) {
@@ -678,7 +682,12 @@ Expected<KernelPtr> makeHalfConvGradInput(const OpDesc &d) {
     const Shape result = attrInts(w.attrs, "shape");
     ConvGradGeom g;
     PIPEC_TRY(resolveConvGrad(w, result, w.inputs[1].shape, w.inputs[0].shape, g));
-    DnnlConvGradPlan p = makeDnnlConvGrad(g, false, g.N, {}, linalgDnnlHalfType(d.inputs[0].dtype));
+    // dY 16-bit; W 16-bit, or an f32 weight the reorder rounds (once a
+    // step where it is step-invariant: keepReordered).
+    if (d.inputs[0].dtype == DType::F32)
+      return makeLinalgWidenedProductKernel(d, makeConvGradInputKernel);
+    DnnlConvGradPlan p = makeDnnlConvGrad(g, false, g.N, {}, linalgDnnlHalfType(d.inputs[0].dtype),
+                                          d.inputs[1].dtype == DType::F32);
     if (d.isStepInvariant(1))
       p.keepReordered(1);
     if (p.valid())

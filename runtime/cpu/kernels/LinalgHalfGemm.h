@@ -39,8 +39,15 @@ struct LinalgHalfPrimsDeleter {
 };
 
 struct LinalgHalfGemm {
-  /// BF16 or F16: the type of A and B.
+  /// BF16 or F16: the type the product computes in.
   DType operands = DType::BF16;
+  /// Whether A (B) is f32, which run() rounds to `operands` first (to
+  /// nearest even, support/Half.h), rather than of `operands` already.
+  bool aF32 = false, bF32 = false;
+  /// Whether an f32 A (B) changes only between steps
+  /// (kernel::OpDesc::stepInvariant): its rounded copy is then made at the
+  /// first run of a step and kept (heldBytes()) for the step's other runs.
+  bool aKeep = false, bKeep = false;
   /// The geometry, alpha, beta, offsets and epilogue (act, bias): set
   /// these fields as for an f32 product; its bStepInvariant is ignored
   /// (the widened B lives in the workspace).
@@ -63,27 +70,60 @@ struct LinalgHalfGemm {
   std::string implementation() const;
   /// Scratch memory run() needs (64-byte aligned).
   size_t workspaceBytes() const;
-  /// A, B: 16-bit values (of `operands`); `bias`: the epilogue's N values.
-  Status run(const uint16_t *A, const uint16_t *B, float *C, void *workspace, const float *bias = nullptr) const;
+  /// Memory kept from run to run: the rounded copies of aKeep and bKeep
+  /// (where run() is given no `shared` roundings).
+  size_t heldBytes() const;
+  /// A, B: values of `operands`, or f32 ones (aF32, bF32); `bias`: the
+  /// epilogue's N values; `step`: what aKeep and bKeep copies are kept
+  /// for (ExecContext::step in training; 0 in inference, where weights
+  /// never change); `shared`: the device's roundings (ExecContext::
+  /// halfWeights), which then hold the aKeep and bKeep copies.
+  Status run(const void *A, const void *B, float *C, void *workspace, const float *bias = nullptr,
+             uint64_t step = 0, kernel::HalfWeights *shared = nullptr) const;
 
 private:
   /// Elements of A and B that the batch reads (from offset 0).
   int64_t extentA() const;
   int64_t extentB() const;
+  /// Rounding of an f32 operand kept from run to run.
+  struct Held {
+    std::vector<uint16_t> data;
+    const void *from = nullptr;
+    uint64_t step = 0;
+  };
+  mutable Held held_[2];
   std::unique_ptr<LinalgHalfPrims, LinalgHalfPrimsDeleter> prims_;
 };
 
 /// dst[i] = the f32 value of the 16-bit (`t`: BF16 or F16) src[i], for
 /// i < n, over the calling thread's budget.
 void linalgWidenHalf(const uint16_t *src, float *dst, int64_t n, DType t);
+/// dst[i] = src[i] rounded to `t` (BF16 or F16) to nearest even
+/// (support/Half.h), for i < n, over the calling thread's budget.
+void linalgNarrowHalf(const float *src, uint16_t *dst, int64_t n, DType t);
+
+/// The CPU's HalfWeights: roundings in 64-byte aligned host memory.
+std::unique_ptr<kernel::HalfWeights> makeCpuHalfWeights();
+
+/// Sets `g`'s operands, aF32, bF32, aKeep and bKeep from the types and
+/// step invariance of `d`'s operands 0 and 1 (a product under
+/// output_dtype).
+inline void linalgHalfOperandsOf(const OpDesc &d, LinalgHalfGemm &g) {
+  g.operands = productOperandType(d.inputs[0].dtype, d.inputs[1].dtype);
+  g.aF32 = d.inputs[0].dtype == DType::F32;
+  g.bF32 = d.inputs[1].dtype == DType::F32;
+  g.aKeep = g.aF32 && d.isStepInvariant(0);
+  g.bKeep = g.bF32 && d.isStepInvariant(1);
+}
 
 /// Whether `d` is a product under output_dtype (support/FusedOps.h): 16-bit
 /// operands 0 and 1, an f32 result.
 bool linalgIsHalfProduct(const OpDesc &d);
 /// `d` (a product under output_dtype) as the f32 product of its widened
-/// operands: operands 0 and 1 f32, not step-invariant (their widened
-/// copies live in the workspace), without output_dtype. Fails on other
-/// type mixes, naming the node.
+/// operands: operands 0 and 1 f32, without output_dtype; a widened 16-bit
+/// operand is not step-invariant (it lives in the workspace), a rounded
+/// f32 one keeps its step invariance. Fails on other type mixes, naming
+/// the node.
 Expected<OpDesc> linalgWidenedProduct(const OpDesc &d);
 /// The emulation of a product under output_dtype that has no 16-bit kernel
 /// of its own on this machine (the convolutions' where oneDNN has no bf16
@@ -96,16 +136,19 @@ Expected<KernelPtr> makeLinalgWidenedProductKernel(const OpDesc &d, KernelFactor
 /// FusedGemm's bias, input 2 where `bias` is set) f32.
 class LinalgHalfGemmKernel final : public Kernel {
 public:
-  LinalgHalfGemmKernel(LinalgBatchedGemm<float> g, DType operands) {
+  /// `d`: the node, whose operand types and step invariance set the
+  /// product's (LinalgHalfGemm::aF32, aKeep, ...).
+  LinalgHalfGemmKernel(LinalgBatchedGemm<float> g, const OpDesc &d) {
     g_.f32 = std::move(g);
-    g_.operands = operands;
+    linalgHalfOperandsOf(d, g_);
     g_.prepare();
   }
   size_t workspaceBytes() const override { return g_.workspaceBytes(); }
+  size_t heldBytes() const override { return g_.heldBytes(); }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
-    return g_.run(static_cast<const uint16_t *>(in[0]), static_cast<const uint16_t *>(in[1]),
-                  static_cast<float *>(out[0]), ctx.workspace,
-                  g_.f32.bias ? static_cast<const float *>(in[2]) : nullptr);
+    return g_.run(in[0], in[1], static_cast<float *>(out[0]), ctx.workspace,
+                  g_.f32.bias ? static_cast<const float *>(in[2]) : nullptr, ctx.training ? ctx.step : 0,
+                  ctx.halfWeights);
   }
 
 private:

@@ -118,9 +118,9 @@ Expected<KernelPtr> makeMatMulKernel(const OpDesc &d) {
   if (!result || d.outputs[0].dtype != *result)
     return errorf(d.where(), ": element types do not fit: ", d.inputs[0].str(), ", ", d.inputs[1].str(), " -> ",
                   d.outputs[0].str(), result ? "" : ": ", result ? "" : result.status().message());
-  if (*result != t) { // 16-bit operands, f32 result
+  if (linalgIsHalfProduct(d)) { // 16-bit operands (or an f32 weight), f32 result
     PIPEC_ASSIGN(LinalgBatchedGemm<float> g, geometry<float>(d));
-    return KernelPtr(new LinalgHalfGemmKernel(std::move(g), t));
+    return KernelPtr(new LinalgHalfGemmKernel(std::move(g), d));
   }
   return linalgDispatchNumeric(d, t, [&](auto tag) { return makeTyped<decltype(tag)>(d); });
 }

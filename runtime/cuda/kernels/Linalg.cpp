@@ -3,7 +3,9 @@
 // MatMul, Gemm, Einsum (batched matrix products) and pipec:FusedGemm on
 // cuBLAS in pedantic math mode; pipec:Attention and its gradient. MatMul,
 // Gemm and FusedGemm under output_dtype (support/FusedOps.h) take bf16 or
-// f16 operands and give f32 (cublasGemmEx with f32 compute).
+// f16 operands and give f32 (cublasGemmEx with f32 compute); an f32
+// operand among them (a weight) is rounded into the workspace first, at
+// every run.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/kernels/CudaCommon.h"
@@ -31,8 +33,31 @@ struct Gemm {
   /// (support/FusedOps.h), whose products cuBLAS accumulates in f32 into
   /// the f32 Y (cublasGemmEx, tensor cores).
   cudaDataType operands = CUDA_R_32F;
+  /// Elements of A (B) given in f32 under output_dtype (a weight), which
+  /// run() rounds to `operands` in the workspace first (support/Half.h's
+  /// rounding: Move.cu); 0 where the operand has type `operands`.
+  int64_t roundA = 0, roundB = 0;
 
-  Status run(void *stream, const void *a, const void *b, float *y, float beta) const {
+  static size_t padded(int64_t n) { return (static_cast<size_t>(n) * sizeof(uint16_t) + 255) / 256 * 256; }
+  size_t workspaceBytes() const { return padded(roundA) + padded(roundB); }
+
+  /// `ws`: workspaceBytes() of device memory (where roundA or roundB).
+  Status run(void *stream, const void *a, const void *b, float *y, float beta, void *ws = nullptr) const {
+    if (roundA || roundB) {
+      if (!ws)
+        return errorf("a product rounding an f32 operand has no workspace");
+      const CastType to = operands == CUDA_R_16BF ? CastType::BF16 : CastType::F16;
+      auto *at = static_cast<unsigned char *>(ws);
+      if (roundA) {
+        PIPEC_TRY(launchHalfCast(a, CastType::F32, at, to, roundA, stream));
+        a = at;
+        at += padded(roundA);
+      }
+      if (roundB) {
+        PIPEC_TRY(launchHalfCast(b, CastType::F32, at, to, roundB, stream));
+        b = at;
+      }
+    }
     PIPEC_ASSIGN(cublasHandle_t h, cublasFor(stream));
     const int lda = static_cast<int>(ldA ? ldA : ta ? m : k), ldb = static_cast<int>(ldB ? ldB : tb ? k : n);
     const int ldy = static_cast<int>(ldY ? ldY : n);
@@ -70,17 +95,18 @@ public:
   int64_t outElems = 0;
 
   bool canAccumulate() const override { return !hasC || beta == 0.0f; }
+  size_t workspaceBytes() const override { return g.workspaceBytes(); }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     const void *a = in[0], *b = in[1]; // f32, or Gemm::operands
     auto *y = static_cast<float *>(out[0]);
     if (ctx.accumulate)
-      return g.run(ctx.stream, a, b, y, 1.0f);
+      return g.run(ctx.stream, a, b, y, 1.0f, ctx.workspace);
     if (hasC && beta != 0.0f) {
       // Y = beta C, broadcast; then Y += alpha A'B'.
       PIPEC_TRY(launchBroadcastScale(static_cast<const float *>(in[2]), c, beta, y, outElems, ctx.stream));
-      return g.run(ctx.stream, a, b, y, 1.0f);
+      return g.run(ctx.stream, a, b, y, 1.0f, ctx.workspace);
     }
-    return g.run(ctx.stream, a, b, y, 0.0f);
+    return g.run(ctx.stream, a, b, y, 0.0f, ctx.workspace);
   }
 };
 
@@ -94,9 +120,10 @@ public:
   body::Broadcast y, bias;
   int64_t outElems = 0;
 
+  size_t workspaceBytes() const override { return g.workspaceBytes(); }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     auto *dst = static_cast<float *>(out[0]);
-    PIPEC_TRY(g.run(ctx.stream, in[0], in[1], dst, 0.0f));
+    PIPEC_TRY(g.run(ctx.stream, in[0], in[1], dst, 0.0f, ctx.workspace));
     if (hasBias)
       PIPEC_TRY(launchBinary(body::BinaryOp::Add, dst, y, static_cast<const float *>(in[2]), bias, dst, outElems,
                              ctx.stream));
@@ -206,8 +233,9 @@ public:
 };
 
 /// The operand type of product `d` for cuBLAS: f32, or bf16/f16 under
-/// output_dtype; refused otherwise.
-Expected<cudaDataType> operandsOf(const OpDesc &d) {
+/// output_dtype (then an f32 operand is rounded: `g`'s roundA, roundB);
+/// refused otherwise.
+Expected<cudaDataType> operandsOf(const OpDesc &d, Gemm &g) {
   if (d.inputs.size() < 2 || d.outputs.empty())
     return errorf(d.where(), ": a product needs 2 operands and an output");
   auto result = productResultType(d.inputs[0].dtype, d.inputs[1].dtype, d.attrs);
@@ -215,7 +243,12 @@ Expected<cudaDataType> operandsOf(const OpDesc &d) {
     return errorf(d.where(), ": ", result.status().message());
   if (*result != DType::F32 || d.outputs[0].dtype != DType::F32)
     return errorf(d.where(), ": the CUDA products give f32 results, not ", d.outputs[0].str());
-  switch (d.inputs[0].dtype) {
+  const DType t = productOperandType(d.inputs[0].dtype, d.inputs[1].dtype);
+  if (t != DType::F32) {
+    g.roundA = d.inputs[0].dtype == DType::F32 ? d.inputs[0].numel() : 0;
+    g.roundB = d.inputs[1].dtype == DType::F32 ? d.inputs[1].numel() : 0;
+  }
+  switch (t) {
   case DType::BF16: return CUDA_R_16BF;
   case DType::F16: return CUDA_R_16F;
   default: return CUDA_R_32F;
@@ -231,7 +264,7 @@ Expected<KernelPtr> makeMatMul(const OpDesc &d) {
                   shapeStr(b));
   auto k = std::make_unique<GemmKernel>();
   Gemm &g = k->g;
-  PIPEC_ASSIGN(g.operands, operandsOf(d));
+  PIPEC_ASSIGN(g.operands, operandsOf(d, g));
   g.m = a[a.size() - 2];
   g.k = a.back();
   g.n = b.back();
@@ -321,7 +354,7 @@ Expected<KernelPtr> makeGemm(const OpDesc &d) {
     return errorf(d.where(), ": Gemm takes 2-D A and B");
   auto k = std::make_unique<GemmKernel>();
   Gemm &g = k->g;
-  PIPEC_ASSIGN(g.operands, operandsOf(d));
+  PIPEC_ASSIGN(g.operands, operandsOf(d, g));
   g.ta = attrInt(d.attrs, "transA", 0) != 0;
   g.tb = attrInt(d.attrs, "transB", 0) != 0;
   g.alpha = attrFloat(d.attrs, "alpha", 1.0f);
@@ -346,7 +379,7 @@ Expected<KernelPtr> makeFusedGemm(const OpDesc &d) {
     return errorf(d.where(), ": ", (act ? dims.status() : act.status()).message());
   auto k = std::make_unique<FusedGemmKernel>();
   Gemm &g = k->g;
-  PIPEC_ASSIGN(g.operands, operandsOf(d));
+  PIPEC_ASSIGN(g.operands, operandsOf(d, g));
   g.ta = dims->ta;
   g.tb = dims->tb;
   g.m = dims->M;

@@ -1,10 +1,12 @@
-// A product's output_dtype (support/FusedOps.h): bf16 or f16 operands, an
-// f32 result; anything else is refused by name.
+// A product's output_dtype (support/FusedOps.h): bf16 or f16 operands (one
+// of them may be an f32 weight, which the product rounds), an f32 result;
+// anything else is refused by name.
 // RUN: pipec %s --emit=ir --passes=infer-shapes | FileCheck %s
 // CHECK: node "mm" MatMul(%a, %b) {output_dtype = 1} -> %y : f32[2,3]
 // CHECK: node "g" Gemm(%a, %bt, %c) {output_dtype = 1, transB = 1} -> %z : f32[2,3]
 // CHECK: node "conv" Conv(%x, %w, %c) {output_dtype = 1} -> %v : f32[1,3,2,2]
 // CHECK: node "dx" pipec:ConvGradInput(%dv, %w) {output_dtype = 1, shape = [1, 4, 3, 3]} -> %gx : f32[1,4,3,3]
+// CHECK: node "mw" MatMul(%a, %wf) {output_dtype = 1} -> %m : f32[2,3]
 // RUN: sed -e 's/node "conv" Conv(%x, %w, %c)/node "conv" Conv(%x, %w, %xc)/' %s > %t.bias.pir
 // RUN: not pipec %t.bias.pir --emit=ir --passes=infer-shapes 2>&1 | FileCheck %s --check-prefix=BIAS
 // BIAS: error: {{.*}}node 'conv' (Conv, opset 17): input 2 'xc' has element type bf16 but the product gives f32
@@ -28,12 +30,15 @@ graph "products" {
   input %w : bf16[3,4,2,2]
   input %xc : bf16[3]
   input %dv : bf16[1,3,2,2]
+  const %wf : f32[4,3] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]
   node "mm" MatMul(%a, %b) {output_dtype = 1} -> %y : f32[2,3]
   node "g" Gemm(%a, %bt, %c) {output_dtype = 1, transB = 1} -> %z : f32[2,3]
   node "conv" Conv(%x, %w, %c) {output_dtype = 1} -> %v : f32[1,3,2,2]
   node "dx" pipec:ConvGradInput(%dv, %w) {output_dtype = 1, shape = [1, 4, 3, 3]} -> %gx : f32[1,4,3,3]
+  node "mw" MatMul(%a, %wf) {output_dtype = 1} -> %m : f32[2,3]
   output %y
   output %z
   output %v
   output %gx
+  output %m
 }
