@@ -15,6 +15,8 @@
 #include "runtime/cuda/Update.h"
 #include "runtime/train/Optimizer.h"
 #include "support/Format.h"
+#include "support/FusedOps.h"
+#include "support/Half.h"
 #include "support/ElementwiseProgram.h"
 #include "support/Resize.h"
 #include "tests/unit/KernelTestSupport.h"
@@ -341,6 +343,34 @@ TEST(CudaKernels, GemmAndMatMulAgainstCpu) {
   EXPECT_LE(compareWithCpu(makeDesc("MatMul", {x.desc(), w.desc()}, {{DType::F32, {3, 16, 40}}}), {x, w}), 1e-5);
   Tensor p = randomF32({3, 24, 40}, 12);
   EXPECT_LE(compareWithCpu(makeDesc("MatMul", {x.desc(), p.desc()}, {{DType::F32, {3, 16, 40}}}), {x, p}), 1e-5);
+}
+
+// Under output_dtype: 16-bit operands (cublasGemmEx, f32 compute), or one
+// of them an f32 weight the kernel rounds first, against the CPU's bf16
+// matmul or its emulation: the same exact products, summed in f32.
+TEST(CudaKernels, GemmAndMatMulUnderOutputDtypeAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::BF16, DType::F16}) {
+    auto half = [&](const Shape &s, uint32_t seed) {
+      Tensor f = randomF32(s, seed), h(t, s);
+      for (int64_t i = 0; i < f.numel(); ++i)
+        static_cast<uint16_t *>(h.raw())[i] =
+            t == DType::BF16 ? floatToBf16(f.data<float>()[i]) : floatToHalf(f.data<float>()[i]);
+      return h;
+    };
+    const AttrMap at{{kProductOutputDType, Attribute::ofInt(static_cast<int64_t>(DType::F32))}};
+    Tensor a = half({64, 96}, 21), b = half({128, 96}, 22), c = randomF32({128}, 23), bw = randomF32({128, 96}, 24);
+    for (const Tensor *B : {&b, &bw}) {
+      cpu::OpDesc g = makeDesc("Gemm", {a.desc(), B->desc(), c.desc()}, {{DType::F32, {64, 128}}}, at);
+      g.attrs["transB"] = Attribute::ofInt(1);
+      EXPECT_LE(compareWithCpu(g, {a, *B, c}), 1e-5) << dtypeName(t) << " Gemm, B " << B->desc().str();
+    }
+    Tensor x = half({3, 16, 24}, 25), w = randomF32({24, 40}, 26), wh = half({24, 40}, 27);
+    for (const Tensor *W : {&w, &wh})
+      EXPECT_LE(compareWithCpu(makeDesc("MatMul", {x.desc(), W->desc()}, {{DType::F32, {3, 16, 40}}}, at), {x, *W}),
+                1e-5)
+          << dtypeName(t) << " MatMul, W " << W->desc().str();
+  }
 }
 
 TEST(CudaKernels, UnsupportedNodesAreRefusedByName) {
@@ -844,6 +874,42 @@ TEST(CudaKernels, ConvolutionsAgainstCpu) {
       ref.data<float>()[i] += prior.data<float>()[i];
     EXPECT_LE(worstError(got[0].data<float>(), ref.data<float>(), ref.numel()), 1e-4) << "ConvGradWeight += " << what;
   }
+}
+
+// Under output_dtype (the mixed-precision pass's products: bf16 or f16
+// activations, the weight f32 and rounded by the product, an f32 result)
+// the GPU widens the operands for its f32 cuDNN kernels; the CPU runs
+// oneDNN's bf16 kernels or the same emulation. Both accumulate the same
+// exact products in f32: rounding apart.
+TEST(CudaKernels, ConvolutionsUnderOutputDtypeAgainstCpu) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 1400;
+  for (DType t : {DType::BF16, DType::F16})
+    for (const CnnConvCase &c : cnnConvCases()) {
+      const Shape ys = convOut(c);
+      const std::string what = cat(dtypeName(t), " ", shapeStr(c.x), " * ", shapeStr(c.w));
+      auto half = [&](const Shape &s) {
+        Tensor f = randomF32(s, ++seed), h(t, s);
+        for (int64_t i = 0; i < f.numel(); ++i)
+          static_cast<uint16_t *>(h.raw())[i] =
+              t == DType::BF16 ? floatToBf16(f.data<float>()[i]) : floatToHalf(f.data<float>()[i]);
+        return h;
+      };
+      Tensor x = half(c.x), dy = half(ys), w = randomF32(c.w, ++seed), b = randomF32({c.w[0]}, ++seed);
+      AttrMap at = c.attrs, gi = c.attrs, gw = c.attrs;
+      for (AttrMap *m : {&at, &gi, &gw})
+        (*m)[kProductOutputDType] = Attribute::ofInt(static_cast<int64_t>(DType::F32));
+      gi["shape"] = Attribute::ofInts(c.x);
+      gw["shape"] = Attribute::ofInts(c.w);
+      cpu::OpDesc conv = makeDesc("Conv", {x.desc(), w.desc(), b.desc()}, {{DType::F32, ys}}, at, 11);
+      EXPECT_LE(cnnCompare(conv, {x, w, b}), 1e-5) << "Conv " << what;
+      cpu::OpDesc dX =
+          makeDesc("ConvGradInput", {dy.desc(), w.desc()}, {{DType::F32, c.x}}, gi, 17, "pipec");
+      EXPECT_LE(cnnCompare(dX, {dy, w}), 1e-5) << "ConvGradInput " << what;
+      cpu::OpDesc dW =
+          makeDesc("ConvGradWeight", {dy.desc(), x.desc()}, {{DType::F32, c.w}}, gw, 17, "pipec");
+      EXPECT_LE(cnnCompare(dW, {dy, x}), 1e-4) << "ConvGradWeight " << what;
+    }
 }
 
 // ConvTranspose: output_padding, output_shape, groups, asymmetric and

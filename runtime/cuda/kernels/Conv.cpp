@@ -20,8 +20,15 @@
 // cuDNN's beta = 1. Anything else (rank above 5, more than 2^31 elements
 // in a tensor) is refused when the kernel is made, naming the node.
 //
+// Under output_dtype (support/FusedOps.h: the mixed-precision pass's bf16
+// or f16 operands, an f32 result) the operands are widened to f32 in the
+// workspace first (an f32 weight rounded to 16 bits and back), then the
+// f32 kernel runs: the CPU's emulation (runtime/cpu/kernels/
+// HalfProduct.cpp), not yet cuDNN's 16-bit convolutions.
+//
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
 #include "runtime/cuda/Dnn.h"
 
 #include <cuda_runtime.h>
@@ -230,7 +237,82 @@ std::vector<int64_t> sizesOf(const std::vector<dnn::DimPlan> &plans) {
 
 } // namespace
 
+namespace {
+
+/// A convolution under output_dtype: operands 0 and 1 widened to f32 in
+/// the workspace (an f32 one rounded to the 16-bit type and back: the
+/// values a 16-bit copy holds), then `inner`, the node's f32 kernel.
+class WidenedConvKernel final : public Kernel, public DnnChoice {
+public:
+  WidenedConvKernel(KernelPtr inner, const OpDesc &d)
+      : inner_(std::move(inner)),
+        half_(productOperandType(d.inputs[0].dtype, d.inputs[1].dtype) == DType::BF16 ? CastType::BF16
+                                                                                        : CastType::F16),
+        nIn_(d.inputs.size()) {
+    size_t at = 0;
+    for (size_t i = 0; i < 2; ++i) {
+      f32_[i] = d.inputs[i].dtype == DType::F32;
+      n_[i] = d.inputs[i].numel();
+      off_[i] = at;
+      at += roundUp(static_cast<size_t>(n_[i]) * sizeof(float));
+      if (f32_[i])
+        tmp_ = std::max(tmp_, roundUp(static_cast<size_t>(n_[i]) * sizeof(uint16_t)));
+    }
+    tmpOff_ = at;
+    innerOff_ = at + tmp_;
+  }
+  size_t workspaceBytes() const override { return 256 + innerOff_ + inner_->workspaceBytes(); }
+  bool canAccumulate() const override { return inner_->canAccumulate(); }
+  std::string dnnChoice() const override {
+    const auto *c = dynamic_cast<const DnnChoice *>(inner_.get());
+    return c ? c->dnnChoice() : std::string();
+  }
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    auto base = reinterpret_cast<uintptr_t>(ctx.workspace);
+    auto *ws = reinterpret_cast<unsigned char *>((base + 255) & ~uintptr_t(255));
+    const void *args[4] = {nullptr, nullptr, nullptr, nullptr};
+    for (size_t i = 0; i < nIn_ && i < 4; ++i)
+      args[i] = in[i];
+    for (size_t i = 0; i < 2; ++i) {
+      unsigned char *wide = ws + off_[i];
+      if (f32_[i]) {
+        PIPEC_TRY(launchHalfCast(in[i], CastType::F32, ws + tmpOff_, half_, n_[i], ctx.stream));
+        PIPEC_TRY(launchHalfCast(ws + tmpOff_, half_, wide, CastType::F32, n_[i], ctx.stream));
+      } else {
+        PIPEC_TRY(launchHalfCast(in[i], half_, wide, CastType::F32, n_[i], ctx.stream));
+      }
+      args[i] = wide;
+    }
+    ExecContext inner = ctx;
+    inner.workspace = ws + innerOff_;
+    return inner_->run(inner, args, out);
+  }
+
+private:
+  KernelPtr inner_;
+  CastType half_;
+  size_t nIn_;
+  bool f32_[2] = {false, false};
+  int64_t n_[2] = {0, 0};
+  size_t off_[2] = {0, 0}, tmp_ = 0, tmpOff_ = 0, innerOff_ = 0;
+};
+
+/// `d` under output_dtype through WidenedConvKernel and `f32`, the op's
+/// factory.
+Expected<KernelPtr> widened(const OpDesc &d, Expected<KernelPtr> (*f32)(const OpDesc &)) {
+  PIPEC_ASSIGN(OpDesc w, cpu::linalgWidenedProduct(d));
+  if (d.inputs.size() > 4)
+    return errorf(d.where(), ": expects at most 4 inputs, got ", d.inputs.size());
+  w.stepInvariant.assign(w.inputs.size(), false); // the widened operands live in the workspace
+  PIPEC_ASSIGN(KernelPtr inner, f32(w));
+  return KernelPtr(new WidenedConvKernel(std::move(inner), d));
+}
+
+} // namespace
+
 Expected<KernelPtr> makeConv(const OpDesc &d) {
+  if (cpu::linalgIsHalfProduct(d))
+    return widened(d, makeConv);
   PIPEC_TRY(cpu::linalgCheckConvOperands(d));
   const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
   PIPEC_TRY(checkSpatial(d, x.rank()));
@@ -265,6 +347,8 @@ Expected<KernelPtr> makeConv(const OpDesc &d) {
 }
 
 Expected<KernelPtr> makeConvTranspose(const OpDesc &d) {
+  if (cpu::linalgIsHalfProduct(d))
+    return widened(d, makeConvTranspose);
   PIPEC_TRY(cpu::linalgCheckConvOperands(d));
   const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
   PIPEC_TRY(checkSpatial(d, x.rank()));
@@ -353,7 +437,11 @@ Expected<KernelPtr> makeConvGrad(const OpDesc &d, bool weight) {
 
 } // namespace
 
-Expected<KernelPtr> makeConvGradInput(const OpDesc &d) { return makeConvGrad(d, false); }
-Expected<KernelPtr> makeConvGradWeight(const OpDesc &d) { return makeConvGrad(d, true); }
+Expected<KernelPtr> makeConvGradInput(const OpDesc &d) {
+  return cpu::linalgIsHalfProduct(d) ? widened(d, makeConvGradInput) : makeConvGrad(d, false);
+}
+Expected<KernelPtr> makeConvGradWeight(const OpDesc &d) {
+  return cpu::linalgIsHalfProduct(d) ? widened(d, makeConvGradWeight) : makeConvGrad(d, true);
+}
 
 } // namespace pipec::cuda
