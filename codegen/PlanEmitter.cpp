@@ -502,6 +502,8 @@ Expected<EmittedPlan> emitPlan(const ir::Graph &g, const partitioner::Partition 
     pl->set_stages_per_device(per);
   if (opts.dataParallel > 1)
     pl->set_data_parallel(static_cast<uint32_t>(opts.dataParallel));
+  if (opts.shardOptimizer)
+    pl->set_shard_optimizer(true);
   pl->set_schedule(schedule.name());
   pl->set_training(opts.training);
   if (!g.inputs().empty() && !g.inputs()[0]->shape().empty())

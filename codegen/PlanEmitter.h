@@ -63,6 +63,8 @@ struct EmitOptions {
   PlanMethod arenaPlanner = PlanMethod::Auto;
   /// Replicas of the pipeline (data parallelism); 1: one pipeline.
   int dataParallel = 1;
+  /// Shard the optimizer over the replicas (ZeRO-1; dataParallel > 1).
+  bool shardOptimizer = false;
   /// Pipeline schedule (pipeline/Schedule.h); the partition has
   /// stagesPerDevice() stages per device.
   pipeline::Schedule schedule;

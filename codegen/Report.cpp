@@ -295,12 +295,21 @@ std::string renderReportText(const json &r) {
     const unsigned D = r["data_parallel"].get<unsigned>();
     std::snprintf(line, sizeof line,
                   "data parallel: %u replicas of the %u stages on %u devices, %u micro-batches a step; "
-                  "gradients summed over the replicas at replica 0: %s moved per step, predicted %s\n",
+                  "gradients summed over the replicas at %s: %s moved per step, predicted %s\n",
                   D, r["devices"].get<unsigned>(), D * r["devices"].get<unsigned>(),
                   D * r["micro_batches"].get<unsigned>(),
+                  r.value("optimizer_sharded", false) ? "each parameter's updating replica" : "replica 0",
                   formatBytes(r["replica_exchange_bytes_per_step"].get<double>()).c_str(),
                   formatSeconds(r["predicted_replica_exchange_seconds"].get<double>()).c_str());
     os << line;
+    if (r.value("optimizer_sharded", false)) {
+      std::snprintf(line, sizeof line,
+                    "sharded optimizer (ZeRO-1): each parameter updated by one replica's device, which keeps "
+                    "its optimizer state: at most %s of state per device (%s unsharded)\n",
+                    formatBytes(r["optimizer_state_bytes_largest_shard"].get<double>()).c_str(),
+                    formatBytes(r["optimizer_state_bytes_unsharded"].get<double>()).c_str());
+      os << line;
+    }
   }
   if (r["predicted_step_seconds"].get<double>() <= 0) {
     os << "predicted: nothing to compute (every output is a constant or an input)\n";

@@ -9,6 +9,7 @@
 #include "support/PhaseTimer.h"
 #include "runtime/train/LrSchedule.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace pipec::driver {
@@ -64,7 +65,15 @@ namespace {
 /// messages of the stage's parameter bytes one after the other at the
 /// profile's link figures; the stages exchange at the same time. A step
 /// then takes D x M micro-batches.
-void addReplicaExchange(Compiled &c, int D) {
+///
+/// A sharded optimizer (ZeRO-1) gives each parameter to one replica
+/// (Parameter.shard): per stage, the largest parameters first, each to the
+/// replica that holds the fewest bytes so far (the lowest on a tie), as
+/// PyTorch's ZeroRedundancyOptimizer partitions. That replica's device
+/// alone keeps its optimizer state, takes the other replicas' gradients
+/// and sends the weight back: the same bytes move, spread over the
+/// replicas' devices instead of converging on replica 0's.
+void addReplicaExchange(Compiled &c, int D, bool shard) {
   plan::Plan &p = c.plan.plan;
   const int K = p.devices_size();
   std::vector<int> producer(p.tensors_size(), -1);
@@ -73,14 +82,34 @@ void addReplicaExchange(Compiled &c, int D) {
       for (int32_t o : n.outputs())
         producer[o] = d;
   std::vector<double> stageBytes(static_cast<size_t>(K), 0.0);
-  for (const plan::Parameter &pp : p.training().params())
-    if (producer[pp.grad()] >= 0)
+  // Per stage, the parameter bytes each replica updates.
+  std::vector<std::vector<double>> owned(static_cast<size_t>(K), std::vector<double>(static_cast<size_t>(D), 0.0));
+  std::vector<int> order;
+  for (int i = 0; i < p.training().params_size(); ++i)
+    if (const plan::Parameter &pp = p.training().params(i); producer[pp.grad()] >= 0) {
       stageBytes[producer[pp.grad()]] += static_cast<double>(p.tensors(pp.weight()).bytes());
+      order.push_back(i);
+    }
+  auto bytesOf = [&](int i) { return p.tensors(p.training().params(i).weight()).bytes(); };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return bytesOf(a) > bytesOf(b); });
+  for (int i : order) {
+    plan::Parameter *pp = p.mutable_training()->mutable_params(i);
+    std::vector<double> &load = owned[static_cast<size_t>(producer[pp->grad()])];
+    const int r = shard ? static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin()) : 0;
+    pp->set_shard(static_cast<uint32_t>(r));
+    load[static_cast<size_t>(r)] += static_cast<double>(bytesOf(i));
+  }
   const partitioner::CostModel &model = c.partition.estimate.model;
   double bytes = 0, seconds = 0;
-  for (double b : stageBytes) {
+  for (int s = 0; s < K; ++s) {
+    const double b = stageBytes[static_cast<size_t>(s)];
     bytes += 2.0 * (D - 1) * b;
-    seconds = std::max(seconds, 2.0 * (D - 1) * model.transferTime(b));
+    // Each device's messages one after the other: the gradients of what
+    // it does not update out and the weights in, the other replicas'
+    // gradients of what it updates in and the weights out.
+    for (double mine : owned[static_cast<size_t>(s)])
+      seconds = std::max(seconds, (mine < b ? 2.0 * model.transferTime(b - mine) : 0.0) +
+                                      (mine > 0 ? 2.0 * (D - 1) * model.transferTime(mine) : 0.0));
   }
   plan::Pipeline *pl = p.mutable_pipeline();
   pl->set_replica_exchange_bytes(static_cast<uint64_t>(bytes));
@@ -96,12 +125,43 @@ void addReplicaExchange(Compiled &c, int D) {
     r["predicted_samples_per_second"] = r["predicted_samples_per_second"].get<double>() * D * pipeline / step;
     r["predicted_speedup"] = r["single_device_step_seconds"].get<double>() * D / step;
   }
+  if (!shard)
+    return;
+  // The report's training state per device: the gradients of every
+  // parameter the stage computes, the optimizer's state of the largest
+  // shard (a device keeps only its replica's).
+  auto oc = train::parseOptimizer(p.training().optimizer());
+  auto opt = oc ? train::Optimizer::create(*oc) : Expected<train::Optimizer>(oc.status());
+  const double states = opt ? static_cast<double>(opt->stateTensors()) : 0.0;
+  nlohmann::json shards = nlohmann::json::array();
+  double largest = 0, unsharded = 0;
+  for (int s = 0; s < K; ++s) {
+    const std::vector<double> &load = owned[static_cast<size_t>(s)];
+    shards.push_back(load);
+    const double most = *std::max_element(load.begin(), load.end());
+    largest = std::max(largest, most * states);
+    unsharded = std::max(unsharded, stageBytes[static_cast<size_t>(s)] * states);
+    for (nlohmann::json &js : r["stage_list"])
+      if (js["device"].get<int>() == s) {
+        const double before = js["training_state_bytes"].get<double>();
+        const double after = before - (stageBytes[static_cast<size_t>(s)] - most) * states;
+        js["training_state_bytes"] = after;
+        js["peak_memory_bytes"] = js["peak_memory_bytes"].get<double>() - before + after;
+      }
+  }
+  r["optimizer_sharded"] = true;
+  r["updated_parameter_bytes_per_replica"] = shards;
+  r["optimizer_state_bytes_largest_shard"] = largest;
+  r["optimizer_state_bytes_unsharded"] = unsharded;
 }
 
 } // namespace
 
 Expected<EmitOptions> prepareGraph(ir::Graph &g, const CompileOptions &opts, PhaseTimer &phases) {
   EmitOptions emit = opts.emit;
+  if (emit.shardOptimizer && (!emit.training || emit.dataParallel < 2))
+    return errorf("--shard-optimizer shards the optimizer's state over the replicas of data parallelism: it "
+                  "needs --train and --data-parallel 2 or more");
   passes::PassManagerOptions pmo = opts.passManager;
   pmo.laterPasses.push_back("recompute");
   passes::PassManager pm(pmo);
@@ -208,6 +268,8 @@ Expected<partitioner::PartitionOptions> partitionOptionsFor(const CompileOptions
   if (emit.training) {
     // The memory model counts the optimizer's state tensors per parameter.
     po.optimizerStates = emit.train.optimizerStates;
+    if (emit.shardOptimizer)
+      po.optimizerShards = emit.dataParallel;
     po.optimizer = emit.train.optimizerKind;
     po.accumulatedInPlace = emit.train.accumulatedInPlace;
   }
@@ -302,7 +364,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   }
   PIPEC_ASSIGN(c.report, buildReport(g, c.partition, c.plan));
   if (emit.dataParallel > 1)
-    addReplicaExchange(c, emit.dataParallel);
+    addReplicaExchange(c, emit.dataParallel, emit.shardOptimizer);
   // The step the report predicts: its simulation of the emitted programs
   // (the partition's ideal schedule where those cannot be timed).
   c.plan.plan.mutable_pipeline()->set_predicted_step_seconds(

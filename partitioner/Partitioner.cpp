@@ -379,6 +379,7 @@ Expected<Partition> partitionGraph(const ir::Graph &g, const PartitionOptions &o
   co.schedule = opts.schedule;
   co.recompute = opts.recompute;
   co.optimizerStates = opts.optimizerStates;
+  co.optimizerShards = std::max(1, opts.optimizerShards);
   if (opts.training) {
     co.optimizerSecondsPerParameter =
         cost.profile.optimizerStepSecondsPerParameter(opts.optimizer, opts.optimizerStates);

@@ -58,6 +58,8 @@ struct PartitionOptions {
   std::unordered_map<std::string, double> opTimes;
   /// State tensors per parameter of the optimizer (adam 2, sgd 0 or 1).
   int optimizerStates = 0;
+  /// Replicas the optimizer state is sharded over (ZeRO-1; 1: none).
+  int optimizerShards = 1;
   /// The optimizer's kind (sgd, adam, adamw, rmsprop): the step's cost.
   std::string optimizer = "adam";
   /// Parameters whose gradient kernel sums the micro-batches in place

@@ -236,7 +236,7 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
   e.forwardTime = fwd_;
   e.backwardTime = o.training ? bwd_ : 0;
   e.weightGradTime = o.training ? wgt_ : 0;
-  e.optimizerTime = opt_ + (o.training ? params_ * o.optimizerSecondsPerParameter +
+  e.optimizerTime = opt_ + (o.training ? params_ * o.optimizerSecondsPerParameter / o.optimizerShards +
                                              collected_ * o.accumulateSecondsPerParameter
                                        : 0);
   e.forwardFlops = fwdFlops_;
@@ -254,7 +254,7 @@ StageEstimate ChainModel::Sweep::estimate(int stage, int numStages) const {
     // 2bw keeps a second version of every parameter it updates.
     mem.weights += paramBytes_ * (o.schedule.weightVersions() - 1);
     mem.gradients = paramBytes_;
-    mem.optimizerState = paramBytes_ * o.optimizerStates;
+    mem.optimizerState = paramBytes_ * o.optimizerStates / o.optimizerShards;
     const std::vector<unsigned> &inFlight = m_.inFlight(numStages);
     e.inFlight = stage >= 0 && static_cast<size_t>(stage) < inFlight.size()
                      ? static_cast<int>(inFlight[static_cast<size_t>(stage)])

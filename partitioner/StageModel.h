@@ -76,6 +76,9 @@ struct ChainOptions {
   pipeline::Schedule schedule;
   std::string recompute = "none"; ///< none, full, selective, auto
   int optimizerStates = 0;
+  /// Replicas the optimizer is sharded over (ZeRO-1; 1: none): a device
+  /// keeps and updates about 1/shards of its stage's optimizer state.
+  int optimizerShards = 1;
   /// Seconds per trained parameter element per step: the optimizer step
   /// (DeviceProfile::optimizerStepSecondsPerParameter), and the runtime's
   /// gradient accumulation over the micro-batches, charged to the

@@ -50,20 +50,24 @@ Status checkFitsMachine(const plan::Plan &p, int onlyDevice, bool arenasOnGpu) {
   if (p.pipeline().training()) {
     PIPEC_ASSIGN(train::OptimizerConfig oc, train::parseOptimizer(p.training().optimizer()));
     PIPEC_ASSIGN(train::Optimizer opt, train::Optimizer::create(oc));
-    // A gradient per replica where it is computed, the optimizer's state at
-    // replica 0; one device: the parameters its stage computes gradients of.
+    // A gradient per replica where it is computed, the optimizer's state
+    // where the parameter is updated (replica 0, or its shard's replica);
+    // one device: the parameters its stage computes gradients of.
     std::vector<char> mine(static_cast<size_t>(p.tensors_size()), onlyDevice < 0);
     if (onlyDevice >= 0)
       for (const plan::Node &n : p.devices(onlyDevice % p.devices_size()).nodes())
         for (int32_t o : n.outputs())
           if (o >= 0 && o < p.tensors_size())
             mine[static_cast<size_t>(o)] = 1;
-    const long double copies =
-        onlyDevice < 0 ? D + opt.stateTensors() : 1 + (onlyDevice < p.devices_size() ? opt.stateTensors() : 0);
-    for (const plan::Parameter &pp : p.training().params())
+    const int replica = onlyDevice / p.devices_size();
+    for (const plan::Parameter &pp : p.training().params()) {
+      const int owner = p.pipeline().shard_optimizer() ? static_cast<int>(pp.shard()) : 0;
+      const long double copies =
+          onlyDevice < 0 ? D + opt.stateTensors() : 1 + (replica == owner ? opt.stateTensors() : 0);
       if (pp.weight() >= 0 && pp.weight() < p.tensors_size() && pp.grad() >= 0 &&
           pp.grad() < p.tensors_size() && mine[static_cast<size_t>(pp.grad())])
         state += static_cast<long double>(p.tensors(pp.weight()).bytes()) * copies;
+    }
   }
   const long double total = arenas + weights + state;
   if (total <= machine)

@@ -58,6 +58,9 @@ Status Session::prepareTraining() {
     ps.device = producer[pp.grad()];
     if (ps.device < 0)
       return errorf("no device computes the gradient '", lp_.plan.tensors(pp.grad()).name(), "'");
+    // A sharded optimizer: the replica the plan gives the parameter.
+    ps.owner = lp_.plan.pipeline().shard_optimizer() ? static_cast<int>(pp.shard()) : 0;
+    ps.updater = ps.owner * stages() + ps.device;
     // The devices of one process share the loaded weights: every device
     // that reads a parameter sees the one copy the optimizer updates. In a
     // distributed run each process has its own copy; the other devices
@@ -76,15 +79,15 @@ Status Session::prepareTraining() {
           stagesHolding += r == 0;
         }
     sharedParams_ = sharedParams_ || stagesHolding > 1;
-    std::erase(holders, ps.device);
+    std::erase(holders, ps.updater);
     otherHolders_.push_back(holders);
     // Gradient accumulators live on every replica's device that computes
     // the gradient; the optimizer's state where the parameter is updated
-    // (replica 0).
-    if (isLocal(ps.device)) {
+    // (replica 0, or the owner of a sharded optimizer).
+    if (isLocal(ps.device))
       ps.accum.assign(static_cast<size_t>(ps.n), 0.0f);
+    if (isLocal(ps.updater))
       ps.state.assign(opt.stateTensors(), LargeVector<float>(static_cast<size_t>(ps.n), 0.0f));
-    }
     ps.replicaAccum.resize(static_cast<size_t>(replicas() - 1));
     for (int r = 1; r < replicas(); ++r)
       if (isLocal(r * stages() + ps.device))
@@ -251,16 +254,17 @@ Status Session::planParamUpdates() {
 }
 
 uint64_t Session::trainingStateBytes(int device) const {
-  // Every replica's device holds the gradients of its stage; replica 0's
-  // the optimizer's state too.
+  // Every replica's device holds the gradients of its stage; the device
+  // that updates a parameter (replica 0's, or its shard's) its optimizer
+  // state too.
   uint64_t bytes = 0;
   if (!optimizer_)
     return 0;
   const int stage = device % stages();
-  const uint64_t copies = 1 + (device < stages() ? optimizer_->stateTensors() : 0);
   for (const ParamState &ps : params_)
     if (ps.device == stage)
-      bytes += static_cast<uint64_t>(ps.n) * sizeof(float) * copies;
+      bytes += static_cast<uint64_t>(ps.n) * sizeof(float) *
+               (1 + (ps.updater == device ? optimizer_->stateTensors() : 0));
   return bytes;
 }
 
@@ -407,7 +411,7 @@ Expected<train::Checkpoint> Session::checkpointContents(int owner) const {
     c.meta["loss_scale.good_steps"] = std::to_string(scaler_.goodSteps());
   }
   for (const ParamState &ps : params_) {
-    if (owner >= 0 && ps.device != owner)
+    if (owner >= 0 && ps.updater != owner)
       continue;
     const std::string &name = p.tensors(ps.weight).name();
     // 2bw: the weights after the last step and the version before, which

@@ -6,31 +6,47 @@
 namespace pipec::runtime {
 
 Status StepExchange::reduceReplicaGradients(int d) {
+  if (D_ < 2)
+    return Status::ok();
   const int replica = d / K_, stage = d % K_;
   const uint32_t kind = static_cast<uint32_t>(SessionMessage::ReplicaGradient);
-  if (replica > 0) {
-    // Replica r's gradients go to replica 0's device of the stage, which
-    // sums them in replica order and updates the weights.
-    for (size_t i = 0; i < params_.size(); ++i) {
-      train::ParamState &ps = params_[i];
-      if (ps.device == stage)
-        PIPEC_TRY(tr_->send(d, stage, sessionTag(kind, static_cast<uint32_t>(i)), ps.accumOf(replica),
-                            static_cast<size_t>(ps.n) * sizeof(float)));
+  // Each parameter's updater (replica 0's device of the stage, or the
+  // device of its shard's replica) takes the other replicas' gradient
+  // sums. Sends first: a send never waits for its receive.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    train::ParamState &ps = params_[i];
+    if (ps.device == stage && ps.updater != d)
+      PIPEC_TRY(tr_->send(d, ps.updater, sessionTag(kind, static_cast<uint32_t>(i)), ps.accumOf(replica),
+                          static_cast<size_t>(ps.n) * sizeof(float)));
+  }
+  // The sum in replica order, whichever replica updates: ((g0 + g1) + g2)
+  // ..., so that a sharded optimizer gives bitwise the unsharded result.
+  std::vector<float> part, sum;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    train::ParamState &ps = params_[i];
+    if (ps.updater != d)
+      continue;
+    const uint64_t tag = sessionTag(kind, static_cast<uint32_t>(i));
+    const size_t bytes = static_cast<size_t>(ps.n) * sizeof(float);
+    float *mine = ps.accumOf(replica);
+    part.resize(static_cast<size_t>(ps.n));
+    float *acc = mine;
+    if (replica > 0) {
+      sum.resize(static_cast<size_t>(ps.n));
+      acc = sum.data();
+      PIPEC_TRY(tr_->recv(d, stage, tag, acc, bytes));
     }
-  } else if (D_ > 1) {
-    std::vector<float> part;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      train::ParamState &ps = params_[i];
-      if (ps.device != d)
-        continue;
-      part.resize(static_cast<size_t>(ps.n));
-      for (int r = 1; r < D_; ++r) {
-        PIPEC_TRY(tr_->recv(d, r * K_ + d, sessionTag(kind, static_cast<uint32_t>(i)), part.data(),
-                            part.size() * sizeof(float)));
-        for (int64_t k = 0; k < ps.n; ++k)
-          ps.accum[k] += part[k];
+    for (int r = 1; r < D_; ++r) {
+      const float *add = mine;
+      if (r != replica) {
+        PIPEC_TRY(tr_->recv(d, r * K_ + stage, tag, part.data(), bytes));
+        add = part.data();
       }
+      for (int64_t k = 0; k < ps.n; ++k)
+        acc[k] += add[k];
     }
+    if (acc != mine)
+      std::copy(sum.begin(), sum.end(), mine);
   }
   return Status::ok();
 }
@@ -42,15 +58,15 @@ Status StepExchange::syncSharedWeights(int d) {
   for (size_t i = 0; i < params_.size(); ++i) {
     train::ParamState &ps = params_[i];
     const size_t bytes = static_cast<size_t>(ps.n) * sizeof(float);
-    if (ps.device == d)
+    if (ps.updater == d)
       for (int h : otherHolders_[i])
         PIPEC_TRY(tr_->send(d, h, sessionTag(kind, static_cast<uint32_t>(i)), ps.data, bytes));
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     train::ParamState &ps = params_[i];
     const auto &others = otherHolders_[i];
-    if (ps.device != d && std::find(others.begin(), others.end(), d) != others.end())
-      PIPEC_TRY(tr_->recv(d, ps.device, sessionTag(kind, static_cast<uint32_t>(i)), ps.data,
+    if (ps.updater != d && std::find(others.begin(), others.end(), d) != others.end())
+      PIPEC_TRY(tr_->recv(d, ps.updater, sessionTag(kind, static_cast<uint32_t>(i)), ps.data,
                           static_cast<size_t>(ps.n) * sizeof(float)));
   }
   return Status::ok();

@@ -3,8 +3,10 @@
 // The messages of a training or inference step that are not the plan's
 // tensor messages (those the executors send themselves), over any
 // Transport:
-//  - data parallelism: each replica's summed gradients go to replica 0's
-//    device of the stage, which adds them in replica order;
+//  - data parallelism: each replica's summed gradients go to the device
+//    that updates the parameter (replica 0's of the stage, or with a
+//    sharded optimizer its shard's replica's), which adds them in replica
+//    order;
 //  - a distributed run (one process per device): after a parameter's
 //    update, the other devices that read it (tied weights, replicas) take
 //    its new value; after the step, the gradient norm's slots and the
@@ -37,9 +39,10 @@ public:
       : tr_(transport), params_(params), otherHolders_(otherHolders), K_(stages), D_(replicas),
         syncWeights_(syncWeights) {}
 
-  /// At device d's OPTIMIZER, before its updates: replica r > 0 sends its
-  /// gradient sums to replica 0's device of the stage, which adds them to
-  /// its own in replica order. Nothing without data parallelism.
+  /// At device d's OPTIMIZER, before its updates: device d sends its
+  /// gradient sums of the parameters another replica updates to that
+  /// replica's device, and sums the others' of those it updates in
+  /// replica order. Nothing without data parallelism.
   Status reduceReplicaGradients(int d);
   /// After device d's updates: the updater of each parameter sends it to
   /// the other devices that hold it, which take it (every device is past

@@ -210,6 +210,8 @@ Status validatePlan(const Plan &p) {
     }
   }
   PIPEC_TRY(checkWeightRegions(p));
+  if (pl.shard_optimizer() && !pl.training())
+    return errorf("the plan shards an optimizer but does not train");
   if (pl.training()) {
     const Training &tr = p.training();
     PIPEC_TRY(checkTensorRef(p, tr.loss(), "the training loss", false));
@@ -217,8 +219,15 @@ Status validatePlan(const Plan &p) {
       return errorf("the training loss '", p.tensors(tr.loss()).name(), "' is not a graph output");
     if (tr.params_size() == 0)
       return errorf("the training plan has no parameters");
+    const uint32_t replicas = std::max(pl.data_parallel(), 1u);
+    if (pl.shard_optimizer() && replicas < 2)
+      return errorf("the plan shards its optimizer over ", replicas, " replica(s) (it needs data parallelism)");
     for (const Parameter &pp : tr.params()) {
       PIPEC_TRY(checkTensorRef(p, pp.weight(), "a trained parameter", false));
+      if (pp.shard() >= (pl.shard_optimizer() ? replicas : 1u))
+        return errorf("parameter '", p.tensors(pp.weight()).name(), "' is updated by replica ", pp.shard(),
+                      " of ", pl.shard_optimizer() ? replicas : 1u,
+                      pl.shard_optimizer() ? "" : " (the plan's optimizer is not sharded)");
       PIPEC_TRY(checkTensorRef(p, pp.grad(), "a parameter gradient", false));
       const TensorInfo &w = p.tensors(pp.weight()), &g = p.tensors(pp.grad());
       if (w.kind() != TensorInfo::WEIGHT || g.kind() != TensorInfo::ACTIVATION ||

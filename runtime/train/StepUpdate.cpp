@@ -20,7 +20,7 @@ Status StepUpdate::updateOne(size_t i) {
   ParamState &ps = params_[i];
   // The loss of a step is the mean of the micro-batch losses, so its
   // gradient is the mean of theirs.
-  PIPEC_ASSIGN(sq_[i], opt_.scaleSquareAndStep(stepNumber_, lr_, ps.data, ps.accum.data(),
+  PIPEC_ASSIGN(sq_[i], opt_.scaleSquareAndStep(stepNumber_, lr_, ps.data, ps.gradient(),
                                                microBatches_ > 1 || scaled_ ? invM_ : 1.0f, ps.stateBuffers(), ps.n));
   return Status::ok();
 }
@@ -37,18 +37,18 @@ Expected<bool> StepUpdate::optimize(int d, const std::function<Status(double *, 
     // Nothing waits for the norm: each parameter's update in one pass
     // (updateOne), but for those already updated in the step.
     for (size_t i = 0; i < params_.size(); ++i)
-      if (params_[i].device == d && !(rule_.inStep && params_[i].inStep))
+      if (params_[i].updater == d && !(rule_.inStep && params_[i].inStep))
         PIPEC_TRY(updateOne(i));
     return true;
   }
   std::vector<double> mine(collective ? params_.size() : 0, 0.0);
   for (size_t i = 0; i < params_.size(); ++i) {
     ParamState &ps = params_[i];
-    if (ps.device != d)
+    if (ps.updater != d)
       continue;
     if (microBatches_ > 1 || scaled_)
-      scaleGrad(ps.accum.data(), ps.n, invM_);
-    (collective ? mine[i] : sq_[i]) = gradSquaredSum(ps.accum.data(), ps.n);
+      scaleGrad(ps.gradient(), ps.n, invM_);
+    (collective ? mine[i] : sq_[i]) = gradSquaredSum(ps.gradient(), ps.n);
   }
   if (collective) {
     // Every slot has one non-zero contribution, so the sum is exact.
@@ -72,8 +72,8 @@ Expected<bool> StepUpdate::optimize(int d, const std::function<Status(double *, 
       double coef = clipCoefficient(std::sqrt(total), rule_.clip);
       if (coef < 1.0 || std::isnan(coef))
         for (ParamState &ps : params_)
-          if (ps.device == d)
-            scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
+          if (ps.updater == d)
+            scaleGrad(ps.gradient(), ps.n, static_cast<float>(coef));
     }
     if (d == lastLocal_)
       sq_ = mine;
@@ -90,13 +90,13 @@ Expected<bool> StepUpdate::optimize(int d, const std::function<Status(double *, 
       double coef = clipCoefficient(std::sqrt(total), rule_.clip);
       if (coef < 1.0 || std::isnan(coef))
         for (ParamState &ps : params_)
-          scaleGrad(ps.accum.data(), ps.n, static_cast<float>(coef));
+          scaleGrad(ps.gradient(), ps.n, static_cast<float>(coef));
     }
   }
   for (ParamState &ps : params_) {
-    if (ps.device != d || rule_.gradientsOnly)
+    if (ps.updater != d || rule_.gradientsOnly)
       continue;
-    PIPEC_TRY(opt_.step(stepNumber_, lr_, ps.data, ps.accum.data(), ps.stateBuffers(), ps.n));
+    PIPEC_TRY(opt_.step(stepNumber_, lr_, ps.data, ps.gradient(), ps.stateBuffers(), ps.n));
   }
   return true;
 }
@@ -107,11 +107,11 @@ Status updateNoFlush(const Optimizer &optimizer, std::vector<ParamState> &params
   const float stepLr = schedule.lrAt(number);
   for (size_t i = 0; i < params.size(); ++i) {
     ParamState &ps = params[i];
-    if (ps.device != d)
+    if (ps.updater != d)
       continue;
     const int64_t v = static_cast<int64_t>(s);
     PIPEC_ASSIGN(squares[i], optimizer.scaleSquareAndStep(
-                                 number, stepLr, ps.version(v + 1), ps.accum.data(),
+                                 number, stepLr, ps.version(v + 1), ps.gradient(),
                                  microBatches > 1 ? 1.0f / static_cast<float>(microBatches) : 1.0f,
                                  ps.stateBuffers(), ps.n, ps.version(v)));
   }

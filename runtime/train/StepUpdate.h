@@ -11,9 +11,9 @@
 // gradients, tied weights, the norm's all-reduce) is runtime/dist/'s.
 //
 // Every path gives bitwise the same result for any partition, schedule
-// and device layout: each parameter is updated by the one device that
-// computes its gradient, and norms are summed slot by slot in parameter
-// order.
+// and device layout: each parameter is updated by one device that
+// computes its gradient (ParamState::updater), and norms are summed slot
+// by slot in parameter order.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -33,6 +33,10 @@ namespace pipec::train {
 struct ParamState {
   int32_t weight = -1, grad = -1;
   int device = 0;        ///< the device whose program produces the gradient
+  /// The replica whose device of the stage updates the parameter and
+  /// keeps its optimizer state (a sharded optimizer's Parameter.shard;
+  /// else 0), and that device: owner * K + device.
+  int owner = 0, updater = 0;
   float *data = nullptr; ///< the resident weight, updated in place
   int64_t n = 0;
   LargeVector<float> accum;
@@ -42,6 +46,8 @@ struct ParamState {
   float *accumOf(int replica) {
     return replica == 0 ? accum.data() : replicaAccum[static_cast<size_t>(replica - 1)].data();
   }
+  /// The gradient the update reads: the owner's, the replicas' summed in.
+  float *gradient() { return accumOf(owner); }
   /// Updated inside the step (Session::planParamUpdates), not at OPTIMIZER.
   bool inStep = false;
   /// The plan's Parameter.accumulate_in_place.

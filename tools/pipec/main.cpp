@@ -49,6 +49,7 @@ struct Options {
   int stages = 1;
   int microBatches = 1;
   int dataParallel = 1;
+  bool shardOptimizer = false;
   std::string schedule = "1f1b";
   unsigned virtualStages = 0;
   int64_t batch = 0;
@@ -245,6 +246,7 @@ Status compile(const Options &o, const std::string &commandLine) {
   co.emit.schedule = *schedule;
   co.emit.microBatches = o.microBatches;
   co.emit.dataParallel = o.dataParallel;
+  co.emit.shardOptimizer = o.shardOptimizer;
   co.emit.training = o.train;
   if (o.arenaPlanner == "greedy")
     co.emit.arenaPlanner = codegen::PlanMethod::Tree;
@@ -388,6 +390,10 @@ int main(int argc, char **argv) {
   app.add_option("--data-parallel", o.dataParallel,
                  "replicas D of the pipeline (data parallelism): D x K devices, D x M micro-batches a "
                  "step, each gradient summed over the replicas in replica order (default 1)");
+  app.add_flag("--shard-optimizer", o.shardOptimizer,
+               "with --data-parallel: shard the optimizer's state over the replicas (ZeRO-1): each "
+               "parameter is updated by one replica's device, which alone keeps its state and sends the "
+               "others the new weight; the same results, 1/D of the state per device");
   app.add_option("-m,--micro-batches", o.microBatches, "micro-batches M per step");
   app.add_option("--schedule", o.schedule,
                  "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b "

@@ -149,7 +149,11 @@ void printDeviceTable(const nlohmann::json &devs, const runtime::Session &sessio
               medianStep * 1e3, stepSec * 1e3, static_cast<unsigned long long>(session.measuredSteps()),
               p.pipeline().predicted_step_seconds() * 1e3, p.pipeline().schedule().c_str(),
               p.devices_size(), p.pipeline().num_micro_batches(),
-              session.replicas() > 1 ? cat(", D=", session.replicas()).c_str() : "");
+              session.replicas() > 1
+                  ? cat(", D=", session.replicas(),
+                        p.pipeline().shard_optimizer() ? " (optimizer sharded over the replicas)" : "")
+                        .c_str()
+                  : "");
   // How each device ran its program: one line when they agree.
   std::string schedules;
   for (const auto &dj : devs)
