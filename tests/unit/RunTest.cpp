@@ -39,9 +39,18 @@ protected:
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
+  /// Data parallelism for compile(): D replicas, the optimizer sharded or
+  /// not, and the plan's name.
+  struct Replicas {
+    int D = 1;
+    bool shard = false;
+    std::string name;
+  };
+
   /// The sample `model` compiled (batch 4 per micro-batch, K=2, M=2) into
   /// dir_/NAME.plan.
-  std::string compile(const std::string &model, bool train) {
+  std::string compile(const std::string &model, bool train) { return compile(model, train, Replicas()); }
+  std::string compile(const std::string &model, bool train, const Replicas &dp) {
     frontend::ImportOptions io;
     io.batch = 4;
     const std::string path = std::string(PIPEC_BINARY_DIR) + "/samples/" + model + ".onnx";
@@ -60,6 +69,8 @@ protected:
     co.emit.microBatches = 2;
     co.emit.schedule = *schedule;
     co.emit.training = train;
+    co.emit.dataParallel = dp.D;
+    co.emit.shardOptimizer = dp.shard;
     co.train.optimizer = "adam";
     co.train.lr = 1e-3;
     auto compiled = driver::compileGraph(**g, co);
@@ -68,7 +79,7 @@ protected:
       return "";
     // As pipec writes it: the plan, the source model without its weights
     // (for saving), then the manifest.
-    const std::string plan = joinPath(dir_, model + ".plan");
+    const std::string plan = joinPath(dir_, (dp.name.empty() ? model : dp.name) + ".plan");
     Status s = codegen::writePlanDirectory(plan, compiled->plan, /*manifest=*/false);
     EXPECT_TRUE(s.isOk()) << s.message();
     std::set<std::string> stored;
@@ -158,6 +169,102 @@ TEST_F(RunTest, ResumedRunEqualsAnUninterruptedOne) {
     auto a = whole->weight(name), b = second->weight(name);
     ASSERT_TRUE(a.isOk() && b.isOk()) << name;
     EXPECT_TRUE(sameBytes(*a, *b)) << name << " differs after resuming";
+  }
+}
+
+// ZeRO-1: D=3 replicas of the GPT-like sample's K=2 stages with Adam, the
+// optimizer sharded and not. Each parameter is updated by the device of
+// its shard's replica, which alone keeps its state: the same weights bit
+// for bit, the replicas' shares balanced, and no device holding more
+// training state than unsharded replica 0's.
+TEST_F(RunTest, ShardedOptimizerTrainsAsTheUnshardedOne) {
+  const std::string whole = compile("gpt-train", true, {3, false, "whole"});
+  const std::string sharded = compile("gpt-train", true, {3, true, "sharded"});
+  ASSERT_FALSE(whole.empty());
+  ASSERT_FALSE(sharded.empty());
+  auto a = open(whole), b = open(sharded);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(b->plan().pipeline().shard_optimizer());
+  // The plan: per stage, every replica updates something, and the
+  // greedy split is within one parameter of an even one.
+  const plan::Plan &p = b->plan();
+  const int K = p.devices_size(), D = 3;
+  std::vector<int> producer(static_cast<size_t>(p.tensors_size()), -1);
+  for (int d = 0; d < K; ++d)
+    for (const plan::Node &n : p.devices(d).nodes())
+      for (int32_t o : n.outputs())
+        producer[static_cast<size_t>(o)] = d;
+  std::vector<std::vector<uint64_t>> load(static_cast<size_t>(K), std::vector<uint64_t>(D, 0));
+  std::vector<uint64_t> largest(static_cast<size_t>(K), 0);
+  for (const plan::Parameter &pp : p.training().params()) {
+    ASSERT_LT(pp.shard(), 3u);
+    const int s = producer[static_cast<size_t>(pp.grad())];
+    ASSERT_GE(s, 0);
+    const uint64_t bytes = p.tensors(pp.weight()).bytes();
+    load[static_cast<size_t>(s)][pp.shard()] += bytes;
+    largest[static_cast<size_t>(s)] = std::max(largest[static_cast<size_t>(s)], bytes);
+  }
+  for (int s = 0; s < K; ++s) {
+    const auto &l = load[static_cast<size_t>(s)];
+    const uint64_t total = l[0] + l[1] + l[2];
+    for (uint64_t share : l) {
+      EXPECT_GT(share, 0u) << "stage " << s;
+      EXPECT_LE(share, total / D + largest[static_cast<size_t>(s)]) << "stage " << s;
+    }
+  }
+  // A plan that gives a parameter to a replica it does not have, or
+  // shards without replicas, is refused by name.
+  {
+    plan::Plan bad = p;
+    bad.mutable_training()->mutable_params(0)->set_shard(3);
+    Status s = plan::validatePlan(bad);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("is updated by replica 3 of 3"), std::string::npos) << s.message();
+    bad = p;
+    bad.mutable_pipeline()->set_data_parallel(1);
+    s = plan::validatePlan(bad);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("shards its optimizer over 1 replica(s)"), std::string::npos) << s.message();
+    EXPECT_TRUE(plan::validatePlan(p).isOk());
+  }
+  // The state: the same in all, spread over the replicas.
+  uint64_t sumA = 0, sumB = 0, maxA = 0, maxB = 0;
+  for (int d = 0; d < K * D; ++d) {
+    sumA += a->trainingStateBytes(d);
+    sumB += b->trainingStateBytes(d);
+    maxA = std::max(maxA, a->trainingStateBytes(d));
+    maxB = std::max(maxB, b->trainingStateBytes(d));
+    if (d >= K) {
+      EXPECT_GT(b->trainingStateBytes(d), a->trainingStateBytes(d)) << "device " << d << " keeps no state";
+    }
+  }
+  EXPECT_EQ(sumA, sumB);
+  EXPECT_LT(maxB, maxA);
+  // Training: bitwise the same weights (and checkpoints hold the state).
+  ASSERT_TRUE(runtime::trainRun(*a, quiet(3)).isOk());
+  ASSERT_TRUE(runtime::trainRun(*b, quiet(3)).isOk());
+  for (const plan::Parameter &pp : p.training().params()) {
+    const std::string name = p.tensors(pp.weight()).name();
+    auto wa = a->weight(name), wb = b->weight(name);
+    ASSERT_TRUE(wa.isOk() && wb.isOk()) << name;
+    EXPECT_TRUE(sameBytes(*wa, *wb)) << name << " differs with the optimizer sharded";
+  }
+  // Each parameter's state is in the checkpoint once, whichever replica
+  // keeps it: the unsharded plan resumes from the sharded one's bitwise.
+  auto first = open(sharded), rest = open(whole), uninterrupted = open(whole);
+  ASSERT_TRUE(first && rest && uninterrupted);
+  runtime::TrainRunOptions o = quiet(2);
+  o.checkpoint = joinPath(dir_, "ckpt");
+  ASSERT_TRUE(runtime::trainRun(*first, o).isOk());
+  runtime::TrainRunOptions resumed = quiet(4);
+  resumed.resume = o.checkpoint;
+  ASSERT_TRUE(runtime::trainRun(*rest, resumed).isOk());
+  ASSERT_TRUE(runtime::trainRun(*uninterrupted, quiet(4)).isOk());
+  for (const plan::Parameter &pp : p.training().params()) {
+    const std::string name = p.tensors(pp.weight()).name();
+    auto wa = uninterrupted->weight(name), wc = rest->weight(name);
+    ASSERT_TRUE(wa.isOk() && wc.isOk()) << name;
+    EXPECT_TRUE(sameBytes(*wa, *wc)) << name << " differs after resuming a sharded checkpoint";
   }
 }
 
