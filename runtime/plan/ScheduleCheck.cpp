@@ -435,6 +435,8 @@ Status checkGradients(const Plan &p, unsigned stepMicroBatches) {
 /// and no two live instances on the same bytes, whatever step they are of.
 Status checkFlushed(const Plan &p, bool optimizerIsCollective, unsigned stepMicroBatches);
 
+} // namespace
+
 Plan unrolledSteps(const Plan &p, unsigned steps) {
   const unsigned M = p.pipeline().num_micro_batches();
   Plan u = p;
@@ -463,8 +465,6 @@ Plan unrolledSteps(const Plan &p, unsigned steps) {
   }
   return u;
 }
-
-} // namespace
 
 Status checkSchedule(const Plan &p) {
   // A named schedule must be one pipec knows, with its stages per device

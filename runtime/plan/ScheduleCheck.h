@@ -40,4 +40,9 @@ namespace pipec::plan {
 /// Checks the programs of a structurally valid plan (see validatePlan).
 Status checkSchedule(const Plan &p);
 
+/// A no-flush plan's programs for `steps` steps back to back, as one plan
+/// (its previous-step instructions dropped from the first, run alone after
+/// the last; micro-batch mb of step s numbered s * M + mb).
+Plan unrolledSteps(const Plan &p, unsigned steps);
+
 } // namespace pipec::plan

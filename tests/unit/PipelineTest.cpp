@@ -24,6 +24,7 @@
 #include "runtime/Session.h"
 #include "runtime/dist/Transport.h"
 #include "runtime/plan/PlanIO.h"
+#include "runtime/plan/Rendezvous.h"
 #include "runtime/plan/ScheduleCheck.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/Optimizer.h"
@@ -765,6 +766,92 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
     p = good;
     p.mutable_pipeline()->set_stages_per_device(2);
     expectRejected(p, "stage(s) per device");
+  }
+}
+
+// NCCL's point-to-point operations meet in order per pair of ranks and a
+// send waits for its receive: every schedule's plans, with each device's
+// consecutive SENDs and RECVs posted as one group, keep each pair's order
+// and cannot deadlock (plan::checkRendezvous). A plan whose order differs,
+// or whose groups are split so that two devices send to each other at
+// once, is refused by name.
+TEST(Pipeline, EverySchedulesMessagesMeetInOrderWithRendezvousSends) {
+  int checked = 0;
+  for (const ModelCase &m : {kTrainModels[1], kInferModels[1], kTrainModels[0]})
+    for (int K : {2, 3, 4})
+      for (int M : {1, 3, 4, 8})
+        for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2", "interleaved", "zbv", "2bw"}) {
+          const bool train = std::string(m.name).find("train") != std::string::npos;
+          if (!train && std::string(schedule) != "gpipe" && std::string(schedule) != "1f1b")
+            continue;
+          const bool twoPerDevice = std::string(schedule) == "interleaved" || std::string(schedule) == "zbv";
+          if (K * (twoPerDevice ? 2 : 1) > m.maxStages ||
+              (std::string(schedule) == "interleaved" && M % K != 0) ||
+              (std::string(schedule) == "2bw" && M < K))
+            continue;
+          Config c;
+          c.K = K;
+          c.M = M;
+          c.schedule = schedule;
+          c.train = train;
+          const std::string dir = compile(m.name, m.microBatch, c);
+          ASSERT_FALSE(dir.empty());
+          auto lp = plan::loadPlan(dir, plan::LoadWeights::No);
+          ASSERT_TRUE(lp.isOk()) << lp.status().message();
+          Status s = plan::checkRendezvous(lp->plan);
+          EXPECT_TRUE(s.isOk()) << m.name << " K=" << K << " M=" << M << " " << schedule << ": " << s.message();
+          ++checked;
+        }
+  EXPECT_GT(checked, 50);
+  // The refusals, on the GPT-like sample at K=2, M=4, 1F1B.
+  Config c;
+  c.K = 2;
+  const std::string dir = compile("gpt-train", 2, c);
+  ASSERT_FALSE(dir.empty());
+  auto lp = plan::loadPlan(dir, plan::LoadWeights::No);
+  ASSERT_TRUE(lp.isOk()) << lp.status().message();
+  const plan::Plan &good = lp->plan;
+  ASSERT_TRUE(plan::checkRendezvous(good).isOk());
+  // One channel per (from, to, stage): here the activations and the
+  // gradients between the two devices.
+  const std::vector<plan::CommChannel> channels = plan::commChannels(good);
+  ASSERT_EQ(channels.size(), 2u);
+  EXPECT_EQ(channels[0].from, 0);
+  EXPECT_EQ(channels[0].to, 1);
+  EXPECT_EQ(channels[1].from, 1);
+  EXPECT_EQ(channels[1].to, 0);
+  { // Device 1 takes micro-batch 1's activations before micro-batch 0's,
+    // which device 0 sends first: a tag would match them, NCCL would not.
+    plan::Plan p = good;
+    const plan::CommChannel &ch = channels[0];
+    plan::Instruction *a = p.mutable_devices(1)->mutable_program(ch.recvs[0]), *b = nullptr;
+    for (size_t k = 1; k < ch.recvs.size() && !b; ++k)
+      if (p.devices(1).program(ch.recvs[k]).tensor() == a->tensor())
+        b = p.mutable_devices(1)->mutable_program(ch.recvs[k]);
+    ASSERT_NE(b, nullptr);
+    const uint32_t mb = a->micro_batch();
+    a->set_micro_batch(b->micro_batch());
+    b->set_micro_batch(mb);
+    Status s = plan::checkRendezvous(p);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("matches messages in order (NCCL), message 0 of stage 0 from device 0 to device 1"),
+              std::string::npos)
+        << s.message();
+  }
+  { // Device 0 waits for a gradient before sending the activation it
+    // comes from.
+    plan::Plan p = good;
+    plan::Device *d0 = p.mutable_devices(0);
+    const int recv = channels[1].recvs[0];
+    plan::Instruction r = d0->program(recv);
+    d0->mutable_program()->DeleteSubrange(recv, 1);
+    *d0->mutable_program()->Add() = r;
+    for (int i = d0->program_size() - 1; i > 0; --i)
+      d0->mutable_program()->SwapElements(i, i - 1);
+    Status s = plan::checkRendezvous(p);
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("the devices deadlock: device 0 waits at instruction 0 RECV"), std::string::npos)
+        << s.message();
   }
 }
 

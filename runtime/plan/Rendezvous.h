@@ -1,0 +1,56 @@
+//===- runtime/plan/Rendezvous.h - Plans on order-matched transports -*- C++ -*-===//
+//
+// The transports of runtime/dist/Transport.h match a message by its tag and
+// buffer every send, so the schedule validator (ScheduleCheck.h) proves
+// progress with sends that complete at once. NCCL's point-to-point
+// operations do neither: on a communicator the k-th ncclSend from a to b
+// meets the k-th ncclRecv on b from a, whatever they hold, and a send
+// completes only while its receive runs (a rendezvous). A device's
+// operations on one stream also complete in the order they were posted.
+//
+// So messages travel on channels (commChannels): one per sending device,
+// receiving device and stage the tensor comes from (a V or interleaved
+// schedule sends a device's forward activations and its backward gradients
+// to the same peer, in different orders), each with its own stream at
+// both ends (a two-rank communicator). The sender copies the tensor into a
+// buffer of its own and posts the send on the channel, and its compute
+// goes on; the receiver posts the receive on the channel when its program
+// reaches the RECV (its arena bytes are free then) and waits for it there.
+// A plan runs that way when:
+//  - order: on every channel, the tensor instances of the sender's SENDs,
+//    in program order, are those of the receiver's RECVs, in program order;
+//  - progress: simulating the devices (compute at once, OPTIMIZER a
+//    collective for flush schedules, a send done when its receive is
+//    posted and every earlier send of its channel is done, a RECV waiting
+//    for its send) runs every program to its end.
+// A no-flush plan (2bw) is proven over three steps back to back, as
+// ScheduleCheck does.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/plan/plan.pb.h"
+#include "support/Error.h"
+
+#include <vector>
+
+namespace pipec::plan {
+
+/// The messages from one device to another that come from one stage, in
+/// program order: the instruction indices of the sender's SENDs and of the
+/// receiver's RECVs.
+struct CommChannel {
+  int from = 0, to = 0;
+  int stage = 0; ///< of the instruction that computes the tensors
+  std::vector<int> sends, recvs;
+};
+
+/// The plan's channels, ordered by (from, to, stage).
+std::vector<CommChannel> commChannels(const Plan &p);
+
+/// Proves `p` (already valid: validatePlan) runs on an order-matched,
+/// rendezvous transport with commChannels' channels; else says which
+/// channel's order differs, or where the devices would wait forever.
+Status checkRendezvous(const Plan &p);
+
+} // namespace pipec::plan
