@@ -1,5 +1,6 @@
 //===- runtime/Executor.cpp - Runs one device's instruction stream --------===//
 #include "runtime/Executor.h"
+#include "runtime/dist/DeviceLink.h"
 #include "runtime/EmulatedGpu.h"
 
 #include "runtime/cpu/CpuBackend.h"
@@ -429,6 +430,18 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
       return errorf("device ", index_, ": the plan sends tensors but the run has no transport");
     const size_t bytes = p.tensors(ins.tensor()).bytes();
     const uint64_t tag = messageTag(ins.tensor(), mb);
+    if (link_) {
+      // The mailbox: the arena's bytes may be written again before the
+      // receive has taken them.
+      void *&box = mailbox_[tag];
+      if (!box) {
+        PIPEC_ASSIGN(box, backend_->alloc(bytes));
+      }
+      PIPEC_TRY(backend_->copyFromDevice(box, address(ins.tensor(), mb), backend_->deviceIndex(), bytes));
+      PIPEC_TRY(link_->send(i, box, bytes, backend_->stream()));
+      stats_.bytesSent += bytes;
+      return Status::ok();
+    }
     if (deviceMessages_) {
       void *&box = mailbox_[tag];
       if (!box) {
@@ -451,6 +464,8 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
       return errorf("device ", index_, ": the plan receives tensors but the run has no transport");
     const size_t bytes = p.tensors(ins.tensor()).bytes();
     void *at = address(ins.tensor(), mb);
+    if (link_)
+      return link_->recv(i, at, bytes, backend_->stream());
     if (deviceMessages_) {
       DeviceMessage m{};
       PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), &m, sizeof m));

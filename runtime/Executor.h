@@ -63,6 +63,8 @@ struct DevicePlacement {
   bool tf32 = false;
 };
 
+class DeviceLink;
+
 class DeviceExecutor {
 public:
   /// Prepares kernels and memory for device `index` of a loaded plan: stage
@@ -95,6 +97,11 @@ public:
   /// host waits for a device. Every device of the process must agree.
   void setDeviceMessages(bool on) { deviceMessages_ = on; }
   bool deviceMessages() const { return deviceMessages_; }
+  /// Messages to and from the GPUs of other processes enqueued on the
+  /// device's stream over `link` (runtime/dist/DeviceLink.h: NCCL): SEND
+  /// copies the tensor into its mailbox and sends that; RECV receives into
+  /// the arena. The transport then carries no tensor.
+  void setDeviceLink(DeviceLink *link) { link_ = link; }
 
   /// Feeds, runs and collects: `feed(tensorId, microBatch, dst)` fills a graph
   /// input instance before the first instruction that reads it;
@@ -241,6 +248,7 @@ private:
   bool async_ = false;
   bool residentWeights_ = false;
   bool deviceMessages_ = false;
+  DeviceLink *link_ = nullptr;
   /// Per message (its tag): the sender's mailbox in device memory, made at
   /// the first send; a step's messages have a mailbox each.
   std::map<uint64_t, void *> mailbox_;

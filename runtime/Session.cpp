@@ -6,7 +6,10 @@
 #include <omp.h>
 
 #include "runtime/DeviceThreads.h"
+#include "runtime/dist/DeviceLink.h"
 #include "runtime/dist/StepExchange.h"
+#include "runtime/cuda/NcclLink.h"
+#include "runtime/plan/Rendezvous.h"
 #include "runtime/cuda/Gpu.h"
 #include "support/Format.h"
 #include "support/Machine.h"
@@ -135,7 +138,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
       continue;
     }
     DevicePlacement where;
-    where.gpu = opts.cuda ? d % gpus : -1;
+    where.gpu = opts.cuda ? (opts.rank >= 0 && opts.localRank >= 0 ? opts.localRank : d) % gpus : -1;
     where.emulateGpu = opts.emulateGpu && !opts.cuda;
     where.tf32 = opts.tf32;
     PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d, where));
@@ -176,6 +179,18 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
   for (auto &ex : s->devices_)
     if (ex)
       ex->setDeviceMessages(onDevices);
+  if (opts.nccl) {
+    // One rank per GPU, the messages over NCCL: the plan's order must be
+    // one NCCL keeps (plan::checkRendezvous), each rank's channels made
+    // in the same order.
+    if (!opts.cuda || opts.rank < 0 || !opts.transport)
+      return errorf("messages over NCCL are for one rank per GPU: mpirun -np N piperun PLAN --device cuda");
+    PIPEC_TRY(plan::checkRendezvous(s->lp_.plan).withContext(cat("plan '", planDir, "' over NCCL")));
+    const int gpu = (opts.localRank >= 0 ? opts.localRank : opts.rank) % gpus;
+    PIPEC_ASSIGN(s->link_, cuda::makeNcclLink(plan::rankLinks(s->lp_.plan, opts.rank), opts.rank,
+                                              *opts.transport, gpu));
+    s->devices_[opts.rank]->setDeviceLink(s->link_.get());
+  }
   if (s->isTraining())
     PIPEC_TRY(s->prepareTraining().withContext(cat("plan '", planDir, "'")));
   // Each program compiled now, its operands final, so that no step pays
@@ -545,9 +560,14 @@ Expected<std::vector<Tensor>> Session::runProgram(const std::vector<Tensor> &inp
     if (d == opts_.failDevice)
       dio.failAtInstruction = opts_.failAtInstruction;
     Status s = devices_[d]->runStep(ctx, dio);
+    // The step's messages over NCCL are done (or failed).
+    if (s && link_)
+      s = link_->finishStep();
     // An error stops every device: the others' receives and collectives
     // fail with it instead of waiting forever. (The MPI transport names the
     // rank that failed itself.)
+    if (!s && link_)
+      link_->abort(s);
     if (!s && tr)
       tr->abort(distributed() ? s : s.withContext(cat("stopped because device ", d, " failed")));
     return s;

@@ -81,12 +81,20 @@ struct SessionOptions {
   /// stay on the devices (DeviceExecutor::setDeviceMessages); off: they
   /// pass through the host (tests compare both).
   bool deviceMessages = true;
+  /// Under mpirun with GPUs: the stage-to-stage messages travel over NCCL
+  /// (runtime/cuda/NcclLink.h) instead of the MPI transport staged in host
+  /// memory.
+  bool nccl = false;
+  /// Under mpirun: this process's rank among those of its host (-1: not
+  /// known); its GPU is this modulo the GPUs it sees (else the rank's).
+  int localRank = -1;
 };
 
 /// The automatic spin of a waiting device whose thread has a core to itself.
 inline constexpr double kAutoSpinSeconds = 20e-3;
 
 class DeviceThreads;
+class DeviceLink;
 
 class Session {
 public:
@@ -352,6 +360,8 @@ private:
   /// Distributed: per trained parameter, the devices that hold its weight
   /// besides the one that updates it (they receive it after each update).
   std::vector<std::vector<int>> otherHolders_;
+  /// The GPUs' messages over NCCL (SessionOptions::nccl).
+  std::unique_ptr<DeviceLink> link_;
   /// Distributed: per state update, the device that computes it.
   std::vector<int> stateProducer_;
   /// Distributed: every device's stats and trace, on the leader.

@@ -33,13 +33,13 @@ fi
 
 # Libraries: glibc's stay behind (the GPU machine's are newer); the C++
 # runtime goes to fallback/, used only when that machine's is too old;
-# cuBLAS and cuDNN (hundreds of MB; cuDNN loads its sublibraries from its
-# own directory) are that machine's, found by gpu-env.sh.
+# cuBLAS, cuDNN and NCCL (hundreds of MB; cuDNN loads its sublibraries from
+# its own directory) are that machine's, found by gpu-env.sh.
 for lib in $(ldd "${bins[@]/#/$build/bin/}" | awk '/=>/ {print $3}' | sort -u); do
   name=$(basename "$lib")
   case "$name" in
     libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*) ;;
-    libcublas*|libcudart*|libcudnn*) ;;
+    libcublas*|libcudart*|libcudnn*|libnccl*) ;;
     libstdc++.so.*|libgcc_s.so.*) cp -L "$lib" "$stage/fallback/$name" ;;
     *) cp -L "$lib" "$stage/lib/$name" ;;
   esac

@@ -20,6 +20,8 @@
 #      scaling recovering from an overflow by the rule;
 #   7. two ranks under mpirun on the GPU(s), messages staged through host
 #      memory over MPI, bitwise the threads' run (where mpirun exists);
+#      with two GPUs or more the same over NCCL (--gpu-transport nccl),
+#      with one, NCCL's two ranks on one GPU refused by name;
 #   8. the model zoo on the GPU (tests/zoo/zoo.py --device cuda, the models
 #      of $GPU_ZOO_MODELS, opset 17; torch, torchvision and onnx for
 #      python3 there): forward within 1e-4 of torch, one step's gradients
@@ -175,6 +177,15 @@ check gpt-fp16-near-cpu close "$w/gpt-fp16-gpu.onnx" "$w/gpt-fp16-cpu.onnx" 5e-2
 if command -v mpirun > /dev/null; then
   check gpt-mpi-staged env PATH="$PATH" "${PYTHON:-python3}" tests/tools/mpi_check.py same "$w/gpt-k2.plan" 2 \
     "$w/mpi-staged" --device cuda
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+  if [ "${gpus:-0}" -ge 2 ]; then
+    check gpt-mpi-nccl env PATH="$PATH" "${PYTHON:-python3}" tests/tools/mpi_check.py same "$w/gpt-k2.plan" 2 \
+      "$w/mpi-nccl" --device cuda --ranks-only --gpu-transport nccl
+  else
+    check gpt-mpi-nccl-one-gpu-refused sh -c "! OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      mpirun --oversubscribe -np 2 piperun '$w/gpt-k2.plan' --device cuda --gpu-transport nccl --steps 1 2>&1 |
+      grep 'NCCL cannot connect two ranks on one GPU'"
+  fi
 else
   echo "gpu-check: no mpirun on this machine: the host-staged MPI check skipped"
 fi

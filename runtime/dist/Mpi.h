@@ -40,6 +40,8 @@ namespace pipec::runtime {
 struct MpiJob {
   int rank = 0;
   int size = 1;
+  /// The rank among those of its host (MPI_COMM_TYPE_SHARED).
+  int localRank = 0;
 };
 
 /// Whether the environment says this process was started by an MPI

@@ -338,6 +338,11 @@ Expected<std::optional<MpiJob>> initMpi() {
   MpiJob job;
   MPI_Comm_rank(MPI_COMM_WORLD, &job.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &job.size);
+  MPI_Comm local = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, job.rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+    MPI_Comm_rank(local, &job.localRank);
+    MPI_Comm_free(&local);
+  }
   if (provided < MPI_THREAD_FUNNELED)
     return errorf("this MPI gives thread support level ", provided, "; piperun needs MPI_THREAD_FUNNELED");
   void *ub = nullptr;

@@ -2,7 +2,8 @@
 //
 // The interface every transport implements: in-process (device threads of
 // one piperun, runtime/dist/InProcessTransport.cpp), MPI (processes and
-// machines, runtime/dist/MpiTransport.cpp); NCCL (GPUs) later. Messages are matched by (source,
+// machines, runtime/dist/MpiTransport.cpp); the GPUs' messages of an MPI job
+// can instead travel over NCCL (runtime/dist/DeviceLink.h). Messages are matched by (source,
 // destination, tag); a tag names a tensor instance of one step, so a
 // receive can never take the wrong message.
 //
@@ -60,7 +61,8 @@ enum class SessionMessage : uint32_t {
   Gather = 2,
   Stats = 3,
   Trace = 4,
-  ReplicaGradient = 5
+  ReplicaGradient = 5,
+  LinkSetup = 6 ///< NCCL channels' unique ids and GPUs (runtime/cuda/NcclLink.h)
 };
 
 /// The tag of a message between the processes of a distributed run that

@@ -141,6 +141,29 @@ std::vector<CommChannel> commChannels(const Plan &p) {
   return r;
 }
 
+RankLinks rankLinks(const Plan &p, int rank) {
+  const int K = p.devices_size();
+  const std::vector<CommChannel> channels = commChannels(p);
+  RankLinks r;
+  const int device = rank % K, base = rank - device;
+  r.ofInstruction.assign(static_cast<size_t>(p.devices(device).program_size()), -1);
+  for (size_t c = 0; c < channels.size(); ++c) {
+    const CommChannel &ch = channels[c];
+    if (ch.from != device && ch.to != device)
+      continue;
+    RankChannel rc;
+    rc.id = base / K * static_cast<int>(channels.size()) + static_cast<int>(c);
+    rc.sender = ch.from == device;
+    rc.peer = base + (rc.sender ? ch.to : ch.from);
+    rc.stage = ch.stage;
+    rc.messages = rc.sender ? ch.sends.size() : ch.recvs.size();
+    for (int i : rc.sender ? ch.sends : ch.recvs)
+      r.ofInstruction[static_cast<size_t>(i)] = static_cast<int>(r.channels.size());
+    r.channels.push_back(rc);
+  }
+  return r;
+}
+
 Status checkRendezvous(const Plan &p) {
   bool noFlush = false;
   if (!p.pipeline().schedule().empty()) {

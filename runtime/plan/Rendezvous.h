@@ -48,6 +48,31 @@ struct CommChannel {
 /// The plan's channels, ordered by (from, to, stage).
 std::vector<CommChannel> commChannels(const Plan &p);
 
+/// A channel as one rank of an MPI job sees it: rank r*K + s runs device s
+/// of replica r, and each replica has the plan's channels between its
+/// ranks.
+struct RankChannel {
+  /// r * (the plan's channel count) + the channel's index: the same on
+  /// both ranks; every rank creates its channels in ascending id, so that
+  /// no two wait for each other in a cycle.
+  int id = 0;
+  int peer = 0;        ///< the other rank
+  bool sender = false; ///< this rank sends on it (else receives)
+  int stage = 0;
+  size_t messages = 0; ///< per step
+};
+
+struct RankLinks {
+  std::vector<RankChannel> channels; ///< ascending id
+  /// Per instruction of the rank's device's program: its channel (an
+  /// index into `channels`), or -1.
+  std::vector<int> ofInstruction;
+};
+
+/// The channels of rank `rank` of a job of D x K ranks (D: the plan's
+/// replicas).
+RankLinks rankLinks(const Plan &p, int rank);
+
 /// Proves `p` (already valid: validatePlan) runs on an order-matched,
 /// rendezvous transport with commChannels' channels; else says which
 /// channel's order differs, or where the devices would wait forever.

@@ -2,7 +2,7 @@
 """tests/tools/mpi_check.py - plans on MPI ranks against the same plans on
 threads, and ranks that fail.
 
-    mpi_check.py same PLAN RANKS WORK [--steps N] [piperun options]
+    mpi_check.py same PLAN RANKS WORK [--steps N] [piperun options] [--ranks-only options]
         Runs PLAN on threads (one piperun) and on RANKS ranks (mpirun), and
         compares: a training plan's trained model (--save) byte for byte and
         its per-step loss, gradient norm and learning rate (--metrics) bit
@@ -76,12 +76,17 @@ def same(plan, ranks, work, rest):
     steps = "3"
     if rest[:1] == ["--steps"]:
         steps, rest = rest[1], rest[2:]
+    # Options after --ranks-only are the ranks' alone (--gpu-transport nccl).
+    only = []
+    if "--ranks-only" in rest:
+        at = rest.index("--ranks-only")
+        rest, only = rest[:at], rest[at + 1:]
     os.makedirs(work, exist_ok=True)
     if is_training(plan):
         args = lambda tag: ["piperun", plan, "--steps", steps, "--save", os.path.join(work, tag + ".onnx"),
                             "--metrics", os.path.join(work, tag + ".jsonl")] + rest
         run(args("threads"))
-        run(MPIRUN + ["-np", str(ranks)] + args("ranks"))
+        run(MPIRUN + ["-np", str(ranks)] + args("ranks") + only)
         a, b = metrics(os.path.join(work, "threads.jsonl")), metrics(os.path.join(work, "ranks.jsonl"))
         if a != b:
             fail("losses differ:\n threads %s\n ranks   %s" % (a, b))
@@ -96,7 +101,7 @@ def same(plan, ranks, work, rest):
         return
     args = lambda tag: ["piperun", plan, "--steps", steps, "--outputs", os.path.join(work, tag)] + rest
     run(args("threads"))
-    run(MPIRUN + ["-np", str(ranks)] + args("ranks"))
+    run(MPIRUN + ["-np", str(ranks)] + args("ranks") + only)
     names = sorted(os.listdir(os.path.join(work, "threads")))
     if not names or names != sorted(os.listdir(os.path.join(work, "ranks"))):
         fail("outputs differ in names")

@@ -820,6 +820,34 @@ TEST(Pipeline, EverySchedulesMessagesMeetInOrderWithRendezvousSends) {
   EXPECT_EQ(channels[0].to, 1);
   EXPECT_EQ(channels[1].from, 1);
   EXPECT_EQ(channels[1].to, 0);
+  // As the ranks of a D=2 x K=2 job see them: the same channels per
+  // replica, numbered alike on both ends, each message instruction on its
+  // channel in the right direction.
+  for (int rank = 0; rank < 4; ++rank) {
+    const plan::RankLinks links = plan::rankLinks(good, rank);
+    const int device = rank % 2, replica = rank / 2;
+    ASSERT_EQ(links.channels.size(), 2u) << "rank " << rank;
+    for (size_t k = 0; k < 2; ++k) {
+      const plan::RankChannel &rc = links.channels[k];
+      EXPECT_EQ(rc.id, replica * 2 + static_cast<int>(k));
+      EXPECT_EQ(rc.peer, replica * 2 + 1 - device);
+      EXPECT_EQ(rc.sender, (k == 0) == (device == 0)) << "rank " << rank << " channel " << k;
+      EXPECT_EQ(rc.messages, channels[k].sends.size());
+    }
+    const plan::Device &dev = good.devices(device);
+    ASSERT_EQ(links.ofInstruction.size(), static_cast<size_t>(dev.program_size()));
+    for (int i = 0; i < dev.program_size(); ++i) {
+      const plan::Instruction &ins = dev.program(i);
+      const int c = links.ofInstruction[static_cast<size_t>(i)];
+      if (ins.kind() != plan::Instruction::SEND && ins.kind() != plan::Instruction::RECV) {
+        EXPECT_EQ(c, -1);
+        continue;
+      }
+      ASSERT_GE(c, 0) << "rank " << rank << " instruction " << i;
+      EXPECT_EQ(links.channels[static_cast<size_t>(c)].sender, ins.kind() == plan::Instruction::SEND);
+      EXPECT_EQ(links.channels[static_cast<size_t>(c)].peer, replica * 2 + ins.peer());
+    }
+  }
   { // Device 1 takes micro-batch 1's activations before micro-batch 0's,
     // which device 0 sends first: a tag would match them, NCCL would not.
     plan::Plan p = good;

@@ -68,6 +68,7 @@ struct Options {
   bool hostOptimizer = false;
   /// --math exact|tf32: a GPU's matrix products.
   std::string math = "exact";
+  std::string gpuTransport = "host";
   /// Under mpirun: this process's rank (device) and the transport between
   /// the ranks; null otherwise.
   std::optional<runtime::MpiJob> job;
@@ -288,13 +289,18 @@ Status runPlan(const Options &o) {
     return errorf("--math must be exact or tf32 (got '", o.math, "')");
   if (o.math == "tf32" && o.device != "cuda")
     return errorf("--math tf32 is for --device cuda (the CPU computes in exact fp32)");
+  if (o.gpuTransport != "host" && o.gpuTransport != "nccl")
+    return errorf("--gpu-transport must be host or nccl (got '", o.gpuTransport, "')");
+  if (o.gpuTransport == "nccl" && (o.device != "cuda" || !o.transport))
+    return errorf("--gpu-transport nccl is for one rank per GPU: mpirun -np N piperun PLAN --device cuda");
   if (o.device == "cuda")
     PIPEC_TRY(checkCudaDevice(o));
   // Under mpirun the GPUs' messages go through the MPI transport, staged in
-  // the hosts' memory (NCCL is still to come: docs/cuda.md).
+  // the hosts' memory, or over NCCL.
   if (o.device != "cpu" && o.transport && o.job && o.job->rank == 0 && !o.json)
-    std::fprintf(stderr, "piperun: --device %s under mpirun: messages staged through host memory over MPI\n",
-                 o.device.c_str());
+    std::fprintf(stderr, "piperun: --device %s under mpirun: messages %s\n", o.device.c_str(),
+                 o.gpuTransport == "nccl" ? "between the GPUs over NCCL"
+                                          : "staged through host memory over MPI");
   if (o.steps < 1)
     return errorf("--steps must be at least 1 (got ", o.steps, ")");
   if (o.warmup < 0)
@@ -328,7 +334,9 @@ Status runPlan(const Options &o) {
       return errorf("--profile-ops times every device's nodes in one process; under mpirun run the "
                     "plan on threads (without mpirun) to profile it");
     so.rank = o.job->rank;
+    so.localRank = o.job->localRank;
     so.transport = o.transport;
+    so.nccl = o.gpuTransport == "nccl";
   }
   PIPEC_ASSIGN(auto session, runtime::Session::open(o.plan, so));
   if (o.transport)
@@ -473,6 +481,9 @@ int main(int argc, char **argv) {
                  "rank's device, messages staged through host memory over MPI) or cuda-emulated (the CUDA "
                  "backend's host side, its state on the device and its messages, with the CPU's kernels: "
                  "bitwise the CPU, to check the runtime on a machine without a GPU)");
+  app.add_option("--gpu-transport", o.gpuTransport,
+                 "--device cuda under mpirun: host (the default: messages staged through host memory over MPI) "
+                 "or nccl (between the GPUs with NCCL, one rank per GPU)");
   app.add_option("--math", o.math,
                  "--device cuda: exact (the default: fp32, no TF32) or tf32 (matrix products on TF32 tensor cores)");
   app.add_flag("--host-optimizer", o.hostOptimizer,

@@ -1,0 +1,245 @@
+//===- runtime/cuda/NcclLink.cpp - GPU messages of an MPI job over NCCL ---===//
+#include "runtime/cuda/NcclLink.h"
+
+#include "support/Format.h"
+
+#if PIPEC_HAVE_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#endif
+
+namespace pipec::cuda {
+
+#if PIPEC_HAVE_CUDA
+namespace {
+
+/// What the two ends of a channel tell each other while setting it up.
+struct Hello {
+  ncclUniqueId id;        ///< the sender's; unused in the answer
+  unsigned char uuid[16]; ///< the GPU's
+  int32_t rank = 0;
+  int32_t gpu = 0;
+};
+
+class NcclLink final : public runtime::DeviceLink {
+public:
+  NcclLink(int rank, int gpu) : rank_(rank), gpu_(gpu) {}
+  ~NcclLink() override;
+
+  Status setUp(const plan::RankLinks &links, runtime::Transport &transport);
+  Status send(int instruction, const void *src, uint64_t bytes, void *stream) override {
+    return enqueue(instruction, const_cast<void *>(src), bytes, stream, true);
+  }
+  Status recv(int instruction, void *dst, uint64_t bytes, void *stream) override {
+    return enqueue(instruction, dst, bytes, stream, false);
+  }
+  Status finishStep() override;
+  void abort(const Status &why) override;
+  uint64_t messages() const override { return messages_.load(); }
+
+private:
+  struct Channel {
+    plan::RankChannel info;
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t in = nullptr, out = nullptr;
+  };
+
+  Status enqueue(int instruction, void *data, uint64_t bytes, void *stream, bool sending);
+  Status cuda(cudaError_t e, const char *what) const {
+    return e == cudaSuccess ? Status::ok() : errorf("rank ", rank_, " GPU ", gpu_, ": ", what, ": ", cudaGetErrorString(e));
+  }
+  Status nccl(ncclResult_t r, const Channel &c, const char *what) const {
+    if (r == ncclSuccess || r == ncclInProgress)
+      return Status::ok();
+    const char *last = c.comm ? ncclGetLastError(c.comm) : ncclGetLastError(nullptr);
+    return errorf("rank ", rank_, ": NCCL ", what, " on the channel ", c.info.sender ? "to" : "from", " rank ",
+                  c.info.peer, " (stage ", c.info.stage, "): ", ncclGetErrorString(r),
+                  last && *last ? cat(" (", last, ")") : std::string());
+  }
+  /// Aborts every communicator once (mu_ held).
+  void abortLocked(const Status &why);
+  void watch();
+
+  const int rank_, gpu_;
+  std::vector<Channel> channels_;
+  std::vector<int> ofInstruction_;
+  void *scratch_ = nullptr; ///< the warm-up's byte
+  std::mutex mu_;           ///< the communicators, failed_, aborted_
+  Status failed_;
+  bool aborted_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> messages_{0};
+  std::thread watchdog_;
+};
+
+NcclLink::~NcclLink() {
+  stop_ = true;
+  if (watchdog_.joinable())
+    watchdog_.join();
+  cudaSetDevice(gpu_);
+  for (Channel &c : channels_) {
+    if (c.stream)
+      cudaStreamSynchronize(c.stream);
+    if (c.comm && !aborted_)
+      ncclCommDestroy(c.comm);
+    if (c.in)
+      cudaEventDestroy(c.in);
+    if (c.out)
+      cudaEventDestroy(c.out);
+    if (c.stream)
+      cudaStreamDestroy(c.stream);
+  }
+  if (scratch_)
+    cudaFree(scratch_);
+}
+
+Status NcclLink::setUp(const plan::RankLinks &links, runtime::Transport &transport) {
+  PIPEC_TRY(cuda(cudaSetDevice(gpu_), "cudaSetDevice"));
+  cudaDeviceProp prop{};
+  PIPEC_TRY(cuda(cudaGetDeviceProperties(&prop, gpu_), "cudaGetDeviceProperties"));
+  PIPEC_TRY(cuda(cudaMalloc(&scratch_, 256), "cudaMalloc"));
+  ofInstruction_ = links.ofInstruction;
+  const uint32_t kind = static_cast<uint32_t>(runtime::SessionMessage::LinkSetup);
+  // Ascending channel id on every rank: a rank waits in ncclCommInitRank
+  // only for a peer whose earlier channels are all made.
+  for (const plan::RankChannel &info : links.channels) {
+    Channel c;
+    c.info = info;
+    Hello mine{}, theirs{};
+    std::memcpy(mine.uuid, &prop.uuid, sizeof mine.uuid);
+    mine.rank = rank_;
+    mine.gpu = gpu_;
+    const uint64_t there = runtime::sessionTag(kind, static_cast<uint32_t>(info.id) * 2);
+    const uint64_t back = runtime::sessionTag(kind, static_cast<uint32_t>(info.id) * 2 + 1);
+    if (info.sender) {
+      PIPEC_TRY(nccl(ncclGetUniqueId(&mine.id), c, "ncclGetUniqueId"));
+      PIPEC_TRY(transport.send(rank_, info.peer, there, &mine, sizeof mine));
+      PIPEC_TRY(transport.recv(rank_, info.peer, back, &theirs, sizeof theirs));
+    } else {
+      PIPEC_TRY(transport.recv(rank_, info.peer, there, &theirs, sizeof theirs));
+      PIPEC_TRY(transport.send(rank_, info.peer, back, &mine, sizeof mine));
+    }
+    if (std::memcmp(mine.uuid, theirs.uuid, sizeof mine.uuid) == 0)
+      return errorf("rank ", rank_, " and rank ", info.peer, " run on one GPU (GPU ", gpu_, " here, ", theirs.gpu,
+                    " there): NCCL cannot connect two ranks on one GPU; give each rank a GPU of its own, or "
+                    "pass --gpu-transport host");
+    PIPEC_TRY(cuda(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+    PIPEC_TRY(cuda(cudaEventCreateWithFlags(&c.in, cudaEventDisableTiming), "cudaEventCreate"));
+    PIPEC_TRY(cuda(cudaEventCreateWithFlags(&c.out, cudaEventDisableTiming), "cudaEventCreate"));
+    const ncclUniqueId &id = info.sender ? mine.id : theirs.id;
+    PIPEC_TRY(nccl(ncclCommInitRank(&c.comm, 2, id, info.sender ? 0 : 1), c, "ncclCommInitRank"));
+    channels_.push_back(c);
+  }
+  // The warm-up: one byte on every channel, so that NCCL connects the
+  // peers now rather than in the first step.
+  for (Channel &c : channels_)
+    PIPEC_TRY(nccl(c.info.sender ? ncclSend(scratch_, 1, ncclUint8, 1, c.comm, c.stream)
+                                 : ncclRecv(scratch_, 1, ncclUint8, 0, c.comm, c.stream),
+                   c, "the warm-up message"));
+  for (Channel &c : channels_)
+    PIPEC_TRY(cuda(cudaStreamSynchronize(c.stream), "the NCCL warm-up"));
+  watchdog_ = std::thread([this] { watch(); });
+  return Status::ok();
+}
+
+Status NcclLink::enqueue(int instruction, void *data, uint64_t bytes, void *stream, bool sending) {
+  if (instruction < 0 || static_cast<size_t>(instruction) >= ofInstruction_.size() ||
+      ofInstruction_[static_cast<size_t>(instruction)] < 0)
+    return errorf("rank ", rank_, ": instruction ", instruction, " is no message on an NCCL channel");
+  Channel &c = channels_[static_cast<size_t>(ofInstruction_[static_cast<size_t>(instruction)])];
+  if (c.info.sender != sending)
+    return errorf("rank ", rank_, ": instruction ", instruction, " ", sending ? "sends" : "receives",
+                  " on a channel this rank ", c.info.sender ? "sends" : "receives", " on");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failed_.isOk())
+    return failed_;
+  auto *compute = static_cast<cudaStream_t>(stream);
+  // The channel's stream after what the device's has enqueued: the tensor
+  // is there (a send), the arena's bytes are free (a receive).
+  PIPEC_TRY(cuda(cudaEventRecord(c.in, compute), "cudaEventRecord"));
+  PIPEC_TRY(cuda(cudaStreamWaitEvent(c.stream, c.in, 0), "cudaStreamWaitEvent"));
+  if (sending) {
+    PIPEC_TRY(nccl(ncclSend(data, bytes, ncclUint8, 1, c.comm, c.stream), c, "ncclSend"));
+  } else {
+    PIPEC_TRY(nccl(ncclRecv(data, bytes, ncclUint8, 0, c.comm, c.stream), c, "ncclRecv"));
+    // What the device enqueues next reads the tensor.
+    PIPEC_TRY(cuda(cudaEventRecord(c.out, c.stream), "cudaEventRecord"));
+    PIPEC_TRY(cuda(cudaStreamWaitEvent(compute, c.out, 0), "cudaStreamWaitEvent"));
+  }
+  ++messages_;
+  return Status::ok();
+}
+
+Status NcclLink::finishStep() {
+  // Not under mu_: the watchdog may have to abort a communicator whose
+  // operation this waits for.
+  for (Channel &c : channels_) {
+    const cudaError_t e = cudaStreamSynchronize(c.stream);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_.isOk())
+      return failed_;
+    PIPEC_TRY(cuda(e, "waiting for the step's NCCL messages"));
+  }
+  return Status::ok();
+}
+
+void NcclLink::abortLocked(const Status &why) {
+  if (failed_.isOk())
+    failed_ = why;
+  if (aborted_)
+    return;
+  aborted_ = true;
+  for (Channel &c : channels_)
+    if (c.comm)
+      ncclCommAbort(c.comm);
+}
+
+void NcclLink::abort(const Status &why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  abortLocked(why);
+}
+
+void NcclLink::watch() {
+  while (!stop_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_)
+        return;
+      for (Channel &c : channels_) {
+        ncclResult_t r = ncclSuccess;
+        if (ncclCommGetAsyncError(c.comm, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress) {
+          abortLocked(nccl(r, c, "asynchronous error"));
+          return;
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+} // namespace
+#endif
+
+Expected<std::unique_ptr<runtime::DeviceLink>> makeNcclLink(const plan::RankLinks &links, int rank,
+                                                            runtime::Transport &transport, int gpu) {
+#if PIPEC_HAVE_CUDA
+  auto link = std::make_unique<NcclLink>(rank, gpu);
+  PIPEC_TRY(link->setUp(links, transport));
+  return std::unique_ptr<runtime::DeviceLink>(std::move(link));
+#else
+  (void)links;
+  (void)rank;
+  (void)transport;
+  (void)gpu;
+  return errorf("this piperun was built without CUDA and NCCL (docs/cuda.md): --gpu-transport nccl needs them");
+#endif
+}
+
+} // namespace pipec::cuda
