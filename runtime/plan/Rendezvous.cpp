@@ -105,26 +105,42 @@ Status checkUnrolled(const Plan &p, bool optimizerIsCollective) {
 
 std::vector<CommChannel> commChannels(const Plan &p) {
   // The stage of the instruction that computes each tensor (on whichever
-  // device computes it: a relayed tensor keeps its origin's).
-  std::vector<int> stageOf(static_cast<size_t>(p.tensors_size()), 0);
-  std::vector<char> known(static_cast<size_t>(p.tensors_size()), 0);
-  for (const Device &dev : p.devices())
-    for (const Instruction &ins : dev.program())
-      if (ins.kind() != Instruction::SEND && ins.kind() != Instruction::RECV)
-        for (int32_t n : ins.nodes())
-          if (n >= 0 && n < dev.nodes_size())
-            for (int32_t t : dev.nodes(n).outputs())
-              if (t >= 0 && t < p.tensors_size() && !known[static_cast<size_t>(t)]) {
-                known[static_cast<size_t>(t)] = 1;
-                stageOf[static_cast<size_t>(t)] = static_cast<int>(ins.stage());
-              }
-  std::map<std::tuple<int, int, int>, CommChannel> byKey;
+  // device computes it: a relayed tensor keeps its origin's), and per
+  // device the stage of the first instruction that reads it there.
+  const size_t T = static_cast<size_t>(p.tensors_size());
+  std::vector<int> stageOf(T, 0);
+  std::vector<char> known(T, 0);
+  std::vector<std::vector<int>> readBy(static_cast<size_t>(p.devices_size()), std::vector<int>(T, -1));
+  for (int d = 0; d < p.devices_size(); ++d) {
+    const Device &dev = p.devices(d);
+    for (const Instruction &ins : dev.program()) {
+      if (ins.kind() == Instruction::SEND || ins.kind() == Instruction::RECV)
+        continue;
+      for (int32_t n : ins.nodes()) {
+        if (n < 0 || n >= dev.nodes_size())
+          continue;
+        for (int32_t t : dev.nodes(n).inputs())
+          if (t >= 0 && static_cast<size_t>(t) < T && readBy[static_cast<size_t>(d)][static_cast<size_t>(t)] < 0)
+            readBy[static_cast<size_t>(d)][static_cast<size_t>(t)] = static_cast<int>(ins.stage());
+        for (int32_t t : dev.nodes(n).outputs())
+          if (t >= 0 && static_cast<size_t>(t) < T && !known[static_cast<size_t>(t)]) {
+            known[static_cast<size_t>(t)] = 1;
+            stageOf[static_cast<size_t>(t)] = static_cast<int>(ins.stage());
+          }
+      }
+    }
+  }
+  std::map<std::tuple<int, int, int, int>, CommChannel> byKey;
   auto channel = [&](int from, int to, int32_t tensor) -> CommChannel & {
-    const int stage = tensor >= 0 && tensor < p.tensors_size() ? stageOf[static_cast<size_t>(tensor)] : 0;
-    CommChannel &c = byKey[{from, to, stage}];
+    const bool valid = tensor >= 0 && static_cast<size_t>(tensor) < T;
+    const int stage = valid ? stageOf[static_cast<size_t>(tensor)] : 0;
+    const int reader =
+        valid && to >= 0 && to < p.devices_size() ? readBy[static_cast<size_t>(to)][static_cast<size_t>(tensor)] : -1;
+    CommChannel &c = byKey[{from, to, stage, reader}];
     c.from = from;
     c.to = to;
     c.stage = stage;
+    c.readerStage = reader;
     return c;
   };
   for (int d = 0; d < p.devices_size(); ++d)

@@ -9,9 +9,10 @@
 // operations on one stream also complete in the order they were posted.
 //
 // So messages travel on channels (commChannels): one per sending device,
-// receiving device and stage the tensor comes from (a V or interleaved
-// schedule sends a device's forward activations and its backward gradients
-// to the same peer, in different orders), each with its own stream at
+// receiving device, stage the tensor comes from and stage that reads it
+// there (a V schedule sends a device's forward activations and its
+// backward gradients to the same peer, in different orders, even from one
+// stage when a skip connection crosses the V), each with its own stream at
 // both ends (a two-rank communicator). The sender copies the tensor into a
 // buffer of its own and posts the send on the channel, and its compute
 // goes on; the receiver posts the receive on the channel when its program
@@ -36,16 +37,17 @@
 
 namespace pipec::plan {
 
-/// The messages from one device to another that come from one stage, in
-/// program order: the instruction indices of the sender's SENDs and of the
-/// receiver's RECVs.
+/// The messages from one device to another that come from one stage and
+/// go to one, in program order: the instruction indices of the sender's
+/// SENDs and of the receiver's RECVs.
 struct CommChannel {
   int from = 0, to = 0;
-  int stage = 0; ///< of the instruction that computes the tensors
+  int stage = 0;        ///< of the instruction that computes the tensors
+  int readerStage = -1; ///< of the receiver's first instruction that reads them (-1: none)
   std::vector<int> sends, recvs;
 };
 
-/// The plan's channels, ordered by (from, to, stage).
+/// The plan's channels, ordered by (from, to, stage, readerStage).
 std::vector<CommChannel> commChannels(const Plan &p);
 
 /// A channel as one rank of an MPI job sees it: rank r*K + s runs device s

@@ -777,8 +777,8 @@ TEST(Pipeline, ValidatorRejectsBrokenPlans) {
 // once, is refused by name.
 TEST(Pipeline, EverySchedulesMessagesMeetInOrderWithRendezvousSends) {
   int checked = 0;
-  for (const ModelCase &m : {kTrainModels[1], kInferModels[1], kTrainModels[0]})
-    for (int K : {2, 3, 4})
+  for (const ModelCase &m : {kTrainModels[1], kInferModels[1], kTrainModels[0], kTrainModels[2]})
+    for (int K : {2, 3, 4, 6})
       for (int M : {1, 3, 4, 8})
         for (const char *schedule : {"gpipe", "1f1b", "zbh1", "zbh2", "interleaved", "zbv", "2bw"}) {
           const bool train = std::string(m.name).find("train") != std::string::npos;
