@@ -1,5 +1,6 @@
 //===- runtime/cuda/NcclLink.cpp - GPU messages of an MPI job over NCCL ---===//
 #include "runtime/cuda/NcclLink.h"
+#include "runtime/dist/LinkSetup.h"
 
 #include "support/Format.h"
 
@@ -18,14 +19,6 @@ namespace pipec::cuda {
 
 #if PIPEC_HAVE_CUDA
 namespace {
-
-/// What the two ends of a channel tell each other while setting it up.
-struct Hello {
-  ncclUniqueId id;        ///< the sender's; unused in the answer
-  unsigned char uuid[16]; ///< the GPU's
-  int32_t rank = 0;
-  int32_t gpu = 0;
-};
 
 class NcclLink final : public runtime::DeviceLink {
 public:
@@ -106,37 +99,31 @@ Status NcclLink::setUp(const plan::RankLinks &links, runtime::Transport &transpo
   PIPEC_TRY(cuda(cudaGetDeviceProperties(&prop, gpu_), "cudaGetDeviceProperties"));
   PIPEC_TRY(cuda(cudaMalloc(&scratch_, 256), "cudaMalloc"));
   ofInstruction_ = links.ofInstruction;
-  const uint32_t kind = static_cast<uint32_t>(runtime::SessionMessage::LinkSetup);
-  // Ascending channel id on every rank: a rank waits in ncclCommInitRank
-  // only for a peer whose earlier channels are all made.
-  for (const plan::RankChannel &info : links.channels) {
-    Channel c;
-    c.info = info;
-    Hello mine{}, theirs{};
-    std::memcpy(mine.uuid, &prop.uuid, sizeof mine.uuid);
-    mine.rank = rank_;
-    mine.gpu = gpu_;
-    const uint64_t there = runtime::sessionTag(kind, static_cast<uint32_t>(info.id) * 2);
-    const uint64_t back = runtime::sessionTag(kind, static_cast<uint32_t>(info.id) * 2 + 1);
-    if (info.sender) {
-      PIPEC_TRY(nccl(ncclGetUniqueId(&mine.id), c, "ncclGetUniqueId"));
-      PIPEC_TRY(transport.send(rank_, info.peer, there, &mine, sizeof mine));
-      PIPEC_TRY(transport.recv(rank_, info.peer, back, &theirs, sizeof theirs));
-    } else {
-      PIPEC_TRY(transport.recv(rank_, info.peer, there, &theirs, sizeof theirs));
-      PIPEC_TRY(transport.send(rank_, info.peer, back, &mine, sizeof mine));
-    }
-    if (std::memcmp(mine.uuid, theirs.uuid, sizeof mine.uuid) == 0)
-      return errorf("rank ", rank_, " and rank ", info.peer, " run on one GPU (GPU ", gpu_, " here, ", theirs.gpu,
-                    " there): NCCL cannot connect two ranks on one GPU; give each rank a GPU of its own, or "
-                    "pass --gpu-transport host");
+  channels_.resize(links.channels.size());
+  runtime::GpuIdentity mine{};
+  std::memcpy(mine.data(), &prop.uuid, mine.size());
+  static_assert(sizeof(ncclUniqueId) == sizeof(runtime::LinkToken), "NCCL's unique id is 128 bytes");
+  runtime::LinkEnds ends;
+  ends.makeToken = [&]() -> Expected<runtime::LinkToken> {
+    ncclUniqueId id;
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+      return errorf("rank ", rank_, ": ncclGetUniqueId: ", ncclGetErrorString(r));
+    runtime::LinkToken t;
+    std::memcpy(t.data(), &id, t.size());
+    return t;
+  };
+  ends.join = [&](size_t k, const runtime::LinkToken &token, int commRank) -> Status {
+    Channel &c = channels_[k];
+    c.info = links.channels[k];
     PIPEC_TRY(cuda(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
     PIPEC_TRY(cuda(cudaEventCreateWithFlags(&c.in, cudaEventDisableTiming), "cudaEventCreate"));
     PIPEC_TRY(cuda(cudaEventCreateWithFlags(&c.out, cudaEventDisableTiming), "cudaEventCreate"));
-    const ncclUniqueId &id = info.sender ? mine.id : theirs.id;
-    PIPEC_TRY(nccl(ncclCommInitRank(&c.comm, 2, id, info.sender ? 0 : 1), c, "ncclCommInitRank"));
-    channels_.push_back(c);
-  }
+    ncclUniqueId id;
+    std::memcpy(&id, token.data(), sizeof id);
+    return nccl(ncclCommInitRank(&c.comm, 2, id, commRank), c, "ncclCommInitRank");
+  };
+  PIPEC_TRY(runtime::setUpChannels(links, rank_, transport, mine, gpu_, ends));
   // The warm-up: one byte on every channel, so that NCCL connects the
   // peers now rather than in the first step.
   for (Channel &c : channels_)

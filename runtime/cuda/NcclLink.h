@@ -3,11 +3,11 @@
 // runtime/dist/DeviceLink.h over NCCL: one two-rank communicator per
 // channel of plan::rankLinks (the sender is its rank 0), each with a stream
 // of its own on this rank's GPU and two events (the device's stream to the
-// channel's, and back). Setting up, in ascending channel id on every rank:
-// the sender makes the NCCL unique id and sends it, with its GPU's UUID,
-// over the MPI transport; the receiver answers with its own UUID; both
-// refuse a channel whose two ends are one GPU (NCCL cannot connect them:
-// `--gpu-transport host` can); then ncclCommInitRank. Every channel carries
+// channel's, and back). Setting up is runtime/dist/LinkSetup.h's (in
+// ascending channel id on every rank, the NCCL unique id and the GPUs'
+// UUIDs exchanged over the MPI transport, a channel whose ends are one GPU
+// refused: `--gpu-transport host` can run it), each channel joined with
+// ncclCommInitRank. Every channel carries
 // one byte each way before the first step (the warm-up that makes NCCL
 // connect). A watchdog thread polls every communicator's asynchronous
 // error and aborts them all (ncclCommAbort) on the first, so that no

@@ -22,6 +22,7 @@
 #include "frontend/OnnxImporter.h"
 #include "runtime/DeviceThreads.h"
 #include "runtime/Session.h"
+#include "runtime/dist/LinkSetup.h"
 #include "runtime/dist/Transport.h"
 #include "runtime/plan/PlanIO.h"
 #include "runtime/plan/Rendezvous.h"
@@ -34,6 +35,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <map>
+#include <condition_variable>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -880,6 +884,109 @@ TEST(Pipeline, EverySchedulesMessagesMeetInOrderWithRendezvousSends) {
     ASSERT_FALSE(s.isOk());
     EXPECT_NE(s.message().find("the devices deadlock: device 0 waits at instruction 0 RECV"), std::string::npos)
         << s.message();
+  }
+}
+
+namespace {
+
+/// Each rank of `p`'s job (threads over the in-process transport) makes
+/// its channels (runtime::setUpChannels) with joins that wait, up to 10 s,
+/// for the channel's other end, as ncclCommInitRank does; `gpuOf` gives
+/// each rank's GPU. Returns each rank's status; `joined` counts the
+/// channels both ends joined with one token, the sender as 0.
+std::vector<Status> setUpEveryRank(const plan::Plan &p, int ranks, const std::function<int(int)> &gpuOf,
+                                   int *joined) {
+  auto transport = runtime::makeInProcessTransport(ranks, 0);
+  struct End {
+    int count = 0;
+    runtime::LinkToken token{};
+    bool agree = true, roles = true;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, End> ends; // by channel id
+  std::vector<Status> result(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      const plan::RankLinks links = plan::rankLinks(p, r);
+      runtime::GpuIdentity gpu{};
+      gpu[0] = static_cast<unsigned char>(gpuOf(r));
+      int made = 0;
+      runtime::LinkEnds le;
+      le.makeToken = [&]() -> Expected<runtime::LinkToken> {
+        runtime::LinkToken t{};
+        t[0] = static_cast<unsigned char>(r);
+        t[1] = static_cast<unsigned char>(++made);
+        return t;
+      };
+      le.join = [&](size_t k, const runtime::LinkToken &token, int commRank) -> Status {
+        const plan::RankChannel &c = links.channels[k];
+        std::unique_lock<std::mutex> lock(mu);
+        End &e = ends[c.id];
+        if (e.count == 0)
+          e.token = token;
+        e.agree = e.agree && e.token == token;
+        e.roles = e.roles && commRank == (c.sender ? 0 : 1);
+        ++e.count;
+        cv.notify_all();
+        if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return e.count >= 2; }))
+          return errorf("rank ", r, " waited 10 s for rank ", c.peer, " to join channel ", c.id);
+        return Status::ok();
+      };
+      result[static_cast<size_t>(r)] = runtime::setUpChannels(links, r, *transport, gpu, gpuOf(r), le);
+    });
+  for (auto &t : threads)
+    t.join();
+  *joined = 0;
+  for (auto &[id, e] : ends)
+    *joined += e.count == 2 && e.agree && e.roles;
+  return result;
+}
+
+} // namespace
+
+// The channels' communicators are made in one order on every rank (the
+// NCCL link's setup, runtime/dist/LinkSetup.h): with joins that wait for
+// the other end, every rank of an interleaved and of a zbv job at K=4 (and
+// of D=2 x K=2 1F1B) gets through, each channel joined by both ends with
+// the sender's token; two ranks on one GPU are refused by name.
+TEST(Pipeline, ChannelsAreMadeInOneOrderWithoutDeadlock) {
+  struct Case {
+    const char *schedule;
+    int K, D;
+  };
+  for (const Case &k : {Case{"interleaved", 4, 1}, Case{"zbv", 4, 1}, Case{"1f1b", 2, 2}}) {
+    Config c;
+    c.K = k.K;
+    c.M = 8;
+    c.schedule = k.schedule;
+    const std::string dir = compile("gpt-train", 2, c);
+    ASSERT_FALSE(dir.empty());
+    auto lp = plan::loadPlan(dir, plan::LoadWeights::No);
+    ASSERT_TRUE(lp.isOk()) << lp.status().message();
+    const int ranks = k.K * k.D;
+    size_t expected = 0;
+    for (int r = 0; r < ranks; ++r)
+      expected += plan::rankLinks(lp->plan, r).channels.size();
+    ASSERT_GT(expected, 0u);
+    int joined = 0;
+    std::vector<Status> st = setUpEveryRank(lp->plan, ranks, [](int r) { return r; }, &joined);
+    for (int r = 0; r < ranks; ++r)
+      EXPECT_TRUE(st[static_cast<size_t>(r)].isOk()) << k.schedule << " rank " << r << ": "
+                                                      << st[static_cast<size_t>(r)].message();
+    EXPECT_EQ(static_cast<size_t>(joined) * 2, expected) << k.schedule;
+    if (std::string(k.schedule) == "1f1b") {
+      // Ranks 0 and 1 (replica 0's two stages) on one GPU.
+      std::vector<Status> bad = setUpEveryRank(lp->plan, ranks, [](int r) { return r < 2 ? 0 : r; }, &joined);
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_FALSE(bad[static_cast<size_t>(r)].isOk());
+        EXPECT_NE(bad[static_cast<size_t>(r)].message().find("NCCL cannot connect two ranks on one GPU"),
+                  std::string::npos)
+            << bad[static_cast<size_t>(r)].message();
+      }
+      EXPECT_TRUE(bad[2].isOk() && bad[3].isOk()) << "replica 1's ranks have GPUs of their own";
+    }
   }
 }
 
