@@ -116,8 +116,15 @@ def same(plan, ranks, work, rest):
 
 
 def devices(plan):
+    """The ranks the plan runs on: its devices times its replicas (the
+    report pipec wrote beside the plan says how many)."""
     out = run(["piperun", plan, "--show-program"])
-    return sum(1 for l in out.splitlines() if l.startswith("device "))
+    k = sum(1 for l in out.splitlines() if l.startswith("device "))
+    try:
+        with open(os.path.join(plan, "report.json")) as f:
+            return k * max(1, int(json.load(f).get("data_parallel", 1)))
+    except (OSError, ValueError):
+        return k
 
 
 def fail_case(kind, plan, work):
