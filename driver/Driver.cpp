@@ -73,7 +73,7 @@ namespace {
 /// alone keeps its optimizer state, takes the other replicas' gradients
 /// and sends the weight back: the same bytes move, spread over the
 /// replicas' devices instead of converging on replica 0's.
-void addReplicaExchange(Compiled &c, int D, bool shard) {
+void addReplicaExchange(Compiled &c, int D, bool shard, int optimizerStates) {
   plan::Plan &p = c.plan.plan;
   const int K = p.devices_size();
   std::vector<int> producer(p.tensors_size(), -1);
@@ -130,9 +130,7 @@ void addReplicaExchange(Compiled &c, int D, bool shard) {
   // The report's training state per device: the gradients of every
   // parameter the stage computes, the optimizer's state of the largest
   // shard (a device keeps only its replica's).
-  auto oc = train::parseOptimizer(p.training().optimizer());
-  auto opt = oc ? train::Optimizer::create(*oc) : Expected<train::Optimizer>(oc.status());
-  const double states = opt ? static_cast<double>(opt->stateTensors()) : 0.0;
+  const double states = optimizerStates;
   nlohmann::json shards = nlohmann::json::array();
   double largest = 0, unsharded = 0;
   for (int s = 0; s < K; ++s) {
@@ -364,7 +362,7 @@ Expected<Compiled> compileGraph(ir::Graph &g, const CompileOptions &opts) {
   }
   PIPEC_ASSIGN(c.report, buildReport(g, c.partition, c.plan));
   if (emit.dataParallel > 1)
-    addReplicaExchange(c, emit.dataParallel, emit.shardOptimizer);
+    addReplicaExchange(c, emit.dataParallel, emit.shardOptimizer, emit.train.optimizerStates);
   // The step the report predicts: its simulation of the emitted programs
   // (the partition's ideal schedule where those cannot be timed).
   c.plan.plan.mutable_pipeline()->set_predicted_step_seconds(

@@ -186,10 +186,10 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
     if (!opts.cuda || opts.rank < 0 || !opts.transport)
       return errorf("messages over NCCL are for one rank per GPU: mpirun -np N piperun PLAN --device cuda");
     PIPEC_TRY(plan::checkRendezvous(s->lp_.plan).withContext(cat("plan '", planDir, "' over NCCL")));
-    const int gpu = (opts.localRank >= 0 ? opts.localRank : opts.rank) % gpus;
+    DeviceExecutor &mine = *s->devices_[opts.rank];
     PIPEC_ASSIGN(s->link_, cuda::makeNcclLink(plan::rankLinks(s->lp_.plan, opts.rank), opts.rank,
-                                              *opts.transport, gpu));
-    s->devices_[opts.rank]->setDeviceLink(s->link_.get());
+                                              *opts.transport, mine.backend().deviceIndex()));
+    mine.setDeviceLink(s->link_.get());
   }
   if (s->isTraining())
     PIPEC_TRY(s->prepareTraining().withContext(cat("plan '", planDir, "'")));

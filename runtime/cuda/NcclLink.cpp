@@ -34,7 +34,6 @@ public:
   }
   Status finishStep() override;
   void abort(const Status &why) override;
-  uint64_t messages() const override { return messages_.load(); }
 
 private:
   struct Channel {
@@ -68,7 +67,6 @@ private:
   Status failed_;
   bool aborted_ = false;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> messages_{0};
   std::thread watchdog_;
 };
 
@@ -160,7 +158,6 @@ Status NcclLink::enqueue(int instruction, void *data, uint64_t bytes, void *stre
     PIPEC_TRY(cuda(cudaEventRecord(c.out, c.stream), "cudaEventRecord"));
     PIPEC_TRY(cuda(cudaStreamWaitEvent(compute, c.out, 0), "cudaStreamWaitEvent"));
   }
-  ++messages_;
   return Status::ok();
 }
 

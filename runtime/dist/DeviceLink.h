@@ -36,8 +36,6 @@ public:
   virtual Status recv(int instruction, void *dst, uint64_t bytes, void *stream) = 0;
   virtual Status finishStep() = 0;
   virtual void abort(const Status &why) = 0;
-  /// Messages moved since the link was made, for the run's statistics.
-  virtual uint64_t messages() const = 0;
 };
 
 } // namespace pipec::runtime

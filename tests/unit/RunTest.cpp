@@ -118,6 +118,16 @@ bool sameBytes(const Tensor &a, const Tensor &b) {
   return a.desc() == b.desc() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
 }
 
+/// Every trained weight of `a` and `b` bitwise alike; `what` says when not.
+void expectSameWeights(const runtime::Session &a, const runtime::Session &b, const std::string &what) {
+  for (const plan::Parameter &p : a.plan().training().params()) {
+    const std::string name = a.plan().tensors(p.weight()).name();
+    auto wa = a.weight(name), wb = b.weight(name);
+    ASSERT_TRUE(wa.isOk() && wb.isOk()) << name;
+    EXPECT_TRUE(sameBytes(*wa, *wb)) << name << " differs " << what;
+  }
+}
+
 } // namespace
 
 TEST_F(RunTest, TrainingRunsEveryStepAndWritesMetrics) {
@@ -164,12 +174,7 @@ TEST_F(RunTest, ResumedRunEqualsAnUninterruptedOne) {
   ASSERT_TRUE(r.isOk()) << r.status().message();
   EXPECT_EQ(r->firstStep, 2);
   EXPECT_EQ(r->stepsRun, 2);
-  for (const plan::Parameter &p : whole->plan().training().params()) {
-    const std::string name = whole->plan().tensors(p.weight()).name();
-    auto a = whole->weight(name), b = second->weight(name);
-    ASSERT_TRUE(a.isOk() && b.isOk()) << name;
-    EXPECT_TRUE(sameBytes(*a, *b)) << name << " differs after resuming";
-  }
+  expectSameWeights(*whole, *second, "after resuming");
 }
 
 // ZeRO-1: D=3 replicas of the GPT-like sample's K=2 stages with Adam, the
@@ -243,12 +248,7 @@ TEST_F(RunTest, ShardedOptimizerTrainsAsTheUnshardedOne) {
   // Training: bitwise the same weights (and checkpoints hold the state).
   ASSERT_TRUE(runtime::trainRun(*a, quiet(3)).isOk());
   ASSERT_TRUE(runtime::trainRun(*b, quiet(3)).isOk());
-  for (const plan::Parameter &pp : p.training().params()) {
-    const std::string name = p.tensors(pp.weight()).name();
-    auto wa = a->weight(name), wb = b->weight(name);
-    ASSERT_TRUE(wa.isOk() && wb.isOk()) << name;
-    EXPECT_TRUE(sameBytes(*wa, *wb)) << name << " differs with the optimizer sharded";
-  }
+  expectSameWeights(*a, *b, "with the optimizer sharded");
   // Each parameter's state is in the checkpoint once, whichever replica
   // keeps it: the unsharded plan resumes from the sharded one's bitwise.
   auto first = open(sharded), rest = open(whole), uninterrupted = open(whole);
@@ -260,12 +260,7 @@ TEST_F(RunTest, ShardedOptimizerTrainsAsTheUnshardedOne) {
   resumed.resume = o.checkpoint;
   ASSERT_TRUE(runtime::trainRun(*rest, resumed).isOk());
   ASSERT_TRUE(runtime::trainRun(*uninterrupted, quiet(4)).isOk());
-  for (const plan::Parameter &pp : p.training().params()) {
-    const std::string name = p.tensors(pp.weight()).name();
-    auto wa = uninterrupted->weight(name), wc = rest->weight(name);
-    ASSERT_TRUE(wa.isOk() && wc.isOk()) << name;
-    EXPECT_TRUE(sameBytes(*wa, *wc)) << name << " differs after resuming a sharded checkpoint";
-  }
+  expectSameWeights(*uninterrupted, *rest, "after resuming a sharded checkpoint");
 }
 
 TEST_F(RunTest, RefusesRunsThatCannotHappen) {
