@@ -442,20 +442,16 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
       stats_.bytesSent += bytes;
       return Status::ok();
     }
+    const void *src = address(ins.tensor(), mb);
     if (deviceMessages_) {
       void *&box = mailbox_[tag];
       if (!box) {
         PIPEC_ASSIGN(box, backend_->alloc(bytes));
       }
-      PIPEC_TRY(backend_->copyFromDevice(box, address(ins.tensor(), mb), backend_->deviceIndex(), bytes));
-      PIPEC_ASSIGN(void *event, backend_->recordEvent(tag));
-      const DeviceMessage m{box, event, backend_->deviceIndex(), bytes};
-      PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), tag, &m, sizeof m));
-      stats_.bytesSent += bytes;
-      return Status::ok();
+      PIPEC_TRY(backend_->copyFromDevice(box, src, backend_->deviceIndex(), bytes));
+      src = box;
     }
-    PIPEC_ASSIGN(void *src, hostView(ins.tensor(), mb));
-    PIPEC_TRY(io.transport->send(index_, replicaBase_ + ins.peer(), tag, src, bytes));
+    PIPEC_TRY(sendMemory(*io.transport, replicaBase_ + ins.peer(), tag, src, bytes));
     stats_.bytesSent += bytes;
     return Status::ok();
   }
@@ -466,23 +462,41 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
     void *at = address(ins.tensor(), mb);
     if (link_)
       return link_->recv(i, at, bytes, backend_->stream());
-    if (deviceMessages_) {
-      DeviceMessage m{};
-      PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), &m, sizeof m));
-      if (m.bytes != bytes || !m.mailbox)
-        return errorf("device ", index_, ": a device message of ", m.bytes, " bytes for '",
-                      p.tensors(ins.tensor()).name(), "' (", bytes, " bytes)");
-      PIPEC_TRY(backend_->waitEvent(m.event));
-      return backend_->copyFromDevice(at, m.mailbox, m.device, bytes);
-    }
-    PIPEC_ASSIGN(void *dst, backend_->staging(at, bytes));
-    PIPEC_TRY(io.transport->recv(index_, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), dst, bytes));
-    return backend_->commit(at, dst, bytes);
+    return recvMemory(*io.transport, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), at, bytes);
   }
   default:
     return errorf("device ", index_, ": instruction kind ", plan::Instruction::Kind_Name(ins.kind()),
                   " is not supported by this runtime");
   }
+}
+
+Status DeviceExecutor::sendMemory(Transport &tr, int to, uint64_t tag, const void *src, uint64_t bytes) {
+  if (link_)
+    return link_->sendTo(to, src, bytes, backend_->stream());
+  if (deviceMessages_) {
+    PIPEC_ASSIGN(void *event, backend_->recordEvent(tag));
+    const DeviceMessage m{const_cast<void *>(src), event, backend_->deviceIndex(), bytes};
+    return tr.send(index_, to, tag, &m, sizeof m);
+  }
+  PIPEC_ASSIGN(void *host, backend_->hostView(const_cast<void *>(src), bytes));
+  return tr.send(index_, to, tag, host, bytes);
+}
+
+Status DeviceExecutor::recvMemory(Transport &tr, int from, uint64_t tag, void *dst, uint64_t bytes) {
+  if (link_)
+    return link_->recvFrom(from, dst, bytes, backend_->stream());
+  if (deviceMessages_) {
+    DeviceMessage m{};
+    PIPEC_TRY(tr.recv(index_, from, tag, &m, sizeof m));
+    if (m.bytes != bytes || !m.mailbox)
+      return errorf("device ", index_, ": a device message of ", m.bytes, " bytes from device ", from, " (",
+                    bytes, " bytes expected)");
+    PIPEC_TRY(backend_->waitEvent(m.event));
+    return backend_->copyFromDevice(dst, m.mailbox, m.device, bytes);
+  }
+  PIPEC_ASSIGN(void *host, backend_->staging(dst, bytes));
+  PIPEC_TRY(tr.recv(index_, from, tag, host, bytes));
+  return backend_->commit(dst, host, bytes);
 }
 
 Status DeviceExecutor::runNode(Run &r, int32_t node, void *const *in, void *const *out) {

@@ -102,6 +102,17 @@ public:
   /// copies the tensor into its mailbox and sends that; RECV receives into
   /// the arena. The transport then carries no tensor.
   void setDeviceLink(DeviceLink *link) { link_ = link; }
+  /// Device memory between the devices of a run, besides the plan's
+  /// messages (resident data parallelism: the replicas' gradient sums and
+  /// the updated weights), by the route the stage-to-stage messages take:
+  /// with device messages, the address and an event recorded on this
+  /// device's stream now, so the receiver's stream copies from `src`
+  /// (which must not change before the step ends); with a DeviceLink
+  /// (NCCL), on the replica channel to or from that rank; else the bytes
+  /// through the host (the transport's staging). recvMemory writes `dst`
+  /// (this device's memory), ordered before what its stream enqueues next.
+  Status sendMemory(Transport &tr, int to, uint64_t tag, const void *src, uint64_t bytes);
+  Status recvMemory(Transport &tr, int from, uint64_t tag, void *dst, uint64_t bytes);
 
   /// Feeds, runs and collects: `feed(tensorId, microBatch, dst)` fills a graph
   /// input instance before the first instruction that reads it;

@@ -248,7 +248,7 @@ public:
   /// optimizer state are brought up to date only when read (weight(),
   /// checkpoints) and sent back when written (setWeight, loadCheckpoint).
   /// Where it cannot (a parameter read on several devices, running
-  /// statistics, data parallelism, 2bw), the host keeps the state.
+  /// statistics, 2bw), the host keeps the state.
   bool residentTraining() const { return resident_ != nullptr; }
   ~Session();
 
@@ -284,6 +284,12 @@ private:
   void residentStepResults(const train::UpdateRule &rule, std::vector<double> &squares, bool &skipped);
   /// Resident training: device d's OPTIMIZER, enqueued on its stream.
   Status optimizeResident(int d, const train::UpdateRule &rule, int64_t stepNumber, float lr, Transport *tr);
+  /// Resident data parallelism, at device d's OPTIMIZER: its gradient sums
+  /// to the parameters' updaters, and the sums in replica order of those
+  /// it updates; after the update, the new weights to the other replicas'
+  /// devices and theirs from them.
+  Status reduceResidentGradients(int d, Transport &tr);
+  Status syncResidentWeights(int d, Transport &tr);
   /// The devices run on GPUs, or the emulated one.
   bool onGpus() const { return opts_.cuda || opts_.emulateGpu; }
   /// The checkpoint's tensors: all (owner -1) or those device `owner`

@@ -14,6 +14,15 @@
 // or skipping over several devices waits for the devices inside the step:
 // their squared sums are all-reduced on the host, as the CPU path does.
 //
+// With data parallelism every replica's device sums its own micro-batches;
+// at the OPTIMIZER the updater of each parameter (replica 0's device of
+// its stage, or its shard's) takes the other replicas' sums and adds them
+// in replica order, ((g0 + g1) + g2) ..., as StepExchange does on the
+// host, updates, and sends the new weight to the other replicas' devices.
+// Between the GPUs of one process the buffers go device to device
+// (DeviceExecutor::sendMemory: an address and an event); between
+// processes through the host (the transport's staging).
+//
 //===----------------------------------------------------------------------===//
 #include "runtime/SessionResident.h"
 
@@ -26,53 +35,80 @@ namespace pipec::runtime {
 
 Status Session::prepareResident() {
   const plan::Plan &p = lp_.plan;
-  if (!opts_.resident || !onGpus() || distributed() || replicas() > 1 || noFlush_ || sharedParams_ ||
-      !p.training().state_updates().empty())
+  if (!opts_.resident || !onGpus() || noFlush_ || sharedParams_ || !p.training().state_updates().empty())
     return Status::ok();
   for (int d : localDevices_)
     if (!devices_[d]->backend().residentTraining())
       return Status::ok();
+  const int K = stages(), D = replicas();
   std::vector<char> isOutput(static_cast<size_t>(p.tensors_size()), 0);
   for (int32_t t : p.outputs())
     isOutput[static_cast<size_t>(t)] = 1;
-  for (const ParamState &ps : params_)
-    if (isOutput[static_cast<size_t>(ps.grad)] || !devices_[ps.device]->weightAddress(ps.weight))
+  for (const ParamState &ps : params_) {
+    if (isOutput[static_cast<size_t>(ps.grad)])
       return Status::ok();
+    for (int rep = 0; rep < D; ++rep)
+      if (const int d = rep * K + ps.device; isLocal(d) && !devices_[d]->weightAddress(ps.weight))
+        return Status::ok();
+  }
 
   auto r = std::make_unique<Resident>();
   r->params.resize(params_.size());
+  r->grads.assign(params_.size(), std::vector<float *>(static_cast<size_t>(D), nullptr));
   r->paramsOf.resize(devices_.size());
   r->updaters.resize(devices_.size());
+  r->scratch.assign(devices_.size(), nullptr);
+  r->scratchHalf.assign(devices_.size(), 0);
+  std::vector<uint64_t> scratchBytes(devices_.size(), 0);
   std::vector<std::vector<kernel::ParamBuffers>> buffers(devices_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     ParamState &ps = params_[i];
-    DeviceExecutor &dev = *devices_[ps.device];
-    kernel::Backend &b = dev.backend();
     const uint64_t bytes = static_cast<uint64_t>(ps.n) * sizeof(float);
+    const plan::TensorInfo &g = p.tensors(ps.grad);
+    // Every replica's device of the stage sums its micro-batches.
+    ps.inPlace = false;
+    for (int rep = 0; rep < D; ++rep) {
+      const int d = rep * K + ps.device;
+      if (!isLocal(d))
+        continue;
+      DeviceExecutor &dev = *devices_[d];
+      PIPEC_ASSIGN(void *grad, dev.backend().alloc(std::max<uint64_t>(bytes, 4)));
+      float *sum = static_cast<float *>(grad);
+      r->grads[i][static_cast<size_t>(rep)] = sum;
+      const bool inPlace = opts_.accumulateInPlace && ps.planInPlace &&
+                           g.dtype() == static_cast<int32_t>(DType::F32) && g.bytes() == bytes &&
+                           dev.accumulateInto(ps.grad, sum, /*deviceMemory=*/true);
+      if (!inPlace && !dev.accumulateOnDevice(ps.grad, sum))
+        return errorf("device ", d, " does not compute the gradient '", g.name(), "' it updates with");
+      ps.inPlace = ps.inPlace || inPlace;
+    }
+    if (!isLocal(ps.updater))
+      continue;
+    const int u = ps.updater, replica = u / K;
+    kernel::Backend &b = devices_[u]->backend();
     kernel::ParamBuffers &rp = r->params[i];
-    rp.param = static_cast<float *>(dev.weightAddress(ps.weight));
+    rp.param = static_cast<float *>(devices_[u]->weightAddress(ps.weight));
     rp.n = ps.n;
-    PIPEC_ASSIGN(void *grad, b.alloc(std::max<uint64_t>(bytes, 4)));
-    rp.grad = static_cast<float *>(grad);
+    rp.grad = r->grads[i][static_cast<size_t>(replica)];
+    if (D > 1)
+      scratchBytes[static_cast<size_t>(u)] = std::max(scratchBytes[static_cast<size_t>(u)], bytes);
     for (size_t k = 0; k < ps.state.size(); ++k) {
       PIPEC_ASSIGN(void *st, b.alloc(std::max<uint64_t>(bytes, 4)));
       rp.state[k] = static_cast<float *>(st);
       PIPEC_TRY(b.upload(st, ps.state[k].data(), bytes)); // zeros
     }
-    const plan::TensorInfo &g = p.tensors(ps.grad);
-    const bool inPlace = opts_.accumulateInPlace && ps.planInPlace &&
-                         g.dtype() == static_cast<int32_t>(DType::F32) && g.bytes() == bytes &&
-                         dev.accumulateInto(ps.grad, rp.grad, /*deviceMemory=*/true);
-    if (!inPlace && !dev.accumulateOnDevice(ps.grad, rp.grad))
-      return errorf("device ", ps.device, " does not compute the gradient '", g.name(), "' it updates with");
-    ps.inPlace = inPlace;
-    r->paramsOf[static_cast<size_t>(ps.device)].push_back(static_cast<int>(i));
-    buffers[static_cast<size_t>(ps.device)].push_back(rp);
+    r->paramsOf[static_cast<size_t>(u)].push_back(static_cast<int>(i));
+    buffers[static_cast<size_t>(u)].push_back(rp);
   }
   for (int d : localDevices_) {
     kernel::Backend &b = devices_[d]->backend();
     if (!buffers[static_cast<size_t>(d)].empty()) {
       PIPEC_ASSIGN(r->updaters[static_cast<size_t>(d)], b.paramUpdater(buffers[static_cast<size_t>(d)]));
+    }
+    if (scratchBytes[static_cast<size_t>(d)] > 0) {
+      PIPEC_ASSIGN(void *scratch, b.alloc(2 * scratchBytes[static_cast<size_t>(d)]));
+      r->scratch[static_cast<size_t>(d)] = static_cast<float *>(scratch);
+      r->scratchHalf[static_cast<size_t>(d)] = scratchBytes[static_cast<size_t>(d)] / sizeof(float);
     }
     devices_[d]->setResidentWeights(true);
     PIPEC_TRY(b.sync());
@@ -81,15 +117,85 @@ Status Session::prepareResident() {
   return Status::ok();
 }
 
+Status Session::reduceResidentGradients(int d, Transport &tr) {
+  const int K = stages(), D = replicas();
+  if (D < 2)
+    return Status::ok();
+  Resident &r = *resident_;
+  DeviceExecutor &dev = *devices_[d];
+  const int replica = d / K, stage = d % K;
+  const uint32_t kind = static_cast<uint32_t>(SessionMessage::ReplicaGradient);
+  // Sends first: a send never waits for its receive. The sums are not
+  // written again before the step ends.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamState &ps = params_[i];
+    if (ps.device == stage && ps.updater != d)
+      PIPEC_TRY(dev.sendMemory(tr, ps.updater, sessionTag(kind, static_cast<uint32_t>(i)),
+                               r.grads[i][static_cast<size_t>(replica)], static_cast<uint64_t>(ps.n) * sizeof(float)));
+  }
+  // The sum in replica order, whichever replica updates (StepExchange's
+  // order, so that every placement of the update gives the same bits):
+  // replica 0 adds into its own sum; a later one starts from replica 0's
+  // in the second half of its scratch (one parameter after the other, in
+  // stream order) and copies the total into its own.
+  kernel::Backend &b = dev.backend();
+  const size_t half = r.scratchHalf[static_cast<size_t>(d)];
+  for (int i : r.paramsOf[static_cast<size_t>(d)]) {
+    const ParamState &ps = params_[static_cast<size_t>(i)];
+    const uint64_t tag = sessionTag(kind, static_cast<uint32_t>(i));
+    const uint64_t bytes = static_cast<uint64_t>(ps.n) * sizeof(float);
+    float *own = r.grads[static_cast<size_t>(i)][static_cast<size_t>(replica)];
+    float *part = r.scratch[static_cast<size_t>(d)];
+    float *sum = own;
+    if (replica > 0) {
+      sum = part + half;
+      PIPEC_TRY(dev.recvMemory(tr, stage, tag, sum, bytes));
+    }
+    for (int k = 1; k < D; ++k) {
+      const float *add = own;
+      if (k != replica) {
+        PIPEC_TRY(dev.recvMemory(tr, k * K + stage, tag, part, bytes));
+        add = part;
+      }
+      PIPEC_TRY(b.accumulate(sum, add, ps.n, false));
+    }
+    if (sum != own)
+      PIPEC_TRY(b.accumulate(own, sum, ps.n, true));
+  }
+  return Status::ok();
+}
+
+Status Session::syncResidentWeights(int d, Transport &tr) {
+  const int K = stages();
+  if (replicas() < 2)
+    return Status::ok();
+  Resident &r = *resident_;
+  DeviceExecutor &dev = *devices_[d];
+  const uint32_t kind = static_cast<uint32_t>(SessionMessage::SharedWeight);
+  for (int i : r.paramsOf[static_cast<size_t>(d)])
+    for (int h : otherHolders_[static_cast<size_t>(i)])
+      PIPEC_TRY(dev.sendMemory(tr, h, sessionTag(kind, static_cast<uint32_t>(i)), r.params[static_cast<size_t>(i)].param,
+                               static_cast<uint64_t>(params_[static_cast<size_t>(i)].n) * sizeof(float)));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamState &ps = params_[i];
+    if (ps.device == d % K && ps.updater != d)
+      PIPEC_TRY(dev.recvMemory(tr, ps.updater, sessionTag(kind, static_cast<uint32_t>(i)),
+                               dev.weightAddress(ps.weight), static_cast<uint64_t>(ps.n) * sizeof(float)));
+  }
+  return Status::ok();
+}
+
 Status Session::optimizeResident(int d, const train::UpdateRule &rule, int64_t stepNumber, float lr,
                                  Transport *tr) {
   Resident &r = *resident_;
+  if (replicas() > 1)
+    PIPEC_TRY(reduceResidentGradients(d, *tr));
   kernel::ParamUpdater *u = r.updaters[static_cast<size_t>(d)].get();
   const std::vector<int> &mine = r.paramsOf[static_cast<size_t>(d)];
   const unsigned MT = stepMicroBatches();
-  // The step's loss is the mean of the micro-batches' losses; under loss
-  // scaling the gradients are also divided by the scale (a power of two:
-  // exactly), as train::StepUpdate does.
+  // The step's loss is the mean of the micro-batches' losses (of every
+  // replica); under loss scaling the gradients are also divided by the
+  // scale (a power of two: exactly), as train::StepUpdate does.
   const float scale = static_cast<float>(scaler_.enabled() ? scaler_.scale() : 1.0);
   if (u)
     PIPEC_TRY(u->squares(MT > 1 || scale != 1.0f ? (1.0f / static_cast<float>(MT)) / scale : 1.0f));
@@ -120,10 +226,11 @@ Status Session::optimizeResident(int d, const train::UpdateRule &rule, int64_t s
   } else if (u) {
     PIPEC_TRY(u->decide(rule.clip, rule.skipNonFinite));
   }
-  if (!u)
-    return Status::ok();
-  PIPEC_TRY(u->apply(optimizer_->scalars(stepNumber, lr), !rule.gradientsOnly));
-  return u->fetchSquares();
+  if (u) {
+    PIPEC_TRY(u->apply(optimizer_->scalars(stepNumber, lr), !rule.gradientsOnly));
+    PIPEC_TRY(u->fetchSquares());
+  }
+  return replicas() > 1 ? syncResidentWeights(d, *tr) : Status::ok();
 }
 
 void Session::residentStepResults(const train::UpdateRule &rule, std::vector<double> &squares, bool &skipped) {
@@ -154,11 +261,20 @@ Status Session::pullResident() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamState &ps = params_[i];
     const kernel::ParamBuffers &rp = resident_->params[i];
-    kernel::Backend &b = devices_[ps.device]->backend();
     const uint64_t bytes = static_cast<uint64_t>(ps.n) * sizeof(float);
-    PIPEC_TRY(b.download(ps.data, rp.param, bytes));
-    for (size_t k = 0; k < ps.state.size(); ++k)
-      PIPEC_TRY(b.download(const_cast<float *>(ps.state[k].data()), rp.state[k], bytes));
+    if (isLocal(ps.updater)) {
+      kernel::Backend &b = devices_[ps.updater]->backend();
+      PIPEC_TRY(b.download(ps.data, rp.param, bytes));
+      for (size_t k = 0; k < ps.state.size(); ++k)
+        PIPEC_TRY(b.download(const_cast<float *>(ps.state[k].data()), rp.state[k], bytes));
+      continue;
+    }
+    // Updated by another process: this one's replica has the new weight.
+    for (int rep = 0; rep < replicas(); ++rep)
+      if (const int d = rep * stages() + ps.device; isLocal(d)) {
+        PIPEC_TRY(devices_[d]->backend().download(ps.data, devices_[d]->weightAddress(ps.weight), bytes));
+        break;
+      }
   }
   for (int d : localDevices_)
     PIPEC_TRY(devices_[d]->backend().sync());
@@ -183,9 +299,15 @@ Status Session::pushResident(int only) {
       continue;
     const ParamState &ps = params_[i];
     const kernel::ParamBuffers &rp = resident_->params[i];
-    kernel::Backend &b = devices_[ps.device]->backend();
     const uint64_t bytes = static_cast<uint64_t>(ps.n) * sizeof(float);
-    PIPEC_TRY(b.upload(rp.param, ps.data, bytes));
+    // Every local replica's copy of the weight; the state where it is
+    // updated.
+    for (int rep = 0; rep < replicas(); ++rep)
+      if (const int d = rep * stages() + ps.device; isLocal(d))
+        PIPEC_TRY(devices_[d]->backend().upload(devices_[d]->weightAddress(ps.weight), ps.data, bytes));
+    if (!isLocal(ps.updater))
+      continue;
+    kernel::Backend &b = devices_[ps.updater]->backend();
     for (size_t k = 0; k < ps.state.size() && only < 0; ++k)
       PIPEC_TRY(b.upload(rp.state[k], ps.state[k].data(), bytes));
   }

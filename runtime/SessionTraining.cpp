@@ -289,6 +289,7 @@ Status Session::gatherTrainingState() {
   };
   if (noFlush_ && drainPending_)
     return errorf("the training state is not final until the last step is flushed (Session::flush)");
+  PIPEC_TRY(pullResident());
   // The weights after the steps so far (2bw: the latest of its versions).
   for (ParamState &ps : params_)
     PIPEC_TRY(move(ps.device, ps.version(static_cast<int64_t>(steps_)), static_cast<size_t>(ps.n) * sizeof(float)));

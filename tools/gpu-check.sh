@@ -12,16 +12,20 @@
 #   4. compute-sanitizer's memcheck over the kernel test and a training run;
 #   5. resident training (state on the GPU, the device update) against
 #      --host-optimizer (state and optimizer on the host): byte-identical
-#      models, for AdamW with clipping and Nesterov SGD, at K=1 and K=2;
+#      models, for AdamW with clipping and Nesterov SGD, at K=1 and K=2, and
+#      for a data-parallel plan (D=2 x K=2), its optimizer sharded or not;
 #      TF32 runs at K=1 and K=2 byte-identical; a label and a token out of
 #      range named as errors by the flags read at the step's end;
 #   6. reduced precision: bf16 training on cuBLAS's bf16 products (K=1
 #      and K=2 bitwise alike, near the CPU), fp16 training with loss
 #      scaling recovering from an overflow by the rule;
 #   7. two ranks under mpirun on the GPU(s), messages staged through host
-#      memory over MPI, bitwise the threads' run (where mpirun exists);
+#      memory over MPI, bitwise the threads' run (where mpirun exists), and
+#      the sharded data-parallel plan on four;
 #      with two GPUs or more the same over NCCL (--gpu-transport nccl),
-#      with one, NCCL's two ranks on one GPU refused by name;
+#      and a sharded data-parallel plan (D=2 x K=1; D=2 x K=2 with four
+#      GPUs) over NCCL too; with one,
+#      NCCL's two ranks on one GPU refused by name;
 #   8. the model zoo on the GPU (tests/zoo/zoo.py --device cuda, the models
 #      of $GPU_ZOO_MODELS, opset 17; torch, torchvision and onnx for
 #      python3 there): forward within 1e-4 of torch, one step's gradients
@@ -106,6 +110,20 @@ for opt in "adamw:lr=0.001,amsgrad=true --clip-grad-norm 0.5" "sgd:lr=0.05,momen
   done
   check "gpt-$tag-k1-equals-k2" cmp "$w/gpt-$tag-k1-res.onnx" "$w/gpt-$tag-k2-res.onnx"
 done
+# Data parallelism with the state on the GPU: D=2 x K=2 with AdamW, the
+# optimizer sharded (ZeRO-1), clipping. The replicas' gradient sums and the
+# updated weights go device to device; the same bits as the host optimizer
+# (which sums the replicas on the host in the same order) and as the
+# unsharded plan.
+for z in "" "--shard-optimizer"; do
+  tag=dp${z:+-zero}
+  check "gpt-$tag-plan" sh -c "pipec $s/gpt-train.onnx -b 2 -k 2 -m 2 --data-parallel 2 $z --train \
+    --optimizer adamw:lr=0.001 --clip-grad-norm 0.5 -o $w/gpt-$tag.plan -q"
+  check "gpt-$tag-resident" timeout 120 piperun "$w/gpt-$tag.plan" --device cuda --steps 4 --save "$w/gpt-$tag-res.onnx"
+done
+check gpt-dp-host timeout 120 piperun "$w/gpt-dp.plan" --device cuda --steps 4 --host-optimizer --save "$w/gpt-dp-host.onnx"
+check gpt-dp-resident-equals-host cmp "$w/gpt-dp-res.onnx" "$w/gpt-dp-host.onnx"
+check gpt-dp-zero-equals-dp cmp "$w/gpt-dp-zero-res.onnx" "$w/gpt-dp-res.onnx"
 check gpt-tf32-k1 timeout 120 piperun "$w/gpt-k1.plan" --device cuda --math tf32 --steps 3 --save "$w/gpt-tf32-k1.onnx"
 check gpt-tf32-k2 timeout 120 piperun "$w/gpt-k2.plan" --device cuda --math tf32 --steps 3 --save "$w/gpt-tf32-k2.onnx"
 check gpt-tf32-k1-equals-k2 cmp "$w/gpt-tf32-k1.onnx" "$w/gpt-tf32-k2.onnx"
@@ -177,10 +195,25 @@ check gpt-fp16-near-cpu close "$w/gpt-fp16-gpu.onnx" "$w/gpt-fp16-cpu.onnx" 5e-2
 if command -v mpirun > /dev/null; then
   check gpt-mpi-staged env PATH="$PATH" "${PYTHON:-python3}" tests/tools/mpi_check.py same "$w/gpt-k2.plan" 2 \
     "$w/mpi-staged" --device cuda
+  # The sharded data-parallel plan on 4 ranks, state on the GPUs: the
+  # replicas' sums and weights through the host.
+  check gpt-mpi-dp-zero env PATH="$PATH" "${PYTHON:-python3}" tests/tools/mpi_check.py same "$w/gpt-dp-zero.plan" 4 \
+    "$w/mpi-dp-zero" --device cuda
+  check gpt-mpi-dp-zero-state-on-gpus grep "training state: threads device, ranks device" "$out/gpt-mpi-dp-zero.log"
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
   if [ "${gpus:-0}" -ge 2 ]; then
     check gpt-mpi-nccl env PATH="$PATH" "${PYTHON:-python3}" tests/tools/mpi_check.py same "$w/gpt-k2.plan" 2 \
       "$w/mpi-nccl" --device cuda --ranks-only --gpu-transport nccl
+    # The replicas' gradient sums and weights over NCCL's replica channels:
+    # D=2 x K=1 sharded on two GPUs, D=2 x K=2 on four.
+    check gpt-dp-k1-plan sh -c "pipec $s/gpt-train.onnx -b 2 -k 1 -m 2 --data-parallel 2 --shard-optimizer --train \
+      --optimizer adamw:lr=0.001 --clip-grad-norm 0.5 -o $w/gpt-dp-k1.plan -q"
+    check gpt-mpi-nccl-dp-k1 env PATH="$PATH" "${PYTHON:-python3}" tests/tools/mpi_check.py same \
+      "$w/gpt-dp-k1.plan" 2 "$w/mpi-nccl-dp-k1" --device cuda --ranks-only --gpu-transport nccl
+    if [ "$gpus" -ge 4 ]; then
+      check gpt-mpi-nccl-dp-zero env PATH="$PATH" "${PYTHON:-python3}" tests/tools/mpi_check.py same \
+        "$w/gpt-dp-zero.plan" 4 "$w/mpi-nccl-dp-zero" --device cuda --ranks-only --gpu-transport nccl
+    fi
   else
     check gpt-mpi-nccl-one-gpu-refused sh -c "! OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
       mpirun --oversubscribe -np 2 piperun '$w/gpt-k2.plan' --device cuda --gpu-transport nccl --steps 1 2>&1 |

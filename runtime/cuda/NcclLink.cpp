@@ -27,10 +27,20 @@ public:
 
   Status setUp(const plan::RankLinks &links, runtime::Transport &transport);
   Status send(int instruction, const void *src, uint64_t bytes, void *stream) override {
-    return enqueue(instruction, const_cast<void *>(src), bytes, stream, true);
+    PIPEC_ASSIGN(size_t c, ofInstruction(instruction, true));
+    return enqueue(c, const_cast<void *>(src), bytes, stream, true);
   }
   Status recv(int instruction, void *dst, uint64_t bytes, void *stream) override {
-    return enqueue(instruction, dst, bytes, stream, false);
+    PIPEC_ASSIGN(size_t c, ofInstruction(instruction, false));
+    return enqueue(c, dst, bytes, stream, false);
+  }
+  Status sendTo(int peer, const void *src, uint64_t bytes, void *stream) override {
+    PIPEC_ASSIGN(size_t c, ofPeer(peer, true));
+    return enqueue(c, const_cast<void *>(src), bytes, stream, true);
+  }
+  Status recvFrom(int peer, void *dst, uint64_t bytes, void *stream) override {
+    PIPEC_ASSIGN(size_t c, ofPeer(peer, false));
+    return enqueue(c, dst, bytes, stream, false);
   }
   Status finishStep() override;
   void abort(const Status &why) override;
@@ -43,7 +53,11 @@ private:
     cudaEvent_t in = nullptr, out = nullptr;
   };
 
-  Status enqueue(int instruction, void *data, uint64_t bytes, void *stream, bool sending);
+  /// The channel of a message instruction, or of the replica channel to
+  /// or from `peer`.
+  Expected<size_t> ofInstruction(int instruction, bool sending) const;
+  Expected<size_t> ofPeer(int peer, bool sending) const;
+  Status enqueue(size_t channel, void *data, uint64_t bytes, void *stream, bool sending);
   Status cuda(cudaError_t e, const char *what) const {
     return e == cudaSuccess ? Status::ok() : errorf("rank ", rank_, " GPU ", gpu_, ": ", what, ": ", cudaGetErrorString(e));
   }
@@ -61,7 +75,7 @@ private:
 
   const int rank_, gpu_;
   std::vector<Channel> channels_;
-  std::vector<int> ofInstruction_;
+  std::vector<int> ofInstruction_, sendTo_, recvFrom_;
   void *scratch_ = nullptr; ///< the warm-up's byte
   std::mutex mu_;           ///< the communicators, failed_, aborted_
   Status failed_;
@@ -97,6 +111,8 @@ Status NcclLink::setUp(const plan::RankLinks &links, runtime::Transport &transpo
   PIPEC_TRY(cuda(cudaGetDeviceProperties(&prop, gpu_), "cudaGetDeviceProperties"));
   PIPEC_TRY(cuda(cudaMalloc(&scratch_, 256), "cudaMalloc"));
   ofInstruction_ = links.ofInstruction;
+  sendTo_ = links.sendTo;
+  recvFrom_ = links.recvFrom;
   channels_.resize(links.channels.size());
   runtime::GpuIdentity mine{};
   std::memcpy(mine.data(), &prop.uuid, mine.size());
@@ -134,14 +150,27 @@ Status NcclLink::setUp(const plan::RankLinks &links, runtime::Transport &transpo
   return Status::ok();
 }
 
-Status NcclLink::enqueue(int instruction, void *data, uint64_t bytes, void *stream, bool sending) {
+Expected<size_t> NcclLink::ofInstruction(int instruction, bool sending) const {
   if (instruction < 0 || static_cast<size_t>(instruction) >= ofInstruction_.size() ||
       ofInstruction_[static_cast<size_t>(instruction)] < 0)
     return errorf("rank ", rank_, ": instruction ", instruction, " is no message on an NCCL channel");
-  Channel &c = channels_[static_cast<size_t>(ofInstruction_[static_cast<size_t>(instruction)])];
-  if (c.info.sender != sending)
+  const size_t k = static_cast<size_t>(ofInstruction_[static_cast<size_t>(instruction)]);
+  if (channels_[k].info.sender != sending)
     return errorf("rank ", rank_, ": instruction ", instruction, " ", sending ? "sends" : "receives",
-                  " on a channel this rank ", c.info.sender ? "sends" : "receives", " on");
+                  " on a channel this rank ", channels_[k].info.sender ? "sends" : "receives", " on");
+  return k;
+}
+
+Expected<size_t> NcclLink::ofPeer(int peer, bool sending) const {
+  const std::vector<int> &of = sending ? sendTo_ : recvFrom_;
+  if (peer < 0 || static_cast<size_t>(peer) >= of.size() || of[static_cast<size_t>(peer)] < 0)
+    return errorf("rank ", rank_, ": no NCCL replica channel ", sending ? "to" : "from", " rank ", peer,
+                  " (only between the replicas' devices of one stage)");
+  return static_cast<size_t>(of[static_cast<size_t>(peer)]);
+}
+
+Status NcclLink::enqueue(size_t channel, void *data, uint64_t bytes, void *stream, bool sending) {
+  Channel &c = channels_[channel];
   std::lock_guard<std::mutex> lock(mu_);
   if (!failed_.isOk())
     return failed_;

@@ -15,6 +15,10 @@
 //  - recv(): the RECV's `bytes` land at `dst` once what `stream` has
 //    enqueued so far is done (the arena's bytes are free then); what
 //    `stream` enqueues next waits for them.
+//  - sendTo(), recvFrom(): the same for what the session exchanges
+//    between replicas (data parallelism: gradient sums, updated weights),
+//    on the replica channel to or from rank `peer`, in the order
+//    plan::rankLinks states.
 //  - finishStep(): waits for the step's messages (a send is done once its
 //    receive is) and reports the first failure.
 //  - abort(): fails every pending and later operation, so that a rank
@@ -34,6 +38,8 @@ public:
   virtual ~DeviceLink() = default;
   virtual Status send(int instruction, const void *src, uint64_t bytes, void *stream) = 0;
   virtual Status recv(int instruction, void *dst, uint64_t bytes, void *stream) = 0;
+  virtual Status sendTo(int peer, const void *src, uint64_t bytes, void *stream) = 0;
+  virtual Status recvFrom(int peer, void *dst, uint64_t bytes, void *stream) = 0;
   virtual Status finishStep() = 0;
   virtual void abort(const Status &why) = 0;
 };

@@ -177,6 +177,28 @@ RankLinks rankLinks(const Plan &p, int rank) {
       r.ofInstruction[static_cast<size_t>(i)] = static_cast<int>(r.channels.size());
     r.channels.push_back(rc);
   }
+  // The replica channels, after every replica's plan channels: the one
+  // from replica a's device of stage s to replica b's has id
+  // D * C + (s * D + a) * D + b, the same on both ranks.
+  const int D = static_cast<int>(std::max<uint32_t>(p.pipeline().data_parallel(), 1));
+  const int ranks = K * D, mine = rank / K;
+  r.sendTo.assign(static_cast<size_t>(ranks), -1);
+  r.recvFrom.assign(static_cast<size_t>(ranks), -1);
+  if (!p.pipeline().training() || D < 2)
+    return r;
+  for (int a = 0; a < D; ++a)
+    for (int b = 0; b < D; ++b) {
+      if (a == b || (a != mine && b != mine))
+        continue;
+      RankChannel rc;
+      rc.id = D * static_cast<int>(channels.size()) + (device * D + a) * D + b;
+      rc.sender = a == mine;
+      rc.peer = (rc.sender ? b : a) * K + device;
+      rc.stage = device;
+      rc.replica = true;
+      (rc.sender ? r.sendTo : r.recvFrom)[static_cast<size_t>(rc.peer)] = static_cast<int>(r.channels.size());
+      r.channels.push_back(rc);
+    }
   return r;
 }
 

@@ -61,7 +61,10 @@ struct RankChannel {
   int peer = 0;        ///< the other rank
   bool sender = false; ///< this rank sends on it (else receives)
   int stage = 0;
-  size_t messages = 0; ///< per step
+  size_t messages = 0; ///< per step (a replica channel: 0, the session's count)
+  /// Between two replicas' devices of one stage (data parallelism), for
+  /// what the session exchanges besides the plan's messages.
+  bool replica = false;
 };
 
 struct RankLinks {
@@ -69,10 +72,20 @@ struct RankLinks {
   /// Per instruction of the rank's device's program: its channel (an
   /// index into `channels`), or -1.
   std::vector<int> ofInstruction;
+  /// Per rank of the job: the replica channel this rank sends to it on,
+  /// and the one it receives from it on (indices into `channels`), or -1.
+  std::vector<int> sendTo, recvFrom;
 };
 
 /// The channels of rank `rank` of a job of D x K ranks (D: the plan's
-/// replicas).
+/// replicas): the plan's, and for a training plan with replicas one each
+/// way between the rank and each other replica's device of its stage.
+/// Those carry the replicas' gradient sums to each parameter's updater and
+/// its updated weight back (runtime/SessionResident.cpp): on the channel
+/// from a to b, a sends, and b receives, first the sums of the parameters
+/// b updates, then the weights of those a updates, each in parameter
+/// order, so the two ends agree; each direction has its own stream, so
+/// neither waits for the other.
 RankLinks rankLinks(const Plan &p, int rank);
 
 /// Proves `p` (already valid: validatePlan) runs on an order-matched,

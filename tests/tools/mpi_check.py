@@ -67,6 +67,11 @@ def metrics(path):
     return rows
 
 
+def state(out):
+    """Where piperun's run kept the training state (its closing lines)."""
+    return "device" if "training state: in the devices' memory" in out else "host"
+
+
 def is_training(plan):
     out = run(["piperun", plan, "--show-program"])
     return " OPT" in out
@@ -85,8 +90,8 @@ def same(plan, ranks, work, rest):
     if is_training(plan):
         args = lambda tag: ["piperun", plan, "--steps", steps, "--save", os.path.join(work, tag + ".onnx"),
                             "--metrics", os.path.join(work, tag + ".jsonl")] + rest
-        run(args("threads"))
-        run(MPIRUN + ["-np", str(ranks)] + args("ranks") + only)
+        state_t = state(run(args("threads")))
+        state_r = state(run(MPIRUN + ["-np", str(ranks)] + args("ranks") + only))
         a, b = metrics(os.path.join(work, "threads.jsonl")), metrics(os.path.join(work, "ranks.jsonl"))
         if a != b:
             fail("losses differ:\n threads %s\n ranks   %s" % (a, b))
@@ -96,8 +101,9 @@ def same(plan, ranks, work, rest):
             tb = f.read()
         if ta != tb:
             fail("trained models differ (%d and %d bytes)" % (len(ta), len(tb)))
-        print("PASS same %s on %d ranks: %s steps, losses %s, trained model bitwise equal (%d bytes)"
-              % (os.path.basename(plan), ranks, steps, ", ".join(r[1] for r in a), len(ta)))
+        print("PASS same %s on %d ranks: %s steps, losses %s, trained model bitwise equal (%d bytes);"
+              " training state: threads %s, ranks %s"
+              % (os.path.basename(plan), ranks, steps, ", ".join(r[1] for r in a), len(ta), state_t, state_r))
         return
     args = lambda tag: ["piperun", plan, "--steps", steps, "--outputs", os.path.join(work, tag)] + rest
     run(args("threads"))

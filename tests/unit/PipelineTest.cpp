@@ -85,6 +85,8 @@ struct Config {
   std::string optimizer = "adam";
   double lr = 1e-3;
   double clip = 0;
+  int D = 1;          ///< data-parallel replicas
+  bool shard = false; ///< the optimizer sharded over them (ZeRO-1)
 };
 
 /// Compiles `model` (batch b per micro-batch) and writes the plan.
@@ -110,14 +112,16 @@ std::string compile(const std::string &model, int64_t b, const Config &c) {
   co.train.optimizer = c.optimizer;
   co.train.lr = c.lr;
   co.train.clipGradNorm = c.clip;
+  co.emit.dataParallel = c.D;
+  co.emit.shardOptimizer = c.shard;
   auto compiled = driver::compileGraph(**g, co);
   EXPECT_TRUE(compiled.isOk()) << compiled.status().message();
   if (!compiled.isOk())
     return "";
   EXPECT_EQ(compiled->plan.plan.devices_size(), c.K);
   std::string dir = tempDir(cat(model, "-k", c.K, "-m", c.M, "-", c.schedule, c.virtualStages,
-                                c.train ? "-t" : "", "-", c.recompute, "-", std::hash<std::string>()(
-                                    cat(c.optimizer, c.lr, c.clip))));
+                                c.train ? "-t" : "", "-", c.recompute, "-d", c.D, c.shard ? "z" : "", "-",
+                                std::hash<std::string>()(cat(c.optimizer, c.lr, c.clip))));
   Status s = codegen::writePlanDirectory(dir, compiled->plan);
   EXPECT_TRUE(s.isOk()) << s.message();
   return dir;
@@ -935,6 +939,10 @@ std::vector<Status> setUpEveryRank(const plan::Plan &p, int ranks, const std::fu
         return Status::ok();
       };
       result[static_cast<size_t>(r)] = runtime::setUpChannels(links, r, *transport, gpu, gpuOf(r), le);
+      // As a failed rank of an MPI job stops the others (their receives
+      // fail rather than wait).
+      if (!result[static_cast<size_t>(r)].isOk())
+        transport->abort(result[static_cast<size_t>(r)]);
     });
   for (auto &t : threads)
     t.join();
@@ -960,12 +968,32 @@ TEST(Pipeline, ChannelsAreMadeInOneOrderWithoutDeadlock) {
     Config c;
     c.K = k.K;
     c.M = 8;
+    c.D = k.D;
     c.schedule = k.schedule;
     const std::string dir = compile("gpt-train", 2, c);
     ASSERT_FALSE(dir.empty());
     auto lp = plan::loadPlan(dir, plan::LoadWeights::No);
     ASSERT_TRUE(lp.isOk()) << lp.status().message();
     const int ranks = k.K * k.D;
+    // Data parallelism: a channel each way between the replicas' devices
+    // of a stage, with one id at both ends, after the plan's channels.
+    for (int r = 0; r < ranks; ++r) {
+      const plan::RankLinks links = plan::rankLinks(lp->plan, r);
+      ASSERT_EQ(links.sendTo.size(), static_cast<size_t>(ranks));
+      for (int q = 0; q < ranks; ++q) {
+        const bool partner = q != r && q % k.K == r % k.K;
+        ASSERT_EQ(links.sendTo[static_cast<size_t>(q)] >= 0, partner) << k.schedule << " rank " << r << " to " << q;
+        ASSERT_EQ(links.recvFrom[static_cast<size_t>(q)] >= 0, partner) << k.schedule << " rank " << r << " from " << q;
+        if (!partner)
+          continue;
+        const plan::RankLinks theirs = plan::rankLinks(lp->plan, q);
+        EXPECT_EQ(links.channels[static_cast<size_t>(links.sendTo[static_cast<size_t>(q)])].id,
+                  theirs.channels[static_cast<size_t>(theirs.recvFrom[static_cast<size_t>(r)])].id);
+        EXPECT_TRUE(links.channels[static_cast<size_t>(links.sendTo[static_cast<size_t>(q)])].replica);
+      }
+      for (size_t j = 1; j < links.channels.size(); ++j)
+        EXPECT_LT(links.channels[j - 1].id, links.channels[j].id) << "rank " << r;
+    }
     size_t expected = 0;
     for (int r = 0; r < ranks; ++r)
       expected += plan::rankLinks(lp->plan, r).channels.size();
@@ -985,7 +1013,9 @@ TEST(Pipeline, ChannelsAreMadeInOneOrderWithoutDeadlock) {
                   std::string::npos)
             << bad[static_cast<size_t>(r)].message();
       }
-      EXPECT_TRUE(bad[2].isOk() && bad[3].isOk()) << "replica 1's ranks have GPUs of their own";
+      // Replica 1's ranks have GPUs of their own, and channels with ranks
+      // 0 and 1: they stop with them rather than wait.
+      EXPECT_FALSE(bad[2].isOk() || bad[3].isOk());
     }
   }
 }
@@ -1541,6 +1571,105 @@ TEST(Pipeline, ResidentTrainingOnTheEmulatedGpuIsTheCpus) {
     RunResult gpu = run(dir, 3, true, {.emulateGpu = true, .residentTraining = &resident});
     EXPECT_FALSE(resident) << "the CNN's running statistics keep it on the host";
     expectSame(cpu, gpu, "cnn-train K=2");
+  }
+}
+
+// Resident training with data parallelism: every replica's device sums
+// its micro-batches, each parameter's updater (replica 0's device, or its
+// shard's) adds the other replicas' sums in replica order, updates on the
+// device and sends the new weight to the other replicas' devices: bitwise
+// the CPU's step (which sums on the host in the same order), with the
+// buffers going device to device or through the host, the optimizer
+// sharded or not, with clipping and with a non-finite step skipped.
+// Checkpoints of a sharded resident run resume the CPU's unsharded plan.
+TEST(Pipeline, ResidentDataParallelTrainingIsTheCpus) {
+  auto nanAtStep1 = [](const runtime::Session &s, int step) {
+    std::vector<Tensor> in = makeInputs(s, static_cast<uint64_t>(step));
+    if (step == 1)
+      for (Tensor &t : in)
+        if (t.dtype() == DType::F32) {
+          t.data<float>()[t.numel() - 1] = std::nanf(""); // the last replica's data
+          break;
+        }
+    return in;
+  };
+  struct Case {
+    const char *model;
+    int64_t b;
+    int K, M, D;
+    bool shard;
+    const char *optimizer;
+    double clip;
+  };
+  const Case cases[] = {{"mlp-train", 4, 1, 2, 2, false, "adam", 0},
+                        {"mlp-train", 4, 2, 2, 2, true, "adamw:amsgrad=true", 0.05},
+                        {"mlp-train", 4, 2, 1, 3, true, "sgd:momentum=0.9,nesterov=true", 0},
+                        {"gpt-train", 2, 2, 2, 2, false, "sgd:momentum=0.9", 0.5},
+                        {"gpt-train", 2, 2, 2, 3, true, "adam", 0}};
+  for (const Case &k : cases) {
+    Config c;
+    c.K = k.K;
+    c.M = k.M;
+    c.D = k.D;
+    c.shard = k.shard;
+    c.optimizer = k.optimizer;
+    c.lr = 0.01;
+    c.clip = k.clip;
+    const std::string dir = compile(k.model, k.b, c);
+    const std::string what = cat(k.model, " K=", k.K, " M=", k.M, " D=", k.D, k.shard ? " sharded " : " ",
+                                 k.optimizer, " clip ", k.clip);
+    RunResult cpu = run(dir, 3, true);
+    for (bool onDevices : {true, false}) {
+      bool resident = false;
+      RunResult gpu = run(dir, 3, true,
+                          {.emulateGpu = true, .deviceMessages = onDevices, .residentTraining = &resident});
+      EXPECT_TRUE(resident) << what;
+      expectSame(cpu, gpu, what + (onDevices ? " (device to device)" : " (through the host)"));
+    }
+    if (std::string(k.model) != "mlp-train") // the GPT-like sample's inputs are tokens
+      continue;
+    RunResult cpuSkip = run(dir, 3, true, {.skipNonFinite = true, .inputs = nanAtStep1});
+    ASSERT_EQ(cpuSkip.skipped.size(), 3u) << what;
+    EXPECT_TRUE(cpuSkip.skipped[1]) << what;
+    expectSame(cpuSkip, run(dir, 3, true, {.skipNonFinite = true, .emulateGpu = true, .inputs = nanAtStep1}),
+               what + " skipping");
+  }
+  // A sharded resident run's checkpoint, resumed by the unsharded plan on
+  // the CPU: the uninterrupted unsharded run's weights.
+  Config c;
+  c.K = 2;
+  c.M = 2;
+  c.D = 2;
+  c.lr = 0.01;
+  const std::string whole = compile("mlp-train", 4, c);
+  c.shard = true;
+  const std::string sharded = compile("mlp-train", 4, c);
+  const std::string ckpt = tempDir("resident-dp-ckpt");
+  runtime::SessionOptions gpu;
+  gpu.seed = 7;
+  gpu.emulateGpu = true;
+  {
+    auto s = runtime::Session::open(sharded, gpu);
+    ASSERT_TRUE(s.isOk()) << s.status().message();
+    ASSERT_TRUE((*s)->residentTraining());
+    for (int i = 0; i < 2; ++i)
+      ASSERT_TRUE((*s)->train(makeInputs(**s, static_cast<uint64_t>(i))).isOk());
+    Status saved = (*s)->saveCheckpoint(ckpt);
+    ASSERT_TRUE(saved.isOk()) << saved.message();
+  }
+  RunResult straight = run(whole, 4, true);
+  runtime::SessionOptions cpu;
+  cpu.seed = 7;
+  auto s = runtime::Session::open(whole, cpu);
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  Status loaded = (*s)->loadCheckpoint(ckpt);
+  ASSERT_TRUE(loaded.isOk()) << loaded.message();
+  for (int i = 2; i < 4; ++i)
+    ASSERT_TRUE((*s)->train(makeInputs(**s, static_cast<uint64_t>(i))).isOk());
+  for (size_t k = 0; k < straight.weights.size(); ++k) {
+    auto w = (*s)->weight((*s)->plan().tensors((*s)->plan().training().params(static_cast<int>(k)).weight()).name());
+    ASSERT_TRUE(w.isOk());
+    EXPECT_TRUE(bitwiseEqual(straight.weights[k], *w)) << "resumed weight " << k;
   }
 }
 

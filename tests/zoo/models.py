@@ -292,7 +292,13 @@ ZOO = {s.name: s for s in [
     # Dropout is p=0 where the model has it: pipec's masks are its own
     # counter-based streams, not torch's.
     Spec('resnet18', _cnn(torchvision.models.resnet18), IMAGE(64), 4, 'cross-entropy', ['logits']),
-    Spec('resnet50', _cnn(torchvision.models.resnet50), IMAGE(64), 4, 'cross-entropy', ['logits']),
+    # ResNet-50's too hinge on ReLUs that flip (bench/zoo_relu_flips.py on
+    # an AMD EPYC with AVX-512 and no AMX: 8-12 flipped elements, PyTorch's
+    # worst error from 2.2e-2 to 4.0e-2 as computed, 1.3e-4 to 1.4e-4
+    # pinned); there pipec's 3.56e-2 fell between PyTorch's configurations
+    # (1.59e-2 to 3.67e-2), as MobileNet-V2's does below.
+    Spec('resnet50', _cnn(torchvision.models.resnet50), IMAGE(64), 4, 'cross-entropy', ['logits'],
+         grad_judge='worst'),
     # MobileNet-V2's float32 gradients hinge on one or two ReLU6 elements
     # that flip against float64 (bench/zoo_relu_flips.py: pinned, PyTorch's
     # worst error drops from 1.7e-2 to 2.4e-4); which configuration wins is
