@@ -472,7 +472,7 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
 
 Status DeviceExecutor::sendMemory(Transport &tr, int to, uint64_t tag, const void *src, uint64_t bytes) {
   if (link_)
-    return link_->sendTo(to, src, bytes, backend_->stream());
+    return link_->sendTo(to, tag, src, bytes, backend_->stream());
   if (deviceMessages_) {
     PIPEC_ASSIGN(void *event, backend_->recordEvent(tag));
     const DeviceMessage m{const_cast<void *>(src), event, backend_->deviceIndex(), bytes};
@@ -484,7 +484,7 @@ Status DeviceExecutor::sendMemory(Transport &tr, int to, uint64_t tag, const voi
 
 Status DeviceExecutor::recvMemory(Transport &tr, int from, uint64_t tag, void *dst, uint64_t bytes) {
   if (link_)
-    return link_->recvFrom(from, dst, bytes, backend_->stream());
+    return link_->recvFrom(from, tag, dst, bytes, backend_->stream());
   if (deviceMessages_) {
     DeviceMessage m{};
     PIPEC_TRY(tr.recv(index_, from, tag, &m, sizeof m));

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "runtime/DeviceThreads.h"
+#include "runtime/EmulatedLink.h"
 #include "runtime/dist/DeviceLink.h"
 #include "runtime/dist/StepExchange.h"
 #include "runtime/cuda/NcclLink.h"
@@ -183,12 +184,17 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
     // One rank per GPU, the messages over NCCL: the plan's order must be
     // one NCCL keeps (plan::checkRendezvous), each rank's channels made
     // in the same order.
-    if (!opts.cuda || opts.rank < 0 || !opts.transport)
+    if (!(opts.cuda || opts.emulateGpu) || opts.rank < 0 || !opts.transport)
       return errorf("messages over NCCL are for one rank per GPU: mpirun -np N piperun PLAN --device cuda");
     PIPEC_TRY(plan::checkRendezvous(s->lp_.plan).withContext(cat("plan '", planDir, "' over NCCL")));
     DeviceExecutor &mine = *s->devices_[opts.rank];
-    PIPEC_ASSIGN(s->link_, cuda::makeNcclLink(plan::rankLinks(s->lp_.plan, opts.rank), opts.rank,
-                                              *opts.transport, mine.backend().deviceIndex()));
+    // Emulated GPUs: the same channels and order, checked, over MPI.
+    if (opts.cuda) {
+      PIPEC_ASSIGN(s->link_, cuda::makeNcclLink(plan::rankLinks(s->lp_.plan, opts.rank), opts.rank,
+                                                *opts.transport, mine.backend().deviceIndex()));
+    } else {
+      PIPEC_ASSIGN(s->link_, makeEmulatedLink(s->lp_.plan, opts.rank, *opts.transport));
+    }
     mine.setDeviceLink(s->link_.get());
   }
   if (s->isTraining())

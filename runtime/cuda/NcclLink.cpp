@@ -34,11 +34,11 @@ public:
     PIPEC_ASSIGN(size_t c, ofInstruction(instruction, false));
     return enqueue(c, dst, bytes, stream, false);
   }
-  Status sendTo(int peer, const void *src, uint64_t bytes, void *stream) override {
+  Status sendTo(int peer, uint64_t, const void *src, uint64_t bytes, void *stream) override {
     PIPEC_ASSIGN(size_t c, ofPeer(peer, true));
     return enqueue(c, const_cast<void *>(src), bytes, stream, true);
   }
-  Status recvFrom(int peer, void *dst, uint64_t bytes, void *stream) override {
+  Status recvFrom(int peer, uint64_t, void *dst, uint64_t bytes, void *stream) override {
     PIPEC_ASSIGN(size_t c, ofPeer(peer, false));
     return enqueue(c, dst, bytes, stream, false);
   }

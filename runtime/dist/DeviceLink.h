@@ -18,7 +18,8 @@
 //  - sendTo(), recvFrom(): the same for what the session exchanges
 //    between replicas (data parallelism: gradient sums, updated weights),
 //    on the replica channel to or from rank `peer`, in the order
-//    plan::rankLinks states.
+//    plan::rankLinks states; `tag` (sessionTag) says what the message is,
+//    for checks and errors (NCCL does not carry it).
 //  - finishStep(): waits for the step's messages (a send is done once its
 //    receive is) and reports the first failure.
 //  - abort(): fails every pending and later operation, so that a rank
@@ -38,8 +39,8 @@ public:
   virtual ~DeviceLink() = default;
   virtual Status send(int instruction, const void *src, uint64_t bytes, void *stream) = 0;
   virtual Status recv(int instruction, void *dst, uint64_t bytes, void *stream) = 0;
-  virtual Status sendTo(int peer, const void *src, uint64_t bytes, void *stream) = 0;
-  virtual Status recvFrom(int peer, void *dst, uint64_t bytes, void *stream) = 0;
+  virtual Status sendTo(int peer, uint64_t tag, const void *src, uint64_t bytes, void *stream) = 0;
+  virtual Status recvFrom(int peer, uint64_t tag, void *dst, uint64_t bytes, void *stream) = 0;
   virtual Status finishStep() = 0;
   virtual void abort(const Status &why) = 0;
 };

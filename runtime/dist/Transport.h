@@ -62,7 +62,8 @@ enum class SessionMessage : uint32_t {
   Stats = 3,
   Trace = 4,
   ReplicaGradient = 5,
-  LinkSetup = 6 ///< NCCL channels' unique ids and GPUs (runtime/cuda/NcclLink.h)
+  LinkSetup = 6,  ///< NCCL channels' unique ids and GPUs (runtime/cuda/NcclLink.h)
+  LinkMessage = 7 ///< a message on an emulated NCCL channel (runtime/EmulatedLink.h)
 };
 
 /// The tag of a message between the processes of a distributed run that

@@ -291,8 +291,9 @@ Status runPlan(const Options &o) {
     return errorf("--math tf32 is for --device cuda (the CPU computes in exact fp32)");
   if (o.gpuTransport != "host" && o.gpuTransport != "nccl")
     return errorf("--gpu-transport must be host or nccl (got '", o.gpuTransport, "')");
-  if (o.gpuTransport == "nccl" && (o.device != "cuda" || !o.transport))
-    return errorf("--gpu-transport nccl is for one rank per GPU: mpirun -np N piperun PLAN --device cuda");
+  if (o.gpuTransport == "nccl" && (o.device == "cpu" || !o.transport))
+    return errorf("--gpu-transport nccl is for one rank per GPU: mpirun -np N piperun PLAN --device cuda "
+                  "(or cuda-emulated)");
   if (o.device == "cuda")
     PIPEC_TRY(checkCudaDevice(o));
   // Under mpirun the GPUs' messages go through the MPI transport, staged in
@@ -483,7 +484,8 @@ int main(int argc, char **argv) {
                  "bitwise the CPU, to check the runtime on a machine without a GPU)");
   app.add_option("--gpu-transport", o.gpuTransport,
                  "--device cuda under mpirun: host (the default: messages staged through host memory over MPI) "
-                 "or nccl (between the GPUs with NCCL, one rank per GPU)");
+                 "or nccl (between the GPUs with NCCL, one rank per GPU; on cuda-emulated, NCCL's channels and "
+                 "order emulated over MPI and checked)");
   app.add_option("--math", o.math,
                  "--device cuda: exact (the default: fp32, no TF32) or tf32 (matrix products on TF32 tensor cores)");
   app.add_flag("--host-optimizer", o.hostOptimizer,
