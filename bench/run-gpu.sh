@@ -29,6 +29,15 @@
 #     GEMM kernels (cuDNN's and cuBLAS's, by kernel name): that time is the
 #     step's cuDNN-bound limit, and the share is the limit over the step.
 # Results: OUT_DIR/results.json and a table on stdout.
+#   - across GPUs, where the machine has two or more and mpirun: the
+#     gpt2-small model at M=16 (micro-batches of 2) in TF32, on one GPU
+#     (K=1) against K=2 on two, one rank per GPU with the stage messages
+#     over NCCL (--gpu-transport nccl) and staged through the host, and as
+#     two device threads of one process; and data parallelism, D=2 x K=1
+#     (8 micro-batches a replica) over NCCL, its optimizer sharded. The
+#     table's tokens/s over the one GPU's is the speedup (target: 1.9x for
+#     K=2 over NCCL). Under nsys, the NCCL K=2 run's timeline (sends under
+#     compute) goes to OUT_DIR/gpt2-small-2gpu.nsys-rep.
 # RUN_GPU_DEVICE=cpu and RUN_GPU_MODELS=gpt-like try the script's plumbing
 # on a machine without a GPU (from a build directory's bin/ on PATH:
 # RUN_GPU_BUNDLE=none), without --math and --host-optimizer.
@@ -52,41 +61,49 @@ card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 w=$(mktemp -d)
 results="$out/results.jsonl"
 : > "$results"
+nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 
 model() {  # model NAME LAYERS D HEADS SEQ VOCAB
   pipec-samples gpt --layers "$2" --dmodel "$3" --heads "$4" --seq "$5" --vocab "$6" --with-loss -q \
     -o "$w/$1.onnx"
 }
+# run() launches piperun through ${launch[@]} (mpirun for several ranks)
+# and compiles with ${compile_extra[@]} (data parallelism), naming the
+# plan with $tag.
+launch=() compile_extra=() tag=""
 run() {  # run NAME MODEL LAYERS D SEQ B M K MATH [piperun options...]; MATH exact, tf32 or bf16
   local name=$1 m=$2 layers=$3 d=$4 seq=$5 b=$6 mb=$7 k=$8 math=$9
   shift 9
-  local plan="$w/$m-k$k.plan" precision=fp32 piperunMath=$math
+  local plan="$w/$m-k$k-m$mb$tag.plan" precision=fp32 piperunMath=$math
   if [ "$math" = bf16 ]; then
-    plan="$w/$m-k$k-bf16.plan" precision=bf16 piperunMath=tf32
+    plan="$w/$m-k$k-m$mb$tag-bf16.plan" precision=bf16 piperunMath=tf32
   fi
   [ -d "$plan" ] || pipec "$w/$m.onnx" -b "$b" -k "$k" -m "$mb" --train --optimizer adamw:lr=0.0003 \
-    --precision "$precision" -o "$plan" -q || { echo "run-gpu: $name: compile failed"; return; }
+    "${compile_extra[@]}" --precision "$precision" -o "$plan" -q || { echo "run-gpu: $name: compile failed"; return; }
   local params
   params=$("${PYTHON:-python3}" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['total_parameters']))" \
     "$plan/report.json")
   local extra=(--math "$piperunMath" "$@")
   [ "$device" = cuda ] || extra=()
-  if ! timeout 300 piperun "$plan" --device "$device" "${extra[@]}" --steps "$((steps + 3))" --warmup 3 --json \
-      > "$out/$name.json" 2> "$out/$name.err"; then
+  if ! timeout 300 "${launch[@]}" piperun "$plan" --device "$device" "${extra[@]}" --steps "$((steps + 3))" \
+      --warmup 3 --json > "$out/$name.json" 2> "$out/$name.err"; then
     echo "run-gpu: $name failed:"; tail -5 "$out/$name.err"; return
   fi
   "${PYTHON:-python3}" - "$out/$name.json" "$name" "$card" "$params" "$layers" "$d" "$seq" "$b" "$mb" "$k" "$math" \
-    >> "$results" <<'EOF'
+    "$plan/report.json" >> "$results" <<'EOF'
 import json, sys
-f, name, card, n, layers, d, seq, b, m, k, math = sys.argv[1:]
-r = json.load(open(f))
+f, name, card, n, layers, d, seq, b, m, k, math, report = sys.argv[1:]
+# Under mpirun the leader's JSON (the last object printed).
+text = open(f).read()
+r = json.loads(text[text.rindex('\n{') + 1:] if '\n{' in text else text)
 n, layers, d, seq, b, m, k = map(int, (n, layers, d, seq, b, m, k))
-tokens = b * m * seq
+replicas = max(1, int(json.load(open(report)).get("data_parallel", 1)))
+tokens = b * m * seq * replicas
 flops = tokens * (6 * n + 12 * layers * d * seq)
 step = r["median_step_seconds"]
 peak = {"exact": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12}[math] if ("H100" in card or "H200" in card) \
     else float("nan")
-print(json.dumps({"run": name, "card": card, "K": k, "math": math, "params": n, "tokens_per_step": tokens,
+print(json.dumps({"run": name, "card": card, "K": k, "D": replicas, "math": math, "params": n, "tokens_per_step": tokens,
                   "step_ms": step * 1e3, "tokens_per_s": tokens / step, "tflops": flops / step / 1e12,
                   "peak_fraction": flops / step / peak, "training_state": r.get("training_state"),
                   "loss": [r["first_loss"], r["last_loss"]]}))
@@ -103,10 +120,31 @@ for k in 1 2; do
 done
 [ -f "$w/gpt-like.onnx" ] && run gpt-like-k1-exact-host-optimizer gpt-like 4 256 128 8 4 1 exact --host-optimizer
 
-nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+# Across GPUs (issue: K=2 over NCCL at 1.9x one GPU's throughput, sends
+# under compute in the timeline).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+if [ "$device" = cuda ] && [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && [ -f "$w/gpt2-small.onnx" ]; then
+  mpi=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none -np 2)
+  run gpt2-small-m16-1gpu gpt2-small 12 768 1024 2 16 1 tf32
+  run gpt2-small-m16-k2-2gpu-threads gpt2-small 12 768 1024 2 16 2 tf32
+  launch=("${mpi[@]}")
+  run gpt2-small-m16-k2-2gpu-nccl gpt2-small 12 768 1024 2 16 2 tf32 --gpu-transport nccl
+  run gpt2-small-m16-k2-2gpu-host gpt2-small 12 768 1024 2 16 2 tf32
+  compile_extra=(--data-parallel 2 --shard-optimizer) tag=-d2z
+  run gpt2-small-m8-d2z-2gpu-nccl gpt2-small 12 768 1024 2 8 1 tf32 --gpu-transport nccl
+  launch=() compile_extra=() tag=""
+  if [ -n "$nsys" ]; then
+    timeout 240 "$nsys" profile -o "$out/gpt2-small-2gpu" --force-overwrite true --trace cuda,nvtx \
+      "${mpi[@]}" piperun "$w/gpt2-small-k2-m16.plan" --device cuda --math tf32 --gpu-transport nccl --steps 4 \
+      > "$out/gpt2-small-2gpu.nsys.log" 2>&1 || echo "run-gpu: the two-GPU timeline failed (see gpt2-small-2gpu.nsys.log)"
+  fi
+else
+  echo "run-gpu: fewer than two GPUs, or no mpirun: no runs across GPUs"
+fi
+
 if [ -n "$nsys" ] && [ "$device" = cuda ]; then
   timeout 240 "$nsys" profile -o "$out/gpt-like" --force-overwrite true --trace cuda \
-    piperun "$w/gpt-like-k1.plan" --device cuda --steps 5 > "$out/nsys.log" 2>&1 &&
+    piperun "$w/gpt-like-k1-m4.plan" --device cuda --steps 5 > "$out/nsys.log" 2>&1 &&
     "$nsys" stats --report cuda_gpu_kern_sum --format csv "$out/gpt-like.nsys-rep" > "$out/gpt-like-kernels.csv" 2>&1
   head -25 "$out/gpt-like-kernels.csv"
 else
@@ -191,6 +229,11 @@ print(f"{'run':38} {'card':24} {'ms/step':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'
 for r in rows:
     print(f"{r['run']:38} {r['card'][:24]:24} {r['step_ms']:9.2f} {r['tokens_per_s']:10.0f} {r['tflops']:8.2f} "
           f"{100 * r['peak_fraction']:7.1f}%")
+one = next((r for r in rows if r['run'] == 'gpt2-small-m16-1gpu'), None)
+if one:
+    for r in rows:
+        if r['run'].startswith('gpt2-small-m') and '2gpu' in r['run']:
+            print(f"{r['run']}: {r['tokens_per_s'] / one['tokens_per_s']:.2f}x one GPU's tokens/s")
 if cnn:
     print(f"\n{'run':38} {'card':24} {'ms/step':>9} {'images/s':>10} {'conv+GEMM share':>16}")
     for r in cnn:
