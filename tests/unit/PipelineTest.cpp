@@ -250,6 +250,23 @@ void expectSame(const RunResult &ref, const RunResult &got, const std::string &w
   EXPECT_EQ(ref.skipped, got.skipped) << what;
 }
 
+/// A new session of `dir` resumes from checkpoint `ckpt`, trains steps
+/// [from, to), and has the weights of the uninterrupted run `straight`.
+void expectResumedAs(const std::string &dir, const runtime::SessionOptions &so, const std::string &ckpt, int from,
+                     int to, const RunResult &straight, const std::string &what) {
+  auto s = runtime::Session::open(dir, so);
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  Status loaded = (*s)->loadCheckpoint(ckpt);
+  ASSERT_TRUE(loaded.isOk()) << loaded.message();
+  for (int i = from; i < to; ++i)
+    ASSERT_TRUE((*s)->train(makeInputs(**s, static_cast<uint64_t>(i))).isOk());
+  for (size_t k = 0; k < straight.weights.size(); ++k) {
+    auto w = (*s)->weight((*s)->plan().tensors((*s)->plan().training().params(static_cast<int>(k)).weight()).name());
+    ASSERT_TRUE(w.isOk());
+    EXPECT_TRUE(bitwiseEqual(straight.weights[k], *w)) << what << ": resumed weight " << k;
+  }
+}
+
 struct ModelCase {
   const char *name;
   int64_t microBatch;
@@ -1657,20 +1674,9 @@ TEST(Pipeline, ResidentDataParallelTrainingIsTheCpus) {
     Status saved = (*s)->saveCheckpoint(ckpt);
     ASSERT_TRUE(saved.isOk()) << saved.message();
   }
-  RunResult straight = run(whole, 4, true);
   runtime::SessionOptions cpu;
   cpu.seed = 7;
-  auto s = runtime::Session::open(whole, cpu);
-  ASSERT_TRUE(s.isOk()) << s.status().message();
-  Status loaded = (*s)->loadCheckpoint(ckpt);
-  ASSERT_TRUE(loaded.isOk()) << loaded.message();
-  for (int i = 2; i < 4; ++i)
-    ASSERT_TRUE((*s)->train(makeInputs(**s, static_cast<uint64_t>(i))).isOk());
-  for (size_t k = 0; k < straight.weights.size(); ++k) {
-    auto w = (*s)->weight((*s)->plan().tensors((*s)->plan().training().params(static_cast<int>(k)).weight()).name());
-    ASSERT_TRUE(w.isOk());
-    EXPECT_TRUE(bitwiseEqual(straight.weights[k], *w)) << "resumed weight " << k;
-  }
+  expectResumedAs(whole, cpu, ckpt, 2, 4, run(whole, 4, true), "a sharded resident checkpoint on the CPU");
 }
 
 // Resident training skips a non-finite step as the CPU does, decided on
@@ -1730,16 +1736,6 @@ TEST(Pipeline, ResidentTrainingSkipsWritesAndCheckpointsAsTheCpu) {
       Status saved = (*s)->saveCheckpoint(ckpt);
       ASSERT_TRUE(saved.isOk()) << saved.message();
     }
-    auto s = runtime::Session::open(dir, so);
-    ASSERT_TRUE(s.isOk()) << s.status().message();
-    Status loaded = (*s)->loadCheckpoint(ckpt);
-    ASSERT_TRUE(loaded.isOk()) << loaded.message();
-    for (int i = 3; i < 6; ++i)
-      ASSERT_TRUE((*s)->train(makeInputs(**s, static_cast<uint64_t>(i))).isOk());
-    for (size_t k = 0; k < straight.weights.size(); ++k) {
-      auto w = (*s)->weight((*s)->plan().tensors((*s)->plan().training().params(static_cast<int>(k)).weight()).name());
-      ASSERT_TRUE(w.isOk());
-      EXPECT_TRUE(bitwiseEqual(straight.weights[k], *w)) << what << ": resumed weight " << k;
-    }
+    expectResumedAs(dir, so, ckpt, 3, 6, straight, what);
   }
 }
