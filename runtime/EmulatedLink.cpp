@@ -94,22 +94,9 @@ private:
     return cat("'", name, "' of micro-batch ", low, " (", h.bytes, " bytes)");
   }
   Expected<size_t> ofInstruction(int instruction, bool sending) const {
-    if (instruction < 0 || static_cast<size_t>(instruction) >= links_.ofInstruction.size() ||
-        links_.ofInstruction[static_cast<size_t>(instruction)] < 0)
-      return errorf("rank ", rank_, ": instruction ", instruction, " is no message on an NCCL channel");
-    const size_t k = static_cast<size_t>(links_.ofInstruction[static_cast<size_t>(instruction)]);
-    if (links_.channels[k].sender != sending)
-      return errorf("rank ", rank_, ": instruction ", instruction, sending ? " sends" : " receives",
-                    " on a channel this rank ", links_.channels[k].sender ? "sends" : "receives", " on");
-    return k;
+    return plan::channelOfInstruction(links_, rank_, instruction, sending);
   }
-  Expected<size_t> ofPeer(int peer, bool sending) const {
-    const std::vector<int> &of = sending ? links_.sendTo : links_.recvFrom;
-    if (peer < 0 || static_cast<size_t>(peer) >= of.size() || of[static_cast<size_t>(peer)] < 0)
-      return errorf("rank ", rank_, ": no NCCL replica channel ", sending ? "to" : "from", " rank ", peer,
-                    " (only between the replicas' devices of one stage)");
-    return static_cast<size_t>(of[static_cast<size_t>(peer)]);
-  }
+  Expected<size_t> ofPeer(int peer, bool sending) const { return plan::channelOfPeer(links_, rank_, peer, sending); }
   uint64_t tagOf(size_t k) const {
     return sessionTag(static_cast<uint32_t>(SessionMessage::LinkMessage),
                       static_cast<uint32_t>(links_.channels[k].id));

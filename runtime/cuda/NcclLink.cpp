@@ -75,7 +75,7 @@ private:
 
   const int rank_, gpu_;
   std::vector<Channel> channels_;
-  std::vector<int> ofInstruction_, sendTo_, recvFrom_;
+  plan::RankLinks links_; ///< which channel each message takes
   void *scratch_ = nullptr; ///< the warm-up's byte
   std::mutex mu_;           ///< the communicators, failed_, aborted_
   Status failed_;
@@ -110,9 +110,7 @@ Status NcclLink::setUp(const plan::RankLinks &links, runtime::Transport &transpo
   cudaDeviceProp prop{};
   PIPEC_TRY(cuda(cudaGetDeviceProperties(&prop, gpu_), "cudaGetDeviceProperties"));
   PIPEC_TRY(cuda(cudaMalloc(&scratch_, 256), "cudaMalloc"));
-  ofInstruction_ = links.ofInstruction;
-  sendTo_ = links.sendTo;
-  recvFrom_ = links.recvFrom;
+  links_ = links;
   channels_.resize(links.channels.size());
   runtime::GpuIdentity mine{};
   std::memcpy(mine.data(), &prop.uuid, mine.size());
@@ -151,22 +149,11 @@ Status NcclLink::setUp(const plan::RankLinks &links, runtime::Transport &transpo
 }
 
 Expected<size_t> NcclLink::ofInstruction(int instruction, bool sending) const {
-  if (instruction < 0 || static_cast<size_t>(instruction) >= ofInstruction_.size() ||
-      ofInstruction_[static_cast<size_t>(instruction)] < 0)
-    return errorf("rank ", rank_, ": instruction ", instruction, " is no message on an NCCL channel");
-  const size_t k = static_cast<size_t>(ofInstruction_[static_cast<size_t>(instruction)]);
-  if (channels_[k].info.sender != sending)
-    return errorf("rank ", rank_, ": instruction ", instruction, " ", sending ? "sends" : "receives",
-                  " on a channel this rank ", channels_[k].info.sender ? "sends" : "receives", " on");
-  return k;
+  return plan::channelOfInstruction(links_, rank_, instruction, sending);
 }
 
 Expected<size_t> NcclLink::ofPeer(int peer, bool sending) const {
-  const std::vector<int> &of = sending ? sendTo_ : recvFrom_;
-  if (peer < 0 || static_cast<size_t>(peer) >= of.size() || of[static_cast<size_t>(peer)] < 0)
-    return errorf("rank ", rank_, ": no NCCL replica channel ", sending ? "to" : "from", " rank ", peer,
-                  " (only between the replicas' devices of one stage)");
-  return static_cast<size_t>(of[static_cast<size_t>(peer)]);
+  return plan::channelOfPeer(links_, rank_, peer, sending);
 }
 
 Status NcclLink::enqueue(size_t channel, void *data, uint64_t bytes, void *stream, bool sending) {

@@ -202,6 +202,25 @@ RankLinks rankLinks(const Plan &p, int rank) {
   return r;
 }
 
+Expected<size_t> channelOfInstruction(const RankLinks &links, int rank, int instruction, bool sending) {
+  if (instruction < 0 || static_cast<size_t>(instruction) >= links.ofInstruction.size() ||
+      links.ofInstruction[static_cast<size_t>(instruction)] < 0)
+    return errorf("rank ", rank, ": instruction ", instruction, " is no message on an NCCL channel");
+  const size_t k = static_cast<size_t>(links.ofInstruction[static_cast<size_t>(instruction)]);
+  if (links.channels[k].sender != sending)
+    return errorf("rank ", rank, ": instruction ", instruction, sending ? " sends" : " receives",
+                  " on a channel this rank ", links.channels[k].sender ? "sends" : "receives", " on");
+  return k;
+}
+
+Expected<size_t> channelOfPeer(const RankLinks &links, int rank, int peer, bool sending) {
+  const std::vector<int> &of = sending ? links.sendTo : links.recvFrom;
+  if (peer < 0 || static_cast<size_t>(peer) >= of.size() || of[static_cast<size_t>(peer)] < 0)
+    return errorf("rank ", rank, ": no NCCL replica channel ", sending ? "to" : "from", " rank ", peer,
+                  " (only between the replicas' devices of one stage)");
+  return static_cast<size_t>(of[static_cast<size_t>(peer)]);
+}
+
 Status checkRendezvous(const Plan &p) {
   bool noFlush = false;
   if (!p.pipeline().schedule().empty()) {

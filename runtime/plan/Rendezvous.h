@@ -77,6 +77,12 @@ struct RankLinks {
   std::vector<int> sendTo, recvFrom;
 };
 
+/// The index into `links.channels` of rank `rank`'s message instruction
+/// `instruction`, or of its replica channel to or from rank `peer`; an
+/// error where there is none, or it goes the other way.
+Expected<size_t> channelOfInstruction(const RankLinks &links, int rank, int instruction, bool sending);
+Expected<size_t> channelOfPeer(const RankLinks &links, int rank, int peer, bool sending);
+
 /// The channels of rank `rank` of a job of D x K ranks (D: the plan's
 /// replicas): the plan's, and for a training plan with replicas one each
 /// way between the rank and each other replica's device of its stage.
