@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace pipec::passes {
 
@@ -93,6 +94,11 @@ public:
         return errorf("--keep-fp32: the graph has no node '", k, "' (after the passes; --emit=ir lists them)");
     const std::set<std::string> keep(o_.keepFp32.begin(), o_.keepFp32.end());
     std::map<ir::Value *, ir::Value *> copies; // V -> its reduced copy
+    // The f32 view of a copy, shared by the readers of one backward group
+    // (the same forward node and phase, which run one after the other):
+    // a BatchNormalization's statistics and gradient, Attention's Q, K
+    // and V read from one packed tensor.
+    std::map<std::tuple<ir::Value *, std::string, ir::Phase>, ir::Node *> views;
     bool changed = false;
     for (ir::Node *n : g.nodes()) {
       if (keep.count(n->name()))
@@ -140,7 +146,12 @@ public:
           n->setInput(i, r);
           continue;
         }
-        // The fp32 view of the copy, right before the reader.
+        // The fp32 view of the copy, right before the (group's first) reader.
+        ir::Node *&view = views[{r, n->forwardOf(), n->phase()}];
+        if (view && !n->forwardOf().empty() && view->guards() == n->guards()) {
+          n->setInput(i, view->output(0));
+          continue;
+        }
         const std::string base = v->name() + (reduced == DType::BF16 ? "/bf16" : "/f16");
         PIPEC_ASSIGN(ir::Node * back, g.insertNode(n, g.uniqueNodeName(base + "/to_f32"), "Cast", "", {r},
                                                   {g.uniqueValueName(base + "/f32")},
@@ -150,9 +161,12 @@ public:
         back->setForwardOf(n->forwardOf());
         back->setGuards(n->guards());
         n->setInput(i, back->output(0));
+        view = back;
         changed = true;
       }
     }
+    if (changed)
+      foldRoundTrips(g, reduced);
     return changed;
   }
 
@@ -175,6 +189,56 @@ private:
     const ir::OpInfo *info = p->info();
     const bool normalization = info && info->has(ir::op::CostNormalization);
     return !(normalization && v->producerIndex() > 0);
+  }
+
+  /// Reshape, Flatten, Squeeze or Unsqueeze: a node that renames the
+  /// shape of its input 0 and keeps its elements' order and type.
+  static bool renamesShape(const ir::Node &n) {
+    return n.is("Reshape") || n.is("Flatten") || n.is("Squeeze") || n.is("Unsqueeze");
+  }
+
+  /// Copies made of the f32 view of a copy, through nodes that only rename
+  /// a shape: Cast(Reshape(Cast(Xr, to=f32)), to=reduced), as a weight
+  /// gradient's GEMM reads the activation the forward kept (Reshape to
+  /// rows). Widening is exact and rounding an exact value returns it, so
+  /// this is Reshape(Xr): the shape nodes read Xr itself, and both Casts
+  /// go when nothing else reads them.
+  static void foldRoundTrips(ir::Graph &g, DType reduced) {
+    std::vector<ir::Node *> casts;
+    for (ir::Node *n : g.nodes())
+      if (n->is("Cast") && n->output(0)->type().dtype == reduced)
+        casts.push_back(n);
+    for (ir::Node *c : casts) {
+      ir::Value *out = c->output(0);
+      if (out->isGraphOutput())
+        continue;
+      // Up through the shape nodes, each read by the next alone.
+      std::vector<ir::Node *> chain;
+      ir::Value *v = c->input(0);
+      while (v && v->producer() && renamesShape(*v->producer()) && v->users().size() == 1 &&
+             !v->isGraphOutput()) {
+        chain.push_back(v->producer());
+        v = v->producer()->input(0);
+      }
+      ir::Node *widen = v ? v->producer() : nullptr;
+      if (!widen || !widen->is("Cast") || widen->input(0)->type().dtype != reduced ||
+          v->type().dtype != DType::F32)
+        continue;
+      ir::Value *x = widen->input(0);
+      if (!chain.empty()) {
+        chain.back()->setInput(0, x);
+        for (ir::Node *s : chain) {
+          TensorDesc t = s->output(0)->type();
+          t.dtype = reduced;
+          s->output(0)->setType(t);
+        }
+        x = chain.front()->output(0);
+      }
+      g.replaceAllUsesWith(out, x);
+      g.eraseNode(c);
+      if (widen->output(0)->users().empty() && !widen->output(0)->isGraphOutput())
+        g.eraseNode(widen);
+    }
   }
 
   /// Cast(v, to=reduced), right after v's producer (before `firstReader`
