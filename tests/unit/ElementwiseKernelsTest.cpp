@@ -15,6 +15,7 @@
 #include "runtime/cpu/kernels/ElementwiseRandom.h"
 #include "runtime/cpu/kernels/SoftmaxRow.h"
 #include "runtime/cpu/kernels/VecMath.h"
+#include "support/Half.h"
 #include "tests/unit/KernelTestSupport.h"
 
 #include <gtest/gtest.h>
@@ -213,6 +214,34 @@ TEST(ElementwiseUnary, CastToSixteenBitFloatsRoundsToNearestEven) {
   OpDesc bad = makeDesc("Cast", {i.desc()}, {{DType::BF16, {1}}});
   bad.attrs["to"] = Attribute::ofInt(static_cast<int64_t>(DType::BF16));
   EXPECT_NE(evalError(bad, {i}).find("float16 and bfloat16 to and from f32, f64, f16 and bf16 only"), std::string::npos);
+}
+
+// The f32 to bf16 Cast narrows with vector integer arithmetic (AVX-512 or
+// AVX2, whichever this process runs: CI runs the suite on both), bit for
+// bit support/Half.h's floatToBf16, over every sign, exponent and top
+// mantissa (all 2^16 high halves: zeros, subnormals, infinities, NaNs with
+// every top payload) and the low halves that decide a rounding (ties to
+// odd and even, just below and above them), at a length that is no
+// multiple of a vector and spans several chunks.
+TEST(ElementwiseUnary, CastToBf16IsTheScalarRoundingBitForBit) {
+  const uint32_t lows[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu, 0x4321u, 0xc0deu};
+  std::vector<float> v;
+  for (uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (uint32_t lo : lows)
+      v.push_back(std::bit_cast<float>(hi << 16 | lo));
+  for (int i = 0; i < 13; ++i)
+    v.push_back(std::bit_cast<float>(0x3f808000u + static_cast<uint32_t>(i) * 0x10000u));
+  Tensor f = fromVec<float>(DType::F32, {static_cast<int64_t>(v.size())}, v);
+  OpDesc d = makeDesc("Cast", {f.desc()}, {{DType::BF16, f.shape()}});
+  d.attrs["to"] = Attribute::ofInt(static_cast<int64_t>(DType::BF16));
+  Tensor b = eval(d, {f})[0];
+  const uint16_t *bv = b.data<uint16_t>();
+  size_t wrong = 0, first = v.size();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (bv[i] != floatToBf16(v[i]) && wrong++ == 0)
+      first = i;
+  EXPECT_EQ(wrong, 0u) << "first at " << first << ": 0x" << std::hex << std::bit_cast<uint32_t>(v[first])
+                       << " gave 0x" << bv[first] << ", not 0x" << floatToBf16(v[first]);
 }
 
 // ONNX 1.12's node tests predate Gelu (opset 20) and Mish (opset 18).

@@ -10,9 +10,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/DnnlCommon.h"
+#include "runtime/cpu/kernels/ElementwiseCommon.h"
 #include "runtime/cpu/kernels/LinalgHalfGemm.h"
 #include "support/Half.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <string_view>
@@ -107,9 +109,10 @@ LinalgDnnlPrim makeBlock(const LinalgBatchedGemm<float> &g, DType operands, int6
 void linalgNarrowHalf(const float *src, uint16_t *dst, int64_t n, DType t) {
   [[maybe_unused]] const int threads = n >= (int64_t(1) << 16) ? omp_get_max_threads() : 1;
   if (t == DType::BF16) {
-#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = floatToBf16(src[i]);
+    const int64_t chunk = int64_t(1) << 14;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t lo = 0; lo < n; lo += chunk)
+      ew::narrowToBf16(src + lo, dst + lo, std::min(chunk, n - lo));
   } else {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t i = 0; i < n; ++i)

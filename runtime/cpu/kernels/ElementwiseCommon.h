@@ -24,6 +24,14 @@
 
 namespace pipec::cpu::ew {
 
+/// y[i] = floatToBf16(x[i]) (support/Half.h: round to nearest even, a NaN
+/// kept quiet with its sign and top payload), bit for bit, with AVX-512 or
+/// AVX2 integer arithmetic: the compiler's vectorization of the scalar
+/// formula narrows 32-bit lanes to 16 one element at a time. Not
+/// AVX512_BF16's vcvtneps2bf16, which flushes subnormals to zero. One
+/// thread; callers split large arrays.
+void narrowToBf16(const float *x, uint16_t *y, int64_t n);
+
 /// A type carrier for generic lambdas: `[&]<typename T>(TypeTag<T>) {...}`.
 template <typename T> struct TypeTag {
   using type = T;
