@@ -4,7 +4,8 @@
     zoo.py MODEL [--opsets 13,17] [--bin DIR] [--work DIR] [--keep] [--device cuda]
 
 For one model of tests/zoo/models.py (seeded random weights, nothing
-downloaded), at each opset:
+downloaded), at each of its opsets (Spec.opsets: 13 and 17, or 17 alone
+for VGG-11 and AlexNet):
 
   export   torch.onnx.export in EVAL mode (constants folded: BatchNorm is
            folded into the convolutions) and in TRAINING mode (BatchNorm on
@@ -344,7 +345,7 @@ class Zoo:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('model', choices=sorted(ZOO))
-    ap.add_argument('--opsets', default='13,17')
+    ap.add_argument('--opsets', help="comma-separated opsets (default: the model's Spec.opsets, 13,17 for most)")
     ap.add_argument('--bin', default=os.path.join(os.path.dirname(__file__), '..', '..', 'build', 'bin'))
     ap.add_argument('--work', help='working directory (default: a temporary one)')
     ap.add_argument('--keep', action='store_true', help='keep the working directory')
@@ -369,7 +370,8 @@ def main():
                 with torch.backends.mkldnn.flags(enabled=dnn):
                     g32[label] = z.torch_grads(torch.float32, 0, z.s.batch)
             torch.set_num_threads(1)
-        for opset in [int(o) for o in a.opsets.split(',')]:
+        opsets = [int(o) for o in a.opsets.split(',')] if a.opsets else list(z.s.opsets)
+        for opset in opsets:
             if 'forward' in checks:
                 z.check_forward(z.export(opset, 'eval'), opset, 'eval')
             path = z.export(opset, 'train')
