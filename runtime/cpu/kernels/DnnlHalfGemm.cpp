@@ -106,31 +106,52 @@ LinalgDnnlPrim makeBlock(const LinalgBatchedGemm<float> &g, DType operands, int6
 
 } // namespace
 
-void linalgNarrowHalf(const float *src, uint16_t *dst, int64_t n, DType t) {
+namespace {
+/// f(lo, len) over [0, n) in chunks of 2^14 elements, on every thread
+/// from 2^16 elements up (elementwise: the split changes no result). The
+/// chunks' loops are the callee's, outside OpenMP's outlined region, where
+/// GCC would not vectorize them (runtime/cpu/kernels/ElementwiseCommon.h).
+template <typename F> void halfChunks(int64_t n, F &&f) {
+  constexpr int64_t kChunk = int64_t(1) << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
   [[maybe_unused]] const int threads = n >= (int64_t(1) << 16) ? omp_get_max_threads() : 1;
-  if (t == DType::BF16) {
-    const int64_t chunk = int64_t(1) << 14;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t lo = 0; lo < n; lo += chunk)
-      ew::narrowToBf16(src + lo, dst + lo, std::min(chunk, n - lo));
-  } else {
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = floatToHalf(src[i]);
+  if (threads <= 1) {
+    for (int64_t c = 0; c < chunks; ++c)
+      f(c * kChunk, std::min(kChunk, n - c * kChunk));
+    return;
   }
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t c = 0; c < chunks; ++c)
+    f(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+void narrowHalfRange(const float *__restrict src, uint16_t *__restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = floatToHalf(src[i]);
+}
+
+void widenHalfRange(const uint16_t *__restrict src, float *__restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = halfToFloat(src[i]);
+}
+} // namespace
+
+void linalgNarrowHalf(const float *src, uint16_t *dst, int64_t n, DType t) {
+  halfChunks(n, [&](int64_t lo, int64_t len) {
+    if (t == DType::BF16)
+      ew::narrowToBf16(src + lo, dst + lo, len);
+    else
+      narrowHalfRange(src + lo, dst + lo, len);
+  });
 }
 
 void linalgWidenHalf(const uint16_t *src, float *dst, int64_t n, DType t) {
-  [[maybe_unused]] const int threads = n >= (int64_t(1) << 16) ? omp_get_max_threads() : 1;
-  if (t == DType::BF16) {
-#pragma omp parallel for simd schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = bf16ToFloat(src[i]);
-  } else {
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = halfToFloat(src[i]);
-  }
+  halfChunks(n, [&](int64_t lo, int64_t len) {
+    if (t == DType::BF16)
+      ew::widenBf16(src + lo, dst + lo, len);
+    else
+      widenHalfRange(src + lo, dst + lo, len);
+  });
 }
 
 void LinalgHalfGemm::prepare(bool allowNative) {

@@ -202,4 +202,11 @@ void narrowToBf16(const float *x, uint16_t *y, int64_t n) {
     y[i] = floatToBf16(x[i]);
 }
 
+void widenBf16(const uint16_t *x, float *y, int64_t n) {
+  const uint16_t *__restrict xv = x;
+  float *__restrict yv = y;
+  for (int64_t i = 0; i < n; ++i)
+    yv[i] = bf16ToFloat(xv[i]);
+}
+
 } // namespace pipec::cpu::ew
