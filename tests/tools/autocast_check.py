@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""tests/tools/autocast_check.py BIN WORK [--steps N] [--model cnn|transformer]
+"""tests/tools/autocast_check.py BIN WORK [--steps N] [--model cnn|transformer|zoo:NAME]
 - pipec --precision bf16 against torch.autocast.
 
 A small model (cnn: Conv, ReLU, MaxPool, Linear layers; transformer: a
 pre-norm encoder block, single-head attention and a GELU MLP, over 8
-tokens of 16 features, mean-pooled into a Linear classifier; seeded
-weights) is trained for N steps of plain SGD on the same seeded batches
-five ways:
+tokens of 16 features, mean-pooled into a Linear classifier; zoo:NAME: an
+image classifier of tests/zoo/models.py, e.g. zoo:resnet18, in training
+mode with BatchNorm on batch statistics; seeded weights) is trained for N
+steps of plain SGD on the same seeded batches six ways:
 
   torch fp32          float32 eager
   torch autocast      torch.autocast('cpu', dtype=torch.bfloat16): the
@@ -21,14 +22,19 @@ five ways:
 and the per-step losses are compared. Printed: the largest relative
 difference of each curve from torch fp64's, and of pipec bf16's from
 torch autocast's. The check passes when pipec bf16 and fp16 are within 2%
-of torch fp64 at every step (autocast's difference is printed for
-comparison), pipec fp32 within 1e-4, pipec bf16 and fp16 differ from fp32
+of torch fp64 at every step, pipec fp32 within 1e-4 (for a zoo model,
+within the larger of 2% and twice autocast's own difference, and of 1e-4
+and twice torch fp32's: on deep BatchNorm networks with small batches the
+training itself is chaotic, and torch fp32's loss leaves fp64's by about
+10x a step, 2e-2 after 10 steps of ResNet-18 at batch 8), pipec bf16 and fp16 differ from fp32
 (the rounding happened),
 and the model learns (the last 10 steps' mean loss below 0.97 of the first
+10's; for a zoo model, at its small rate over 20 steps, below the first
 10's).
 Prints 'PASS autocast: ...' or exits non-zero with the numbers.
 """
 import argparse
+import copy
 import inspect
 import json
 import os
@@ -83,10 +89,18 @@ class Block(nn.Module):
 MODELS = {'cnn': (Net, (3, 16, 16)), 'transformer': (Block, (T, D))}
 
 
+def zoo_spec(name):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'zoo'))
+    from models import ZOO
+    s = ZOO.get(name)
+    if s is None or s.loss != 'cross-entropy' or len(s.inputs) != 1 or s.inputs[0][2] != 'float':
+        sys.exit(f'autocast_check: zoo:{name} is not a zoo classifier of one float input')
+    return s
+
+
 def torch_losses(model, xs, ys, steps, lr, dtype, autocast):
-    m = type(model)()
-    m.load_state_dict(model.state_dict())
-    m = m.to(dtype)
+    m = copy.deepcopy(model).to(dtype)
+    m.train()
     opt = torch.optim.SGD(m.parameters(), lr=lr)
     losses = []
     for s in range(steps):
@@ -124,23 +138,35 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('bin')
     ap.add_argument('work')
-    ap.add_argument('--steps', type=int, default=50)
-    ap.add_argument('--lr', type=float, help='SGD rate (default: cnn 0.05, transformer 0.2)')
-    ap.add_argument('--model', choices=sorted(MODELS), default='cnn')
+    ap.add_argument('--steps', type=int, help='SGD steps (default 50; zoo 20)')
+    ap.add_argument('--lr', type=float, help='SGD rate (default: cnn 0.05, transformer 0.2, zoo 0.005)')
+    ap.add_argument('--batch', type=int, help='examples a step (default 16; zoo 8)')
+    ap.add_argument('--model', default='cnn', help='cnn, transformer or zoo:NAME (a tests/zoo classifier)')
     a = ap.parse_args()
-    cls, shape = MODELS[a.model]
-    if a.lr is None:
-        a.lr = {'cnn': 0.05, 'transformer': 0.2}[a.model]
-    os.makedirs(os.path.join(a.work, 'data'), exist_ok=True)
+    global B
+    zoo = a.model.startswith('zoo:')
     torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = cls()
+    torch.set_num_threads(int(os.environ.get('AUTOCAST_TORCH_THREADS', '1')))
+    if zoo:
+        spec = zoo_spec(a.model[4:])
+        model, shape = spec.build(), tuple(spec.inputs[0][1])
+    elif a.model in MODELS:
+        cls, shape = MODELS[a.model]
+        model = cls()
+    else:
+        sys.exit(f'autocast_check: --model {a.model}: not cnn, transformer or zoo:NAME')
+    if a.lr is None:
+        a.lr = 0.005 if zoo else {'cnn': 0.05, 'transformer': 0.2}[a.model]
+    B = a.batch or (8 if zoo else B)
+    a.steps = a.steps or (20 if zoo else 50)
+    os.makedirs(os.path.join(a.work, 'data'), exist_ok=True)
     g = torch.Generator().manual_seed(1)
     xs = torch.randn(a.steps * B, *shape, generator=g).numpy()
     # Labels that a fixed projection of the inputs' block means decides:
     # learnable in a few steps (the images' quadrants; the tokens' means).
-    if a.model == 'cnn':
-        feats = xs.reshape(len(xs), 3, 2, 8, 2, 8).mean(axis=(3, 5)).reshape(len(xs), -1)
+    if len(shape) == 3:
+        c, h, w = shape
+        feats = xs.reshape(len(xs), c, 2, h // 2, 2, w // 2).mean(axis=(3, 5)).reshape(len(xs), -1)
     else:
         feats = xs.mean(axis=1)
     teacher = torch.randn(feats.shape[1], CLASSES, generator=g).numpy()
@@ -169,8 +195,11 @@ def main():
               + f'; pipec bf16 from torch autocast {vs_autocast:.2e}; mean loss of the first and last 10 steps '
               f'{np.mean(ref[:10]):.4f} -> {np.mean(ref[-10:]):.4f}')
     first, last = np.mean(ref[:10]), np.mean(ref[-10:])
-    ok = (e['pipec bf16'] <= 2e-2 and e['pipec fp16 (loss scaling)'] <= 2e-2 and e['pipec fp32'] <= 1e-4 and
-          p16 != p32 and h16 != p32 and last < 0.97 * first)
+    tol = max(2e-2, 2 * e['torch autocast']) if zoo else 2e-2
+    tol32 = max(1e-4, 2 * e['torch fp32']) if zoo else 1e-4
+    detail += f'; tolerance {tol:.2e} (fp32 {tol32:.2e})'
+    ok = (e['pipec bf16'] <= tol and e['pipec fp16 (loss scaling)'] <= tol and e['pipec fp32'] <= tol32 and
+          p16 != p32 and h16 != p32 and last < (1.0 if zoo else 0.97) * first)
     print(('PASS' if ok else 'FAIL') + f' autocast {a.model}: ' + detail)
     return 0 if ok else 1
 
