@@ -495,8 +495,8 @@ Expected<std::unique_ptr<ir::Graph>> noThrow(const std::string &what, F &&f) {
 Expected<std::unique_ptr<ir::Graph>> importOnnxFile(const std::string &path,
                                                     const ImportOptions &opts) {
   return noThrow(path, [&]() -> Expected<std::unique_ptr<ir::Graph>> {
-    PIPEC_ASSIGN(std::string bytes, readFile(path));
-    PIPEC_ASSIGN(onnx::ModelProto model, parseModelProto(bytes, path));
+    // Parsed as read: no copy of the file beside the proto's.
+    PIPEC_ASSIGN(onnx::ModelProto model, parseModelProtoFile(path));
     std::string baseDir = opts.externalDataDir.empty() ? dirName(path) : opts.externalDataDir;
     return importModel(model, path, baseDir, opts);
   });

@@ -4,6 +4,7 @@
 #include "support/FileIO.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <algorithm>
@@ -11,6 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace pipec::frontend {
 
@@ -211,19 +215,28 @@ Expected<Attribute> attributeFromProto(const onnx::AttributeProto &a,
   }
 }
 
-Expected<onnx::ModelProto> parseModelProto(const std::string &bytes, const std::string &what) {
-  onnx::ModelProto model;
-  if (bytes.empty())
+namespace {
+
+Status checkModelSize(uint64_t size, const std::string &what) {
+  if (size == 0)
     return errorf("'", what, "' is empty, not an ONNX model");
   // Protobuf messages are limited to 2 GiB; bigger models keep their
   // weights in external data files.
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
-    return errorf("'", what, "' is ", bytes.size(),
+  if (size > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+    return errorf("'", what, "' is ", size,
                   " bytes, over protobuf's 2 GiB limit; store the weights as external data");
-  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+  return Status::ok();
+}
+
+/// Parses the `size` bytes of `raw` (checkModelSize passed) as a
+/// ModelProto and checks that it is one.
+Expected<onnx::ModelProto> parseModelStream(google::protobuf::io::ZeroCopyInputStream &raw, uint64_t size,
+                                            const std::string &what) {
+  onnx::ModelProto model;
   google::protobuf::io::CodedInputStream in(&raw);
   in.SetTotalBytesLimit(std::numeric_limits<int>::max());
-  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage() ||
+      in.CurrentPosition() != static_cast<int>(size))
     return errorf("'", what, "' is not an ONNX model (or it is truncated): protobuf parsing failed");
   if (!model.has_graph() || model.ir_version() <= 0)
     return errorf("'", what, "' is not an ONNX model: it has no ",
@@ -231,6 +244,30 @@ Expected<onnx::ModelProto> parseModelProto(const std::string &bytes, const std::
   if (model.graph().output_size() == 0)
     return errorf("'", what, "' is not a usable ONNX model: its graph has no outputs");
   return model;
+}
+
+} // namespace
+
+Expected<onnx::ModelProto> parseModelProto(const std::string &bytes, const std::string &what) {
+  PIPEC_TRY(checkModelSize(bytes.size(), what));
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+  return parseModelStream(raw, bytes.size(), what);
+}
+
+Expected<onnx::ModelProto> parseModelProtoFile(const std::string &path) {
+  // regularFileSize refuses what readFile refuses (FIFOs, devices,
+  // directories), before the file is opened for the stream.
+  PIPEC_ASSIGN(uint64_t size, regularFileSize(path));
+  PIPEC_TRY(checkModelSize(size, path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errorf("cannot open '", path, "': ", std::strerror(errno));
+  google::protobuf::io::FileInputStream raw(fd, 1 << 20);
+  raw.SetCloseOnDelete(true);
+  Expected<onnx::ModelProto> m = parseModelStream(raw, size, path);
+  if (!m && raw.GetErrno() != 0)
+    return errorf("cannot read '", path, "': ", std::strerror(raw.GetErrno()));
+  return m;
 }
 
 } // namespace pipec::frontend

@@ -27,5 +27,8 @@ Expected<Attribute> attributeFromProto(const onnx::AttributeProto &a,
 /// Parses a serialized ModelProto (any size protobuf allows), rejecting
 /// truncated or non-ONNX bytes; `what` names the source in errors.
 Expected<onnx::ModelProto> parseModelProto(const std::string &bytes, const std::string &what);
+/// The same for a regular file, parsed as it is read: no copy of the whole
+/// file is held beside the parsed model.
+Expected<onnx::ModelProto> parseModelProtoFile(const std::string &path);
 
 } // namespace pipec::frontend

@@ -365,8 +365,11 @@ Status writeManifest(const std::string &dir) {
   for (const std::string &n : names) {
     if (n.find_first_of(" \n") != std::string::npos)
       return errorf("cannot list '", n, "' in the plan manifest: its name has a blank");
-    PIPEC_ASSIGN(std::string bytes, readFile(joinPath(dir, n)));
-    text += cat(hex32(crc32c(bytes.data(), bytes.size())), " ", bytes.size(), " ", n, "\n");
+    // In chunks: a plan's weight file can be larger than memory.
+    const std::string path = joinPath(dir, n);
+    PIPEC_ASSIGN(uint64_t bytes, regularFileSize(path));
+    PIPEC_ASSIGN(uint32_t crc, crc32cOfFileRegion(path, 0, bytes));
+    text += cat(hex32(crc), " ", bytes, " ", n, "\n");
   }
   text += cat("manifest ", hex32(crc32c(text.data(), text.size())), "\n");
   return writeFileAtomic(joinPath(dir, kManifestFile), text);

@@ -261,15 +261,17 @@ Status compile(const Options &o, const std::string &commandLine) {
                                        : codegen::WeightMode::Reference;
   co.train = o.trainOpts;
   co.emit.sourceModel = std::filesystem::path(o.model).filename().string();
-  PIPEC_ASSIGN(std::string modelBytes, readFile(o.model));
-  co.emit.sourceCrc32c = crc32c(modelBytes.data(), modelBytes.size());
   co.emit.compileOptions = commandLine;
   // The plan keeps the model's graph (not its weights) for piperun --save:
   // parsed on the other core while the compile's single-threaded passes run.
+  // Checksum and parse read the file in pieces: no copy of it is held
+  // through the compile.
+  PIPEC_ASSIGN(uint64_t modelSize, regularFileSize(o.model));
+  PIPEC_ASSIGN(co.emit.sourceCrc32c, crc32cOfFileRegion(o.model, 0, modelSize));
   std::future<Expected<onnx::ModelProto>> parsedSource;
   if (o.emit == "plan" && !isIrText(o.model))
-    parsedSource = std::async(std::launch::async, [&] {
-      return tools::guardedValue([&] { return frontend::parseModelProto(modelBytes, o.model); });
+    parsedSource = std::async(std::launch::async, [&o] {
+      return tools::guardedValue([&] { return frontend::parseModelProtoFile(o.model); });
     });
   if (o.emit == "ir") {
     // The graph after the passes; with --train after the training passes,
