@@ -52,6 +52,11 @@ check() {  # check NAME COMMAND...: runs it, logs it, counts a failure
 
 check cuda-kernel-test timeout 300 CudaKernelTest --gtest_output=json:"$out/cuda-kernel-test.json"
 grep -E "^\[ +(PASSED|FAILED|SKIPPED) +\]" "$out/cuda-kernel-test.log" | grep -v " ms)$" | head -20
+# Fused elementwise programs run as PTX from LLVM's NVPTX back end
+# (runtime/cpu/ElementwiseJit.h) unless that fails, which piperun and the
+# test then say; the interpreter, PIPEC_NO_CODEGEN's path, is checked too.
+check fused-ew-compiled bash -c "! grep -q 'interpreted on the GPU' '$out/cuda-kernel-test.log'"
+check fused-ew-interpreted env PIPEC_NO_CODEGEN=1 timeout 120 CudaKernelTest --gtest_filter='CudaKernels.FusedElementwise*'
 
 w=$(mktemp -d)
 s="$root/samples"

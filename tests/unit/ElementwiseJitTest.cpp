@@ -16,9 +16,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <cstring>
 #include <limits>
 #include <random>
+
+#include <unistd.h>
 
 using namespace pipec;
 using namespace pipec::test;
@@ -208,6 +212,47 @@ TEST(ElementwiseJit, CompilesForTheHostAndCaches) {
   for (int i = 0; i < 37; ++i)
     EXPECT_EQ(out[i], x[i] + y < 0 ? 0.0f : x[i] + y) << i;
   EXPECT_NE(cpu::codegenTarget().find("x86_64"), std::string::npos) << cpu::codegenTarget();
+}
+
+// The CUDA kernel of a program (elementwisePtx), built from the CPU loop's
+// IR by LLVM's NVPTX back end: every operation IEEE-rounded and nothing
+// contracted into an FMA (what keeps the GPU bitwise the CPU), the
+// broadcast input's stride and extent folded in, and PTX that the CUDA
+// toolkit's assembler takes for sm_80 and sm_90 where the toolkit is
+// installed. (Running it needs a GPU: tests/gpu/CudaKernelTest.cpp.)
+TEST(ElementwiseJit, ProgramsBecomePtxThatPtxasAssembles) {
+  EwProgram p;
+  p.numInputs = 3;
+  p.steps = {{EwOp::Mul, 0, 1}, {EwOp::Add, 3, 2}, {EwOp::Div, 4, 0}, {EwOp::Sqrt, 5, 0},
+             {EwOp::Sub, 6, 1}, {EwOp::Neg, 7, 0}, {EwOp::Abs, 8, 0}, {EwOp::Relu, 9, 0},
+             {EwOp::ReluGrad, 10, 2}};
+  // Input 0 full, input 1 one value per row of 33 (stride 33, extent 5),
+  // input 2 a scalar.
+  auto text = cpu::elementwisePtx(p, {1, 33, 1}, {3 * 5 * 33, 5, 1}, 3 * 5 * 33, "pipec_ew_test");
+  ASSERT_TRUE(text.isOk()) << text.status().message();
+  const std::string &ptx = *text;
+  EXPECT_NE(ptx.find(".entry pipec_ew_test"), std::string::npos) << ptx;
+  for (const char *op : {"mul.rn.f32", "add.rn.f32", "div.rn.f32", "sqrt.rn.f32", "sub.rn.f32"})
+    EXPECT_NE(ptx.find(op), std::string::npos) << op << " missing:\n" << ptx;
+  EXPECT_EQ(ptx.find("fma"), std::string::npos) << ptx;
+  EXPECT_EQ(ptx.find("approx"), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find(".target sm_80"), std::string::npos) << ptx;
+  // The refusals.
+  EXPECT_FALSE(cpu::elementwisePtx(p, {1, 1}, {1, 1}, 8, "k").isOk());
+  EXPECT_FALSE(cpu::elementwisePtx(p, {1, 0, 1}, {8, 8, 1}, 8, "k").isOk());
+  const char *ptxas = "/usr/local/cuda/bin/ptxas";
+  if (access(ptxas, X_OK) != 0)
+    GTEST_SKIP() << "no CUDA toolkit at /usr/local/cuda: PTX not assembled";
+  const std::string dir = ::testing::TempDir();
+  const std::string src = dir + "/pipec_ew_test.ptx";
+  {
+    std::ofstream f(src);
+    f << ptx;
+  }
+  for (const char *arch : {"sm_80", "sm_90"}) {
+    const std::string cmd = std::string(ptxas) + " -arch=" + arch + " " + src + " -o " + dir + "/pipec_ew_test.cubin";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
 }
 
 TEST(ElementwiseJit, BadProgramsAreRefused) {

@@ -1,12 +1,23 @@
 //===- runtime/cuda/kernels/Elementwise.cpp - CUDA elementwise kernels -===//
 //
 // Unary and binary elementwise ops (numpy broadcasting), their gradient
-// ops, and pipec:FusedElementwise (the fused program interpreted per
-// element: runtime/cuda/Bodies.h).
+// ops, and pipec:FusedElementwise: the fused program compiled for the GPU
+// (runtime/cpu/ElementwiseJit.h's elementwisePtx: LLVM's NVPTX back end,
+// the PTX loaded with cudaLibraryLoadData when the kernel is made), or,
+// where that fails or PIPEC_NO_CODEGEN is set, interpreted per element
+// (runtime/cuda/Bodies.h). Both are bitwise the CPU's.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/kernels/CudaCommon.h"
+#include "runtime/cpu/ElementwiseJit.h"
+#include "runtime/cuda/Launch.h"
 #include "support/ElementwiseProgram.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <map>
+#include <mutex>
 
 namespace pipec::cuda {
 
@@ -79,6 +90,53 @@ private:
   int64_t n_;
 };
 
+/// A program compiled for the GPU: its PTX loaded once per process
+/// (context-independent: every device gets it when it first launches),
+/// kept until exit; programs are cached by their PTX.
+class CompiledElementwiseKernel final : public Kernel {
+public:
+  CompiledElementwiseKernel(cudaKernel_t fn, int32_t inputs, int64_t n) : fn_(fn), inputs_(inputs), n_(n) {}
+  Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
+    const LaunchShape l = itemLaunch(n_);
+    if (l.grid == 0)
+      return Status::ok();
+    const void *ptrs[body::kEwMaxInputs + 1];
+    void *args[body::kEwMaxInputs + 1];
+    for (int32_t k = 0; k < inputs_; ++k)
+      ptrs[k] = in[k];
+    ptrs[inputs_] = out[0];
+    for (int32_t k = 0; k <= inputs_; ++k)
+      args[k] = &ptrs[k];
+    if (cudaLaunchKernel(reinterpret_cast<const void *>(fn_), dim3(l.grid), dim3(l.block), args, 0,
+                         static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess)
+      return errorf("the compiled fused elementwise kernel did not launch: ",
+                    cudaGetErrorString(cudaGetLastError()));
+    return Status::ok();
+  }
+
+private:
+  cudaKernel_t fn_;
+  int32_t inputs_;
+  int64_t n_;
+};
+
+/// The program's kernel loaded from its PTX, or why not.
+Expected<cudaKernel_t> loadElementwisePtx(const std::string &ptx, const std::string &name) {
+  static std::mutex mu;
+  static std::map<std::string, cudaKernel_t> *loaded = new std::map<std::string, cudaKernel_t>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = loaded->find(ptx); it != loaded->end())
+    return it->second;
+  cudaLibrary_t lib = nullptr;
+  if (cudaLibraryLoadData(&lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0) != cudaSuccess)
+    return errorf("the driver did not load its PTX: ", cudaGetErrorString(cudaGetLastError()));
+  cudaKernel_t fn = nullptr;
+  if (cudaLibraryGetKernel(&fn, lib, name.c_str()) != cudaSuccess)
+    return errorf("its PTX has no kernel '", name, "': ", cudaGetErrorString(cudaGetLastError()));
+  loaded->emplace(ptx, fn);
+  return fn;
+}
+
 } // namespace
 
 Expected<KernelPtr> makeUnary(const OpDesc &d, UnaryOp op) {
@@ -145,7 +203,22 @@ Expected<KernelPtr> makeFusedElementwise(const OpDesc &d) {
     prog.div[k] = layout->inputs[static_cast<size_t>(k)].div;
     prog.mod[k] = layout->inputs[static_cast<size_t>(k)].mod;
   }
-  return KernelPtr(new FusedElementwiseKernel(prog, d.outputs[0].numel()));
+  const int64_t n = d.outputs[0].numel();
+  if (cpu::codegenEnabled() && n > 0) {
+    const std::vector<int64_t> div(prog.div, prog.div + prog.numInputs), mod(prog.mod, prog.mod + prog.numInputs);
+    const std::string name = "pipec_ew";
+    Expected<std::string> ptx = cpu::elementwisePtx(*p, div, mod, n, name);
+    Expected<cudaKernel_t> fn = ptx ? loadElementwisePtx(*ptx, name) : Expected<cudaKernel_t>(ptx.status());
+    if (fn)
+      return KernelPtr(new CompiledElementwiseKernel(*fn, p->numInputs, n));
+    // The interpreter below gives the same bits; say once why it runs.
+    static std::once_flag told;
+    std::call_once(told, [&] {
+      std::fprintf(stderr, "piperun: fused elementwise programs are interpreted on the GPU: %s\n",
+                   fn.status().message().c_str());
+    });
+  }
+  return KernelPtr(new FusedElementwiseKernel(prog, n));
 }
 
 Expected<KernelPtr> makeRelu(const OpDesc &d) { return makeUnary(d, UnaryOp::Relu); }
