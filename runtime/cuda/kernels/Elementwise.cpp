@@ -107,10 +107,12 @@ public:
     ptrs[inputs_] = out[0];
     for (int32_t k = 0; k <= inputs_; ++k)
       args[k] = &ptrs[k];
-    if (cudaLaunchKernel(reinterpret_cast<const void *>(fn_), dim3(l.grid), dim3(l.block), args, 0,
-                         static_cast<cudaStream_t>(ctx.stream)) != cudaSuccess)
-      return errorf("the compiled fused elementwise kernel did not launch: ",
-                    cudaGetErrorString(cudaGetLastError()));
+    if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void *>(fn_), dim3(l.grid), dim3(l.block), args,
+                                         0, static_cast<cudaStream_t>(ctx.stream));
+        e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return errorf("the compiled fused elementwise kernel did not launch: ", cudaGetErrorString(e));
+    }
     return Status::ok();
   }
 
@@ -128,11 +130,17 @@ Expected<cudaKernel_t> loadElementwisePtx(const std::string &ptx, const std::str
   if (auto it = loaded->find(ptx); it != loaded->end())
     return it->second;
   cudaLibrary_t lib = nullptr;
-  if (cudaLibraryLoadData(&lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0) != cudaSuccess)
-    return errorf("the driver did not load its PTX: ", cudaGetErrorString(cudaGetLastError()));
+  if (cudaError_t e = cudaLibraryLoadData(&lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+      e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return errorf("the driver did not load its PTX: ", cudaGetErrorString(e));
+  }
   cudaKernel_t fn = nullptr;
-  if (cudaLibraryGetKernel(&fn, lib, name.c_str()) != cudaSuccess)
-    return errorf("its PTX has no kernel '", name, "': ", cudaGetErrorString(cudaGetLastError()));
+  if (cudaError_t e = cudaLibraryGetKernel(&fn, lib, name.c_str()); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaLibraryUnload(lib);
+    return errorf("its PTX has no kernel '", name, "': ", cudaGetErrorString(e));
+  }
   loaded->emplace(ptx, fn);
   return fn;
 }
