@@ -93,6 +93,22 @@ std::unique_ptr<llvm::Module> buildLoop(llvm::LLVMContext &ctx, const std::strin
   return mod;
 }
 
+/// LLVM's O3 pipeline on `m`, with `tm`'s cost model (what lets the CPU
+/// loop's vectorizer widen).
+void optimize(llvm::Module &m, llvm::TargetMachine &tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+}
+
 /// The GPU kernel of a program (elementwisePtx): a grid-stride loop,
 /// input k read at (i / div[k]) % mod[k], the constants folded in.
 std::unique_ptr<llvm::Module> buildKernel(llvm::LLVMContext &ctx, const std::string &name, const EwProgram &p,
@@ -198,19 +214,7 @@ Expected<std::string> elementwisePtx(const EwProgram &p, const std::vector<int64
   llvm::raw_string_ostream os(broken);
   if (llvm::verifyModule(*mod_, &os))
     return errorf("internal error: the kernel of '", p.str(), "' is invalid LLVM IR: ", os.str());
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(x.tm.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*mod_, mam);
-  }
+  optimize(*mod_, *x.tm);
   llvm::SmallString<4096> text;
   llvm::raw_svector_ostream out(text);
   llvm::legacy::PassManager pm;
@@ -252,20 +256,7 @@ Expected<EwLoop> compileElementwiseLoop(const EwProgram &p, const std::vector<ui
     return errorf("internal error: the loop of '", p.str(), "' is invalid LLVM IR: ", os.str());
   mod->setDataLayout(j.tm->createDataLayout());
   mod->setTargetTriple(j.tm->getTargetTriple().str());
-  {
-    // O3, with the target's cost model (what lets the vectorizer widen).
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(j.tm.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*mod, mam);
-  }
+  optimize(*mod, *j.tm);
   if (llvm::Error e = j.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(mod), std::move(ctx))))
     return errorf("LLVM could not compile the loop of '", p.str(), "': ", errorText(std::move(e)));
   auto sym = j.lljit->lookup(name);
