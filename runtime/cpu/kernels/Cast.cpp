@@ -73,16 +73,14 @@ public:
         loop([](uint16_t v) { return static_cast<To>(bf16ToFloat(v)); });
       else
         loop([](uint16_t v) { return static_cast<To>(halfToFloat(v)); });
-    } else if (std::is_same_v<From, float> && to_ == DType::BF16) {
-      parallelChunks(n_, kChunk, [&](int64_t lo, int64_t hi) {
-        narrowToBf16(reinterpret_cast<const float *>(x) + lo, y + lo, hi - lo);
-      });
     } else {
       // A double rounds twice: to float, then to 16 bits.
-      if (to_ == DType::BF16)
-        loop([](From v) { return floatToBf16(static_cast<float>(v)); });
-      else
+      if (to_ == DType::F16)
         loop([](From v) { return floatToHalf(static_cast<float>(v)); });
+      else if constexpr (std::is_same_v<From, float>)
+        parallelChunks(n_, kChunk, [&](int64_t lo, int64_t hi) { narrowToBf16(x + lo, y + lo, hi - lo); });
+      else
+        loop([](From v) { return floatToBf16(static_cast<float>(v)); });
     }
     return Status::ok();
   }

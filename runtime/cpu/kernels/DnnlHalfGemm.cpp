@@ -106,51 +106,18 @@ LinalgDnnlPrim makeBlock(const LinalgBatchedGemm<float> &g, DType operands, int6
 
 } // namespace
 
-namespace {
-/// f(lo, len) over [0, n) in chunks of 2^14 elements, on every thread
-/// from 2^16 elements up (elementwise: the split changes no result). The
-/// chunks' loops are the callee's, outside OpenMP's outlined region, where
-/// GCC would not vectorize them (runtime/cpu/kernels/ElementwiseCommon.h).
-template <typename F> void halfChunks(int64_t n, F &&f) {
-  constexpr int64_t kChunk = int64_t(1) << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  [[maybe_unused]] const int threads = n >= (int64_t(1) << 16) ? omp_get_max_threads() : 1;
-  if (threads <= 1) {
-    for (int64_t c = 0; c < chunks; ++c)
-      f(c * kChunk, std::min(kChunk, n - c * kChunk));
-    return;
-  }
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t c = 0; c < chunks; ++c)
-    f(c * kChunk, std::min(kChunk, n - c * kChunk));
-}
-
-void narrowHalfRange(const float *__restrict src, uint16_t *__restrict dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = floatToHalf(src[i]);
-}
-
-void widenHalfRange(const uint16_t *__restrict src, float *__restrict dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = halfToFloat(src[i]);
-}
-} // namespace
-
+// The conversions run in the elementwise kernels' fixed chunks: the loops
+// are ew's functions, outside OpenMP's outlined region, where GCC would not
+// vectorize them (runtime/cpu/kernels/ElementwiseCommon.h).
 void linalgNarrowHalf(const float *src, uint16_t *dst, int64_t n, DType t) {
-  halfChunks(n, [&](int64_t lo, int64_t len) {
-    if (t == DType::BF16)
-      ew::narrowToBf16(src + lo, dst + lo, len);
-    else
-      narrowHalfRange(src + lo, dst + lo, len);
+  ew::parallelChunks(n, ew::kChunk, [&](int64_t lo, int64_t hi) {
+    (t == DType::BF16 ? ew::narrowToBf16 : ew::narrowToHalf)(src + lo, dst + lo, hi - lo);
   });
 }
 
 void linalgWidenHalf(const uint16_t *src, float *dst, int64_t n, DType t) {
-  halfChunks(n, [&](int64_t lo, int64_t len) {
-    if (t == DType::BF16)
-      ew::widenBf16(src + lo, dst + lo, len);
-    else
-      widenHalfRange(src + lo, dst + lo, len);
+  ew::parallelChunks(n, ew::kChunk, [&](int64_t lo, int64_t hi) {
+    (t == DType::BF16 ? ew::widenBf16 : ew::widenHalf)(src + lo, dst + lo, hi - lo);
   });
 }
 

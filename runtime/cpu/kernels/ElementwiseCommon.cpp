@@ -209,4 +209,18 @@ void widenBf16(const uint16_t *x, float *y, int64_t n) {
     yv[i] = bf16ToFloat(xv[i]);
 }
 
+void narrowToHalf(const float *x, uint16_t *y, int64_t n) {
+  const float *__restrict xv = x;
+  uint16_t *__restrict yv = y;
+  for (int64_t i = 0; i < n; ++i)
+    yv[i] = floatToHalf(xv[i]);
+}
+
+void widenHalf(const uint16_t *x, float *y, int64_t n) {
+  const uint16_t *__restrict xv = x;
+  float *__restrict yv = y;
+  for (int64_t i = 0; i < n; ++i)
+    yv[i] = halfToFloat(xv[i]);
+}
+
 } // namespace pipec::cpu::ew

@@ -35,6 +35,10 @@ void narrowToBf16(const float *x, uint16_t *y, int64_t n);
 /// y[i] = bf16ToFloat(x[i]) (exact), vectorized. One thread.
 void widenBf16(const uint16_t *x, float *y, int64_t n);
 
+/// y[i] = floatToHalf(x[i]) and halfToFloat (support/Half.h), one thread.
+void narrowToHalf(const float *x, uint16_t *y, int64_t n);
+void widenHalf(const uint16_t *x, float *y, int64_t n);
+
 /// A type carrier for generic lambdas: `[&]<typename T>(TypeTag<T>) {...}`.
 template <typename T> struct TypeTag {
   using type = T;
