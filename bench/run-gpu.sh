@@ -12,7 +12,9 @@
 # tf32) and in bf16 (pipec --precision bf16: the products on cuBLAS's bf16
 # tensor cores with f32 results, run under --math tf32 so that cuBLAS may
 # take tensor-op algorithms), and the GPT-like model with the state and optimizer on
-# the host (--host-optimizer), the path before resident training. Per run:
+# the host (--host-optimizer), the path before resident training, and
+# without CUDA graphs (--no-cuda-graphs: the GPT-like model at K=1 and 2
+# in exact fp32, gpt2-small at K=1 in TF32). Per run:
 # the median step (piperun --json over STEPS steps after 3 warm-up
 # steps), tokens/s, the achieved TFLOP/s of 6N + 12 L d s FLOPs per token
 # (N: every trained parameter, embeddings included; the attention term of
@@ -119,6 +121,12 @@ for k in 1 2; do
   done
 done
 [ -f "$w/gpt-like.onnx" ] && run gpt-like-k1-exact-host-optimizer gpt-like 4 256 128 8 4 1 exact --host-optimizer
+# CUDA graphs on (the runs above) against off: every kernel launched
+# every step.
+for k in 1 2; do
+  [ -f "$w/gpt-like.onnx" ] && run "gpt-like-k$k-exact-no-graphs" gpt-like 4 256 128 8 4 "$k" exact --no-cuda-graphs
+done
+[ -f "$w/gpt2-small.onnx" ] && run gpt2-small-k1-tf32-no-graphs gpt2-small 12 768 1024 2 4 1 tf32 --no-cuda-graphs
 
 # Across GPUs (issue: K=2 over NCCL at 1.9x one GPU's throughput, sends
 # under compute in the timeline).

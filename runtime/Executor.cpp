@@ -769,24 +769,104 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     } else {
       const bool second = !operands2_.empty() && (io.weightVersion == 1) != ins.previous_step();
       void *const *operands = (second ? operands2_ : operands_)[i].data();
-      for (int32_t ni : ins.nodes()) {
-        if (!kernels_[ni])
-          continue; // a view
-        const plan::Node &n = dev.nodes(ni);
-        void *const *in = operands, *const *out = operands + n.inputs_size();
-        operands = out + n.outputs_size() + guardCount_[ni];
-        const Clock::time_point n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
-        PIPEC_TRY(runNode(r, ni, in, out));
-        if (!nodeSeconds_.empty())
-          nodeSeconds_[ni] += seconds(n0, Clock::now());
-        if (const ParamUpdate *u = updateAfter(i, ni))
-          PIPEC_TRY(runUpdate(r, *u));
-      }
+      if (recordOn_ && backend_->canRecord())
+        PIPEC_TRY(runRecorded(r, i, operands));
+      else
+        PIPEC_TRY(runNodes(r, i, operands));
     }
     PIPEC_TRY(endInstruction(r, i));
   }
   PIPEC_TRY(checkFlags());
   return flushCollects(io);
+}
+
+Status DeviceExecutor::runNodes(Run &r, int i, void *const *operands) {
+  const plan::Device &dev = lp_.plan.devices(stage_);
+  for (int32_t ni : dev.program(i).nodes()) {
+    if (!kernels_[ni])
+      continue; // a view
+    const plan::Node &n = dev.nodes(ni);
+    void *const *in = operands, *const *out = operands + n.inputs_size();
+    operands = out + n.outputs_size() + guardCount_[ni];
+    const Clock::time_point n0 = nodeSeconds_.empty() ? Clock::time_point() : Clock::now();
+    PIPEC_TRY(runNode(r, ni, in, out));
+    if (!nodeSeconds_.empty())
+      nodeSeconds_[ni] += seconds(n0, Clock::now());
+    if (const ParamUpdate *u = updateAfter(i, ni))
+      PIPEC_TRY(runUpdate(r, *u));
+  }
+  return Status::ok();
+}
+
+std::string DeviceExecutor::unrecordable(int i) const {
+  const plan::Device &dev = lp_.plan.devices(stage_);
+  if (!nodeSeconds_.empty())
+    return "node times";
+  if (!operands2_.empty())
+    return "two weight versions";
+  if (!updatesAt_.empty() && !updatesAt_[static_cast<size_t>(i)].empty())
+    return "parameter updates inside it";
+  for (int32_t ni : dev.program(i).nodes()) {
+    if (!kernels_[ni])
+      continue;
+    if (guardCount_[ni])
+      return cat("node '", dev.nodes(ni).name(), "' has guards");
+    if (!kernels_[ni]->replayable())
+      return cat("node '", dev.nodes(ni).name(), "' (", dev.nodes(ni).op_type(), ") is not replayable");
+  }
+  return {};
+}
+
+Status DeviceExecutor::runRecorded(Run &r, int i, void *const *operands) {
+  if (recorded_.empty())
+    recorded_.resize(static_cast<size_t>(lp_.plan.devices(stage_).program_size()));
+  Recorded &rec = recorded_[static_cast<size_t>(i)];
+  auto eager = [&](std::string why) {
+    rec.eager = true;
+    if (eagerBecause_.empty())
+      eagerBecause_ = cat("instruction ", i, ": ", why);
+    return runNodes(r, i, operands);
+  };
+  if (rec.eager)
+    return runNodes(r, i, operands);
+  void *&handle = rec.handle[r.ctx.training ? 1 : 0];
+  if (!handle) {
+    if (std::string why = unrecordable(i); !why.empty())
+      return eager(std::move(why));
+    // The recording run enqueues nothing that runs: its nodes count at
+    // the replays.
+    const uint64_t ran = stats_.nodesRun;
+    PIPEC_TRY(backend_->beginRecording());
+    Status s = runNodes(r, i, operands);
+    Expected<void *> made = backend_->endRecording();
+    rec.nodes = stats_.nodesRun - ran;
+    stats_.nodesRun = ran;
+    if (!s) // a real error comes again when the nodes run eagerly
+      return eager(s.message());
+    if (!made)
+      return eager(made.status().message());
+    handle = *made;
+  }
+  PIPEC_TRY(backend_->replay(handle, r.ctx.step).withContext(cat("device ", index_, " micro-batch ", r.mb)));
+  stats_.nodesRun += rec.nodes;
+  return Status::ok();
+}
+
+std::string DeviceExecutor::hostSchedule() const {
+  if (!backend_->canRecord())
+    return scheduleMode_;
+  if (!recordOn_)
+    return scheduleMode_ + ", kernels launched one by one (recordings off)";
+  size_t replayed = 0, eager = 0;
+  for (const Recorded &rec : recorded_) {
+    replayed += !rec.eager && (rec.handle[0] || rec.handle[1]);
+    eager += rec.eager;
+  }
+  std::string out = cat(scheduleMode_, ", ", replayed, " of ", replayed + eager,
+                        " compute instructions replayed as recordings");
+  if (eager)
+    out += cat(" (eager: ", eagerBecause_, eager > 1 ? ", ..." : "", ")");
+  return out;
 }
 
 Status DeviceExecutor::checkFlags() {

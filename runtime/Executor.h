@@ -207,13 +207,25 @@ public:
   /// node of `instruction`, a compute instruction.
   Status setParamUpdates(std::vector<ParamUpdate> updates);
 
+  /// Recorded instructions: on a backend that canRecord (a GPU: CUDA
+  /// graphs), a compute instruction's kernel launches are recorded at its
+  /// first run and the recording replayed at every later one, one call
+  /// where there was one per kernel. An instruction stays eager where a
+  /// node's kernel is not replayable() (Dropout), a parameter update runs
+  /// inside it, nodes are timed, or the recording fails (the reason is in
+  /// hostSchedule()). Feeds, collects, gradient sums, messages and the
+  /// optimizer stay outside, as before. On by default; off runs every
+  /// kernel every step (piperun --no-cuda-graphs).
+  void setRecording(bool on) { recordOn_ = on; }
+
   /// Compiles the program into native code (runtime/cpu/ScheduleJit.h)
   /// now rather than at the first run, where the compiled schedule can
   /// serve (a CPU device, codegen enabled, one weight version).
   void prepareSchedule();
   /// How runStep runs the program: "compiled (N calls)", or "interpreted"
-  /// and why (known after prepareSchedule or the first step).
-  const std::string &hostSchedule() const { return scheduleMode_; }
+  /// and why (known after prepareSchedule or the first step); on a
+  /// recording backend, how many compute instructions replay recordings.
+  std::string hostSchedule() const;
 
 private:
   DeviceExecutor(const plan::LoadedPlan &lp, int index, int stage)
@@ -319,6 +331,22 @@ private:
   Status runNode(Run &r, int32_t node, void *const *in, void *const *out);
   Status runUpdate(Run &r, const ParamUpdate &u);
   Status endInstruction(Run &r, int i);
+  /// The nodes of compute instruction `i` (from `operands`), with the
+  /// parameter updates placed among them.
+  Status runNodes(Run &r, int i, void *const *operands);
+  /// Compute instruction `i` as a recording (setRecording): made at its
+  /// first run, replayed after; or eager, and why.
+  Status runRecorded(Run &r, int i, void *const *operands);
+  /// Why instruction `i` cannot be recorded, or empty.
+  std::string unrecordable(int i) const;
+  struct Recorded {
+    void *handle[2] = {nullptr, nullptr}; ///< by ExecContext::training
+    uint64_t nodes = 0;                   ///< nodes a replay runs
+    bool eager = false;
+  };
+  bool recordOn_ = true;
+  std::vector<Recorded> recorded_; ///< per instruction, once run
+  std::string eagerBecause_;       ///< the first eager instruction's reason
   /// setParamUpdates(): per instruction, its updates in node order.
   std::vector<std::vector<ParamUpdate>> updatesAt_;
   /// The update of instruction `i` after node `node`, or null.
@@ -337,6 +365,8 @@ private:
   void resetSchedule() {
     compiled_ = nullptr;
     compileTried_ = false;
+    recorded_.clear(); // the backend keeps (and frees) the recordings
+    eagerBecause_.clear();
   }
   /// Why runs (with `io`, if given) take the interpreter, or null.
   const char *interpretedBecause(const StepIO *io) const;

@@ -145,6 +145,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
     PIPEC_ASSIGN(auto ex, DeviceExecutor::create(s->lp_, d, where));
     if (opts.trace)
       ex->enableTrace(epoch);
+    ex->setRecording(opts.recordings);
     s->devices_.push_back(std::move(ex));
     s->localDevices_.push_back(d);
   }

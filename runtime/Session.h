@@ -77,6 +77,11 @@ struct SessionOptions {
   /// keeps them and the devices' copies of the weights are refreshed
   /// every step (tests compare both).
   bool resident = true;
+  /// GPUs: each compute instruction's kernel launches recorded once (a
+  /// CUDA graph) and replayed at later steps (DeviceExecutor::
+  /// setRecording); off: every kernel launched every step (piperun
+  /// --no-cuda-graphs). Bitwise the same either way.
+  bool recordings = true;
   /// Stage-to-stage messages between GPUs of this process (or on one GPU)
   /// stay on the devices (DeviceExecutor::setDeviceMessages); off: they
   /// pass through the host (tests compare both).

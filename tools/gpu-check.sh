@@ -7,7 +7,8 @@
 #   2. tests/lit/e2e/cuda.test's steps: the MLP and GPT-like samples trained
 #      on the GPU at K=1 and K=2 (bitwise alike) and near the CPU run, the
 #      MLP's and GPT's inference outputs near the CPU's, and so those of
-#      torch's exports of an attention and a GELU;
+#      torch's exports of an attention and a GELU; CUDA graphs (every
+#      compute instruction replayed) against --no-cuda-graphs, bitwise;
 #   3. training throughput of a GPT-like model on the GPU and on the CPU;
 #   4. compute-sanitizer's memcheck over the kernel test and a training run;
 #   5. resident training (state on the GPU, the device update) against
@@ -94,6 +95,14 @@ check gpt-infer sh -c "pipec $s/gpt.onnx -b 4 -k 2 -o $w/gpt-infer.plan -q &&
   timeout 120 piperun $w/gpt-infer.plan --device cuda --outputs $w/gpt-gpu-out &&
   timeout 120 piperun $w/gpt-infer.plan --outputs $w/gpt-cpu-out"
 check gpt-infer-near-cpu same_outputs "$w/gpt-gpu-out" "$w/gpt-cpu-out" 1e-4
+# CUDA graphs (on above): every compute instruction replayed as a
+# recording, and the same bits with every kernel launched every step.
+check gpt-graphs-replayed bash -c "timeout 120 piperun '$w/gpt-k2.plan' --device cuda --steps 3 |
+  grep -E 'host schedule: .* ([0-9]+) of \\1 compute instructions replayed as recordings'"
+check gpt-no-graphs-k2 timeout 120 piperun "$w/gpt-k2.plan" --device cuda --steps 3 --no-cuda-graphs --save "$w/gpt-gpu-k2-eager.onnx"
+check gpt-graphs-equal-eager cmp "$w/gpt-gpu-k2.onnx" "$w/gpt-gpu-k2-eager.onnx"
+check gpt-infer-no-graphs timeout 120 piperun "$w/gpt-infer.plan" --device cuda --no-cuda-graphs --outputs "$w/gpt-gpu-out-eager"
+check gpt-infer-graphs-equal-eager diff -r "$w/gpt-gpu-out" "$w/gpt-gpu-out-eager"
 if [ -f "$root/models/x.npy" ]; then
   for m in attention gelu_tanh; do
     check "$m-export" sh -c "pipec $root/models/$m.onnx -o $w/$m.plan -q &&

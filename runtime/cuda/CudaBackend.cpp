@@ -153,6 +153,10 @@ public:
   Status copyFromDevice(void *dst, const void *src, int srcDevice, uint64_t bytes) override {
     return gpu_->copyFrom(dst, src, srcDevice, bytes);
   }
+  bool canRecord() const override { return true; }
+  Status beginRecording() override { return gpu_->beginCapture(); }
+  Expected<void *> endRecording() override { return gpu_->endCapture(); }
+  Status replay(void *recording, uint64_t) override { return gpu_->launchGraph(recording); }
 #endif
 
 private:

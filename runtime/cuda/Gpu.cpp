@@ -80,6 +80,8 @@ GpuDevice::~GpuDevice() {
     cudaFreeHost(staging_);
   for (void *p : pinned_)
     cudaFreeHost(p);
+  for (void *g : graphs_)
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
   for (auto &[slot, e] : events_)
     cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (stream_)
@@ -157,6 +159,40 @@ Status GpuDevice::copyFrom(void *dst, const void *src, int srcGpu, uint64_t byte
     return cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "copy on the GPU", gpu_);
   return cudaCheck(cudaMemcpyPeerAsync(dst, gpu_, src, srcGpu, bytes, s), "copy between GPUs", gpu_);
 }
+
+Status GpuDevice::beginCapture() {
+  // Thread-local: another device's thread may allocate (a first step's
+  // mailbox) while this one records.
+  return cudaCheck(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream_), cudaStreamCaptureModeThreadLocal),
+                   "cudaStreamBeginCapture", gpu_);
+}
+
+Expected<void *> GpuDevice::endCapture() {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(static_cast<cudaStream_t>(stream_), &graph);
+  if (e != cudaSuccess || !graph) {
+    // A call the capture could not take invalidates it; its error is not
+    // the next call's.
+    (void)cudaGetLastError();
+    if (graph)
+      cudaGraphDestroy(graph);
+    return errorf("GPU ", gpu_, ": cudaStreamEndCapture: ", cudaGetErrorString(e));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (made != cudaSuccess) {
+    (void)cudaGetLastError();
+    return errorf("GPU ", gpu_, ": cudaGraphInstantiate: ", cudaGetErrorString(made));
+  }
+  graphs_.push_back(exec);
+  return static_cast<void *>(exec);
+}
+
+Status GpuDevice::launchGraph(void *graph) {
+  return cudaCheck(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream_)),
+                   "cudaGraphLaunch", gpu_);
+}
 #else
 Expected<std::unique_ptr<GpuDevice>> GpuDevice::open(int) {
   return errorf("this pipec was built without CUDA");
@@ -172,6 +208,9 @@ Expected<void *> GpuDevice::pinned(uint64_t) { return errorf("built without CUDA
 Expected<void *> GpuDevice::record(uint64_t) { return errorf("built without CUDA"); }
 Status GpuDevice::wait(void *) { return errorf("built without CUDA"); }
 Status GpuDevice::copyFrom(void *, const void *, int, uint64_t) { return errorf("built without CUDA"); }
+Status GpuDevice::beginCapture() { return errorf("built without CUDA"); }
+Expected<void *> GpuDevice::endCapture() { return errorf("built without CUDA"); }
+Status GpuDevice::launchGraph(void *) { return errorf("built without CUDA"); }
 #endif
 
 } // namespace pipec::cuda

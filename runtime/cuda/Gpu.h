@@ -70,12 +70,23 @@ public:
   /// where the GPUs differ.
   Status copyFrom(void *dst, const void *src, int srcGpu, uint64_t bytes);
 
+  /// Stream capture (a CUDA graph): from beginCapture until endCapture
+  /// what this thread enqueues on the stream is recorded, not run.
+  /// endCapture returns the graph instantiated (freed with the device),
+  /// or why it could not be made, with the stream out of capture mode
+  /// and the error cleared either way.
+  Status beginCapture();
+  Expected<void *> endCapture();
+  /// Enqueues an instantiated graph of endCapture on the stream.
+  Status launchGraph(void *graph);
+
 private:
   GpuDevice() = default;
   int gpu_ = 0;
   void *stream_ = nullptr;
   std::vector<void *> allocations_, pinned_;
   std::map<uint64_t, void *> events_;
+  std::vector<void *> graphs_;
   void *staging_ = nullptr;
   uint64_t stagingBytes_ = 0;
 };

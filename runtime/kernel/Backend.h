@@ -19,6 +19,11 @@
 // and waits once at the step's end (runtime/Session.h, "resident
 // training").
 //
+// A backend that canRecord (a GPU: CUDA graphs) records the launches of a
+// compute instruction's kernels once and replays them at later steps
+// (DeviceExecutor, "recorded instructions"), so the host makes one call
+// where it made one per kernel.
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -141,6 +146,23 @@ public:
   /// Enqueues a copy of `bytes` to `dst` (this device's memory) from `src`
   /// in the memory of device `srcDevice` (this one or another).
   virtual Status copyFromDevice(void *, const void *, int, uint64_t) { return unsupported("device copies"); }
+
+  // ---- Recordings (CUDA graphs): a device's launches made once, replayed.
+
+  /// Whether the methods below are implemented.
+  virtual bool canRecord() const { return false; }
+  /// From now until endRecording, what the device's thread enqueues on
+  /// the stream (its kernels' launches) is recorded instead of run.
+  virtual Status beginRecording() { return unsupported("recordings"); }
+  /// Ends the recording begun last: its handle (owned by the backend), or
+  /// why none could be made (a call that cannot be recorded, such as one
+  /// that waits for the device). Either way nothing recorded has run and
+  /// the stream runs what it is given again.
+  virtual Expected<void *> endRecording() { return unsupported("recordings"); }
+  /// Enqueues the work of a recording on the stream. `step`: the run's
+  /// (ExecContext::step), which a recording of device work ignores; the
+  /// emulated GPU replays CPU kernels, whose host side caches by step.
+  virtual Status replay(void *, uint64_t) { return unsupported("recordings"); }
 
 protected:
   Status unsupported(const char *what) const {

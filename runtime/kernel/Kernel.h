@@ -119,6 +119,16 @@ public:
   virtual size_t heldBytes() const { return 0; }
   /// Whether run() honours ExecContext::accumulate.
   virtual bool canAccumulate() const { return false; }
+  /// Whether the device work one run enqueues, recorded once (a CUDA
+  /// graph: Backend::beginRecording), may be replayed at every later step
+  /// of the instruction instead of running run() again: it depends only
+  /// on the operands' addresses and on the ExecContext fields an
+  /// instruction fixes (micro-batch, accumulate, training, workspace,
+  /// stream, errorFlag), not on `step`, and run() does nothing on the host
+  /// that a later step needs done again. False (the default) keeps a node
+  /// and its instruction out of recordings; a kernel drawing random
+  /// numbers per step (Dropout) must say false.
+  virtual bool replayable() const { return false; }
   /// A stable id for the node, used to key random streams.
   uint64_t nodeId = 0;
 };

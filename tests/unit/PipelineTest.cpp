@@ -44,6 +44,7 @@
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <regex>
 #include <sched.h>
 #include <thread>
 
@@ -165,6 +166,9 @@ struct RunOptions {
   int *accumulatedInPlace = nullptr; ///< Session::gradientsAccumulatedInPlace
   int *updatedInStep = nullptr;      ///< Session::paramsUpdatedInStep
   bool *residentTraining = nullptr;  ///< Session::residentTraining
+  bool recordings = true;            ///< SessionOptions::recordings
+  /// The devices' DeviceExecutor::hostSchedule() after the steps.
+  std::vector<std::string> *hostSchedules = nullptr;
   /// Called after each step (checkpoints, setWeight in the middle of a run).
   std::function<void(runtime::Session &, int step)> afterStep = nullptr;
   /// Inputs of step i (makeInputs by default).
@@ -181,6 +185,7 @@ RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o
   so.emulateGpu = o.emulateGpu;
   so.resident = o.resident;
   so.deviceMessages = o.deviceMessages;
+  so.recordings = o.recordings;
   auto s = runtime::Session::open(dir, so);
   EXPECT_TRUE(s.isOk()) << s.status().message();
   if (!s.isOk())
@@ -217,6 +222,10 @@ RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o
     Status flushed = session.flush(); // 2bw: the last step's remaining updates
     EXPECT_TRUE(flushed.isOk()) << flushed.message();
   }
+  if (o.hostSchedules)
+    for (const auto &ex : session.devices())
+      if (ex)
+        o.hostSchedules->push_back(ex->hostSchedule());
   if (train)
     for (const plan::Parameter &pp : session.plan().training().params()) {
       auto w = session.weight(session.plan().tensors(pp.weight()).name());
@@ -1589,6 +1598,67 @@ TEST(Pipeline, ResidentTrainingOnTheEmulatedGpuIsTheCpus) {
     EXPECT_FALSE(resident) << "the CNN's running statistics keep it on the host";
     expectSame(cpu, gpu, "cnn-train K=2");
   }
+}
+
+// Recorded instructions (DeviceExecutor::setRecording; CUDA graphs on a
+// GPU): on the emulated GPU each compute instruction's kernel calls are
+// kept at its first run and replayed after, with their ExecContext and
+// operands as recorded. Training and inference must be bitwise the CPU's
+// and the eager runs', every instruction replayed except those with a
+// parameter update inside (which stay eager and say why).
+TEST(Pipeline, RecordedInstructionsAreTheEagerRuns) {
+  auto replayedAll = [](const std::vector<std::string> &schedules, const std::string &what) {
+    ASSERT_FALSE(schedules.empty()) << what;
+    for (const std::string &h : schedules) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(h, m, std::regex("(\\d+) of (\\d+) compute instructions replayed"))) << h;
+      EXPECT_EQ(m[1], m[2]) << what << ": " << h;
+      EXPECT_NE(m[1], "0") << what << ": " << h;
+    }
+  };
+  for (const char *model : {"mlp-train", "gpt-train"})
+    for (int K : {1, 2}) {
+      Config c;
+      c.K = K;
+      c.M = 4;
+      c.optimizer = "adamw";
+      c.clip = 0.5;
+      const std::string dir = compile(model, 2, c);
+      const std::string what = cat(model, " K=", K);
+      std::vector<std::string> on, off, inStep;
+      RunResult cpu = run(dir, 3, true, {.updateInStep = false});
+      RunResult replayed = run(dir, 3, true, {.updateInStep = false, .emulateGpu = true, .hostSchedules = &on});
+      RunResult eager =
+          run(dir, 3, true, {.updateInStep = false, .emulateGpu = true, .recordings = false, .hostSchedules = &off});
+      expectSame(cpu, replayed, what + " (recorded)");
+      expectSame(cpu, eager, what + " (eager)");
+      replayedAll(on, what);
+      for (const std::string &h : off)
+        EXPECT_NE(h.find("kernels launched one by one"), std::string::npos) << h;
+      // Updates inside the step keep their instructions eager.
+      int updated = 0;
+      RunResult mixed = run(dir, 3, true, {.emulateGpu = true, .updatedInStep = &updated, .hostSchedules = &inStep});
+      expectSame(cpu, mixed, what + " (updates in the step)");
+      if (updated > 0) {
+        bool eagerSaid = false;
+        for (const std::string &h : inStep)
+          eagerSaid = eagerSaid || h.find("parameter updates inside it") != std::string::npos;
+        EXPECT_TRUE(eagerSaid) << what;
+      }
+    }
+  // Inference: the recordings of ExecContext::training = false.
+  Config c;
+  c.K = 2;
+  c.M = 2;
+  c.train = false;
+  const std::string dir = compile("gpt", 2, c);
+  std::vector<std::string> on;
+  RunResult cpu = run(dir, 3, false);
+  RunResult replayed = run(dir, 3, false, {.emulateGpu = true, .hostSchedules = &on});
+  ASSERT_EQ(cpu.outputs.size(), replayed.outputs.size());
+  for (size_t i = 0; i < cpu.outputs.size(); ++i)
+    EXPECT_TRUE(bitwiseEqual(cpu.outputs[i], replayed.outputs[i])) << "gpt inference output " << i;
+  replayedAll(on, "gpt inference");
 }
 
 // Resident training with data parallelism: every replica's device sums

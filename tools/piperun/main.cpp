@@ -66,6 +66,8 @@ struct Options {
   std::string device = "cpu";
   /// --host-optimizer: a GPU run keeps its training state on the host.
   bool hostOptimizer = false;
+  /// --no-cuda-graphs: every kernel launched every step.
+  bool noGraphs = false;
   /// --math exact|tf32: a GPU's matrix products.
   std::string math = "exact";
   std::string gpuTransport = "host";
@@ -285,6 +287,8 @@ Status runPlan(const Options &o) {
     return errorf("--device must be cpu, cuda or cuda-emulated (got '", o.device, "')");
   if (o.hostOptimizer && o.device == "cpu")
     return errorf("--host-optimizer is for --device cuda (on the CPU the host's memory is the device's)");
+  if (o.noGraphs && o.device == "cpu")
+    return errorf("--no-cuda-graphs is for --device cuda (the CPU's schedule is compiled with LLVM instead)");
   if (o.math != "exact" && o.math != "tf32")
     return errorf("--math must be exact or tf32 (got '", o.math, "')");
   if (o.math == "tf32" && o.device != "cuda")
@@ -321,6 +325,7 @@ Status runPlan(const Options &o) {
   so.cuda = o.device == "cuda";
   so.emulateGpu = o.device == "cuda-emulated";
   so.resident = !o.hostOptimizer;
+  so.recordings = !o.noGraphs;
   so.tf32 = o.math == "tf32";
   if (!o.injectFailure.empty()) {
     int dev = -1, at = -1;
@@ -491,6 +496,9 @@ int main(int argc, char **argv) {
   app.add_flag("--host-optimizer", o.hostOptimizer,
                "--device cuda training: keep the weights, gradients and optimizer state on the host and update "
                "them there, refreshing the GPUs' copies every step (as before resident training; to compare)");
+  app.add_flag("--no-cuda-graphs", o.noGraphs,
+               "--device cuda: launch every kernel every step instead of recording each compute instruction's "
+               "launches once as a CUDA graph and replaying it (to compare; the results are the same bits)");
   // For tests of failure handling (tests/lit/e2e/mpi-failure.test): device
   // D fails with an error before its instruction I in every step.
   app.add_option("--inject-failure", o.injectFailure, "tests: DEVICE:INSTRUCTION fails with an error")

@@ -84,6 +84,7 @@ enum class ConvOp { Conv, Transpose, GradInput, GradWeight };
 
 class ConvKernel final : public Kernel, public DnnChoice {
 public:
+  bool replayable() const override { return true; }
   ConvOp op = ConvOp::Conv;
   std::string where;
   /// Null where an operand is empty: the result is zero (and the bias).
@@ -244,6 +245,7 @@ namespace {
 /// values a 16-bit copy holds), then `inner`, the node's f32 kernel.
 class WidenedConvKernel final : public Kernel, public DnnChoice {
 public:
+  bool replayable() const override { return inner_->replayable(); }
   WidenedConvKernel(KernelPtr inner, const OpDesc &d)
       : inner_(std::move(inner)),
         half_(productOperandType(d.inputs[0].dtype, d.inputs[1].dtype) == DType::BF16 ? CastType::BF16

@@ -45,6 +45,12 @@ Expected<cublasHandle_t> cublasFor(void *stream) {
     void *stream = nullptr;      ///< the stream `want` was looked up for
     uint64_t generation = ~0ull; ///< and when
     MathMode want = MathMode::Exact;
+    void *bound = nullptr;       ///< the stream the handle is set to
+    bool boundOnce = false;
+    /// A workspace of the handle's own per stream (kept as long as the
+    /// handle): cuBLAS's default pool would be shared by the streams and
+    /// allocated anew by each CUDA graph that records a product.
+    std::map<void *, void *> workspace;
   };
   thread_local std::map<int, Handle> handles;
   auto it = handles.find(device);
@@ -68,7 +74,20 @@ Expected<cublasHandle_t> cublasFor(void *stream) {
         "cublasSetMathMode"));
     h.mode = h.want;
   }
-  PIPEC_TRY(cublasCheck(cublasSetStream(h.h, static_cast<cudaStream_t>(stream)), "cublasSetStream"));
+  if (!h.boundOnce || h.bound != stream) {
+    // cublasSetStream puts the handle back on the default pool: the
+    // stream's own workspace follows it.
+    void *&ws = h.workspace[stream];
+    if (!ws && cudaMalloc(&ws, kCublasWorkspaceBytes) != cudaSuccess) {
+      ws = nullptr;
+      return errorf("cannot allocate the ", kCublasWorkspaceBytes, "-byte cuBLAS workspace: ",
+                    cudaGetErrorString(cudaGetLastError()));
+    }
+    PIPEC_TRY(cublasCheck(cublasSetStream(h.h, static_cast<cudaStream_t>(stream)), "cublasSetStream"));
+    PIPEC_TRY(cublasCheck(cublasSetWorkspace(h.h, ws, kCublasWorkspaceBytes), "cublasSetWorkspace"));
+    h.bound = stream;
+    h.boundOnce = true;
+  }
   return h.h;
 }
 

@@ -28,7 +28,12 @@ Status cublasCheck(cublasStatus_t s, const char *what);
 /// by threads at once), in pedantic math mode: no TF32, no reduced-precision
 /// reductions, so a GEMM's bits do not change with the library's choices of
 /// tensor-core paths.
+/// The handle runs on `stream` with a workspace of its own for it
+/// (kCublasWorkspaceBytes, cuBLAS's recommendation for Hopper), so a
+/// recorded product (a CUDA graph) allocates nothing and two streams
+/// never share one.
 Expected<cublasHandle_t> cublasFor(void *stream);
+inline constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 
 /// How a device's matrix products compute (piperun --math): exact fp32
 /// (CUBLAS_PEDANTIC_MATH: no TF32, no reduced-precision reductions) or on
@@ -54,6 +59,7 @@ Expected<body::Broadcast> broadcastTo(const OpDesc &d, size_t i);
 /// pointers and the stream); `ws` says how much workspace it needs.
 template <typename F> class LaunchKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   LaunchKernel(F f, size_t ws) : f_(std::move(f)), ws_(ws) {}
   size_t workspaceBytes() const override { return ws_; }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override { return f_(ctx, in, out); }

@@ -68,6 +68,7 @@ private:
 /// An output known at load, copied from pinned host memory at every run.
 class ConstantOutputKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   static Expected<KernelPtr> make(const OpDesc &d, const Tensor &value) {
     auto k = std::make_unique<ConstantOutputKernel>();
     PIPEC_TRY(k->value_.init(d, value.raw(), value.bytes()));
@@ -88,6 +89,7 @@ private:
 /// follow.
 class ResizeKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   static Expected<KernelPtr> make(const OpDesc &d, const cpu::resize::SeparablePlan<float> &plan, int64_t inElems) {
     auto k = std::make_unique<ResizeKernel>();
     k->inElems_ = inElems;

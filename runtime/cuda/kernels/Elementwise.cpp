@@ -25,6 +25,7 @@ namespace {
 
 class UnaryKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   UnaryKernel(UnaryOp op, int64_t n) : op_(op), n_(n) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     return launchUnary(op_, static_cast<const float *>(in[0]), static_cast<float *>(out[0]), n_, ctx.stream);
@@ -37,6 +38,7 @@ private:
 
 class ReluGradKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   explicit ReluGradKernel(int64_t n) : n_(n) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     return launchReluGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
@@ -49,6 +51,7 @@ private:
 
 class GeluGradKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   GeluGradKernel(int64_t n, bool tanhForm) : n_(n), tanh_(tanhForm) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     return launchGeluGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
@@ -62,6 +65,7 @@ private:
 
 class BinaryKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   BinaryKernel(body::BinaryOp op, body::Broadcast a, body::Broadcast b, int64_t n)
       : op_(op), a_(a), b_(b), n_(n) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
@@ -77,6 +81,7 @@ private:
 
 class FusedElementwiseKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   FusedElementwiseKernel(body::EwDeviceProgram prog, int64_t n) : prog_(prog), n_(n) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     body::EwInputs inputs;
@@ -95,6 +100,7 @@ private:
 /// kept until exit; programs are cached by their PTX.
 class CompiledElementwiseKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   CompiledElementwiseKernel(cudaKernel_t fn, int32_t inputs, int64_t n) : fn_(fn), inputs_(inputs), n_(n) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     const LaunchShape l = itemLaunch(n_);

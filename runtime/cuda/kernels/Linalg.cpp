@@ -88,6 +88,7 @@ struct Gemm {
 
 class GemmKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   Gemm g;
   bool hasC = false;
   float beta = 0.0f;
@@ -114,6 +115,7 @@ public:
 /// bias (a broadcast add) and the activation (a unary kernel).
 class FusedGemmKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   Gemm g;
   bool hasBias = false, hasAct = false;
   UnaryOp act = UnaryOp::Relu;
@@ -137,6 +139,7 @@ public:
 /// buffers), the scale, mask and softmax by the element and row kernels.
 class AttentionKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   AttentionDims g; ///< sizes and operand layouts (support/FusedOps.h)
   int mask = 0;    ///< 0 none, 1 add, 2 bool
   float scale = 1.0f, fill = -INFINITY;

@@ -239,6 +239,9 @@ Expected<KernelPtr> makeCast(const OpDesc &d) {
 /// masks are the CPU's bit for bit.
 class DropoutKernel final : public Kernel {
 public:
+  /// Its mask comes from the step's random stream: a recorded launch
+  /// would draw the same mask at every step.
+  bool replayable() const override { return false; }
   DropoutKernel(int64_t n, double ratio, int mode, bool mask) : n_(n), ratio_(ratio), mode_(mode), mask_(mask) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     const bool training = mode_ < 0 ? ctx.training : mode_ != 0;

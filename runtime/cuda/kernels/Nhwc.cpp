@@ -32,6 +32,7 @@ const std::vector<int64_t> kToNchw = {0, 3, 1, 2}, kToNhwc = {0, 2, 3, 1};
 
 class NhwcKernel final : public Kernel {
 public:
+  bool replayable() const override { return inner_->replayable(); }
   NhwcKernel(KernelPtr inner, Shape x, Shape y, ConvEpilogue e)
       : inner_(std::move(inner)), xNhwc_(std::move(x)), yNchw_(std::move(y)), e_(e),
         toNchw_(transposeView(xNhwc_, kToNchw)), toNhwc_(transposeView(yNchw_, kToNhwc)) {

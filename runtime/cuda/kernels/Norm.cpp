@@ -18,6 +18,7 @@ namespace {
 
 class MaskedSoftmaxKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   MaskedSoftmaxKernel(int64_t rows, int64_t n, body::Broadcast mask, float scale, float fill, bool fillWhen)
       : rows_(rows), n_(n), mask_(mask), scale_(scale), fill_(fill), fillWhen_(fillWhen) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
@@ -35,6 +36,7 @@ private:
 
 class SoftmaxKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   SoftmaxKernel(bool log, int64_t outer, int64_t len, int64_t inner)
       : log_(log), outer_(outer), len_(len), inner_(inner) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
@@ -50,6 +52,7 @@ private:
 /// ReduceSum (its own kernel), or another reduction when `op` is given.
 class ReduceSumKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   ReduceSumKernel(body::Reduction r, int64_t outN, std::optional<body::ReduceOp> op = std::nullopt)
       : r_(r), outN_(outN), op_(op) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
@@ -72,6 +75,7 @@ private:
 /// mean's total weight, and each position's loss and weight.
 class LossKernel final : public Kernel {
 public:
+  bool replayable() const override { return true; }
   LossKernel(std::string where, rows::LossGeometry g, bool grad, bool weighted)
       : where_(std::move(where)), g_(g), grad_(grad), weighted_(weighted) {}
   size_t workspaceBytes() const override { return kPerPosition + 2 * static_cast<size_t>(g_.n * g_.d) * sizeof(float); }
