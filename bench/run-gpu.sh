@@ -30,6 +30,10 @@
 #     and under nsys the share of the GPU time spent in convolution and
 #     GEMM kernels (cuDNN's and cuBLAS's, by kernel name): that time is the
 #     step's cuDNN-bound limit, and the share is the limit over the step.
+# Every plan is compiled with the GPU's profile of its math (pipec
+# --calibrate --device cuda, exact and --math tf32, written to OUT_DIR),
+# so the table's predicted step, beside the measured one, is the cost
+# model's for this GPU (target: within 15%).
 # Results: OUT_DIR/results.json and a table on stdout.
 #   - across GPUs, where the machine has two or more and mpirun: the
 #     gpt2-small model at M=16 (micro-batches of 2) in TF32, on one GPU
@@ -65,6 +69,17 @@ results="$out/results.jsonl"
 : > "$results"
 nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 
+# The GPU's profiles (pipec --calibrate --device cuda, exact and TF32):
+# every plan is compiled with the one of its math, so that the report's
+# predicted step is the GPU's; the table puts it beside the measured one.
+profile_exact="" profile_tf32=""
+if [ "$device" = cuda ]; then
+  timeout 300 pipec --calibrate --device cuda -o "$out/this-gpu.json" > "$out/calibrate.log" 2>&1 &&
+    profile_exact="$out/this-gpu.json" || { echo "run-gpu: the GPU calibration failed:"; tail -5 "$out/calibrate.log"; }
+  timeout 300 pipec --calibrate --device cuda --math tf32 -o "$out/this-gpu-tf32.json" > "$out/calibrate-tf32.log" 2>&1 &&
+    profile_tf32="$out/this-gpu-tf32.json" || { echo "run-gpu: the TF32 calibration failed:"; tail -5 "$out/calibrate-tf32.log"; }
+fi
+
 model() {  # model NAME LAYERS D HEADS SEQ VOCAB
   pipec-samples gpt --layers "$2" --dmodel "$3" --heads "$4" --seq "$5" --vocab "$6" --with-loss -q \
     -o "$w/$1.onnx"
@@ -80,8 +95,16 @@ run() {  # run NAME MODEL LAYERS D SEQ B M K MATH [piperun options...]; MATH exa
   if [ "$math" = bf16 ]; then
     plan="$w/$m-k$k-m$mb$tag-bf16.plan" precision=bf16 piperunMath=tf32
   fi
+  local profile=()
+  if [ "$math" = exact ]; then
+    [ -n "$profile_exact" ] && profile=(--profile "$profile_exact")
+  else
+    [ -n "$profile_tf32" ] && profile=(--profile "$profile_tf32")
+  fi
+  [ ${#profile[@]} -eq 0 ] || plan="${plan%.plan}-gpuprofile.plan"
   [ -d "$plan" ] || pipec "$w/$m.onnx" -b "$b" -k "$k" -m "$mb" --train --optimizer adamw:lr=0.0003 \
-    "${compile_extra[@]}" --precision "$precision" -o "$plan" -q || { echo "run-gpu: $name: compile failed"; return; }
+    "${compile_extra[@]}" "${profile[@]}" --precision "$precision" -o "$plan" -q ||
+    { echo "run-gpu: $name: compile failed"; return; }
   local params
   params=$("${PYTHON:-python3}" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['total_parameters']))" \
     "$plan/report.json")
@@ -108,6 +131,7 @@ peak = {"exact": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12}[math] if ("H100" i
 print(json.dumps({"run": name, "card": card, "K": k, "D": replicas, "math": math, "params": n, "tokens_per_step": tokens,
                   "step_ms": step * 1e3, "tokens_per_s": tokens / step, "tflops": flops / step / 1e12,
                   "peak_fraction": flops / step / peak, "training_state": r.get("training_state"),
+                  "predicted_ms": (r.get("predicted_step_seconds") or float("nan")) * 1e3,
                   "loss": [r["first_loss"], r["last_loss"]]}))
 EOF
 }
@@ -143,7 +167,7 @@ if [ "$device" = cuda ] && [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/nu
   launch=() compile_extra=() tag=""
   if [ -n "$nsys" ]; then
     timeout 240 "$nsys" profile -o "$out/gpt2-small-2gpu" --force-overwrite true --trace cuda,nvtx \
-      "${mpi[@]}" piperun "$w/gpt2-small-k2-m16.plan" --device cuda --math tf32 --gpu-transport nccl --steps 4 \
+      "${mpi[@]}" piperun "$(ls -d "$w"/gpt2-small-k2-m16*.plan | grep -v bf16 | head -1)" --device cuda --math tf32 --gpu-transport nccl --steps 4 \
       > "$out/gpt2-small-2gpu.nsys.log" 2>&1 || echo "run-gpu: the two-GPU timeline failed (see gpt2-small-2gpu.nsys.log)"
   fi
 else
@@ -152,7 +176,7 @@ fi
 
 if [ -n "$nsys" ] && [ "$device" = cuda ]; then
   timeout 240 "$nsys" profile -o "$out/gpt-like" --force-overwrite true --trace cuda \
-    piperun "$w/gpt-like-k1-m4.plan" --device cuda --steps 5 > "$out/nsys.log" 2>&1 &&
+    piperun "$(ls -d "$w"/gpt-like-k1-m4*.plan | grep -v bf16 | head -1)" --device cuda --steps 5 > "$out/nsys.log" 2>&1 &&
     "$nsys" stats --report cuda_gpu_kern_sum --format csv "$out/gpt-like.nsys-rep" > "$out/gpt-like-kernels.csv" 2>&1
   head -25 "$out/gpt-like-kernels.csv"
 else
@@ -233,10 +257,10 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 json.dump(rows, open(sys.argv[2], "w"), indent=1)
 cnn = [r for r in rows if "images_per_s" in r]
 rows = [r for r in rows if "images_per_s" not in r]
-print(f"{'run':38} {'card':24} {'ms/step':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'of peak':>8}")
+print(f"{'run':38} {'card':24} {'ms/step':>9} {'predicted':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'of peak':>8}")
 for r in rows:
-    print(f"{r['run']:38} {r['card'][:24]:24} {r['step_ms']:9.2f} {r['tokens_per_s']:10.0f} {r['tflops']:8.2f} "
-          f"{100 * r['peak_fraction']:7.1f}%")
+    print(f"{r['run']:38} {r['card'][:24]:24} {r['step_ms']:9.2f} {r.get('predicted_ms', float('nan')):9.2f} "
+          f"{r['tokens_per_s']:10.0f} {r['tflops']:8.2f} {100 * r['peak_fraction']:7.1f}%")
 one = next((r for r in rows if r['run'] == 'gpt2-small-m16-1gpu'), None)
 if one:
     for r in rows:

@@ -167,6 +167,45 @@ TEST(Calibrate, SmallRunGivesAValidProfile) {
   EXPECT_EQ(p->raw["measured"]["gemm_n"], 128);
 }
 
+// pipec --calibrate --device cuda measures a GPU through the runtime's
+// backend interface; on the emulated GPU (the CPU's kernels behind it) the
+// same code gives a valid GPU profile: its peak from the MatMul kernel and
+// a curve below it, copies, a launch's cost, the device update per
+// optimizer, the sample graphs' kernels as op curves (products among them)
+// and the slowdown of two stages sharing the device; it parses back.
+TEST(Calibrate, GpuCalibrationOnTheEmulatedGpuGivesAValidProfile) {
+  GpuCalibrateOptions o;
+  o.emulate = true;
+  o.gemmSize = 64;
+  o.repeats = 2;
+  o.copyBytes = 1 << 20;
+  o.optimizerElements = 4096;
+  o.batches = {1};
+  o.runsPerNode = 1;
+  o.passes = 1;
+  auto p = calibrate::calibrateGpu(o);
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  EXPECT_EQ(p->kind, "gpu");
+  EXPECT_GT(p->peakFlops.at("fp32"), 1e8);
+  ASSERT_EQ(p->gemmCurve.size(), 3u); // 16, 32, 64
+  EXPECT_DOUBLE_EQ(p->gemmCurve.back().first, 2.0 * 64 * 64 * 64);
+  EXPECT_DOUBLE_EQ(p->gemmCurve.back().second, p->peakFlops.at("fp32"));
+  EXPECT_GT(p->memoryBandwidth, 1e8);
+  EXPECT_GT(p->linkBandwidth, 1e7);
+  EXPECT_GT(p->linkLatency, 0);
+  EXPECT_GT(p->nodeOverhead, 0);
+  EXPECT_GT(p->accumulateSecondsPerElement, 0);
+  for (const char *kind : {"sgd", "adam", "adamw", "rmsprop"})
+    EXPECT_GT(p->optimizerStepSeconds.at(kind), 0) << kind;
+  EXPECT_GE(p->concurrentSlowdown, 1.0);
+  for (const char *op : {"Gemm", "LayerNormalization", "Conv", "SoftmaxCrossEntropyLoss"})
+    EXPECT_TRUE(p->opCurves.count(op)) << op;
+  auto back = parseProfile(profileToJson(*p), "round trip");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back->opCurves, p->opCurves);
+  EXPECT_EQ(back->raw["measured"]["math"], "exact");
+}
+
 TEST(DeviceProfile, GemmCurveInterpolatesInLogFlops) {
   nlohmann::json j = testProfile(1e-6);
   j["gemm_curve"] = {{1e3, 1e9}, {1e5, 3e9}, {1e7, 5e10}};

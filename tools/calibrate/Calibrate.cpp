@@ -41,11 +41,6 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /// Seconds of one n x n x n sgemm, median of `repeats` after a warm-up.
 /// Square sgemm operands of size n and a call on them.
@@ -244,8 +239,14 @@ struct ThreadCountScope {
   ~ThreadCountScope() { omp_set_num_threads(previous); }
 };
 
-/// Input data for timing a kernel: the constant's own values, floats in
-/// [-1, 1] from a fixed linear congruential sequence, zeros otherwise.
+} // namespace
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 Tensor timingInput(const ir::Value &v, uint64_t seed) {
   if (v.isConstant())
     return v.constant();
@@ -262,7 +263,6 @@ Tensor timingInput(const ir::Value &v, uint64_t seed) {
   }
   return t;
 }
-} // namespace
 
 Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeTimingOptions &o) {
   if (o.threads < 1 || o.minRuns < 1)
@@ -493,6 +493,25 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   return parseProfile(j, "calibration");
 }
 
+Expected<std::unique_ptr<ir::Graph>> sampleTrainingGraph(const std::string &model, int64_t batch) {
+  samples::CommonOptions c;
+  c.batch = batch;
+  c.withLoss = true;
+  Expected<samples::BuiltModel> built = model == "mlp"   ? samples::buildMlp({}, c)
+                                        : model == "gpt" ? samples::buildGpt({}, c)
+                                        : model == "cnn" ? samples::buildCnn({}, c)
+                                                         : Expected<samples::BuiltModel>(errorf("no sample '", model, "'"));
+  PIPEC_TRY(built.status());
+  std::string bytes;
+  if (!built->proto.SerializeToString(&bytes))
+    return errorf("cannot serialize the ", model, " sample");
+  PIPEC_ASSIGN(auto g, frontend::importOnnxBytes(bytes, model + " sample"));
+  driver::CompileOptions co;
+  co.emit.training = true;
+  PIPEC_TRY(driver::compileGraph(*g, co).status().withContext("compiling the " + model + " sample for calibration"));
+  return std::unique_ptr<ir::Graph>(std::move(g));
+}
+
 Status addOpCurves(DeviceProfile &p, int threads) {
   const int64_t kBatches[] = {1, 4, 16, 64};
   const char *kModels[] = {"mlp", "gpt", "cnn"};
@@ -500,22 +519,8 @@ Status addOpCurves(DeviceProfile &p, int threads) {
   std::unique_ptr<ir::Graph> gptAt4; // for the two-core measurement
   for (int64_t batch : kBatches)
     for (const char *name : kModels) {
-      samples::CommonOptions c;
-      c.batch = batch;
-      c.withLoss = true;
-      std::string model = name;
-      Expected<samples::BuiltModel> built = model == "mlp"   ? samples::buildMlp({}, c)
-                                            : model == "gpt" ? samples::buildGpt({}, c)
-                                                             : samples::buildCnn({}, c);
-      PIPEC_TRY(built.status());
-      std::string bytes;
-      if (!built->proto.SerializeToString(&bytes))
-        return errorf("cannot serialize the ", model, " sample");
-      PIPEC_ASSIGN(auto g, frontend::importOnnxBytes(bytes, model + " sample"));
-      driver::CompileOptions co;
-      co.emit.training = true;
-      PIPEC_TRY(driver::compileGraph(*g, co).status().withContext("compiling the " + model +
-                                                                  " sample for calibration"));
+      PIPEC_ASSIGN(std::unique_ptr<ir::Graph> g, sampleTrainingGraph(name, batch));
+      const std::string model = name;
       NodeTimingOptions to;
       to.threads = threads;
       PIPEC_ASSIGN(std::vector<NodeTiming> t, timeGraphNodes(*g, to));

@@ -27,6 +27,7 @@
 #include "partitioner/DeviceProfile.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ struct NodeTimingOptions {
   int minRuns = 5;           ///< and at least this many runs
 };
 
+/// The median of `v` (the mean of the middle two for an even count).
+double median(std::vector<double> v);
+/// Input data for timing a kernel of `v`: a constant's own values, floats
+/// in [-1, 1] from a fixed linear congruential sequence of `seed`, zeros
+/// otherwise (valid indices and labels).
+Tensor timingInput(const ir::Value &v, uint64_t seed);
+
 /// Times the kernel of every node of `g` that has a CPU kernel (views
 /// excepted: plans run none), in graph order, reading its producers'
 /// outputs. Values no timed node produces: constants as they are, other
@@ -89,6 +97,11 @@ fitOpCurves(const std::vector<NodeTiming> &timings);
 /// medians, sizes and repeat counts.
 Expected<DeviceProfile> calibrate(const CalibrateOptions &opts = {});
 
+/// The training graph (with its loss, compiled as pipec compiles it) of
+/// the sample model "mlp", "gpt" or "cnn" (samples/gen, default sizes) at
+/// `batch` examples.
+Expected<std::unique_ptr<ir::Graph>> sampleTrainingGraph(const std::string &model, int64_t batch);
+
 /// The profile's op curves (DeviceProfile::opCurves): every kernel of the
 /// sample models' training graphs (samples/gen: MLP, GPT-like and CNN with
 /// their losses, default sizes) timed at micro-batches of 1, 4, 16 and 64
@@ -102,6 +115,46 @@ Status addOpCurves(DeviceProfile &p, int threads);
 /// of the smallest message, the bandwidth the bytes over the one-way time
 /// of the largest.
 Status linkFromTransport(DeviceProfile &p, const std::string &file);
+
+/// `pipec --calibrate --device cuda`: a GPU measured through the
+/// runtime's CUDA backend (runtime/kernel/Backend.h), the kernels, copies
+/// and update piperun runs there:
+///   - peak_flops.fp32: the MatMul kernel (cuBLAS, in the math mode asked
+///     for) on gemmSize^2 operands; gemm_curve: square MatMuls from 16 up;
+///   - memory bandwidth: a device-to-device copy of copyBytes (read plus
+///     written bytes per second); capacity: the GPU's memory;
+///   - the link: with two GPUs or more, copyBytes from GPU gpu to the
+///     next (peer to peer where the hardware has it) and the one-way time
+///     of a 256-byte copy; with one, the same copies within the GPU, the
+///     route between stages that share it;
+///   - node overhead: a one-element Relu, launched over and over;
+///   - op curves: every kernel of the sample models' training graphs at
+///     micro-batches of `batches`, each run `runsPerNode` times back to
+///     back and waited for (what a stream of launches costs: the kernel
+///     where it is longer than its launch, else the launch), median of
+///     `passes` passes;
+///   - the gradient sum and the device update (runtime/cuda/Update.h) per
+///     element for each optimizer kind;
+///   - concurrent_slowdown: with one GPU, the GPT-like sample's pass on
+///     two streams of it at once against one alone (pipelines of K > 1 on
+///     this machine share it); with more, 1.
+/// `emulate` measures the emulated GPU (runtime/EmulatedGpu.h: the CPU's
+/// kernels behind the GPU's interface) instead, for tests on machines
+/// without one.
+struct GpuCalibrateOptions {
+  int gpu = 0;
+  bool emulate = false;
+  bool tf32 = false; ///< matrix products on TF32 tensor cores (piperun --math tf32)
+  int gemmSize = 4096;
+  int repeats = 7;
+  size_t copyBytes = size_t(256) << 20;
+  int64_t optimizerElements = int64_t(1) << 22;
+  std::vector<int64_t> batches = {1, 4, 16, 64};
+  int runsPerNode = 5;
+  int passes = 5;
+  std::string name = "this-gpu";
+};
+Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &opts);
 
 /// All pipec --calibrate measures: calibrate(), the op curves and, when
 /// `linkFile` is given (read first, so that a bad one is refused before

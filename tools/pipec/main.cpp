@@ -82,12 +82,36 @@ struct Options {
   bool install = false;
   std::string link;
   int calibrateThreads = 1;
+  /// --device cpu|cuda|cuda-emulated: what --calibrate measures.
+  std::string device = "cpu";
+  /// --math exact|tf32: a GPU's products while it is measured.
+  std::string math = "exact";
 };
 
 /// --calibrate [-o FILE.json | --install]: measure this machine, print or
 /// write a profile, or install it as this machine's default.
 Status runCalibrate(const Options &o) {
-  PIPEC_ASSIGN(partitioner::DeviceProfile p, calibrate::calibrateMachine(o.calibrateThreads, o.link));
+  partitioner::DeviceProfile p;
+  if (o.device == "cpu") {
+    PIPEC_ASSIGN(p, calibrate::calibrateMachine(o.calibrateThreads, o.link));
+  } else {
+    calibrate::GpuCalibrateOptions go;
+    go.tf32 = o.math == "tf32";
+    go.name = go.tf32 ? "this-gpu-tf32" : "this-gpu";
+    if (o.device == "cuda-emulated") {
+      // The emulated GPU is the CPU's kernels: sizes for a test's minutes.
+      go.emulate = true;
+      go.name = "emulated-gpu";
+      go.gemmSize = 256;
+      go.repeats = 3;
+      go.copyBytes = size_t(8) << 20;
+      go.optimizerElements = int64_t(1) << 16;
+      go.batches = {1, 4};
+      go.runsPerNode = 2;
+      go.passes = 2;
+    }
+    PIPEC_ASSIGN(p, calibrate::calibrateGpu(go));
+  }
   std::string text = jsonText(partitioner::profileToJson(p), 2) + "\n";
   if (o.install) {
     const std::string dir = partitioner::userProfileDirectory();
@@ -97,8 +121,11 @@ Status runCalibrate(const Options &o) {
     PIPEC_TRY(makeDirs(dir));
     const std::string file = joinPath(dir, p.name + ".json");
     PIPEC_TRY(writeFileAtomic(file, text));
-    std::cerr << "profile written to " << file << " (pipec's default profile '" << p.name
-              << "' on this machine from now on)\n";
+    if (o.device == "cpu")
+      std::cerr << "profile written to " << file << " (pipec's default profile '" << p.name
+                << "' on this machine from now on)\n";
+    else
+      std::cerr << "profile written to " << file << " (compile for this GPU with --profile " << p.name << ")\n";
     return Status::ok();
   }
   if (o.output.empty()) {
@@ -496,6 +523,13 @@ int main(int argc, char **argv) {
   app.add_flag("--calibrate", o.calibrate,
                "measure this machine (sgemm, memcpy, thread handoff, the kernels of the sample "
                "models) and print its device profile, or write it to -o FILE.json");
+  app.add_option("--device", o.device,
+                 "with --calibrate: cpu (the default: this machine's CPU), cuda (GPU 0 through piperun's CUDA "
+                 "backend: its kernels, copies and update; profile this-gpu) or cuda-emulated (the emulated GPU, "
+                 "small sizes: tests)");
+  app.add_option("--math", o.math,
+                 "with --calibrate --device cuda: exact (the default) or tf32, the products piperun --math runs "
+                 "(profile this-gpu-tf32)");
   app.add_option("--link", o.link,
                  "with --calibrate: take the link latency and bandwidth from FILE.json, "
                  "`pipec-bench-transport --json` (under mpirun: the MPI transport)");
@@ -549,6 +583,16 @@ int main(int argc, char **argv) {
       return errorf("--link goes with --calibrate");
     if (o.install && !o.output.empty())
       return errorf("--calibrate writes to -o FILE or installs (--install), not both");
+    if (app.count("--device") && !o.calibrate)
+      return errorf("--device goes with --calibrate (piperun --device chooses where a plan runs)");
+    if (o.device != "cpu" && o.device != "cuda" && o.device != "cuda-emulated")
+      return errorf("--device must be cpu, cuda or cuda-emulated (got '", o.device, "')");
+    if (o.math != "exact" && o.math != "tf32")
+      return errorf("--math must be exact or tf32 (got '", o.math, "')");
+    if (app.count("--math") && o.device != "cuda")
+      return errorf("--math goes with --calibrate --device cuda");
+    if (o.device != "cpu" && (app.count("--calibrate-threads") || !o.link.empty()))
+      return errorf("--calibrate-threads and --link measure a CPU; --device ", o.device, " measures a GPU");
     if (o.calibrate)
       return runCalibrate(o);
     if (o.model.empty())
