@@ -127,12 +127,13 @@ Status linkFromTransport(DeviceProfile &p, const std::string &file);
 ///     next (peer to peer where the hardware has it) and the one-way time
 ///     of a 256-byte copy; with one, the same copies within the GPU, the
 ///     route between stages that share it;
-///   - node overhead: a one-element Relu, launched over and over;
+///   - node overhead: a one-element Relu, launched over and over (as a
+///     recording replayed, with `recorded`);
 ///   - op curves: every kernel of the sample models' training graphs at
 ///     micro-batches of `batches`, each run `runsPerNode` times back to
-///     back and waited for (what a stream of launches costs: the kernel
-///     where it is longer than its launch, else the launch), median of
-///     `passes` passes;
+///     back (as one recording, with `recorded`) and waited for (what a
+///     stream of launches costs: the kernel where it is longer than its
+///     launch, else the launch), median of `passes` passes;
 ///   - the gradient sum and the device update (runtime/cuda/Update.h) per
 ///     element for each optimizer kind;
 ///   - concurrent_slowdown: with one GPU, the GPT-like sample's pass on
@@ -152,6 +153,10 @@ struct GpuCalibrateOptions {
   std::vector<int64_t> batches = {1, 4, 16, 64};
   int runsPerNode = 5;
   int passes = 5;
+  /// Time the kernels as piperun runs them by default: a node's runs
+  /// recorded once (CUDA graphs) and the recording replayed; false: every
+  /// run launched (piperun --no-cuda-graphs).
+  bool recorded = true;
   std::string name = "this-gpu";
 };
 Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &opts);

@@ -121,6 +121,19 @@ Expected<Launch> simpleOp(kernel::Backend &b, const std::string &op, const std::
   return l;
 }
 
+/// `runs` runs of `l` as one recording (a CUDA graph: how piperun runs a
+/// compute instruction's kernels, DeviceExecutor::setRecording), or null
+/// where the kernel is not replayable or the backend cannot record it.
+void *recordRuns(kernel::Backend &b, Launch &l, int runs) {
+  if (!b.canRecord() || !l.kernel->replayable() || !b.beginRecording())
+    return nullptr;
+  Status st = Status::ok();
+  for (int r = 0; r < runs && st; ++r)
+    st = l.run();
+  Expected<void *> made = b.endRecording();
+  return st && made ? *made : nullptr;
+}
+
 /// FLOP/s of the backend's MatMul on n x n operands.
 Expected<double> matmulRate(kernel::Backend &b, int n, int repeats) {
   const int64_t m = n;
@@ -138,7 +151,8 @@ Expected<double> matmulRate(kernel::Backend &b, int n, int repeats) {
 /// to back and waited for, per pass; medians of `passes` passes after a
 /// warm-up pass. Run on the thread that made nothing else current: the
 /// backend's device is made current first.
-Expected<std::vector<NodeTiming>> timeNodesOn(kernel::Backend &b, const ir::Graph &g, int runs, int passes) {
+Expected<std::vector<NodeTiming>> timeNodesOn(kernel::Backend &b, const ir::Graph &g, int runs, int passes,
+                                              bool recorded) {
   PIPEC_TRY(b.beginStep(false));
   std::unordered_map<const ir::Value *, void *> data;
   uint64_t seed = 1;
@@ -155,6 +169,7 @@ Expected<std::vector<NodeTiming>> timeNodesOn(kernel::Backend &b, const ir::Grap
     Launch launch;
     std::vector<double> seconds;
     bool ok = true;
+    void *recording = nullptr; ///< the runs recorded, when `recorded`
   };
   std::vector<Entry> entries;
   for (const ir::Node *n : g.nodes()) {
@@ -193,6 +208,9 @@ Expected<std::vector<NodeTiming>> timeNodesOn(kernel::Backend &b, const ir::Grap
   for (Entry &e : entries)
     for (const ir::Value *v : e.node->inputs())
       e.launch.in.push_back(v ? data.at(v) : nullptr);
+  if (recorded)
+    for (Entry &e : entries)
+      e.recording = recordRuns(b, e.launch, runs);
   for (int pass = 0; pass <= passes; ++pass)
     for (Entry &e : entries) {
       if (!e.ok)
@@ -200,7 +218,9 @@ Expected<std::vector<NodeTiming>> timeNodesOn(kernel::Backend &b, const ir::Grap
       PIPEC_TRY(b.sync());
       const Clock::time_point t0 = Clock::now();
       Status st = Status::ok();
-      for (int r = 0; r < runs && st; ++r)
+      if (e.recording)
+        st = b.replay(e.recording, 0);
+      for (int r = 0; r < runs && st && !e.recording; ++r)
         st = e.launch.run();
       if (st)
         st = b.sync();
@@ -296,9 +316,14 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
   PIPEC_TRY(b->beginStep(false));
   const double linkBw = static_cast<double>(o.copyBytes) / linkSec;
 
-  // A launch's own cost.
+  // A launch's own cost, as plans launch: recorded where they are.
   PIPEC_ASSIGN(Launch tiny, simpleOp(*b, "Relu", {{1}}, {1}));
-  PIPEC_ASSIGN(double overhead, timeCalls(*b, 101, o.repeats, [&] { return tiny.run(); }));
+  void *tinyRuns = o.recorded ? recordRuns(*b, tiny, 101) : nullptr;
+  PIPEC_ASSIGN(double overhead,
+               tinyRuns ? timeCalls(*b, 1, o.repeats, [&] { return b->replay(tinyRuns, 0); })
+                        : timeCalls(*b, 101, o.repeats, [&] { return tiny.run(); }));
+  if (tinyRuns)
+    overhead /= 101;
 
   // The gradient sum and the device update per element.
   const int64_t n = o.optimizerElements;
@@ -340,7 +365,7 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
   for (int64_t batch : o.batches)
     for (const char *name : {"mlp", "gpt", "cnn"}) {
       PIPEC_ASSIGN(std::unique_ptr<ir::Graph> g, sampleTrainingGraph(name, batch));
-      PIPEC_ASSIGN(std::vector<NodeTiming> t, timeNodesOn(*b, *g, o.runsPerNode, o.passes));
+      PIPEC_ASSIGN(std::vector<NodeTiming> t, timeNodesOn(*b, *g, o.runsPerNode, o.passes, o.recorded));
       std::cerr << "calibrate: " << name << " sample, micro-batch " << batch << ": " << t.size()
                 << " kernels timed\n";
       all.insert(all.end(), t.begin(), t.end());
@@ -355,10 +380,10 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
     PIPEC_ASSIGN(kernel::BackendPtr second, openBackend(o, o.gpu));
     std::vector<double> ratios;
     for (int trial = 0; trial < 3; ++trial) {
-      PIPEC_ASSIGN(std::vector<NodeTiming> alone, timeNodesOn(*b, *gptAt4, o.runsPerNode, 1));
+      PIPEC_ASSIGN(std::vector<NodeTiming> alone, timeNodesOn(*b, *gptAt4, o.runsPerNode, 1, o.recorded));
       Expected<std::vector<NodeTiming>> other = std::vector<NodeTiming>{};
-      std::thread t([&] { other = timeNodesOn(*second, *gptAt4, o.runsPerNode, 1); });
-      Expected<std::vector<NodeTiming>> mine = timeNodesOn(*b, *gptAt4, o.runsPerNode, 1);
+      std::thread t([&] { other = timeNodesOn(*second, *gptAt4, o.runsPerNode, 1, o.recorded); });
+      Expected<std::vector<NodeTiming>> mine = timeNodesOn(*b, *gptAt4, o.runsPerNode, 1, o.recorded);
       t.join();
       PIPEC_TRY(mine.status());
       PIPEC_TRY(other.status());
@@ -397,16 +422,19 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
       "; gemm_curve = square MatMuls from 16 up; memory bandwidth = (read + written bytes) / a device-to-device "
       "copy of ", o.copyBytes, " bytes; link = ",
       peer ? "a peer copy to the next GPU" : "a copy within the GPU (stages sharing it)",
-      ", latency a 256-byte one; node overhead = a one-element Relu launched over and over; optimizer figures = "
+      ", latency a 256-byte one; node overhead = a one-element Relu launched over and over",
+      o.recorded ? " (recorded and replayed, as piperun runs kernels)" : "", "; optimizer figures = "
       "the device update (squared sums and step) and the gradient sum per element on ",
       n, " elements; concurrent_slowdown = ", slowdownWhy,
       "; op_curves = each kernel of the sample models' training graphs (mlp, gpt, cnn with loss) at micro-batches "
       "of ",
-      batches, ", run ", o.runsPerNode, " times back to back and waited for, median of ", o.passes, " passes");
+      batches, ", run ", o.runsPerNode, " times back to back", o.recorded ? " as one recording (a CUDA graph)" : "",
+      " and waited for, median of ", o.passes, " passes");
   j["measured_at"] = utcNow();
   j["measured"] = {{"gpu", o.gpu},
                    {"gpus", gpus},
                    {"math", o.tf32 ? "tf32" : "exact"},
+                   {"recorded", o.recorded},
                    {"gemm_n", o.gemmSize},
                    {"copy_bytes", o.copyBytes},
                    {"copy_median_s", copySec},
