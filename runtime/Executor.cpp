@@ -390,6 +390,7 @@ Status DeviceExecutor::beginInstruction(Run &r, int i) {
   const plan::Instruction &ins = p.devices(stage_).program(i);
   const unsigned mb = r.mb = ins.micro_batch();
   r.ctx.step = ins.previous_step() ? r.step - 1 : r.step;
+  r.ctx.deviceStep = deviceStep_ ? deviceStep_ + (ins.previous_step() ? 1 : 0) : nullptr;
   // Kernels (Dropout's random stream) see the micro-batch's number in the
   // step: replica r runs micro-batches r*M .. r*M + M - 1.
   r.ctx.microBatch = static_cast<uint64_t>(replicaBase_ / p.devices_size()) * p.pipeline().num_micro_batches() + mb;
@@ -745,11 +746,21 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
       PIPEC_ASSIGN(void *h, backend_->hostBuffer(flagBytes()));
       flags_ = static_cast<int *>(f);
       hostFlags_ = static_cast<int *>(h);
+      PIPEC_ASSIGN(void *ds, backend_->alloc(2 * sizeof(uint64_t)));
+      PIPEC_ASSIGN(void *hs, backend_->hostBuffer(2 * sizeof(uint64_t)));
+      deviceStep_ = static_cast<uint64_t *>(ds);
+      hostStep_ = static_cast<uint64_t *>(hs);
     }
     ioUsed_ = 0;
     pending_.clear();
     std::memset(hostFlags_, 0, flagBytes());
     PIPEC_TRY(backend_->upload(flags_, hostFlags_, flagBytes()));
+    // The step, and the step before for previous-step instructions, where
+    // recorded kernels read them (ExecContext::deviceStep). The last
+    // step's copy is done: the host waited for it at that step's end.
+    hostStep_[0] = ctx.step;
+    hostStep_[1] = ctx.step - 1;
+    PIPEC_TRY(backend_->upload(deviceStep_, hostStep_, 2 * sizeof(uint64_t)));
   }
   Run r{this, ctx, &io, ctx.step, 0, {}, Status::ok()};
   if (useCompiled(io)) {

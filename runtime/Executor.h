@@ -285,6 +285,9 @@ private:
   /// at the step's start and read at its end; and their host copies.
   int *flags_ = nullptr;
   int *hostFlags_ = nullptr;
+  /// The step and the step before in device memory (ExecContext::
+  /// deviceStep), written from pinned memory at each step's start.
+  uint64_t *deviceStep_ = nullptr, *hostStep_ = nullptr;
   /// Reads the flags after the step's work: an error names the node.
   Status checkFlags();
   uint64_t flagBytes() const {

@@ -19,7 +19,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/fallback" "$stage/samples" "$stage/models" "$out"
 
-bins=(CudaKernelTest pipec piperun pipec-samples)
+bins=(CudaKernelTest pipec piperun pipec-samples pipec-calibrate-gpu)
 for b in "${bins[@]}"; do
   [ -x "$build/bin/$b" ] || { echo "gpu-bundle: $build/bin/$b is missing (build it first)" >&2; exit 1; }
   strip --strip-unneeded -o "$stage/bin/$b" "$build/bin/$b"

@@ -8,7 +8,9 @@
 #      on the GPU at K=1 and K=2 (bitwise alike) and near the CPU run, the
 #      MLP's and GPT's inference outputs near the CPU's, and so those of
 #      torch's exports of an attention and a GELU; CUDA graphs (every
-#      compute instruction replayed) against --no-cuda-graphs, bitwise;
+#      compute instruction replayed) against --no-cuda-graphs, bitwise,
+#      also with Dropout (a GPT-like model with --dropout 0.1: K=1 with
+#      graphs, K=2 without, bitwise, near the CPU);
 #   3. training throughput of a GPT-like model on the GPU and on the CPU;
 #   4. compute-sanitizer's memcheck over the kernel test and a training run;
 #   5. resident training (state on the GPU, the device update) against
@@ -103,6 +105,18 @@ check gpt-no-graphs-k2 timeout 120 piperun "$w/gpt-k2.plan" --device cuda --step
 check gpt-graphs-equal-eager cmp "$w/gpt-gpu-k2.onnx" "$w/gpt-gpu-k2-eager.onnx"
 check gpt-infer-no-graphs timeout 120 piperun "$w/gpt-infer.plan" --device cuda --no-cuda-graphs --outputs "$w/gpt-gpu-out-eager"
 check gpt-infer-graphs-equal-eager diff -r "$w/gpt-gpu-out" "$w/gpt-gpu-out-eager"
+# Dropout in recorded instructions: its step read from device memory, so
+# each step draws its own masks (the CPU's): K=1 with graphs, K=2 without,
+# and the CPU, the same training.
+check gptd-plans sh -c "pipec-samples gpt --with-loss --dropout 0.1 -q -o $w/gptd.onnx &&
+  pipec $w/gptd.onnx -b 4 -k 1 -m 2 --train --optimizer sgd:lr=0.05 -o $w/gptd-k1.plan -q &&
+  pipec $w/gptd.onnx -b 4 -k 2 -m 2 --train --optimizer sgd:lr=0.05 -o $w/gptd-k2.plan -q"
+check gptd-graphs-replayed bash -c "timeout 120 piperun '$w/gptd-k1.plan' --device cuda --steps 3 --save '$w/gptd-k1.onnx' |
+  grep -E 'host schedule: .* ([0-9]+) of \\1 compute instructions replayed as recordings'"
+check gptd-k2-no-graphs timeout 120 piperun "$w/gptd-k2.plan" --device cuda --steps 3 --no-cuda-graphs --save "$w/gptd-k2.onnx"
+check gptd-k1-graphs-equal-k2-eager cmp "$w/gptd-k1.onnx" "$w/gptd-k2.onnx"
+check gptd-cpu timeout 120 piperun "$w/gptd-k1.plan" --steps 3 --save "$w/gptd-cpu.onnx"
+check gptd-gpu-near-cpu close "$w/gptd-k1.onnx" "$w/gptd-cpu.onnx" 1e-3
 if [ -f "$root/models/x.npy" ]; then
   for m in attention gelu_tanh; do
     check "$m-export" sh -c "pipec $root/models/$m.onnx -o $w/$m.plan -q &&

@@ -279,6 +279,14 @@ __global__ void dropoutKernel(cpu::ew::RandomStream stream, const float *x, floa
     body::dropoutBlock(stream, b, x, y, mask, n, threshold, scale);
 }
 
+__global__ void dropoutAtKernel(uint64_t seed, const uint64_t *step, uint64_t microBatch, uint64_t nodeId,
+                                const float *x, float *y, uint8_t *mask, int64_t n, uint64_t threshold,
+                                float scale) {
+  const cpu::ew::RandomStream stream(seed, *step, microBatch, nodeId);
+  for (int64_t b = firstItem(); 4 * b < n; b += itemStride())
+    body::dropoutBlock(stream, b, x, y, mask, n, threshold, scale);
+}
+
 __global__ void reduceKernel(body::ReduceOp op, const float *x, float *y, int64_t outN, body::Reduction r) {
   for (int64_t o = firstItem(); o < outN; o += itemStride())
     y[o] = body::reduceElement(x, o, r, op);
@@ -672,6 +680,16 @@ Status launchDropout(const cpu::ew::RandomStream &stream, const float *x, float 
   if (l.grid == 0)
     return Status::ok();
   dropoutKernel<<<l.grid, l.block, 0, asStream(stream_)>>>(stream, x, y, mask, n, threshold, scale);
+  return launched("Dropout");
+}
+
+Status launchDropoutAt(uint64_t seed, const uint64_t *step, uint64_t microBatch, uint64_t nodeId, const float *x,
+                       float *y, uint8_t *mask, int64_t n, uint64_t threshold, float scale, void *stream) {
+  const LaunchShape l = itemLaunch((n + 3) / 4);
+  if (l.grid == 0)
+    return Status::ok();
+  dropoutAtKernel<<<l.grid, l.block, 0, asStream(stream)>>>(seed, step, microBatch, nodeId, x, y, mask, n, threshold,
+                                                             scale);
   return launched("Dropout");
 }
 

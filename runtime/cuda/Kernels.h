@@ -120,6 +120,12 @@ Status launchHalfCast(const void *x, CastType from, void *y, CastType to, int64_
 /// mask (bool) where given.
 Status launchDropout(const cpu::ew::RandomStream &stream, const float *x, float *y, uint8_t *mask, int64_t n,
                      uint64_t threshold, float scale, void *stream_);
+/// Dropout whose random stream's step is read on the device from `step`
+/// (ExecContext::deviceStep), so that one recorded launch serves every
+/// step: RandomStream(seed, *step, microBatch, nodeId), made by each
+/// thread, draws the words launchDropout's would.
+Status launchDropoutAt(uint64_t seed, const uint64_t *step, uint64_t microBatch, uint64_t nodeId, const float *x,
+                       float *y, uint8_t *mask, int64_t n, uint64_t threshold, float scale, void *stream);
 /// Where: out = cond ? x : y, each broadcast to n outputs.
 Status launchWhere(const uint8_t *cond, const body::Broadcast &bc, const float *x, const body::Broadcast &bx,
                    const float *y, const body::Broadcast &by, float *out, int64_t n, void *stream);

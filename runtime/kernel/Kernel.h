@@ -102,6 +102,11 @@ struct ExecContext {
   /// executor reads at the step's end without waiting inside the step;
   /// null: the kernel checks and returns the error itself.
   int *errorFlag = nullptr;
+  /// Device memory holding `step` (written on the device's stream before
+  /// the step's work), for a kernel whose launch is recorded once (a CUDA
+  /// graph) yet depends on the step: it reads the step there (Dropout's
+  /// random stream). Null where the backend keeps none (the CPU).
+  const uint64_t *deviceStep = nullptr;
   /// The device's shared weight roundings where its backend keeps them
   /// (the CPU's); null: a kernel that needs one keeps its own.
   HalfWeights *halfWeights = nullptr;
@@ -126,8 +131,9 @@ public:
   /// instruction fixes (micro-batch, accumulate, training, workspace,
   /// stream, errorFlag), not on `step`, and run() does nothing on the host
   /// that a later step needs done again. False (the default) keeps a node
-  /// and its instruction out of recordings; a kernel drawing random
-  /// numbers per step (Dropout) must say false.
+  /// and its instruction out of recordings. A kernel drawing random
+  /// numbers per step must read the step from ExecContext::deviceStep
+  /// there to say true (Dropout's CUDA kernel does).
   virtual bool replayable() const { return false; }
   /// A stable id for the node, used to key random streams.
   uint64_t nodeId = 0;

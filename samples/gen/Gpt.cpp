@@ -101,6 +101,8 @@ Expected<BuiltModel> buildGpt(const GptOptions &o, const CommonOptions &c) {
   // The causal mask is a seq x seq Constant inside the model.
   PIPEC_TRY(checkSize("--seq", o.seq, 8192));
   PIPEC_TRY(checkSize("--vocab", o.vocab, 1 << 24));
+  if (!(o.dropout >= 0 && o.dropout < 1))
+    return errorf("--dropout must be in [0, 1) (got ", o.dropout, ")");
   if (o.dmodel % o.heads != 0)
     return errorf("--dmodel (", o.dmodel, ") must be divisible by --heads (", o.heads, ")");
   Dims n{o.dmodel, o.heads, o.dmodel / o.heads, o.seq, o.layers};
@@ -122,10 +124,19 @@ Expected<BuiltModel> buildGpt(const GptOptions &o, const CommonOptions &c) {
   for (int64_t l = 0; l < o.layers; ++l) {
     std::string p = "block" + std::to_string(l);
     std::string h = layerNorm(b, p + "/ln1", x, o.dmodel);
+    // Dropout in the run's mode (no training_mode input): masks when
+    // training, none in inference.
+    auto dropout = [&](const std::string &name, const std::string &v) {
+      if (o.dropout == 0)
+        return v;
+      return b.node("Dropout", name, {v, b.scalarF32(name + "/ratio", float(o.dropout))});
+    };
     h = attention(b, p + "/attn", h, mask, n);
+    h = dropout(p + "/attn/dropout", h);
     x = b.node("Add", p + "/attn/residual", {x, h});
     h = layerNorm(b, p + "/ln2", x, o.dmodel);
     h = mlp(b, p + "/mlp", h, n);
+    h = dropout(p + "/mlp/dropout", h);
     x = b.node("Add", p + "/mlp/residual", {x, h});
   }
   x = layerNorm(b, "final/ln", x, o.dmodel);

@@ -34,6 +34,9 @@ struct MlpOptions {
 struct GptOptions {
   int64_t layers = 2, dmodel = 64, heads = 4, seq = 16, vocab = 128;
   bool tieEmbeddings = false; ///< lm_head reuses the token embedding
+  /// GPT-2's residual dropout: a Dropout of this ratio on the attention's
+  /// and the MLP's output before each residual add (0: none).
+  double dropout = 0;
 };
 
 struct CnnOptions {

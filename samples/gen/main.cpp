@@ -116,6 +116,9 @@ int main(int argc, char **argv) {
   gptCmd->add_option("--vocab", gpt.vocab, "vocabulary size")->capture_default_str();
   gptCmd->add_flag("--tie-embeddings", gpt.tieEmbeddings,
                    "lm_head is the transposed token embedding (one weight, two stages)");
+  gptCmd->add_option("--dropout", gpt.dropout,
+                     "GPT-2's residual dropout: this ratio on the attention's and the MLP's outputs (0: none)")
+      ->capture_default_str();
   addCommon(*gptCmd, cli);
 
   CLI::App *cnnCmd = app.add_subcommand(
@@ -176,6 +179,7 @@ int main(int argc, char **argv) {
                              gpt.dmodel, " --heads ", gpt.heads, " --seq ", gpt.seq,
                              " --vocab ", gpt.vocab,
                              gpt.tieEmbeddings ? " --tie-embeddings" : "",
+                             gpt.dropout != 0 ? cat(" --dropout ", gpt.dropout) : std::string(),
                              describeCommon(cli));
     model = buildGpt(gpt, cli.common);
   } else {

@@ -1208,3 +1208,85 @@ TEST(CudaKernels, ChannelsLastNodesAgainstCpu) {
     EXPECT_LE(compareWithCpu(d, {x}), 1e-6) << op;
   }
 }
+
+// Dropout in training draws the CPU kernel's masks bitwise, its step from
+// ExecContext::step or, as the executor gives it, from device memory
+// (ExecContext::deviceStep); a launch recorded once in a CUDA graph then
+// draws each step's own mask when the step in device memory changes.
+TEST(CudaKernels, DropoutMasksFollowTheStepInDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1003;
+  Tensor x(DType::F32, {n});
+  for (int64_t i = 0; i < n; ++i)
+    x.data<float>()[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+  Tensor ratio = Tensor::scalarF32(0.3f);
+  cpu::OpDesc d = makeDesc("Dropout", {x.desc(), ratio.desc()}, {x.desc(), {DType::Bool, {n}}}, {}, 13);
+  d.constInputs = {Tensor(), ratio};
+  auto cpuKernel = cpu::createKernel(d);
+  ASSERT_TRUE(cpuKernel.isOk()) << cpuKernel.status().message();
+  auto k = cuda::createKernel(d);
+  ASSERT_TRUE(k.isOk()) << k.status().message();
+  EXPECT_TRUE((*k)->replayable());
+  (*cpuKernel)->nodeId = (*k)->nodeId = 9;
+  auto cpuRun = [&](uint64_t step) {
+    std::vector<Tensor> outs = {Tensor(x.desc()), Tensor(DType::Bool, {n})};
+    cpu::ExecContext ctx;
+    ctx.training = true;
+    ctx.seed = 3;
+    ctx.step = step;
+    ctx.microBatch = 2;
+    const void *in[2] = {x.raw(), ratio.raw()};
+    void *out[2] = {outs[0].raw(), outs[1].raw()};
+    EXPECT_TRUE((*cpuKernel)->run(ctx, in, out).isOk());
+    return outs;
+  };
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceBuffer dx(x.bytes()), dy(x.bytes()), dmask(static_cast<size_t>(n)), dstep(sizeof(uint64_t));
+  cudaMemcpy(dx.p, x.raw(), x.bytes(), cudaMemcpyHostToDevice);
+  auto setStep = [&](uint64_t s) { cudaMemcpy(dstep.p, &s, sizeof s, cudaMemcpyHostToDevice); };
+  auto same = [&](const std::vector<Tensor> &ref, const std::string &what) {
+    Tensor y(x.desc()), mask(DType::Bool, {n});
+    cudaMemcpy(y.raw(), dy.p, y.bytes(), cudaMemcpyDeviceToHost);
+    cudaMemcpy(mask.raw(), dmask.p, mask.bytes(), cudaMemcpyDeviceToHost);
+    EXPECT_EQ(std::memcmp(y.raw(), ref[0].raw(), y.bytes()), 0) << what;
+    EXPECT_EQ(std::memcmp(mask.raw(), ref[1].raw(), mask.bytes()), 0) << what;
+  };
+  cpu::ExecContext ctx;
+  ctx.training = true;
+  ctx.seed = 3;
+  ctx.microBatch = 2;
+  ctx.stream = stream;
+  const void *in[2] = {dx.p, nullptr};
+  void *out[2] = {dy.p, dmask.p};
+  // The step from the context.
+  ctx.step = 5;
+  ASSERT_TRUE((*k)->run(ctx, in, out).isOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  same(cpuRun(5), "step 5 from the context");
+  // From device memory: the context's step is not read.
+  ctx.step = 77;
+  ctx.deviceStep = static_cast<const uint64_t *>(dstep.p);
+  setStep(5);
+  ASSERT_TRUE((*k)->run(ctx, in, out).isOk());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  same(cpuRun(5), "step 5 from device memory");
+  // Recorded once, replayed at steps 6 and 7.
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_TRUE((*k)->run(ctx, in, out).isOk());
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (uint64_t s : {6u, 7u}) {
+    setStep(s);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    same(cpuRun(s), cat("step ", s, " replayed"));
+  }
+  const auto five = cpuRun(5), six = cpuRun(6);
+  EXPECT_NE(std::memcmp(five[1].raw(), six[1].raw(), static_cast<size_t>(n)), 0) << "steps draw different masks";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}

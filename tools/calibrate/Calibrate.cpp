@@ -205,15 +205,6 @@ Expected<double> timeOptimizerStep(const std::string &kind, int64_t n, int repea
   return median(t) / static_cast<double>(n);
 }
 
-/// The time now as "YYYY-MM-DD HH:MM UTC".
-std::string utcNow() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
-  return buf;
-}
 
 std::string cpuModel() {
   auto text = readFile("/proc/cpuinfo");
@@ -240,6 +231,34 @@ struct ThreadCountScope {
 };
 
 } // namespace
+
+std::string utcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+nlohmann::json measuredProfileJson(const MeasuredFigures &f) {
+  nlohmann::json j;
+  j["name"] = f.name;
+  j["description"] = f.description;
+  j["kind"] = f.kind;
+  j["peak_flops"] = {{"fp32", f.peakFp32}};
+  j["default_precision"] = "fp32";
+  j["memory_bandwidth_bytes_per_s"] = f.memoryBandwidth;
+  j["memory_capacity_bytes"] = f.memoryCapacity;
+  j["link_bandwidth_bytes_per_s"] = f.linkBandwidth;
+  j["link_latency_s"] = f.linkLatency;
+  j["node_overhead_s"] = f.nodeOverhead;
+  j["gemm_curve"] = f.gemmCurve;
+  j["gradient_accumulate_seconds_per_element"] = f.accumulatePerElement;
+  j["optimizer_step_seconds_per_element"] = f.optimizerStepPerElement;
+  j["measured_at"] = utcNow();
+  return j;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -457,20 +476,20 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   double capacity = static_cast<double>(usableMemoryBytes());
   if (capacity <= 0)
     return errorf("cannot read MemTotal from /proc/meminfo");
-  nlohmann::json j;
-  j["name"] = o.name;
-  j["description"] = cpuModel() + ", " + std::to_string(threads) + " OpenMP thread(s)";
-  j["kind"] = "cpu";
-  j["peak_flops"] = {{"fp32", flops}};
-  j["default_precision"] = "fp32";
-  j["memory_bandwidth_bytes_per_s"] = memBw;
-  j["memory_capacity_bytes"] = capacity;
-  j["link_bandwidth_bytes_per_s"] = linkBw;
-  j["link_latency_s"] = latency;
-  j["node_overhead_s"] = tinySec;
-  j["gemm_curve"] = curve;
-  j["gradient_accumulate_seconds_per_element"] = accumulate;
-  j["optimizer_step_seconds_per_element"] = stepCost;
+  MeasuredFigures f;
+  f.name = o.name;
+  f.description = cpuModel() + ", " + std::to_string(threads) + " OpenMP thread(s)";
+  f.kind = "cpu";
+  f.peakFp32 = flops;
+  f.memoryBandwidth = memBw;
+  f.memoryCapacity = capacity;
+  f.linkBandwidth = linkBw;
+  f.linkLatency = latency;
+  f.nodeOverhead = tinySec;
+  f.gemmCurve = curve;
+  f.accumulatePerElement = accumulate;
+  f.optimizerStepPerElement = stepCost;
+  nlohmann::json j = measuredProfileJson(f);
   j["source"] = "measured by pipec --calibrate on this machine: peak_flops.fp32 = median "
                 "cpu::sgemm (the kernels' GEMM: oneDNN, OpenBLAS below " +
                 std::to_string(static_cast<int64_t>(cpu::kOneDnnMinMacs)) + " multiply-adds) " +
@@ -480,7 +499,6 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
                 "rates from 16^3 up; capacity = MemTotal or the cgroup memory limit if lower; optimizer figures = median seconds per "
                 "element of the runtime's gradient accumulation and of scaling, squared sum and "
                 "update per optimizer kind, on " + std::to_string(optElems) + " elements";
-  j["measured_at"] = utcNow();
   j["measured"] = {{"threads", threads},
                    {"gemm_n", o.gemmSize},
                    {"gemm_median_s", gemmSec},

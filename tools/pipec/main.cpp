@@ -30,9 +30,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <set>
@@ -88,6 +93,63 @@ struct Options {
   std::string math = "exact";
 };
 
+/// --calibrate --device cuda: pipec-calibrate-gpu (tools/calibrate/
+/// GpuMain.cpp), beside pipec, measures the GPU through the runtime's CUDA
+/// backend and prints the profile as JSON; pipec links no CUDA library.
+/// Its progress goes to pipec's stderr.
+Expected<partitioner::DeviceProfile> calibrateGpuTool(const std::string &device, const std::string &math) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0)
+    return errorf("--calibrate --device ", device, ": cannot read pipec's own path (/proc/self/exe)");
+  self[n] = '\0';
+  std::string tool = self;
+  tool = tool.substr(0, tool.rfind('/') + 1) + "pipec-calibrate-gpu";
+  if (access(tool.c_str(), X_OK) != 0)
+    return errorf("--calibrate --device ", device, ": ", tool, " is missing (it is built beside pipec)");
+  int out[2];
+  if (pipe(out) != 0)
+    return errorf("--calibrate --device ", device, ": pipe: ", std::strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  std::vector<std::string> args = {tool, "--device", device, "--math", math};
+  std::vector<char *> argv;
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, tool.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  if (spawned != 0) {
+    close(out[0]);
+    return errorf("--calibrate --device ", device, ": cannot run ", tool, ": ", std::strerror(spawned));
+  }
+  std::string text;
+  char buf[65536];
+  for (ssize_t got; (got = read(out[0], buf, sizeof buf)) != 0;) {
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      break;
+    text.append(buf, static_cast<size_t>(got));
+  }
+  close(out[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_string())
+    return errorf(j["error"].get<std::string>());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !j.is_object())
+    return errorf("--calibrate --device ", device, ": ", tool, " failed (",
+                  WIFEXITED(status) ? cat("exit status ", WEXITSTATUS(status)) : std::string("killed by a signal"),
+                  ")");
+  return partitioner::parseProfile(j, tool);
+}
+
 /// --calibrate [-o FILE.json | --install]: measure this machine, print or
 /// write a profile, or install it as this machine's default.
 Status runCalibrate(const Options &o) {
@@ -95,22 +157,7 @@ Status runCalibrate(const Options &o) {
   if (o.device == "cpu") {
     PIPEC_ASSIGN(p, calibrate::calibrateMachine(o.calibrateThreads, o.link));
   } else {
-    calibrate::GpuCalibrateOptions go;
-    go.tf32 = o.math == "tf32";
-    go.name = go.tf32 ? "this-gpu-tf32" : "this-gpu";
-    if (o.device == "cuda-emulated") {
-      // The emulated GPU is the CPU's kernels: sizes for a test's minutes.
-      go.emulate = true;
-      go.name = "emulated-gpu";
-      go.gemmSize = 256;
-      go.repeats = 3;
-      go.copyBytes = size_t(8) << 20;
-      go.optimizerElements = int64_t(1) << 16;
-      go.batches = {1, 4};
-      go.runsPerNode = 2;
-      go.passes = 2;
-    }
-    PIPEC_ASSIGN(p, calibrate::calibrateGpu(go));
+    PIPEC_ASSIGN(p, calibrateGpuTool(o.device, o.math));
   }
   std::string text = jsonText(partitioner::profileToJson(p), 2) + "\n";
   if (o.install) {

@@ -239,9 +239,11 @@ Expected<KernelPtr> makeCast(const OpDesc &d) {
 /// masks are the CPU's bit for bit.
 class DropoutKernel final : public Kernel {
 public:
-  /// Its mask comes from the step's random stream: a recorded launch
-  /// would draw the same mask at every step.
-  bool replayable() const override { return false; }
+  /// Its mask comes from the step's random stream: a launch recorded
+  /// once reads the step from ExecContext::deviceStep (the executor
+  /// always gives it one); without it a recording would draw one mask
+  /// for every step.
+  bool replayable() const override { return true; }
   DropoutKernel(int64_t n, double ratio, int mode, bool mask) : n_(n), ratio_(ratio), mode_(mode), mask_(mask) {}
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     const bool training = mode_ < 0 ? ctx.training : mode_ != 0;
@@ -259,6 +261,9 @@ public:
     }
     const uint64_t threshold = static_cast<uint64_t>(std::ldexp(ratio_, 32));
     const float scale = ratio_ < 1.0 ? static_cast<float>(1.0 / (1.0 - ratio_)) : 0.0f;
+    if (ctx.deviceStep)
+      return launchDropoutAt(ctx.seed, ctx.deviceStep, ctx.microBatch, nodeId, static_cast<const float *>(in[0]), y,
+                             mask, n_, threshold, scale, ctx.stream);
     const cpu::ew::RandomStream stream(ctx.seed, ctx.step, ctx.microBatch, nodeId);
     return launchDropout(stream, static_cast<const float *>(in[0]), y, mask, n_, threshold, scale, ctx.stream);
   }
