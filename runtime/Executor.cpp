@@ -838,7 +838,7 @@ Status DeviceExecutor::runRecorded(Run &r, int i, void *const *operands) {
       eagerBecause_ = cat("instruction ", i, ": ", why);
     return runNodes(r, i, operands);
   };
-  if (rec.eager)
+  if (rec.eager || rec.runs++ == 0)
     return runNodes(r, i, operands);
   void *&handle = rec.handle[r.ctx.training ? 1 : 0];
   if (!handle) {
@@ -852,10 +852,13 @@ Status DeviceExecutor::runRecorded(Run &r, int i, void *const *operands) {
     Expected<void *> made = backend_->endRecording();
     rec.nodes = stats_.nodesRun - ran;
     stats_.nodesRun = ran;
-    if (!s) // a real error comes again when the nodes run eagerly
-      return eager(s.message());
-    if (!made)
-      return eager(made.status().message());
+    if (!s || !made) {
+      // A real error comes again when the nodes run eagerly.
+      std::string why = !s ? s.message() : made.status().message();
+      if (++rec.failures < 2)
+        return runNodes(r, i, operands);
+      return eager(std::move(why));
+    }
     handle = *made;
   }
   PIPEC_TRY(backend_->replay(handle, r.ctx.step).withContext(cat("device ", index_, " micro-batch ", r.mb)));
@@ -868,15 +871,18 @@ std::string DeviceExecutor::hostSchedule() const {
     return scheduleMode_;
   if (!recordOn_)
     return scheduleMode_ + ", kernels launched one by one (recordings off)";
-  size_t replayed = 0, eager = 0;
+  size_t replayed = 0, eager = 0, run = 0;
   for (const Recorded &rec : recorded_) {
     replayed += !rec.eager && (rec.handle[0] || rec.handle[1]);
     eager += rec.eager;
+    run += rec.runs > 0;
   }
-  std::string out = cat(scheduleMode_, ", ", replayed, " of ", replayed + eager,
-                        " compute instructions replayed as recordings");
+  std::string out =
+      cat(scheduleMode_, ", ", replayed, " of ", run, " compute instructions replayed as recordings");
   if (eager)
     out += cat(" (eager: ", eagerBecause_, eager > 1 ? ", ..." : "", ")");
+  if (replayed + eager < run)
+    out += " (an instruction is recorded at its second run)";
   return out;
 }
 

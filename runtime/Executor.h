@@ -209,11 +209,11 @@ public:
 
   /// Recorded instructions: on a backend that canRecord (a GPU: CUDA
   /// graphs), a compute instruction's kernel launches are recorded at its
-  /// first run and the recording replayed at every later one, one call
-  /// where there was one per kernel. An instruction stays eager where a
-  /// node's kernel is not replayable() (Dropout), a parameter update runs
-  /// inside it, nodes are timed, or the recording fails (the reason is in
-  /// hostSchedule()). Feeds, collects, gradient sums, messages and the
+  /// second run (the first is eager: kernels make handles lazily) and the
+  /// recording replayed at every later one, one call where there was one
+  /// per kernel. An instruction stays eager where a node's kernel is not
+  /// replayable(), a parameter update runs inside it, nodes are timed, or
+  /// the recording fails twice (the reason is in hostSchedule()). Feeds, collects, gradient sums, messages and the
   /// optimizer stay outside, as before. On by default; off runs every
   /// kernel every step (piperun --no-cuda-graphs).
   void setRecording(bool on) { recordOn_ = on; }
@@ -345,6 +345,11 @@ private:
   struct Recorded {
     void *handle[2] = {nullptr, nullptr}; ///< by ExecContext::training
     uint64_t nodes = 0;                   ///< nodes a replay runs
+    /// Runs so far, and recordings that failed: the first run is eager
+    /// (kernels make what they make lazily, cuBLAS and cuDNN handles and
+    /// workspaces, which a capture cannot allocate), and a recording that
+    /// fails is tried once more before the instruction stays eager.
+    uint32_t runs = 0, failures = 0;
     bool eager = false;
   };
   bool recordOn_ = true;
