@@ -260,6 +260,16 @@ nlohmann::json measuredProfileJson(const MeasuredFigures &f) {
   return j;
 }
 
+bool typesKnown(const ir::Node &n) {
+  for (const ir::Value *v : n.outputs())
+    if (!v->typeKnown())
+      return false;
+  for (const ir::Value *v : n.inputs())
+    if (v && !v->typeKnown())
+      return false;
+  return true;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
@@ -314,12 +324,7 @@ Expected<std::vector<NodeTiming>> timeGraphNodes(const ir::Graph &g, const NodeT
   for (const ir::Node *n : g.nodes()) {
     if (ir::isView(*n) || !cpu::hasKernel(n->domain(), n->opType()))
       continue;
-    bool typed = true;
-    for (const ir::Value *v : n->outputs())
-      typed = typed && v->typeKnown();
-    for (const ir::Value *v : n->inputs())
-      typed = typed && (!v || v->typeKnown());
-    if (!typed)
+    if (!typesKnown(*n))
       continue;
     auto kernel = cpu::createKernel(passes::opDescForNode(*n, g.opset(n->domain())));
     if (!kernel)

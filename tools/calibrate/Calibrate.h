@@ -64,6 +64,9 @@ struct NodeTimingOptions {
 
 /// The median of `v` (the mean of the middle two for an even count).
 double median(std::vector<double> v);
+/// Whether every input and output of `n` has a known type (a node whose
+/// kernel can be made and timed).
+bool typesKnown(const ir::Node &n);
 /// The time now as "YYYY-MM-DD HH:MM UTC" (DeviceProfile::measuredAt).
 std::string utcNow();
 /// The figures every measured profile has, and their JSON (the fields

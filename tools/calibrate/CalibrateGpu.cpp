@@ -175,12 +175,7 @@ Expected<std::vector<NodeTiming>> timeNodesOn(kernel::Backend &b, const ir::Grap
   for (const ir::Node *n : g.nodes()) {
     if (ir::isView(*n))
       continue;
-    bool typed = true;
-    for (const ir::Value *v : n->outputs())
-      typed = typed && v->typeKnown();
-    for (const ir::Value *v : n->inputs())
-      typed = typed && (!v || v->typeKnown());
-    if (!typed)
+    if (!typesKnown(*n))
       continue;
     // A node without a kernel here is not timed (the cost model's
     // roofline covers it).
