@@ -241,25 +241,6 @@ std::string utcNow() {
   return buf;
 }
 
-nlohmann::json measuredProfileJson(const MeasuredFigures &f) {
-  nlohmann::json j;
-  j["name"] = f.name;
-  j["description"] = f.description;
-  j["kind"] = f.kind;
-  j["peak_flops"] = {{"fp32", f.peakFp32}};
-  j["default_precision"] = "fp32";
-  j["memory_bandwidth_bytes_per_s"] = f.memoryBandwidth;
-  j["memory_capacity_bytes"] = f.memoryCapacity;
-  j["link_bandwidth_bytes_per_s"] = f.linkBandwidth;
-  j["link_latency_s"] = f.linkLatency;
-  j["node_overhead_s"] = f.nodeOverhead;
-  j["gemm_curve"] = f.gemmCurve;
-  j["gradient_accumulate_seconds_per_element"] = f.accumulatePerElement;
-  j["optimizer_step_seconds_per_element"] = f.optimizerStepPerElement;
-  j["measured_at"] = utcNow();
-  return j;
-}
-
 bool typesKnown(const ir::Node &n) {
   for (const ir::Value *v : n.outputs())
     if (!v->typeKnown())
@@ -463,16 +444,16 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   double flops = 2 * n * n * n / gemmSec;
   double tinySec = timeSgemm(4, std::max(101, o.repeats));
   // GEMM rate by size, up to the large one measured above.
-  nlohmann::json curve = nlohmann::json::array();
+  std::vector<std::pair<double, double>> curve;
   for (int m = 16; m < o.gemmSize; m *= 2) {
     double dm = m;
-    curve.push_back({2 * dm * dm * dm, sgemmRate(m, o.repeats)});
+    curve.emplace_back(2 * dm * dm * dm, sgemmRate(m, o.repeats));
   }
-  curve.push_back({2 * n * n * n, flops});
+  curve.emplace_back(2 * n * n * n, flops);
   // The optimizer's work per parameter element.
   const int64_t optElems = o.optimizerElements;
   double accumulate = timeAccumulate(optElems, o.repeats);
-  nlohmann::json stepCost = nlohmann::json::object();
+  std::map<std::string, double> stepCost;
   for (const char *kind : {"sgd", "adam", "adamw", "rmsprop"}) {
     PIPEC_ASSIGN(double s, timeOptimizerStep(kind, optElems, o.repeats));
     stepCost[kind] = s;
@@ -481,20 +462,21 @@ Expected<DeviceProfile> calibrate(const CalibrateOptions &o) {
   double capacity = static_cast<double>(usableMemoryBytes());
   if (capacity <= 0)
     return errorf("cannot read MemTotal from /proc/meminfo");
-  MeasuredFigures f;
+  DeviceProfile f;
   f.name = o.name;
   f.description = cpuModel() + ", " + std::to_string(threads) + " OpenMP thread(s)";
   f.kind = "cpu";
-  f.peakFp32 = flops;
+  f.peakFlops["fp32"] = flops;
   f.memoryBandwidth = memBw;
   f.memoryCapacity = capacity;
   f.linkBandwidth = linkBw;
   f.linkLatency = latency;
   f.nodeOverhead = tinySec;
   f.gemmCurve = curve;
-  f.accumulatePerElement = accumulate;
-  f.optimizerStepPerElement = stepCost;
-  nlohmann::json j = measuredProfileJson(f);
+  f.accumulateSecondsPerElement = accumulate;
+  f.optimizerStepSeconds = stepCost;
+  f.measuredAt = utcNow();
+  nlohmann::json j = profileToJson(f);
   j["source"] = "measured by pipec --calibrate on this machine: peak_flops.fp32 = median "
                 "cpu::sgemm (the kernels' GEMM: oneDNN, OpenBLAS below " +
                 std::to_string(static_cast<int64_t>(cpu::kOneDnnMinMacs)) + " multiply-adds) " +

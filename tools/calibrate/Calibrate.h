@@ -69,15 +69,6 @@ double median(std::vector<double> v);
 bool typesKnown(const ir::Node &n);
 /// The time now as "YYYY-MM-DD HH:MM UTC" (DeviceProfile::measuredAt).
 std::string utcNow();
-/// The figures every measured profile has, and their JSON (the fields
-/// parseProfile reads; "source" and "measured" are the caller's).
-struct MeasuredFigures {
-  std::string name, description, kind;
-  double peakFp32 = 0, memoryBandwidth = 0, memoryCapacity = 0, linkBandwidth = 0, linkLatency = 0,
-         nodeOverhead = 0, accumulatePerElement = 0;
-  nlohmann::json gemmCurve, optimizerStepPerElement;
-};
-nlohmann::json measuredProfileJson(const MeasuredFigures &f);
 /// Input data for timing a kernel of `v`: a constant's own values, floats
 /// in [-1, 1] from a fixed linear congruential sequence of `seed`, zeros
 /// otherwise (valid indices and labels).

@@ -274,12 +274,12 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
 
   // Matrix products: the peak and the curve below it.
   PIPEC_ASSIGN(double peak, matmulRate(*b, o.gemmSize, o.repeats));
-  nlohmann::json curve = nlohmann::json::array();
+  std::vector<std::pair<double, double>> curve;
   for (int m = 16; m < o.gemmSize; m *= 2) {
     PIPEC_ASSIGN(double rate, matmulRate(*b, m, o.repeats));
-    curve.push_back({2.0 * m * m * m, rate});
+    curve.emplace_back(2.0 * m * m * m, rate);
   }
-  curve.push_back({2.0 * o.gemmSize * o.gemmSize * o.gemmSize, peak});
+  curve.emplace_back(2.0 * o.gemmSize * o.gemmSize * o.gemmSize, peak);
   std::cerr << "calibrate: MatMul " << o.gemmSize << "^3: " << peak / 1e12 << " TFLOP/s\n";
 
   // Copies: within the GPU (memory bandwidth), and between stages.
@@ -333,7 +333,7 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
   PIPEC_ASSIGN(std::unique_ptr<kernel::ParamUpdater> updater, b->paramUpdater({pb}));
   PIPEC_TRY(updater->setDecision(false, false, 1.0));
   PIPEC_TRY(b->sync());
-  nlohmann::json stepCost = nlohmann::json::object();
+  std::map<std::string, double> stepCost;
   for (const char *kind : {"sgd", "adam", "adamw", "rmsprop"}) {
     PIPEC_ASSIGN(train::OptimizerConfig oc,
                  train::parseOptimizer(std::string(kind) == "sgd" ? "sgd:lr=0.01" : kind));
@@ -388,20 +388,21 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
   }
   std::cerr << "calibrate: two stages on the GPU at once: kernels " << slowdown << "x as long\n";
 
-  MeasuredFigures f;
+  DeviceProfile f;
   f.name = o.name;
   f.description = description;
   f.kind = "gpu";
-  f.peakFp32 = peak;
+  f.peakFlops["fp32"] = peak;
   f.memoryBandwidth = memBw;
   f.memoryCapacity = capacity;
   f.linkBandwidth = linkBw;
   f.linkLatency = latency;
   f.nodeOverhead = overhead;
   f.gemmCurve = curve;
-  f.accumulatePerElement = accumulate / static_cast<double>(n);
-  f.optimizerStepPerElement = stepCost;
-  nlohmann::json j = measuredProfileJson(f);
+  f.accumulateSecondsPerElement = accumulate / static_cast<double>(n);
+  f.optimizerStepSeconds = stepCost;
+  f.measuredAt = utcNow();
+  nlohmann::json j = profileToJson(f);
   j["concurrent_slowdown"] = slowdown;
   std::string batches;
   for (int64_t bsz : o.batches)
