@@ -1,6 +1,7 @@
 //===- runtime/EmulatedLink.cpp - The NCCL link on emulated GPUs ----------===//
 #include "runtime/EmulatedLink.h"
 
+#include "runtime/EmulatedGpu.h"
 #include "runtime/dist/LinkSetup.h"
 #include "runtime/plan/Rendezvous.h"
 #include "support/Format.h"
@@ -32,20 +33,27 @@ public:
     return setUpChannels(links_, rank_, tr_, mine, rank_, ends);
   }
 
-  Status send(int instruction, const void *src, uint64_t bytes, void *) override {
+  // NCCL's channel stream waits for the device's stream before a send
+  // reads the device's memory or a receive writes it; here the host waits
+  // for the emulated GPU's stream (runtime/EmulatedGpu.h).
+  Status send(int instruction, const void *src, uint64_t bytes, void *stream) override {
     PIPEC_ASSIGN(size_t k, ofInstruction(instruction, true));
+    PIPEC_TRY(drainEmulatedStream(stream));
     return post(k, headerOf(instruction, bytes), src);
   }
-  Status recv(int instruction, void *dst, uint64_t bytes, void *) override {
+  Status recv(int instruction, void *dst, uint64_t bytes, void *stream) override {
     PIPEC_ASSIGN(size_t k, ofInstruction(instruction, false));
+    PIPEC_TRY(drainEmulatedStream(stream));
     return take(k, headerOf(instruction, bytes), dst);
   }
-  Status sendTo(int peer, uint64_t tag, const void *src, uint64_t bytes, void *) override {
+  Status sendTo(int peer, uint64_t tag, const void *src, uint64_t bytes, void *stream) override {
     PIPEC_ASSIGN(size_t k, ofPeer(peer, true));
+    PIPEC_TRY(drainEmulatedStream(stream));
     return post(k, Header{tag, bytes, 0}, src);
   }
-  Status recvFrom(int peer, uint64_t tag, void *dst, uint64_t bytes, void *) override {
+  Status recvFrom(int peer, uint64_t tag, void *dst, uint64_t bytes, void *stream) override {
     PIPEC_ASSIGN(size_t k, ofPeer(peer, false));
+    PIPEC_TRY(drainEmulatedStream(stream));
     return take(k, Header{tag, bytes, 0}, dst);
   }
   Status finishStep() override {

@@ -14,8 +14,8 @@
 // posted its receive for, where NCCL, which matches the k-th send with
 // the k-th receive whatever they hold, would deliver the wrong bytes. At
 // the end of a step each plan channel must have carried the messages the
-// plan gives it. The emulated GPU's copies complete when enqueued, so a
-// message leaves when posted.
+// plan gives it. A message leaves when posted, once the host has waited
+// for the emulated GPU's stream (where NCCL's streams wait for it).
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -35,15 +35,6 @@ Attribute attrFromPlan(const plan::Attribute &a) {
   }
 }
 
-/// What a SEND passes through the transport when messages stay on the
-/// devices (DeviceExecutor::setDeviceMessages).
-struct DeviceMessage {
-  void *mailbox;   ///< the tensor's copy in the sender's memory
-  void *event;     ///< recorded on the sender's stream after the copy
-  int device;      ///< the sender's GPU
-  uint64_t bytes;
-};
-
 TensorDesc descOf(const plan::TensorInfo &t) {
   return TensorDesc{static_cast<DType>(t.dtype()), Shape(t.shape().begin(), t.shape().end())};
 }
@@ -265,7 +256,65 @@ Status DeviceExecutor::prepare() {
       return errorf("device ", index_, ": node '", r.node->name(), "' of the previous step reads input '",
                     p.tensors(r.tensor).name(), "' of micro-batch ", r.mb,
                     ", which no instruction of its step is fed before");
+  planReceives();
   return Status::ok();
+}
+
+void DeviceExecutor::planReceives() {
+  const plan::Plan &p = lp_.plan;
+  const plan::Device &dev = p.devices(stage_);
+  const unsigned M = p.pipeline().num_micro_batches();
+  const int n = dev.program_size();
+  // The arena bytes each instruction touches: its message, or its nodes'
+  // operands (views and guards included; feeds, collects and gradient
+  // sums are of those).
+  touches_.assign(static_cast<size_t>(n), {});
+  for (int i = 0; i < n; ++i) {
+    const plan::Instruction &ins = dev.program(i);
+    auto touch = [&](int32_t t) {
+      const int64_t off = t < 0 ? -1 : offsetOf_[static_cast<size_t>(t) * M + ins.micro_batch()];
+      if (off >= 0 && !weightAddr_[t] && p.tensors(t).bytes() > 0)
+        touches_[i].emplace_back(static_cast<uint64_t>(off), static_cast<uint64_t>(off) + p.tensors(t).bytes());
+    };
+    if (ins.kind() == plan::Instruction::SEND || ins.kind() == plan::Instruction::RECV) {
+      touch(ins.tensor());
+      continue;
+    }
+    for (int32_t ni : ins.nodes()) {
+      const plan::Node &node = dev.nodes(ni);
+      for (int32_t t : node.inputs())
+        touch(t);
+      for (int32_t t : node.outputs())
+        touch(t);
+      for (const plan::Guard &g : node.guards())
+        touch(g.tensor());
+    }
+  }
+  auto overlap = [&](int a, int b) {
+    for (const auto &[b0, e0] : touches_[a])
+      for (const auto &[b1, e1] : touches_[b])
+        if (b0 < e1 && b1 < e0)
+          return true;
+    return false;
+  };
+  // Per part of a run (StepIO::Part: all, the current step's, the
+  // previous step's instructions), where each RECV's bytes are free.
+  for (int part = 0; part < 3; ++part) {
+    auto runs = [&](int i) { return part == 0 || dev.program(i).previous_step() == (part == 2); };
+    freeAfter_[part].assign(static_cast<size_t>(n), -1);
+    eventAfter_[part].assign(static_cast<size_t>(n), 0);
+    for (int i = 0; i < n; ++i) {
+      if (dev.program(i).kind() != plan::Instruction::RECV || !runs(i))
+        continue;
+      for (int j = i - 1; j >= 0; --j)
+        if (runs(j) && overlap(i, j)) {
+          freeAfter_[part][static_cast<size_t>(i)] = j;
+          eventAfter_[part][static_cast<size_t>(j)] = 1;
+          break;
+        }
+    }
+  }
+  afterEvent_.assign(static_cast<size_t>(n), nullptr);
 }
 
 Expected<void *> DeviceExecutor::hostView(int32_t tensor, unsigned mb) {
@@ -388,6 +437,9 @@ Status DeviceExecutor::beginInstruction(Run &r, int i) {
     return errorf("device ", index_, ": injected failure at instruction ", i);
   const plan::Plan &p = lp_.plan;
   const plan::Instruction &ins = p.devices(stage_).program(i);
+  // A RECV's copy follows the ones before it on the copy queue.
+  if (!inFlight_.empty() && ins.kind() != plan::Instruction::RECV)
+    PIPEC_TRY(awaitCopies(i));
   const unsigned mb = r.mb = ins.micro_batch();
   r.ctx.step = ins.previous_step() ? r.step - 1 : r.step;
   r.ctx.deviceStep = deviceStep_ ? deviceStep_ + (ins.previous_step() ? 1 : 0) : nullptr;
@@ -438,7 +490,8 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
       if (!box) {
         PIPEC_ASSIGN(box, backend_->alloc(bytes));
       }
-      PIPEC_TRY(backend_->copyFromDevice(box, address(ins.tensor(), mb), backend_->deviceIndex(), bytes));
+      PIPEC_TRY(backend_->copyFromDevice(box, address(ins.tensor(), mb), backend_->deviceIndex(), bytes,
+                                         kernel::Queue::Compute));
       PIPEC_TRY(link_->send(i, box, bytes, backend_->stream()));
       stats_.bytesSent += bytes;
       return Status::ok();
@@ -449,7 +502,7 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
       if (!box) {
         PIPEC_ASSIGN(box, backend_->alloc(bytes));
       }
-      PIPEC_TRY(backend_->copyFromDevice(box, src, backend_->deviceIndex(), bytes));
+      PIPEC_TRY(backend_->copyFromDevice(box, src, backend_->deviceIndex(), bytes, kernel::Queue::Compute));
       src = box;
     }
     PIPEC_TRY(sendMemory(*io.transport, replicaBase_ + ins.peer(), tag, src, bytes));
@@ -463,6 +516,8 @@ Status DeviceExecutor::otherInstruction(Run &r, int i) {
     void *at = address(ins.tensor(), mb);
     if (link_)
       return link_->recv(i, at, bytes, backend_->stream());
+    if (deviceMessages_)
+      return recvOnDevice(r, i, at, bytes);
     return recvMemory(*io.transport, replicaBase_ + ins.peer(), messageTag(ins.tensor(), mb), at, bytes);
   }
   default:
@@ -475,7 +530,7 @@ Status DeviceExecutor::sendMemory(Transport &tr, int to, uint64_t tag, const voi
   if (link_)
     return link_->sendTo(to, tag, src, bytes, backend_->stream());
   if (deviceMessages_) {
-    PIPEC_ASSIGN(void *event, backend_->recordEvent(tag));
+    PIPEC_ASSIGN(void *event, backend_->recordEvent(tag, kernel::Queue::Compute));
     const DeviceMessage m{const_cast<void *>(src), event, backend_->deviceIndex(), bytes};
     return tr.send(index_, to, tag, &m, sizeof m);
   }
@@ -487,17 +542,66 @@ Status DeviceExecutor::recvMemory(Transport &tr, int from, uint64_t tag, void *d
   if (link_)
     return link_->recvFrom(from, tag, dst, bytes, backend_->stream());
   if (deviceMessages_) {
-    DeviceMessage m{};
-    PIPEC_TRY(tr.recv(index_, from, tag, &m, sizeof m));
-    if (m.bytes != bytes || !m.mailbox)
-      return errorf("device ", index_, ": a device message of ", m.bytes, " bytes from device ", from, " (",
-                    bytes, " bytes expected)");
-    PIPEC_TRY(backend_->waitEvent(m.event));
-    return backend_->copyFromDevice(dst, m.mailbox, m.device, bytes);
+    PIPEC_ASSIGN(DeviceMessage m, takeDeviceMessage(tr, from, tag, bytes));
+    PIPEC_TRY(backend_->waitEvent(m.event, kernel::Queue::Compute));
+    return backend_->copyFromDevice(dst, m.mailbox, m.device, bytes, kernel::Queue::Compute);
   }
   PIPEC_ASSIGN(void *host, backend_->staging(dst, bytes));
   PIPEC_TRY(tr.recv(index_, from, tag, host, bytes));
   return backend_->commit(dst, host, bytes);
+}
+
+Expected<DeviceExecutor::DeviceMessage> DeviceExecutor::takeDeviceMessage(Transport &tr, int from, uint64_t tag, uint64_t bytes) {
+  DeviceMessage m{};
+  PIPEC_TRY(tr.recv(index_, from, tag, &m, sizeof m));
+  if (m.bytes != bytes || !m.mailbox)
+    return errorf("device ", index_, ": a device message of ", m.bytes, " bytes from device ", from, " (", bytes,
+                  " bytes expected)");
+  return m;
+}
+
+namespace {
+// Event slots of the receives on the copy queue, apart from the message
+// tags (messageTag: bit 63 clear; sessionTag: bit 62 clear).
+constexpr uint64_t kAfterSlot = uint64_t{3} << 62, kCopiedSlot = (uint64_t{3} << 62) | (uint64_t{1} << 40);
+} // namespace
+
+Status DeviceExecutor::recvOnDevice(Run &r, int i, void *at, uint64_t bytes) {
+  const plan::Instruction &ins = lp_.plan.devices(stage_).program(i);
+  PIPEC_ASSIGN(DeviceMessage m, takeDeviceMessage(*r.io->transport, replicaBase_ + ins.peer(),
+                                                  messageTag(ins.tensor(), r.mb), bytes));
+  if (!copyQueueOn_) {
+    PIPEC_TRY(backend_->waitEvent(m.event, kernel::Queue::Compute));
+    return backend_->copyFromDevice(at, m.mailbox, m.device, bytes, kernel::Queue::Compute);
+  }
+  // The copy queue waits for the place in the arena to be free and for
+  // the sender's copy into its mailbox; the compute queue goes on.
+  const int free = freeAfter_[static_cast<int>(r.io->part)][static_cast<size_t>(i)];
+  if (free >= 0 && afterEvent_[static_cast<size_t>(free)])
+    PIPEC_TRY(backend_->waitEvent(afterEvent_[static_cast<size_t>(free)], kernel::Queue::Copy));
+  PIPEC_TRY(backend_->waitEvent(m.event, kernel::Queue::Copy));
+  PIPEC_TRY(backend_->copyFromDevice(at, m.mailbox, m.device, bytes, kernel::Queue::Copy));
+  PIPEC_ASSIGN(void *done, backend_->recordEvent(kCopiedSlot | static_cast<uint64_t>(i), kernel::Queue::Copy));
+  const uint64_t begin = static_cast<uint64_t>(static_cast<char *>(at) - static_cast<char *>(arena_.get()));
+  inFlight_.push_back({begin, begin + bytes, done});
+  return Status::ok();
+}
+
+Status DeviceExecutor::awaitCopies(int i) {
+  for (size_t k = 0; k < inFlight_.size();) {
+    const InFlight &c = inFlight_[k];
+    bool touched = i < 0;
+    if (!touched)
+      for (const auto &[b, e] : touches_[static_cast<size_t>(i)])
+        touched = touched || (b < c.end && c.begin < e);
+    if (!touched) {
+      ++k;
+      continue;
+    }
+    PIPEC_TRY(backend_->waitEvent(c.done, kernel::Queue::Compute));
+    inFlight_.erase(inFlight_.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+  return Status::ok();
 }
 
 Status DeviceExecutor::runNode(Run &r, int32_t node, void *const *in, void *const *out) {
@@ -606,6 +710,11 @@ Status DeviceExecutor::endInstruction(Run &r, int i) {
     }
     PIPEC_ASSIGN(void *host, hostView(t, mb));
     PIPEC_TRY(r.io->collect(t, mb, host));
+  }
+  // A later receive's copy waits for this point of the compute queue.
+  if (deviceMessages_ && copyQueueOn_ && !link_ && eventAfter_[static_cast<int>(r.io->part)][static_cast<size_t>(i)]) {
+    PIPEC_ASSIGN(afterEvent_[static_cast<size_t>(i)],
+                 backend_->recordEvent(kAfterSlot | static_cast<uint64_t>(i), kernel::Queue::Compute));
   }
   return Status::ok();
 }
@@ -762,11 +871,14 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     hostStep_[1] = ctx.step - 1;
     PIPEC_TRY(backend_->upload(deviceStep_, hostStep_, 2 * sizeof(uint64_t)));
   }
+  inFlight_.clear();
+  std::fill(afterEvent_.begin(), afterEvent_.end(), nullptr);
   Run r{this, ctx, &io, ctx.step, 0, {}, Status::ok()};
   if (useCompiled(io)) {
     const uint32_t parts = io.part == Part::All ? 3u : io.part == Part::CurrentStep ? 1u : 2u;
     if (compiled_(&r, parts) != 0)
       return std::move(r.status);
+    PIPEC_TRY(awaitCopies(-1));
     PIPEC_TRY(checkFlags());
     return flushCollects(io);
   }
@@ -787,6 +899,7 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     }
     PIPEC_TRY(endInstruction(r, i));
   }
+  PIPEC_TRY(awaitCopies(-1));
   PIPEC_TRY(checkFlags());
   return flushCollects(io);
 }
@@ -866,11 +979,29 @@ Status DeviceExecutor::runRecorded(Run &r, int i, void *const *operands) {
   return Status::ok();
 }
 
+std::string DeviceExecutor::receivesSaid() const {
+  if (!deviceMessages_ || link_)
+    return "";
+  const plan::Device &dev = lp_.plan.devices(stage_);
+  size_t receives = 0, ahead = 0;
+  for (int i = 0; i < dev.program_size(); ++i)
+    if (dev.program(i).kind() == plan::Instruction::RECV) {
+      ++receives;
+      ahead += freeAfter_[0][static_cast<size_t>(i)] < i - 1;
+    }
+  if (!receives)
+    return "";
+  if (!copyQueueOn_)
+    return cat("; ", receives, " receives copied on the compute stream (copy stream off)");
+  return cat("; ", receives, " receives copied on the copy stream, ", ahead,
+             " of them free to start before the instruction ahead of them");
+}
+
 std::string DeviceExecutor::hostSchedule() const {
   if (!backend_->canRecord())
-    return scheduleMode_;
+    return scheduleMode_ + receivesSaid();
   if (!recordOn_)
-    return scheduleMode_ + ", kernels launched one by one (recordings off)";
+    return scheduleMode_ + ", kernels launched one by one (recordings off)" + receivesSaid();
   size_t replayed = 0, eager = 0, run = 0;
   for (const Recorded &rec : recorded_) {
     replayed += !rec.eager && (rec.handle[0] || rec.handle[1]);
@@ -883,7 +1014,7 @@ std::string DeviceExecutor::hostSchedule() const {
     out += cat(" (eager: ", eagerBecause_, eager > 1 ? ", ..." : "", ")");
   if (replayed + eager < run)
     out += " (an instruction is recorded at its second run)";
-  return out;
+  return out + receivesSaid();
 }
 
 Status DeviceExecutor::checkFlags() {

@@ -97,6 +97,16 @@ public:
   /// host waits for a device. Every device of the process must agree.
   void setDeviceMessages(bool on) { deviceMessages_ = on; }
   bool deviceMessages() const { return deviceMessages_; }
+  /// Receives on the copy queue (with device messages): a RECV's copy runs
+  /// on the backend's Copy queue (a GPU's copy stream), which waits for
+  /// the sender's event and for the point of the program after which no
+  /// instruction before the RECV touches the received bytes' place in the
+  /// arena; the compute queue waits for the copy only before the first
+  /// instruction that touches that place (or at the step's end). So the
+  /// copy runs under the kernels between those points. On by default;
+  /// off: the copy runs on the compute queue at the RECV (piperun
+  /// --no-copy-stream). Bitwise the same either way.
+  void setCopyQueue(bool on) { copyQueueOn_ = on; }
   /// Messages to and from the GPUs of other processes enqueued on the
   /// device's stream over `link` (runtime/dist/DeviceLink.h: NCCL): SEND
   /// copies the tensor into its mailbox and sends that; RECV receives into
@@ -224,7 +234,8 @@ public:
   void prepareSchedule();
   /// How runStep runs the program: "compiled (N calls)", or "interpreted"
   /// and why (known after prepareSchedule or the first step); on a
-  /// recording backend, how many compute instructions replay recordings.
+  /// recording backend, how many compute instructions replay recordings;
+  /// with device messages, where the receives copy (setCopyQueue).
   std::string hostSchedule() const;
 
 private:
@@ -275,6 +286,41 @@ private:
   /// Per message (its tag): the sender's mailbox in device memory, made at
   /// the first send; a step's messages have a mailbox each.
   std::map<uint64_t, void *> mailbox_;
+  /// Receives on the copy queue (setCopyQueue).
+  bool copyQueueOn_ = true;
+  /// Per instruction: the arena bytes [begin, end) it reads or writes.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> touches_;
+  /// Per run part (StepIO::Part) and RECV: the last instruction before it
+  /// of a run of that part that touches the bytes it writes, or -1; and
+  /// per part and instruction, whether an event follows it on the compute
+  /// queue (a receive's copy waits for it).
+  std::vector<int> freeAfter_[3];
+  std::vector<char> eventAfter_[3];
+  /// Per instruction: its event after it this run (eventAfter_).
+  std::vector<void *> afterEvent_;
+  /// Receives whose copies the compute queue has not waited for yet.
+  struct InFlight {
+    uint64_t begin, end;
+    void *done; ///< an event on the copy queue after the copy
+  };
+  std::vector<InFlight> inFlight_;
+  /// The compute queue waits for the copies in flight into bytes that
+  /// instruction `i` touches (all of them when `i` is -1).
+  Status awaitCopies(int i);
+  /// touches_, freeAfter_ and eventAfter_, from the plan (prepare()).
+  void planReceives();
+  /// What a SEND passes through the transport when messages stay on the
+  /// devices (setDeviceMessages).
+  struct DeviceMessage {
+    void *mailbox; ///< the tensor's copy in the sender's memory
+    void *event;   ///< recorded on the sender's stream after the copy
+    int device;    ///< the sender's GPU
+    uint64_t bytes;
+  };
+  /// hostSchedule()'s words on the receives with device messages.
+  std::string receivesSaid() const;
+  /// The address and event of a device message, checked.
+  Expected<DeviceMessage> takeDeviceMessage(Transport &tr, int from, uint64_t tag, uint64_t bytes);
   struct PendingCollect {
     int32_t tensor;
     unsigned mb;
@@ -331,6 +377,9 @@ private:
   /// it (times, trace, collects).
   Status beginInstruction(Run &r, int i);
   Status otherInstruction(Run &r, int i);
+  /// A plan RECV with device messages: the copy, on the copy queue or
+  /// the compute queue.
+  Status recvOnDevice(Run &r, int i, void *at, uint64_t bytes);
   Status runNode(Run &r, int32_t node, void *const *in, void *const *out);
   Status runUpdate(Run &r, const ParamUpdate &u);
   Status endInstruction(Run &r, int i);

@@ -146,6 +146,7 @@ Expected<std::unique_ptr<Session>> Session::open(const std::string &planDir,
     if (opts.trace)
       ex->enableTrace(epoch);
     ex->setRecording(opts.recordings);
+    ex->setCopyQueue(opts.copyStream);
     s->devices_.push_back(std::move(ex));
     s->localDevices_.push_back(d);
   }

@@ -82,6 +82,11 @@ struct SessionOptions {
   /// setRecording); off: every kernel launched every step (piperun
   /// --no-cuda-graphs). Bitwise the same either way.
   bool recordings = true;
+  /// GPUs with device messages: each receive copies on the GPU's copy
+  /// stream, under the kernels before it (DeviceExecutor::setCopyQueue);
+  /// off: on the compute stream at the receive (piperun --no-copy-stream).
+  /// Bitwise the same either way.
+  bool copyStream = true;
   /// Stage-to-stage messages between GPUs of this process (or on one GPU)
   /// stay on the devices (DeviceExecutor::setDeviceMessages); off: they
   /// pass through the host (tests compare both).

@@ -148,10 +148,10 @@ public:
   }
   bool deviceMessages() const override { return true; }
   int deviceIndex() const override { return gpu_->gpu(); }
-  Expected<void *> recordEvent(uint64_t slot) override { return gpu_->record(slot); }
-  Status waitEvent(void *event) override { return gpu_->wait(event); }
-  Status copyFromDevice(void *dst, const void *src, int srcDevice, uint64_t bytes) override {
-    return gpu_->copyFrom(dst, src, srcDevice, bytes);
+  Expected<void *> recordEvent(uint64_t slot, kernel::Queue q) override { return gpu_->record(slot, on(q)); }
+  Status waitEvent(void *event, kernel::Queue q) override { return gpu_->wait(event, on(q)); }
+  Status copyFromDevice(void *dst, const void *src, int srcDevice, uint64_t bytes, kernel::Queue q) override {
+    return gpu_->copyFrom(dst, src, srcDevice, bytes, on(q));
   }
   bool canRecord() const override { return true; }
   Status beginRecording() override { return gpu_->beginCapture(); }
@@ -160,6 +160,9 @@ public:
 #endif
 
 private:
+  static GpuDevice::On on(kernel::Queue q) {
+    return q == kernel::Queue::Copy ? GpuDevice::On::CopyStream : GpuDevice::On::Stream;
+  }
   struct Weight {
     void *device;
     const void *host;

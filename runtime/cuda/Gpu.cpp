@@ -74,6 +74,8 @@ GpuDevice::~GpuDevice() {
   cudaSetDevice(gpu_);
   if (stream_)
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  if (copyStream_)
+    cudaStreamSynchronize(static_cast<cudaStream_t>(copyStream_));
   for (void *p : allocations_)
     cudaFree(p);
   if (staging_)
@@ -86,6 +88,8 @@ GpuDevice::~GpuDevice() {
     cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (stream_)
     cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  if (copyStream_)
+    cudaStreamDestroy(static_cast<cudaStream_t>(copyStream_));
 }
 
 Status GpuDevice::select() const { return cudaCheck(cudaSetDevice(gpu_), "cudaSetDevice", gpu_); }
@@ -136,25 +140,39 @@ Expected<void *> GpuDevice::pinned(uint64_t bytes) {
   return p;
 }
 
-Expected<void *> GpuDevice::record(uint64_t slot) {
+Expected<void *> GpuDevice::streamOf(On on) {
+  if (on == On::Stream)
+    return stream_;
+  if (!copyStream_) {
+    cudaStream_t s = nullptr;
+    PIPEC_TRY(cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate (copies)", gpu_));
+    copyStream_ = s;
+  }
+  return copyStream_;
+}
+
+Expected<void *> GpuDevice::record(uint64_t slot, On on) {
+  PIPEC_ASSIGN(void *stream, streamOf(on));
   void *&e = events_[slot];
   if (!e) {
     cudaEvent_t made = nullptr;
     PIPEC_TRY(cudaCheck(cudaEventCreateWithFlags(&made, cudaEventDisableTiming), "cudaEventCreate", gpu_));
     e = made;
   }
-  PIPEC_TRY(cudaCheck(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(stream_)),
+  PIPEC_TRY(cudaCheck(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(stream)),
                       "cudaEventRecord", gpu_));
   return e;
 }
 
-Status GpuDevice::wait(void *event) {
-  return cudaCheck(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(event), 0),
+Status GpuDevice::wait(void *event, On on) {
+  PIPEC_ASSIGN(void *stream, streamOf(on));
+  return cudaCheck(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
                    "cudaStreamWaitEvent", gpu_);
 }
 
-Status GpuDevice::copyFrom(void *dst, const void *src, int srcGpu, uint64_t bytes) {
-  auto s = static_cast<cudaStream_t>(stream_);
+Status GpuDevice::copyFrom(void *dst, const void *src, int srcGpu, uint64_t bytes, On on) {
+  PIPEC_ASSIGN(void *stream, streamOf(on));
+  auto s = static_cast<cudaStream_t>(stream);
   if (srcGpu == gpu_)
     return cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "copy on the GPU", gpu_);
   return cudaCheck(cudaMemcpyPeerAsync(dst, gpu_, src, srcGpu, bytes, s), "copy between GPUs", gpu_);
@@ -205,9 +223,9 @@ Status GpuDevice::download(void *, const void *, uint64_t) { return errorf("buil
 Status GpuDevice::sync() { return errorf("built without CUDA"); }
 Expected<void *> GpuDevice::staging(uint64_t) { return errorf("built without CUDA"); }
 Expected<void *> GpuDevice::pinned(uint64_t) { return errorf("built without CUDA"); }
-Expected<void *> GpuDevice::record(uint64_t) { return errorf("built without CUDA"); }
-Status GpuDevice::wait(void *) { return errorf("built without CUDA"); }
-Status GpuDevice::copyFrom(void *, const void *, int, uint64_t) { return errorf("built without CUDA"); }
+Expected<void *> GpuDevice::record(uint64_t, On) { return errorf("built without CUDA"); }
+Status GpuDevice::wait(void *, On) { return errorf("built without CUDA"); }
+Status GpuDevice::copyFrom(void *, const void *, int, uint64_t, On) { return errorf("built without CUDA"); }
 Status GpuDevice::beginCapture() { return errorf("built without CUDA"); }
 Expected<void *> GpuDevice::endCapture() { return errorf("built without CUDA"); }
 Status GpuDevice::launchGraph(void *) { return errorf("built without CUDA"); }

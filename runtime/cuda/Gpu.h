@@ -62,13 +62,17 @@ public:
   /// Pinned host memory of `bytes`, freed with the device: copies to and
   /// from it are asynchronous.
   Expected<void *> pinned(uint64_t bytes);
-  /// The event of `slot` (made at its first use) recorded on the stream.
-  Expected<void *> record(uint64_t slot);
-  /// The stream waits for an event of this or another GPU.
-  Status wait(void *event);
+  /// The streams of the work below: the stream (kernels and the host's
+  /// copies), or the copy stream (receives that overlap the kernels; made
+  /// at its first use). sync() waits for the stream alone.
+  enum class On { Stream, CopyStream };
+  /// The event of `slot` (made at its first use) recorded on a stream.
+  Expected<void *> record(uint64_t slot, On on = On::Stream);
+  /// A stream waits for an event of this or another GPU.
+  Status wait(void *event, On on = On::Stream);
   /// Enqueues dst (this GPU) <- src (GPU `srcGpu`'s memory), peer to peer
   /// where the GPUs differ.
-  Status copyFrom(void *dst, const void *src, int srcGpu, uint64_t bytes);
+  Status copyFrom(void *dst, const void *src, int srcGpu, uint64_t bytes, On on = On::Stream);
 
   /// Stream capture (a CUDA graph): from beginCapture until endCapture
   /// what this thread enqueues on the stream is recorded, not run.
@@ -82,8 +86,9 @@ public:
 
 private:
   GpuDevice() = default;
+  Expected<void *> streamOf(On on);
   int gpu_ = 0;
-  void *stream_ = nullptr;
+  void *stream_ = nullptr, *copyStream_ = nullptr;
   std::vector<void *> allocations_, pinned_;
   std::map<uint64_t, void *> events_;
   std::vector<void *> graphs_;

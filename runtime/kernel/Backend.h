@@ -37,6 +37,9 @@
 
 namespace pipec::kernel {
 
+/// A device's queues of work (Backend, "messages between the devices").
+enum class Queue { Compute, Copy };
+
 /// One trained parameter of a device, in the device's memory: the weight,
 /// the step's gradient summed over micro-batches, and the optimizer's
 /// state buffers (train::Optimizer::stateNames order), each `n` floats.
@@ -94,7 +97,9 @@ public:
   /// current and, when `weightsChanged` (the host's optimizer updated the
   /// weights since the last step), bring the device's copies up to date.
   virtual Status beginStep(bool weightsChanged) = 0;
-  /// Waits for the device's outstanding work; reports its errors.
+  /// Waits for the device's outstanding work on its Compute queue (work
+  /// on the Copy queue that the Compute queue waited for included);
+  /// reports its errors.
   virtual Status sync() = 0;
   /// The stream the kernels launch on (ExecContext::stream), or null.
   virtual void *stream() const { return nullptr; }
@@ -132,20 +137,28 @@ public:
   }
 
   // ---- Messages between the devices of one process, not through the host.
+  //
+  // A device has two queues of work, run in order each (a GPU's streams):
+  // Compute, where its kernels and its other copies run, and Copy, where
+  // the plan's receives copy from another device's memory while kernels
+  // run (DeviceExecutor: "receives on the copy queue"). An event orders
+  // work of one queue, or of another device's, before work of another.
 
   /// Whether the methods below are implemented.
   virtual bool deviceMessages() const { return false; }
   /// The device's GPU, for copies between devices (-1: none).
   virtual int deviceIndex() const { return -1; }
-  /// Records an event on the stream now: the handle of `slot` (one per
-  /// slot, owned by the backend, recorded again at the slot's next use).
-  virtual Expected<void *> recordEvent(uint64_t) { return unsupported("events"); }
-  /// What the stream runs next waits for `event` (recorded by this or
-  /// another device of the process).
-  virtual Status waitEvent(void *) { return unsupported("events"); }
-  /// Enqueues a copy of `bytes` to `dst` (this device's memory) from `src`
-  /// in the memory of device `srcDevice` (this one or another).
-  virtual Status copyFromDevice(void *, const void *, int, uint64_t) { return unsupported("device copies"); }
+  /// Records an event on queue `q` now: the handle of `slot` (one per
+  /// slot, owned by the backend, recorded again at the slot's next use;
+  /// a slot belongs to one queue).
+  virtual Expected<void *> recordEvent(uint64_t, Queue) { return unsupported("events"); }
+  /// What queue `q` runs next waits for `event` as last recorded before
+  /// this call (by this or another device of the process).
+  virtual Status waitEvent(void *, Queue) { return unsupported("events"); }
+  /// Enqueues on queue `q` a copy of `bytes` to `dst` (this device's
+  /// memory) from `src` in the memory of device `srcDevice` (this one or
+  /// another).
+  virtual Status copyFromDevice(void *, const void *, int, uint64_t, Queue) { return unsupported("device copies"); }
 
   // ---- Recordings (CUDA graphs): a device's launches made once, replayed.
 

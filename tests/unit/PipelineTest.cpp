@@ -167,6 +167,7 @@ struct RunOptions {
   int *updatedInStep = nullptr;      ///< Session::paramsUpdatedInStep
   bool *residentTraining = nullptr;  ///< Session::residentTraining
   bool recordings = true;            ///< SessionOptions::recordings
+  bool copyStream = true;            ///< SessionOptions::copyStream
   /// The devices' DeviceExecutor::hostSchedule() after the steps.
   std::vector<std::string> *hostSchedules = nullptr;
   /// Called after each step (checkpoints, setWeight in the middle of a run).
@@ -186,6 +187,7 @@ RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o
   so.resident = o.resident;
   so.deviceMessages = o.deviceMessages;
   so.recordings = o.recordings;
+  so.copyStream = o.copyStream;
   auto s = runtime::Session::open(dir, so);
   EXPECT_TRUE(s.isOk()) << s.status().message();
   if (!s.isOk())
@@ -1659,6 +1661,51 @@ TEST(Pipeline, RecordedInstructionsAreTheEagerRuns) {
   for (size_t i = 0; i < cpu.outputs.size(); ++i)
     EXPECT_TRUE(bitwiseEqual(cpu.outputs[i], replayed.outputs[i])) << "gpt inference output " << i;
   replayedAll(on, "gpt inference");
+}
+
+// Receives on the copy stream (DeviceExecutor::setCopyQueue): on the
+// emulated GPUs, whose queues run on threads of their own, pausing at
+// random before each piece of work (PIPEC_EMULATED_GPU_DELAY_US), a RECV's
+// copy starts once the sender's event and the point of the program that
+// frees its bytes are reached, and the compute queue waits for it only
+// where an instruction touches them. Every schedule's training must be
+// bitwise the CPU's and the copy stream off's; a copy that does not wait
+// for either event, or a compute queue that does not wait for the copy,
+// gives other bits here. (2bw is refused on GPUs.)
+TEST(Pipeline, ReceivesOnTheCopyStreamAreTheCpus) {
+  struct Case {
+    const char *schedule;
+    int K, M;
+  };
+  ::setenv("PIPEC_EMULATED_GPU_DELAY_US", "40", 1);
+  size_t ahead = 0;
+  for (const Case &k : {Case{"1f1b", 2, 4}, Case{"gpipe", 3, 3}, Case{"zbh2", 2, 4}, Case{"interleaved", 2, 4},
+                        Case{"zbv", 2, 4}}) {
+    Config c;
+    c.K = k.K;
+    c.M = k.M;
+    c.schedule = k.schedule;
+    c.optimizer = "adamw";
+    const std::string dir = compile("gpt-train", 2, c);
+    ASSERT_FALSE(dir.empty());
+    const std::string what = cat(k.schedule, " K=", k.K, " M=", k.M);
+    std::vector<std::string> on, off;
+    RunResult cpu = run(dir, 3, true);
+    RunResult copied = run(dir, 3, true, {.emulateGpu = true, .hostSchedules = &on});
+    RunResult inline_ = run(dir, 3, true, {.emulateGpu = true, .copyStream = false, .hostSchedules = &off});
+    expectSame(cpu, copied, what + " (copy stream)");
+    expectSame(cpu, inline_, what + " (copy stream off)");
+    for (const std::string &h : on) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(h, m, std::regex("(\\d+) receives copied on the copy stream, (\\d+) of them"))) << h;
+      ahead += std::stoul(m[2]);
+    }
+    for (const std::string &h : off)
+      EXPECT_NE(h.find("receives copied on the compute stream"), std::string::npos) << h;
+  }
+  ::unsetenv("PIPEC_EMULATED_GPU_DELAY_US");
+  // Some copies can start before the instruction ahead of them.
+  EXPECT_GT(ahead, 0u);
 }
 
 // Resident training with data parallelism: every replica's device sums

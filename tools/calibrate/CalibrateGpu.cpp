@@ -287,7 +287,7 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
   PIPEC_ASSIGN(void *dst, b->alloc(o.copyBytes));
   const int self = b->deviceIndex();
   PIPEC_ASSIGN(double copySec, timeCalls(*b, 3, o.repeats,
-                                         [&] { return b->copyFromDevice(dst, src, self, o.copyBytes); }));
+                                         [&] { return b->copyFromDevice(dst, src, self, o.copyBytes, kernel::Queue::Compute); }));
   const double memBw = 2.0 * static_cast<double>(o.copyBytes) / copySec;
   kernel::BackendPtr peer;
   if (!o.emulate && gpus > 1) {
@@ -297,9 +297,9 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
   kernel::Backend &to = peer ? *peer : *b;
   PIPEC_ASSIGN(void *far, to.alloc(o.copyBytes));
   PIPEC_ASSIGN(double linkSec, timeCalls(to, 3, o.repeats,
-                                         [&] { return to.copyFromDevice(far, src, self, o.copyBytes); }));
+                                         [&] { return to.copyFromDevice(far, src, self, o.copyBytes, kernel::Queue::Compute); }));
   PIPEC_ASSIGN(double latency,
-               timeCalls(to, 101, o.repeats, [&] { return to.copyFromDevice(far, src, self, 256); }));
+               timeCalls(to, 101, o.repeats, [&] { return to.copyFromDevice(far, src, self, 256, kernel::Queue::Compute); }));
   PIPEC_TRY(b->beginStep(false));
   const double linkBw = static_cast<double>(o.copyBytes) / linkSec;
 

@@ -68,6 +68,8 @@ struct Options {
   bool hostOptimizer = false;
   /// --no-cuda-graphs: every kernel launched every step.
   bool noGraphs = false;
+  /// --no-copy-stream: receives copy on the compute stream.
+  bool noCopyStream = false;
   /// --math exact|tf32: a GPU's matrix products.
   std::string math = "exact";
   std::string gpuTransport = "host";
@@ -289,6 +291,8 @@ Status runPlan(const Options &o) {
     return errorf("--host-optimizer is for --device cuda (on the CPU the host's memory is the device's)");
   if (o.noGraphs && o.device == "cpu")
     return errorf("--no-cuda-graphs is for --device cuda (the CPU's schedule is compiled with LLVM instead)");
+  if (o.noCopyStream && o.device == "cpu")
+    return errorf("--no-copy-stream is for --device cuda (the CPU's devices pass messages through the host)");
   if (o.math != "exact" && o.math != "tf32")
     return errorf("--math must be exact or tf32 (got '", o.math, "')");
   if (o.math == "tf32" && o.device != "cuda")
@@ -326,6 +330,7 @@ Status runPlan(const Options &o) {
   so.emulateGpu = o.device == "cuda-emulated";
   so.resident = !o.hostOptimizer;
   so.recordings = !o.noGraphs;
+  so.copyStream = !o.noCopyStream;
   so.tf32 = o.math == "tf32";
   if (!o.injectFailure.empty()) {
     int dev = -1, at = -1;
@@ -499,6 +504,10 @@ int main(int argc, char **argv) {
   app.add_flag("--no-cuda-graphs", o.noGraphs,
                "--device cuda: launch every kernel every step instead of recording each compute instruction's "
                "launches once as a CUDA graph and replaying it (to compare; the results are the same bits)");
+  app.add_flag("--no-copy-stream", o.noCopyStream,
+               "--device cuda: copy the messages a GPU receives from the other GPUs of the process on its compute "
+               "stream at the receive, instead of on a copy stream that overlaps the kernels before it (to "
+               "compare; the results are the same bits)");
   // For tests of failure handling (tests/lit/e2e/mpi-failure.test): device
   // D fails with an error before its instruction I in every step.
   app.add_option("--inject-failure", o.injectFailure, "tests: DEVICE:INSTRUCTION fails with an error")
