@@ -14,7 +14,8 @@
 # take tensor-op algorithms), and the GPT-like model with the state and optimizer on
 # the host (--host-optimizer), the path before resident training, and
 # without CUDA graphs (--no-cuda-graphs: the GPT-like model at K=1 and 2
-# in exact fp32, gpt2-small at K=1 in TF32). Per run:
+# in exact fp32, gpt2-small at K=1 in TF32), and gpt2-small at K=2 in TF32
+# with the receives copied on the compute stream (--no-copy-stream). Per run:
 # the median step (piperun --json over STEPS steps after 3 warm-up
 # steps), tokens/s, the achieved TFLOP/s of 6N + 12 L d s FLOPs per token
 # (N: every trained parameter, embeddings included; the attention term of
@@ -151,6 +152,9 @@ for k in 1 2; do
   [ -f "$w/gpt-like.onnx" ] && run "gpt-like-k$k-exact-no-graphs" gpt-like 4 256 128 8 4 "$k" exact --no-cuda-graphs
 done
 [ -f "$w/gpt2-small.onnx" ] && run gpt2-small-k1-tf32-no-graphs gpt2-small 12 768 1024 2 4 1 tf32 --no-cuda-graphs
+# The receives' copy stream (on above) against copies on the compute
+# stream, at K=2 on one GPU.
+[ -f "$w/gpt2-small.onnx" ] && run gpt2-small-k2-tf32-no-copy-stream gpt2-small 12 768 1024 2 4 2 tf32 --no-copy-stream
 
 # Across GPUs (issue: K=2 over NCCL at 1.9x one GPU's throughput, sends
 # under compute in the timeline).

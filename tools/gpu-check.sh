@@ -9,6 +9,7 @@
 #      MLP's and GPT's inference outputs near the CPU's, and so those of
 #      torch's exports of an attention and a GELU; CUDA graphs (every
 #      compute instruction replayed) against --no-cuda-graphs, bitwise,
+#      and the receives' copy stream against --no-copy-stream, bitwise,
 #      also with Dropout (a GPT-like model with --dropout 0.1: K=1 with
 #      graphs, K=2 without, bitwise, near the CPU);
 #   3. training throughput of a GPT-like model on the GPU and on the CPU;
@@ -105,6 +106,12 @@ check gpt-no-graphs-k2 timeout 120 piperun "$w/gpt-k2.plan" --device cuda --step
 check gpt-graphs-equal-eager cmp "$w/gpt-gpu-k2.onnx" "$w/gpt-gpu-k2-eager.onnx"
 check gpt-infer-no-graphs timeout 120 piperun "$w/gpt-infer.plan" --device cuda --no-cuda-graphs --outputs "$w/gpt-gpu-out-eager"
 check gpt-infer-graphs-equal-eager diff -r "$w/gpt-gpu-out" "$w/gpt-gpu-out-eager"
+# Receives on the copy stream (on above) against the compute stream: the
+# same bits, and the host schedule says where they copied.
+check gpt-copy-stream-said bash -c "timeout 120 piperun '$w/gpt-k2.plan' --device cuda --steps 1 |
+  grep -E 'host schedule: .* receives copied on the copy stream'"
+check gpt-no-copy-stream-k2 timeout 120 piperun "$w/gpt-k2.plan" --device cuda --steps 3 --no-copy-stream --save "$w/gpt-gpu-k2-nocopy.onnx"
+check gpt-copy-stream-equal-off cmp "$w/gpt-gpu-k2.onnx" "$w/gpt-gpu-k2-nocopy.onnx"
 # Dropout in recorded instructions: its step read from device memory, so
 # each step draws its own masks (the CPU's): K=1 with graphs, K=2 without,
 # and the CPU, the same training.
