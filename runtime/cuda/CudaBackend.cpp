@@ -6,6 +6,7 @@
 
 #if PIPEC_HAVE_CUDA
 #include "runtime/cuda/CudaKernels.h"
+#include "runtime/cuda/Roundings.h"
 #include "runtime/cuda/Update.h"
 #include "runtime/cuda/kernels/CudaCommon.h"
 #endif
@@ -83,9 +84,40 @@ private:
 };
 #endif
 
+#if PIPEC_HAVE_CUDA
+/// The GPU's weight roundings (runtime/cuda/Roundings.h): in its memory,
+/// enqueued on its stream.
+class GpuHalfWeights final : public kernel::HalfWeights {
+public:
+  explicit GpuHalfWeights(GpuDevice &gpu)
+      : r_(
+            [&gpu](uint64_t bytes) -> void * {
+              auto p = gpu.alloc(bytes);
+              return p ? *p : nullptr;
+            },
+            [&gpu](const float *src, void *dst, int64_t n, DType t) {
+              return launchHalfCast(src, CastType::F32, dst, t == DType::BF16 ? CastType::BF16 : CastType::F16, n,
+                                    gpu.stream())
+                  .isOk();
+            }) {}
+  const uint16_t *rounded(const float *src, int64_t n, DType t, uint64_t step) override {
+    return r_.get(src, n, t, step);
+  }
+  size_t bytes() const override { return static_cast<size_t>(r_.bytes()); }
+  Roundings &roundings() { return r_; }
+
+private:
+  Roundings r_;
+};
+#endif
+
 class CudaBackend final : public kernel::Backend {
 public:
-  explicit CudaBackend(std::unique_ptr<GpuDevice> gpu) : gpu_(std::move(gpu)) {}
+  explicit CudaBackend(std::unique_ptr<GpuDevice> gpu) : gpu_(std::move(gpu)) {
+#if PIPEC_HAVE_CUDA
+    halfWeights_ = std::make_unique<GpuHalfWeights>(*gpu_);
+#endif
+  }
   std::string name() const override { return cat("GPU ", gpu_->gpu()); }
   bool hostAddressable() const override { return false; }
   const char *interpretedBecause() const override { return "a GPU device"; }
@@ -153,9 +185,18 @@ public:
   Status copyFromDevice(void *dst, const void *src, int srcDevice, uint64_t bytes, kernel::Queue q) override {
     return gpu_->copyFrom(dst, src, srcDevice, bytes, on(q));
   }
+  kernel::HalfWeights *halfWeights() override { return halfWeights_.get(); }
   bool canRecord() const override { return true; }
-  Status beginRecording() override { return gpu_->beginCapture(); }
-  Expected<void *> endRecording() override { return gpu_->endCapture(); }
+  Status beginRecording() override {
+    PIPEC_TRY(gpu_->beginCapture());
+    halfWeights_->roundings().beginCapture();
+    return Status::ok();
+  }
+  Expected<void *> endRecording() override {
+    auto graph = gpu_->endCapture();
+    halfWeights_->roundings().endCapture(graph.isOk());
+    return graph;
+  }
   Status replay(void *recording, uint64_t) override { return gpu_->launchGraph(recording); }
 #endif
 
@@ -170,6 +211,9 @@ private:
   };
   std::unique_ptr<GpuDevice> gpu_;
   std::vector<Weight> weights_;
+#if PIPEC_HAVE_CUDA
+  std::unique_ptr<GpuHalfWeights> halfWeights_;
+#endif
 };
 
 } // namespace

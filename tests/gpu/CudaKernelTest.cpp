@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/kernels/LinalgCommon.h"
+#include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/CudaKernels.h"
 #include "runtime/cuda/Dnn.h"
 #include "runtime/cuda/Gpu.h"
@@ -371,6 +372,55 @@ TEST(CudaKernels, GemmAndMatMulUnderOutputDtypeAgainstCpu) {
                 1e-5)
           << dtypeName(t) << " MatMul, W " << W->desc().str();
   }
+}
+
+// A weight read by a bf16 product through the GPU's roundings of the step
+// (ExecContext::halfWeights, runtime/cuda/Roundings.h): the CPU's result;
+// within a step the rounding made at the first read serves (a weight
+// written in the middle of the step is not seen), at the next step it is
+// made again from the weight as it is.
+TEST(CudaKernels, ProductsReadTheStepsWeightRoundings) {
+  SKIP_WITHOUT_GPU();
+  auto backend = cuda::makeCudaBackend(0, false);
+  ASSERT_TRUE(backend.isOk()) << backend.status().message();
+  kernel::Backend &b = **backend;
+  ASSERT_NE(b.halfWeights(), nullptr);
+  Tensor x(DType::BF16, {3, 16, 24}), w = randomF32({24, 40}, 31), w2 = randomF32({24, 40}, 32);
+  Tensor xf = randomF32({3, 16, 24}, 33);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    static_cast<uint16_t *>(x.raw())[i] = floatToBf16(xf.data<float>()[i]);
+  const AttrMap at{{kProductOutputDType, Attribute::ofInt(static_cast<int64_t>(DType::F32))}};
+  cpu::OpDesc d = makeDesc("MatMul", {x.desc(), w.desc()}, {{DType::F32, {3, 16, 40}}}, at);
+  d.stepInvariant = {false, true};
+  auto k = cuda::createKernel(d);
+  ASSERT_TRUE(k.isOk()) << k.status().message();
+  DeviceBuffer dx(x.bytes()), dw(w.bytes()), dy(static_cast<size_t>(3 * 16 * 40) * sizeof(float)),
+      ws((*k)->workspaceBytes());
+  cudaMemcpy(dx.p, x.raw(), x.bytes(), cudaMemcpyHostToDevice);
+  auto stream = static_cast<cudaStream_t>(b.stream());
+  auto runAt = [&](uint64_t step, const Tensor &expectWeight) {
+    cpu::ExecContext ctx;
+    ctx.stream = stream;
+    ctx.workspace = ws.p;
+    ctx.training = true;
+    ctx.step = step;
+    ctx.halfWeights = b.halfWeights();
+    void *in[] = {dx.p, dw.p}, *out[] = {dy.p};
+    Status s = (*k)->run(ctx, in, out);
+    ASSERT_TRUE(s.isOk()) << s.message();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    auto ref = cpu::evaluate(d, {x, expectWeight});
+    ASSERT_TRUE(ref.isOk()) << ref.status().message();
+    Tensor got((*ref)[0].desc());
+    cudaMemcpy(got.raw(), dy.p, got.bytes(), cudaMemcpyDeviceToHost);
+    EXPECT_LE(worstError(got.data<float>(), (*ref)[0].data<float>(), got.numel()), 1e-5) << "step " << step;
+  };
+  cudaMemcpy(dw.p, w.raw(), w.bytes(), cudaMemcpyHostToDevice);
+  runAt(1, w);
+  cudaMemcpy(dw.p, w2.raw(), w2.bytes(), cudaMemcpyHostToDevice);
+  runAt(1, w);  // the step's rounding
+  runAt(2, w2); // made again
+  EXPECT_EQ(b.halfWeights()->bytes(), static_cast<size_t>(w.numel()) * sizeof(uint16_t));
 }
 
 TEST(CudaKernels, UnsupportedNodesAreRefusedByName) {

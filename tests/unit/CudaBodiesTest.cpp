@@ -14,6 +14,7 @@
 #include "runtime/cuda/Gpu.h"
 #include "runtime/cuda/Launch.h"
 #include "runtime/cuda/MoveBodies.h"
+#include "runtime/cuda/Roundings.h"
 #include "runtime/cpu/kernels/ResizeCommon.h"
 #include "runtime/cuda/RowBodies.h"
 #include "runtime/cuda/Update.h"
@@ -21,6 +22,7 @@
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/StepUpdate.h"
 #include "support/Format.h"
+#include "support/Half.h"
 #include "support/StridedView.h"
 #include "tests/unit/KernelTestSupport.h"
 
@@ -30,6 +32,7 @@
 #include <cmath>
 #include <tuple>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -1777,4 +1780,71 @@ TEST(CudaBodies, CudnnSymmetricPadsComputeTheNodesConvolutions) {
   EXPECT_GT(copies, 0);
   EXPECT_GT(direct, 0);
   useDnnl(true);
+}
+
+// The GPU's weight roundings (runtime/cuda/Roundings.h), with host memory
+// and a host rounding for the device's: one rounding per weight, type and
+// step; a failed recording's roundings made again, a recorded one's kept;
+// failures of the memory or the launch give null, not a stale rounding.
+TEST(CudaBodies, WeightRoundingsAreMadeOncePerStep) {
+  std::vector<std::unique_ptr<uint16_t[]>> memory;
+  bool allocFails = false, roundFails = false;
+  cuda::Roundings r(
+      [&](uint64_t bytes) -> void * {
+        if (allocFails)
+          return nullptr;
+        memory.emplace_back(new uint16_t[bytes / sizeof(uint16_t) + 1]);
+        return memory.back().get();
+      },
+      [&](const float *src, void *dst, int64_t n, DType t) {
+        if (roundFails)
+          return false;
+        auto *d = static_cast<uint16_t *>(dst);
+        for (int64_t i = 0; i < n; ++i)
+          d[i] = t == DType::BF16 ? floatToBf16(src[i]) : floatToHalf(src[i]);
+        return true;
+      });
+  std::vector<float> w = {1.0f, 1.00390625f, -3.14159f, 65504.0f, 1e-8f};
+  const int64_t n = static_cast<int64_t>(w.size());
+  auto expectRounded = [&](const uint16_t *got, DType t) {
+    ASSERT_NE(got, nullptr);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(got[i], t == DType::BF16 ? floatToBf16(w[i]) : floatToHalf(w[i])) << i;
+  };
+  // Step 1: made at the first read, served after.
+  const uint16_t *a = r.get(w.data(), n, DType::BF16, 1);
+  expectRounded(a, DType::BF16);
+  EXPECT_EQ(r.get(w.data(), n, DType::BF16, 1), a);
+  EXPECT_EQ(r.launches(), 1u);
+  // The other type is a rounding of its own.
+  expectRounded(r.get(w.data(), n, DType::F16, 1), DType::F16);
+  EXPECT_EQ(r.launches(), 2u);
+  EXPECT_EQ(r.bytes(), 2 * n * sizeof(uint16_t));
+  // Step 2: the weight changed (its update); made again, in place.
+  w[0] = 2.5f;
+  EXPECT_EQ(r.get(w.data(), n, DType::BF16, 2), a);
+  expectRounded(a, DType::BF16);
+  EXPECT_EQ(r.launches(), 3u);
+  // A recording that fails ran nothing: its rounding is made again.
+  r.beginCapture();
+  EXPECT_NE(r.get(w.data(), n, DType::BF16, 3), nullptr);
+  r.endCapture(false);
+  EXPECT_NE(r.get(w.data(), n, DType::BF16, 3), nullptr);
+  EXPECT_EQ(r.launches(), 5u);
+  // A recorded one holds the launch: the step's later reads use it.
+  r.beginCapture();
+  EXPECT_NE(r.get(w.data(), n, DType::BF16, 4), nullptr);
+  r.endCapture(true);
+  EXPECT_NE(r.get(w.data(), n, DType::BF16, 4), nullptr);
+  EXPECT_EQ(r.launches(), 6u);
+  // A launch that fails gives null, and the next read tries again.
+  roundFails = true;
+  EXPECT_EQ(r.get(w.data(), n, DType::BF16, 5), nullptr);
+  roundFails = false;
+  w[1] = -7.0f;
+  expectRounded(r.get(w.data(), n, DType::BF16, 5), DType::BF16);
+  // Memory that cannot be had gives null.
+  allocFails = true;
+  std::vector<float> other(8, 1.0f);
+  EXPECT_EQ(r.get(other.data(), 8, DType::BF16, 5), nullptr);
 }

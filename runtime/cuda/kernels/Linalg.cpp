@@ -4,8 +4,10 @@
 // cuBLAS in pedantic math mode; pipec:Attention and its gradient. MatMul,
 // Gemm and FusedGemm under output_dtype (support/FusedOps.h) take bf16 or
 // f16 operands and give f32 (cublasGemmEx with f32 compute); an f32
-// operand among them (a weight) is rounded into the workspace first, at
-// every run.
+// operand among them (a weight) is read rounded: the device's rounding of
+// the step (ExecContext::halfWeights, runtime/cuda/Roundings.h) where the
+// operand is a weight or constant, else rounded into the workspace at the
+// run.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/kernels/CudaCommon.h"
@@ -37,26 +39,39 @@ struct Gemm {
   /// run() rounds to `operands` in the workspace first (support/Half.h's
   /// rounding: Move.cu); 0 where the operand has type `operands`.
   int64_t roundA = 0, roundB = 0;
+  /// Whether that operand keeps its bytes through a step (a weight:
+  /// OpDesc::stepInvariant), so that the device's rounding of the step
+  /// serves.
+  bool keepA = false, keepB = false;
 
   static size_t padded(int64_t n) { return (static_cast<size_t>(n) * sizeof(uint16_t) + 255) / 256 * 256; }
   size_t workspaceBytes() const { return padded(roundA) + padded(roundB); }
 
-  /// `ws`: workspaceBytes() of device memory (where roundA or roundB).
-  Status run(void *stream, const void *a, const void *b, float *y, float beta, void *ws = nullptr) const {
+  /// `ws`: workspaceBytes() of device memory (where roundA or roundB);
+  /// `shared`, `step`: the device's roundings and the step they are for
+  /// (0 in inference, where weights do not change).
+  Status run(void *stream, const void *a, const void *b, float *y, float beta, void *ws = nullptr,
+             kernel::HalfWeights *shared = nullptr, uint64_t step = 0) const {
     if (roundA || roundB) {
       if (!ws)
         return errorf("a product rounding an f32 operand has no workspace");
       const CastType to = operands == CUDA_R_16BF ? CastType::BF16 : CastType::F16;
       auto *at = static_cast<unsigned char *>(ws);
-      if (roundA) {
-        PIPEC_TRY(launchHalfCast(a, CastType::F32, at, to, roundA, stream));
-        a = at;
-        at += padded(roundA);
-      }
-      if (roundB) {
-        PIPEC_TRY(launchHalfCast(b, CastType::F32, at, to, roundB, stream));
-        b = at;
-      }
+      auto round = [&](const void *&x, int64_t n, bool keep) -> Status {
+        if (keep && shared) {
+          x = shared->rounded(static_cast<const float *>(x), n, to == CastType::BF16 ? DType::BF16 : DType::F16,
+                              step);
+          return x ? Status::ok() : errorf("cannot make the rounding of a weight of ", n, " elements on the GPU");
+        }
+        PIPEC_TRY(launchHalfCast(x, CastType::F32, at, to, n, stream));
+        x = at;
+        at += padded(n);
+        return Status::ok();
+      };
+      if (roundA)
+        PIPEC_TRY(round(a, roundA, keepA));
+      if (roundB)
+        PIPEC_TRY(round(b, roundB, keepB));
     }
     PIPEC_ASSIGN(cublasHandle_t h, cublasFor(stream));
     const int lda = static_cast<int>(ldA ? ldA : ta ? m : k), ldb = static_cast<int>(ldB ? ldB : tb ? k : n);
@@ -100,14 +115,15 @@ public:
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     const void *a = in[0], *b = in[1]; // f32, or Gemm::operands
     auto *y = static_cast<float *>(out[0]);
+    const uint64_t step = ctx.training ? ctx.step : 0;
     if (ctx.accumulate)
-      return g.run(ctx.stream, a, b, y, 1.0f, ctx.workspace);
+      return g.run(ctx.stream, a, b, y, 1.0f, ctx.workspace, ctx.halfWeights, step);
     if (hasC && beta != 0.0f) {
       // Y = beta C, broadcast; then Y += alpha A'B'.
       PIPEC_TRY(launchBroadcastScale(static_cast<const float *>(in[2]), c, beta, y, outElems, ctx.stream));
-      return g.run(ctx.stream, a, b, y, 1.0f, ctx.workspace);
+      return g.run(ctx.stream, a, b, y, 1.0f, ctx.workspace, ctx.halfWeights, step);
     }
-    return g.run(ctx.stream, a, b, y, 0.0f, ctx.workspace);
+    return g.run(ctx.stream, a, b, y, 0.0f, ctx.workspace, ctx.halfWeights, step);
   }
 };
 
@@ -125,7 +141,8 @@ public:
   size_t workspaceBytes() const override { return g.workspaceBytes(); }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     auto *dst = static_cast<float *>(out[0]);
-    PIPEC_TRY(g.run(ctx.stream, in[0], in[1], dst, 0.0f, ctx.workspace));
+    PIPEC_TRY(g.run(ctx.stream, in[0], in[1], dst, 0.0f, ctx.workspace, ctx.halfWeights,
+                    ctx.training ? ctx.step : 0));
     if (hasBias)
       PIPEC_TRY(launchBinary(body::BinaryOp::Add, dst, y, static_cast<const float *>(in[2]), bias, dst, outElems,
                              ctx.stream));
@@ -250,6 +267,8 @@ Expected<cudaDataType> operandsOf(const OpDesc &d, Gemm &g) {
   if (t != DType::F32) {
     g.roundA = d.inputs[0].dtype == DType::F32 ? d.inputs[0].numel() : 0;
     g.roundB = d.inputs[1].dtype == DType::F32 ? d.inputs[1].numel() : 0;
+    g.keepA = g.roundA && d.isStepInvariant(0);
+    g.keepB = g.roundB && d.isStepInvariant(1);
   }
   switch (t) {
   case DType::BF16: return CUDA_R_16BF;
