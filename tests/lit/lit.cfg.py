@@ -21,8 +21,9 @@ bindir = os.path.join(config.pipec_binary_dir, "bin")
 # `pipec --calibrate --install` left on the machine running the tests.
 config.environment["PIPEC_USER_PROFILE_DIR"] = os.path.join(config.test_exec_root, "no-user-profiles")
 # The instruction-set caps of CI's capped run (.ci/run; runtime/cpu/CpuIsa.h)
-# reach the tools under test.
-for k in ("PIPEC_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
+# reach the tools under test, and so does the emulated GPU's pause
+# (runtime/EmulatedGpu.h) where a run sets it.
+for k in ("PIPEC_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE", "PIPEC_EMULATED_GPU_DELAY_US"):
     if k in os.environ:
         config.environment[k] = os.environ[k]
 config.environment["PATH"] = os.pathsep.join(
