@@ -107,6 +107,13 @@ public:
   /// off: the copy runs on the compute queue at the RECV (piperun
   /// --no-copy-stream). Bitwise the same either way.
   void setCopyQueue(bool on) { copyQueueOn_ = on; }
+  /// Waits for the device's queued work, the copies of receives in flight
+  /// included (after a step that failed; before the devices' memory is
+  /// freed).
+  Status quiesce() {
+    PIPEC_TRY(awaitCopies(-1));
+    return backend_->sync();
+  }
   /// Messages to and from the GPUs of other processes enqueued on the
   /// device's stream over `link` (runtime/dist/DeviceLink.h: NCCL): SEND
   /// copies the tensor into its mailbox and sends that; RECV receives into

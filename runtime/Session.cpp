@@ -26,7 +26,14 @@
 namespace pipec::runtime {
 
 Session::Session() = default;
-Session::~Session() = default;
+Session::~Session() {
+  // A step that failed may leave work queued on a device that reads
+  // another's memory (a receive's copy): every device's queues finish
+  // before any device's memory goes.
+  for (auto &d : devices_)
+    if (d)
+      (void)d->quiesce();
+}
 
 namespace {
 
