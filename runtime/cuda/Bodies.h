@@ -234,12 +234,91 @@ PIPEC_HD inline int64_t mixedOffset(int64_t i, int rank, const int64_t *dims, co
   return off;
 }
 
-/// ReduceSum of output element o: its elements added in index order.
-PIPEC_HD inline float reduceSumElement(const float *x, int64_t o, const Reduction &r) {
+/// The geometry of summing a row-major tensor of `rank` (at most
+/// kMaxRank) dims over the axes `reduced` marks. Adjacent axes of one kind
+/// are merged: the same elements in the same order, with fewer divisions
+/// per element (a bias gradient's [B, S, D] over {0, 1} is [B S, D] over
+/// {0}). Host code (the kernels' makers and the tests).
+inline Reduction reductionOf(const int64_t *dims, int rank, const bool *reduced) {
+  Reduction r;
+  int64_t strides[kMaxRank] = {};
+  int64_t stride = 1;
+  for (int a = rank - 1; a >= 0; --a) {
+    strides[a] = stride;
+    stride *= dims[a];
+  }
+  for (int a = 0; a < rank; ++a) {
+    const bool red = reduced[a];
+    int &n = red ? r.reducedRank : r.keptRank;
+    int64_t *d = red ? r.reducedDims : r.keptDims, *s = red ? r.reducedStrides : r.keptStrides;
+    if (red)
+      r.reducedCount *= dims[a];
+    if (a > 0 && reduced[a - 1] == red) { // the axis before, of the same kind
+      d[n - 1] *= dims[a];
+      s[n - 1] = strides[a];
+    } else {
+      d[n] = dims[a];
+      s[n] = strides[a];
+      ++n;
+    }
+  }
+  if (r.keptRank == 0) { // one output element
+    r.keptDims[0] = 1;
+    r.keptStrides[0] = 0;
+    r.keptRank = 1;
+  }
+  return r;
+}
+
+/// ReduceSum of output element o over its reduced elements [lo, hi), in
+/// index order.
+PIPEC_HD inline float reduceSumRange(const float *x, int64_t o, int64_t lo, int64_t hi, const Reduction &r) {
   const int64_t base = mixedOffset(o, r.keptRank, r.keptDims, r.keptStrides);
   float s = 0.0f;
-  for (int64_t j = 0; j < r.reducedCount; ++j)
+  if (r.reducedRank == 1) {
+    const int64_t stride = r.reducedStrides[0];
+    for (int64_t j = lo; j < hi; ++j)
+      s += x[base + j * stride];
+    return s;
+  }
+  for (int64_t j = lo; j < hi; ++j)
     s += x[base + mixedOffset(j, r.reducedRank, r.reducedDims, r.reducedStrides)];
+  return s;
+}
+
+/// ReduceSum of output element o: its elements added in index order.
+PIPEC_HD inline float reduceSumElement(const float *x, int64_t o, const Reduction &r) {
+  return reduceSumRange(x, o, 0, r.reducedCount, r);
+}
+
+// ---- Long sums in chunks. A sum of n > 2 kReduceChunk terms per output
+// (a bias or scale gradient: thousands of rows for hundreds of columns)
+// would leave most of the GPU idle at one thread an output: its terms are
+// cut into chunks of kReduceChunk, each chunk summed in index order by a
+// thread of its own into the workspace (parts[chunk * outputs + o]), then
+// the chunks' sums added in chunk order. The order depends on the shapes
+// alone, so results stay deterministic and independent of the launch.
+
+inline constexpr int64_t kReduceChunk = 256;
+/// The chunks of a sum of n terms (1: summed whole).
+PIPEC_HD inline int64_t reduceChunks(int64_t n) {
+  return n > 2 * kReduceChunk ? (n + kReduceChunk - 1) / kReduceChunk : 1;
+}
+/// ReduceSum's parts in the workspace: floats (0 where summed whole).
+inline int64_t reduceSumParts(int64_t outN, const Reduction &r) {
+  const int64_t chunks = reduceChunks(r.reducedCount);
+  return chunks > 1 ? chunks * outN : 0;
+}
+/// Chunk c's sum for output element o.
+PIPEC_HD inline float reduceSumChunk(const float *x, int64_t o, int64_t c, const Reduction &r) {
+  const int64_t lo = c * kReduceChunk;
+  return reduceSumRange(x, o, lo, lo + kReduceChunk < r.reducedCount ? lo + kReduceChunk : r.reducedCount, r);
+}
+/// Output element o from its chunks' sums, in chunk order.
+template <typename T> PIPEC_HD inline T sumOfChunks(const T *parts, int64_t o, int64_t outN, int64_t chunks) {
+  T s = T(0);
+  for (int64_t c = 0; c < chunks; ++c)
+    s += parts[c * outN + o];
   return s;
 }
 
@@ -367,14 +446,26 @@ PIPEC_HD inline void layerNormGradRow(const float *dy, const float *x, const flo
   }
 }
 
-/// dScale of column `c`: the sum over rows of dY xhat, in row order, with
-/// each row's statistics (stats[r]).
+/// dScale of column `c` over rows [r0, r1): the sum of dY xhat in row
+/// order, with each row's statistics (stats[r]).
+PIPEC_HD inline double layerNormScaleGradRows(const float *dy, const float *x, const RowStats *stats, int64_t r0,
+                                              int64_t r1, int64_t cols, int64_t c) {
+  double acc = 0.0;
+  for (int64_t r = r0; r < r1; ++r)
+    acc += static_cast<double>(dy[r * cols + c]) * (x[r * cols + c] - stats[r].mean) * stats[r].rstd;
+  return acc;
+}
+/// dScale of column `c`: over every row.
 PIPEC_HD inline float layerNormScaleGradColumn(const float *dy, const float *x, const RowStats *stats,
                                                int64_t rows, int64_t cols, int64_t c) {
-  double acc = 0.0;
-  for (int64_t r = 0; r < rows; ++r)
-    acc += static_cast<double>(dy[r * cols + c]) * (x[r * cols + c] - stats[r].mean) * stats[r].rstd;
-  return static_cast<float>(acc);
+  return static_cast<float>(layerNormScaleGradRows(dy, x, stats, 0, rows, cols, c));
+}
+/// Chunk `k` of column `c`'s sum (rows in chunks of kReduceChunk; the
+/// chunks' sums then added in order: sumOfChunks over doubles).
+PIPEC_HD inline double layerNormScaleGradChunk(const float *dy, const float *x, const RowStats *stats, int64_t rows,
+                                               int64_t cols, int64_t c, int64_t k) {
+  const int64_t r0 = k * kReduceChunk;
+  return layerNormScaleGradRows(dy, x, stats, r0, r0 + kReduceChunk < rows ? r0 + kReduceChunk : rows, cols, c);
 }
 
 /// pipec:LogSoftmaxGrad of a row strided by `stride`: dX = dY - exp(Y)

@@ -119,33 +119,26 @@ __global__ void lossRowsKernel(rows::LossGeometry lg, const float *x, const void
   });
 }
 
-/// The sum of the p losses in position order, in double (mean: over the
-/// sum of the weights, or p without them), into *out; one thread.
+/// The sum of the p losses in double (mean: over the sum of the weights,
+/// or p without them), into *out; one warp (rows::lossLaneSums).
 __global__ void lossSumKernel(const float *loss, const float *weight, int64_t p, int reduction, float *out) {
-  if (firstItem() != 0)
-    return;
-  double s = 0.0, w = 0.0;
-  for (int64_t i = 0; i < p; ++i) {
-    s += static_cast<double>(loss[i]);
-    w += weight ? static_cast<double>(weight[i]) : 1.0;
-  }
-  *out = static_cast<float>(reduction == 2 ? s / w : s);
+  const Lanes<32> g{static_cast<int>(threadIdx.x % 32)};
+  double s, w;
+  rows::lossLaneSums(loss, weight, p, g.lane, 32, s, w);
+  s = g.sum(s);
+  w = g.sum(w);
+  if (threadIdx.x == 0)
+    *out = static_cast<float>(reduction == 2 ? s / w : s);
 }
 
-/// The total weight of the targets in position order (the mean's
-/// divisor for the gradient); one thread.
+/// The total weight of the targets (the mean's divisor for the
+/// gradient); one warp (rows::lossLaneWeight).
 __global__ void lossWeightTotalKernel(rows::LossGeometry lg, const void *target, const float *weights,
                                       double *total) {
-  if (firstItem() != 0)
-    return;
-  double s = 0.0;
-  for (int64_t p = 0; p < lg.n * lg.d; ++p) {
-    int64_t t;
-    float w;
-    if (rows::lossTargetWeight(lg, target, weights, p, t, w))
-      s += static_cast<double>(w);
-  }
-  *total = s;
+  const Lanes<32> g{static_cast<int>(threadIdx.x % 32)};
+  const double s = g.sum(rows::lossLaneWeight(lg, target, weights, g.lane, 32));
+  if (threadIdx.x == 0)
+    *total = s;
 }
 
 __global__ void lossGradRowsKernel(rows::LossGeometry lg, const float *dl, const float *x, const void *target,
@@ -358,6 +351,20 @@ __global__ void reduceSumKernel(const float *x, float *y, int64_t outN, body::Re
     y[o] = body::reduceSumElement(x, o, r);
 }
 
+// Long sums: a thread a (chunk, output), neighbouring threads on
+// neighbouring outputs (for a column sum, neighbouring addresses).
+__global__ void reduceSumChunksKernel(const float *x, float *parts, int64_t outN, int64_t chunks,
+                                      body::Reduction r) {
+  for (int64_t t = firstItem(); t < outN * chunks; t += itemStride())
+    parts[t] = body::reduceSumChunk(x, t % outN, t / outN, r);
+}
+
+template <typename T>
+__global__ void sumOfChunksKernel(const T *parts, float *y, int64_t outN, int64_t chunks) {
+  for (int64_t o = firstItem(); o < outN; o += itemStride())
+    y[o] = static_cast<float>(body::sumOfChunks(parts, o, outN, chunks));
+}
+
 __global__ void sliceCopyKernel(const float *src, float *dst, int64_t n, int64_t partLen, int64_t wholeLen,
                                 int64_t offset, int64_t inner, bool toWhole) {
   for (int64_t i = firstItem(); i < n; i += itemStride()) {
@@ -399,6 +406,12 @@ __global__ void scaleGradKernel(const float *dy, const float *x, const body::Row
                                 int64_t rows, int64_t cols) {
   for (int64_t c = firstItem(); c < cols; c += itemStride())
     ds[c] = body::layerNormScaleGradColumn(dy, x, stats, rows, cols, c);
+}
+
+__global__ void scaleGradChunksKernel(const float *dy, const float *x, const body::RowStats *stats, double *parts,
+                                      int64_t rows, int64_t cols, int64_t chunks) {
+  for (int64_t t = firstItem(); t < cols * chunks; t += itemStride())
+    parts[t] = body::layerNormScaleGradChunk(dy, x, stats, rows, cols, t % cols, t / cols);
 }
 
 __global__ void softmaxGradKernel(const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
@@ -496,11 +509,22 @@ Status launchFusedElementwise(const body::EwDeviceProgram &prog, const body::EwI
   return launched("fused elementwise");
 }
 
-Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduction &r, void *stream) {
+Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduction &r, float *parts,
+                       void *stream) {
   const LaunchShape l = itemLaunch(outN);
   if (l.grid == 0)
     return Status::ok();
-  reduceSumKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, y, outN, r);
+  const int64_t chunks = body::reduceChunks(r.reducedCount);
+  if (chunks == 1) {
+    reduceSumKernel<<<l.grid, l.block, 0, asStream(stream)>>>(x, y, outN, r);
+    return launched("ReduceSum");
+  }
+  if (!parts)
+    return errorf("ReduceSum: no workspace for the chunks of its sums");
+  const LaunchShape lp = itemLaunch(outN * chunks);
+  reduceSumChunksKernel<<<lp.grid, lp.block, 0, asStream(stream)>>>(x, parts, outN, chunks, r);
+  PIPEC_TRY(launched("ReduceSum chunks"));
+  sumOfChunksKernel<float><<<l.grid, l.block, 0, asStream(stream)>>>(parts, y, outN, chunks);
   return launched("ReduceSum");
 }
 
@@ -569,13 +593,23 @@ Status launchLayerNormGrad(const float *dy, const float *x, const float *scale, 
 }
 
 Status launchLayerNormScaleGrad(const float *dy, const float *x, float *ds, int64_t rows, int64_t cols, double eps,
-                                body::RowStats *stats, void *stream) {
+                                body::RowStats *stats, double *parts, void *stream) {
   const LaunchShape lr = rowLaunch<32>(rows), lc = itemLaunch(cols, 64);
   if (lr.grid == 0 || lc.grid == 0)
     return Status::ok();
   rowStatsKernel<<<lr.grid, lr.block, 0, asStream(stream)>>>(x, stats, rows, cols, eps);
   PIPEC_TRY(launched("LayerNormalizationScaleGrad statistics"));
-  scaleGradKernel<<<lc.grid, lc.block, 0, asStream(stream)>>>(dy, x, stats, ds, rows, cols);
+  const int64_t chunks = body::reduceChunks(rows);
+  if (chunks == 1) {
+    scaleGradKernel<<<lc.grid, lc.block, 0, asStream(stream)>>>(dy, x, stats, ds, rows, cols);
+    return launched("LayerNormalizationScaleGrad");
+  }
+  if (!parts)
+    return errorf("LayerNormalizationScaleGrad: no workspace for the chunks of its sums");
+  const LaunchShape lp = itemLaunch(cols * chunks);
+  scaleGradChunksKernel<<<lp.grid, lp.block, 0, asStream(stream)>>>(dy, x, stats, parts, rows, cols, chunks);
+  PIPEC_TRY(launched("LayerNormalizationScaleGrad chunks"));
+  sumOfChunksKernel<double><<<lc.grid, lc.block, 0, asStream(stream)>>>(parts, ds, cols, chunks);
   return launched("LayerNormalizationScaleGrad");
 }
 

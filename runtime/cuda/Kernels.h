@@ -33,8 +33,11 @@ Status launchBroadcastScale(const float *x, const body::Broadcast &bx, float sca
 /// outer x inner rows (one thread a row).
 Status launchSoftmax(bool log, const float *x, float *y, int64_t outer, int64_t len, int64_t inner,
                      void *stream);
-/// ReduceSum: one thread per output element.
-Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduction &r, void *stream);
+/// ReduceSum: one thread per output element, or for long sums one a
+/// chunk of it (body::reduceChunks) into `parts` (body::reduceSumParts
+/// floats of workspace) and then one an output adding its chunks.
+Status launchReduceSum(const float *x, float *y, int64_t outN, const body::Reduction &r, float *parts,
+                       void *stream);
 /// The other reductions (body::reduceElement), one thread per output.
 Status launchReduce(body::ReduceOp op, const float *x, float *y, int64_t outN, const body::Reduction &r,
                     void *stream);
@@ -78,8 +81,15 @@ Status launchLayerNorm(const float *x, const float *scale, const float *bias, fl
                        double eps, void *stream);
 Status launchLayerNormGrad(const float *dy, const float *x, const float *scale, float *dx, int64_t rows,
                            int64_t cols, double eps, void *stream);
+/// The scale gradient sums over rows in chunks (body::
+/// layerNormScaleGradChunk) where they are long: `parts` holds
+/// layerNormScaleGradParts(rows, cols) doubles of workspace.
 Status launchLayerNormScaleGrad(const float *dy, const float *x, float *ds, int64_t rows, int64_t cols, double eps,
-                                body::RowStats *stats, void *stream);
+                                body::RowStats *stats, double *parts, void *stream);
+inline int64_t layerNormScaleGradParts(int64_t rows, int64_t cols) {
+  const int64_t chunks = body::reduceChunks(rows);
+  return chunks > 1 ? chunks * cols : 0;
+}
 /// pipec:MaskedSoftmax over rows of n contiguous elements, the mask bytes
 /// broadcast to x by `mask`.
 Status launchMaskedSoftmax(const float *x, const bool *cond, float *y, int64_t rows, int64_t n,

@@ -169,6 +169,32 @@ PIPEC_HD inline bool lossTargetWeight(const LossGeometry &g, const void *target,
   return true;
 }
 
+/// The loss's sums over its p positions on L lanes (one warp): lane l
+/// adds positions l, l + L, ... in order, in double, and the lanes fold
+/// (foldSum). `s`: the losses; `w`: the weights (1 each without them).
+PIPEC_HD inline void lossLaneSums(const float *loss, const float *weight, int64_t p, int lane, int L, double &s,
+                                  double &w) {
+  s = 0.0;
+  w = 0.0;
+  for (int64_t i = lane; i < p; i += L) {
+    s += static_cast<double>(loss[i]);
+    w += weight ? static_cast<double>(weight[i]) : 1.0;
+  }
+}
+/// The targets' total weight (the mean's divisor for the gradient) on L
+/// lanes, as lossLaneSums adds.
+PIPEC_HD inline double lossLaneWeight(const LossGeometry &g, const void *target, const float *weights, int lane,
+                                      int L) {
+  double s = 0.0;
+  for (int64_t p = lane; p < g.n * g.d; p += L) {
+    int64_t t;
+    float w;
+    if (lossTargetWeight(g, target, weights, p, t, w))
+      s += static_cast<double>(w);
+  }
+  return s;
+}
+
 /// The gradient's factor at position `pos` before the weight: dLoss[pos]
 /// (none), dLoss[0] (sum) or dLoss[0] / the total weight (mean), rounded
 /// as the CPU kernel rounds it.

@@ -1848,3 +1848,192 @@ TEST(CudaBodies, WeightRoundingsAreMadeOncePerStep) {
   std::vector<float> other(8, 1.0f);
   EXPECT_EQ(r.get(other.data(), 8, DType::BF16, 5), nullptr);
 }
+
+// Long sums in chunks (body::reduceChunks): ReduceSum's and LayerNormalization
+// scale gradient's chunks computed as the GPU's threads compute them (one
+// per (chunk, output)), then added in chunk order. On small integers every
+// float sum is exact, so the chunked sums must be the exact ones: each
+// element counted once, in its output. On random floats, the CPU's within
+// the tolerance of the unchunked bodies.
+TEST(CudaBodies, LongSumsInChunksAreTheWholeSums) {
+  // Adjacent axes of one kind merge: [8, 16, 256] over {0, 1} is [128, 256]
+  // over {0}; {0, 2} of [40, 9, 30] stays two reduced axes.
+  {
+    const int64_t dims[3] = {8, 16, 256};
+    const bool red[3] = {true, true, false};
+    const body::Reduction r = body::reductionOf(dims, 3, red);
+    EXPECT_EQ(r.reducedRank, 1);
+    EXPECT_EQ(r.reducedDims[0], 128);
+    EXPECT_EQ(r.reducedStrides[0], 256);
+    EXPECT_EQ(r.keptRank, 1);
+    EXPECT_EQ(r.reducedCount, 128);
+    const int64_t dims2[3] = {40, 9, 30};
+    const bool red2[3] = {true, false, true};
+    EXPECT_EQ(body::reductionOf(dims2, 3, red2).reducedRank, 2);
+  }
+  EXPECT_EQ(body::reduceChunks(2 * body::kReduceChunk), 1);
+  EXPECT_EQ(body::reduceChunks(2 * body::kReduceChunk + 1), 3);
+  struct Case {
+    Shape shape;
+    std::vector<bool> reduced;
+  };
+  const Case cases[] = {{{600, 33}, {true, false}},          // a bias gradient: 3 chunks, the last short
+                        {{3, 700, 5}, {true, true, false}},   // merged to 2100 rows
+                        {{40, 9, 30}, {true, false, true}},   // two reduced axes apart
+                        {{7, 513}, {false, true}},            // rows: 3 chunks each
+                        {{512, 4}, {true, false}}};           // 512 terms: summed whole
+  for (const Case &c : cases) {
+    const int rank = static_cast<int>(c.shape.size());
+    bool red[body::kMaxRank] = {};
+    Shape out;
+    std::vector<int64_t> axes;
+    for (int a = 0; a < rank; ++a) {
+      red[a] = c.reduced[a];
+      if (c.reduced[a])
+        axes.push_back(a);
+      else
+        out.push_back(c.shape[a]);
+    }
+    const body::Reduction r = body::reductionOf(c.shape.data(), rank, red);
+    int64_t outN = 1;
+    for (int64_t v : out)
+      outN *= v;
+    const int64_t chunks = body::reduceChunks(r.reducedCount);
+    EXPECT_EQ(body::reduceSumParts(outN, r), chunks > 1 ? chunks * outN : 0);
+    auto chunked = [&](const float *x) {
+      std::vector<float> parts(static_cast<size_t>(outN * chunks)), y(static_cast<size_t>(outN));
+      if (chunks == 1) {
+        for (int64_t o = 0; o < outN; ++o)
+          y[o] = body::reduceSumElement(x, o, r);
+        return y;
+      }
+      for (int64_t t = 0; t < outN * chunks; ++t)
+        parts[t] = body::reduceSumChunk(x, t % outN, t / outN, r);
+      for (int64_t o = 0; o < outN; ++o)
+        y[o] = body::sumOfChunks(parts.data(), o, outN, chunks);
+      return y;
+    };
+    // The exact sums, by the shapes' own index arithmetic.
+    auto exact = [&](const float *x) {
+      std::vector<double> y(static_cast<size_t>(outN), 0.0);
+      int64_t n = 1;
+      for (int64_t v : c.shape)
+        n *= v;
+      std::vector<int64_t> idx(static_cast<size_t>(rank));
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t rest = i, o = 0;
+        for (int a = rank - 1; a >= 0; --a) {
+          idx[a] = rest % c.shape[a];
+          rest /= c.shape[a];
+        }
+        for (int a = 0; a < rank; ++a)
+          if (!c.reduced[a])
+            o = o * c.shape[a] + idx[a];
+        y[o] += x[i];
+      }
+      return y;
+    };
+    const std::string what = cat(shapeStr(c.shape), " over ", axes.size(), " axes");
+    Tensor ints(DType::F32, c.shape);
+    for (int64_t i = 0; i < ints.numel(); ++i)
+      ints.data<float>()[i] = static_cast<float>((i * 7919) % 7 - 3);
+    const std::vector<float> yi = chunked(ints.data<float>());
+    const std::vector<double> ei = exact(ints.data<float>());
+    for (int64_t o = 0; o < outN; ++o)
+      ASSERT_EQ(static_cast<double>(yi[o]), ei[o]) << what << " output " << o;
+    // Random floats against the CPU kernel.
+    Tensor x = randomF32(c.shape, 71, -4.f, 4.f), ax(DType::I64, {static_cast<int64_t>(axes.size())});
+    for (size_t i = 0; i < axes.size(); ++i)
+      ax.data<int64_t>()[i] = axes[i];
+    cpu::OpDesc d = makeDesc("ReduceSum", {x.desc(), ax.desc()}, {{DType::F32, out}});
+    d.attrs["keepdims"] = Attribute::ofInt(0);
+    d.constInputs = {Tensor(), ax};
+    Tensor ref = evalOne(d, {x, ax});
+    const std::vector<float> y = chunked(x.data<float>());
+    const std::vector<double> e = exact(x.data<float>());
+    for (int64_t o = 0; o < outN; ++o) // float sums of up to 2100 terms of up to 4
+      EXPECT_NEAR(y[o], ref.data<float>()[o], 2e-6 * r.reducedCount * 4) << what << " output " << o;
+    // No less accurate than summing whole (in index order).
+    double chunkedErr = 0, wholeErr = 0;
+    for (int64_t o = 0; o < outN; ++o) {
+      chunkedErr += std::fabs(y[o] - e[o]);
+      wholeErr += std::fabs(body::reduceSumElement(x.data<float>(), o, r) - e[o]);
+    }
+    EXPECT_LE(chunkedErr, wholeErr * 1.5 + 1e-6) << what;
+  }
+  // LayerNormalization's scale gradient over 1100 rows: 5 chunks.
+  const int64_t rows = 1100, cols = 48;
+  Tensor x = randomF32({rows, cols}, 72, -4.f, 4.f), dy = randomF32({rows, cols}, 73, -4.f, 4.f);
+  cpu::OpDesc sg = makeDesc("LayerNormalizationScaleGrad", {dy.desc(), x.desc()}, {{DType::F32, {cols}}}, {}, 17,
+                            "pipec");
+  sg.attrs["axis"] = Attribute::ofInt(1);
+  sg.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
+  sg.attrs["shape"] = Attribute::ofInts({cols});
+  Tensor ds = evalOne(sg, {dy, x});
+  std::vector<body::RowStats> stats(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    stats[r] = body::layerNormStats(x.data<float>() + r * cols, cols, static_cast<double>(1e-5f));
+  const int64_t chunks = body::reduceChunks(rows);
+  ASSERT_EQ(chunks, 5);
+  std::vector<double> parts(static_cast<size_t>(chunks * cols));
+  for (int64_t t = 0; t < chunks * cols; ++t)
+    parts[t] = body::layerNormScaleGradChunk(dy.data<float>(), x.data<float>(), stats.data(), rows, cols, t % cols,
+                                             t / cols);
+  std::vector<float> mine(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) {
+    mine[c] = static_cast<float>(body::sumOfChunks(parts.data(), c, cols, chunks));
+    // Doubles: the same float as the whole column's sum, or one ulp apart.
+    const float whole = body::layerNormScaleGradColumn(dy.data<float>(), x.data<float>(), stats.data(), rows, cols, c);
+    EXPECT_LE(std::fabs(mine[c] - whole), std::fabs(whole) * 1.2e-7f) << "column " << c;
+  }
+  EXPECT_LE(worstError(mine.data(), ds.data<float>(), cols), 2e-7) << "LayerNormalizationScaleGrad in chunks";
+}
+
+// The loss's sums on one warp (rows::lossLaneSums, lossLaneWeight), run lane
+// by lane and folded as the shuffles fold: the sums of every position, in
+// double, as the one-thread sums in position order give them.
+TEST(CudaBodies, LossSumsOnAWarpAreThePositionSums) {
+  const int64_t p = 1000, C = 7;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(0.f, 9.f);
+  std::vector<float> loss(p), weight(p), classWeights(C);
+  std::vector<int64_t> target(p);
+  for (int64_t i = 0; i < p; ++i) {
+    loss[i] = u(rng);
+    weight[i] = static_cast<float>(i % 3);
+    target[i] = i % 11 == 0 ? -100 : i % C;
+  }
+  for (int64_t c = 0; c < C; ++c)
+    classWeights[c] = u(rng);
+  double s0 = 0, w0 = 0;
+  for (int64_t i = 0; i < p; ++i) {
+    s0 += loss[i];
+    w0 += weight[i];
+  }
+  double s[32], w[32];
+  for (int l = 0; l < 32; ++l)
+    cuda::rows::lossLaneSums(loss.data(), weight.data(), p, l, 32, s[l], w[l]);
+  EXPECT_NEAR(cuda::rows::foldSum(s, 32), s0, 1e-12 * s0);
+  EXPECT_EQ(cuda::rows::foldSum(w, 32), w0); // integers: exact in any order
+  for (int l = 0; l < 32; ++l)
+    cuda::rows::lossLaneSums(loss.data(), nullptr, p, l, 32, s[l], w[l]);
+  EXPECT_EQ(cuda::rows::foldSum(w, 32), static_cast<double>(p));
+  // The targets' total weight: class weights, an ignored index.
+  cuda::rows::LossGeometry g;
+  g.n = p;
+  g.c = C;
+  g.d = 1;
+  g.hasIgnore = true;
+  g.ignoreIndex = -100;
+  double total0 = 0;
+  for (int64_t i = 0; i < p; ++i)
+    if (target[i] != -100)
+      total0 += classWeights[static_cast<size_t>(target[i])];
+  double t[32];
+  for (int l = 0; l < 32; ++l)
+    t[l] = cuda::rows::lossLaneWeight(g, target.data(), classWeights.data(), l, 32);
+  EXPECT_NEAR(cuda::rows::foldSum(t, 32), total0, 1e-12 * total0);
+  for (int l = 0; l < 32; ++l)
+    t[l] = cuda::rows::lossLaneWeight(g, target.data(), nullptr, l, 32);
+  EXPECT_EQ(cuda::rows::foldSum(t, 32), static_cast<double>(p - (p + 10) / 11));
+}

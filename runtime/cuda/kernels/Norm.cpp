@@ -55,11 +55,15 @@ public:
   bool replayable() const override { return true; }
   ReduceSumKernel(body::Reduction r, int64_t outN, std::optional<body::ReduceOp> op = std::nullopt)
       : r_(r), outN_(outN), op_(op) {}
+  size_t workspaceBytes() const override {
+    return op_ ? 0 : static_cast<size_t>(body::reduceSumParts(outN_, r_)) * sizeof(float);
+  }
   Status run(ExecContext &ctx, const void *const *in, void *const *out) override {
     if (op_)
       return launchReduce(*op_, static_cast<const float *>(in[0]), static_cast<float *>(out[0]), outN_, r_,
                           ctx.stream);
-    return launchReduceSum(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), outN_, r_, ctx.stream);
+    return launchReduceSum(static_cast<const float *>(in[0]), static_cast<float *>(out[0]), outN_, r_,
+                           static_cast<float *>(ctx.workspace), ctx.stream);
   }
 
 private:
@@ -106,33 +110,30 @@ private:
 };
 
 /// The geometry of summing a row-major tensor of shape `s` over the axes
-/// `reduced` marks (rank at most body::kMaxRank).
+/// `reduced` marks (rank at most body::kMaxRank): body::reductionOf.
 body::Reduction reductionOf(const Shape &s, const std::vector<bool> &reduced) {
-  body::Reduction r;
-  const int rank = static_cast<int>(s.size());
-  int64_t stride = 1;
-  std::vector<int64_t> strides(static_cast<size_t>(rank));
-  for (int a = rank - 1; a >= 0; --a) {
-    strides[a] = stride;
-    stride *= s[a];
-  }
-  for (int a = 0; a < rank; ++a) {
-    if (reduced[a]) {
-      r.reducedDims[r.reducedRank] = s[a];
-      r.reducedStrides[r.reducedRank++] = strides[a];
-      r.reducedCount *= s[a];
-    } else {
-      r.keptDims[r.keptRank] = s[a];
-      r.keptStrides[r.keptRank++] = strides[a];
-    }
-  }
-  if (r.keptRank == 0) { // one output element
-    r.keptDims[0] = 1;
-    r.keptStrides[0] = 0;
-    r.keptRank = 1;
-  }
-  return r;
+  bool marks[body::kMaxRank] = {};
+  for (size_t a = 0; a < reduced.size() && a < static_cast<size_t>(body::kMaxRank); ++a)
+    marks[a] = reduced[a];
+  return body::reductionOf(s.data(), static_cast<int>(s.size()), marks);
 }
+
+/// LayerNormalization's scale gradient's workspace: the rows' statistics,
+/// then the chunks of its sums (doubles), then (`withBias`) those of the
+/// bias gradient's ReduceSum (floats).
+struct NormGradSpace {
+  size_t stats, scaleParts, biasParts, bytes;
+  NormGradSpace(int64_t rows, int64_t cols, bool withBias, const body::Reduction &columns) {
+    auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+    stats = 0;
+    scaleParts = up(static_cast<size_t>(rows) * sizeof(body::RowStats));
+    biasParts = scaleParts + up(static_cast<size_t>(layerNormScaleGradParts(rows, cols)) * sizeof(double));
+    bytes = biasParts + (withBias ? static_cast<size_t>(body::reduceSumParts(cols, columns)) * sizeof(float) : 0);
+  }
+  body::RowStats *statsIn(void *ws) const { return reinterpret_cast<body::RowStats *>(static_cast<char *>(ws) + stats); }
+  double *scaleIn(void *ws) const { return reinterpret_cast<double *>(static_cast<char *>(ws) + scaleParts); }
+  float *biasIn(void *ws) const { return reinterpret_cast<float *>(static_cast<char *>(ws) + biasParts); }
+};
 
 } // namespace
 
@@ -215,28 +216,32 @@ Expected<KernelPtr> makeLayerNorm(const OpDesc &d) {
   const double eps = attrFloat(d.attrs, "epsilon", 1e-5f);
   const int64_t rows = prodDims(x.shape, 0, static_cast<size_t>(axis));
   const int64_t cols = prodDims(x.shape, static_cast<size_t>(axis), x.shape.size());
-  if (scaleGrad)
+  const body::Reduction columns = reductionOf({rows, cols}, {true, false});
+  if (scaleGrad) {
+    const NormGradSpace ws(rows, cols, false, columns);
     return launchKernel(
         [=](ExecContext &ctx, const void *const *in, void *const *out) {
           return launchLayerNormScaleGrad(static_cast<const float *>(in[0]), static_cast<const float *>(in[1]),
-                                          static_cast<float *>(out[0]), rows, cols, eps,
-                                          static_cast<body::RowStats *>(ctx.workspace), ctx.stream);
+                                          static_cast<float *>(out[0]), rows, cols, eps, ws.statsIn(ctx.workspace),
+                                          ws.scaleIn(ctx.workspace), ctx.stream);
         },
-        static_cast<size_t>(rows) * sizeof(body::RowStats));
+        ws.bytes);
+  }
   if (grad && d.outputs.size() == 3) {
     // dX, dScale and dBias (autodiff's form when all three train): the dX
     // and scale-gradient kernels, then dY's column sums.
-    const body::Reduction columns = reductionOf({rows, cols}, {true, false});
+    const NormGradSpace ws(rows, cols, true, columns);
     return launchKernel(
         [=](ExecContext &ctx, const void *const *in, void *const *out) {
           const auto *dy = static_cast<const float *>(in[0]), *xp = static_cast<const float *>(in[1]);
           PIPEC_TRY(launchLayerNormGrad(dy, xp, static_cast<const float *>(in[2]), static_cast<float *>(out[0]), rows,
                                         cols, eps, ctx.stream));
           PIPEC_TRY(launchLayerNormScaleGrad(dy, xp, static_cast<float *>(out[1]), rows, cols, eps,
-                                             static_cast<body::RowStats *>(ctx.workspace), ctx.stream));
-          return launchReduceSum(dy, static_cast<float *>(out[2]), cols, columns, ctx.stream);
+                                             ws.statsIn(ctx.workspace), ws.scaleIn(ctx.workspace), ctx.stream));
+          return launchReduceSum(dy, static_cast<float *>(out[2]), cols, columns, ws.biasIn(ctx.workspace),
+                                 ctx.stream);
         },
-        static_cast<size_t>(rows) * sizeof(body::RowStats));
+        ws.bytes);
   }
   if (grad && d.outputs.size() == 1)
     return launchKernel([=](ExecContext &ctx, const void *const *in, void *const *out) {
