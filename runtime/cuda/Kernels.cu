@@ -414,6 +414,19 @@ __global__ void scaleGradChunksKernel(const float *dy, const float *x, const bod
     parts[t] = body::layerNormScaleGradChunk(dy, x, stats, rows, cols, t % cols, t / cols);
 }
 
+/// Contiguous rows (inner 1: attention's scores, the last axis) on 16
+/// lanes a row, neighbouring lanes on neighbouring elements.
+__global__ void softmaxGradRowsKernel(const float *dy, const float *y, float *dx, int64_t rows, int64_t n, bool log) {
+  forRows<16>(rows, [&](int64_t r, const Lanes<16> &g) {
+    const int64_t off = (r < 0 ? 0 : r) * n;
+    const float s = g.sum(r >= 0 ? rows::softmaxGradLaneSum(dy + off, y + off, n, log, g.lane, 16) : 0.0f);
+    if (r >= 0)
+      rows::softmaxGradLaneWrite(dy + off, y + off, dx + off, n, s, log, g.lane, 16);
+  });
+}
+
+/// Strided rows: a thread a row, neighbouring threads on neighbouring
+/// inner positions.
 __global__ void softmaxGradKernel(const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
                                   int64_t inner, bool log) {
   for (int64_t r = firstItem(); r < outer * inner; r += itemStride()) {
@@ -618,7 +631,12 @@ Status launchSoftmaxGrad(const float *dy, const float *y, float *dx, int64_t out
   const LaunchShape l = itemLaunch(outer * inner, 128);
   if (l.grid == 0 || len == 0)
     return Status::ok();
-  softmaxGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, y, dx, outer, len, inner, log);
+  if (inner == 1) {
+    const LaunchShape lr = rowLaunch<16>(outer);
+    softmaxGradRowsKernel<<<lr.grid, lr.block, 0, asStream(stream)>>>(dy, y, dx, outer, len, log);
+  } else {
+    softmaxGradKernel<<<l.grid, l.block, 0, asStream(stream)>>>(dy, y, dx, outer, len, inner, log);
+  }
   return launched("SoftmaxGrad");
 }
 

@@ -169,6 +169,31 @@ PIPEC_HD inline bool lossTargetWeight(const LossGeometry &g, const void *target,
   return true;
 }
 
+/// SoftmaxGrad (`log`: LogSoftmaxGrad) of a contiguous row of n on L
+/// lanes: the lane's part of sum(dY Y) (sum(dY)), its elements l, l + L,
+/// ... in order; the lanes fold (foldSum).
+PIPEC_HD inline float softmaxGradLaneSum(const float *dy, const float *y, int64_t n, bool log, int lane, int L) {
+  float s = 0.0f;
+  for (int64_t i = lane; i < n; i += L)
+    s += log ? dy[i] : dy[i] * y[i];
+  return s;
+}
+/// The lane's dX from the row's sum: Y (dY - s), or dY - exp(Y) s.
+PIPEC_HD inline void softmaxGradLaneWrite(const float *dy, const float *y, float *dx, int64_t n, float s, bool log,
+                                          int lane, int L) {
+  for (int64_t i = lane; i < n; i += L)
+    dx[i] = log ? dy[i] - cpu::expOf(y[i]) * s : y[i] * (dy[i] - s);
+}
+/// The host's run of a SoftmaxGrad row over L lanes.
+inline void softmaxGradRowOnLanes(const float *dy, const float *y, float *dx, int64_t n, bool log, int L) {
+  float p[32];
+  for (int l = 0; l < L; ++l)
+    p[l] = softmaxGradLaneSum(dy, y, n, log, l, L);
+  const float s = foldSum(p, L);
+  for (int l = 0; l < L; ++l)
+    softmaxGradLaneWrite(dy, y, dx, n, s, log, l, L);
+}
+
 /// The loss's sums over its p positions on L lanes (one warp): lane l
 /// adds positions l, l + L, ... in order, in double, and the lanes fold
 /// (foldSum). `s`: the losses; `w`: the weights (1 each without them).

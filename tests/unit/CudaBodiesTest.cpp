@@ -2037,3 +2037,25 @@ TEST(CudaBodies, LossSumsOnAWarpAreThePositionSums) {
     t[l] = cuda::rows::lossLaneWeight(g, target.data(), nullptr, l, 32);
   EXPECT_EQ(cuda::rows::foldSum(t, 32), static_cast<double>(p - (p + 10) / 11));
 }
+
+// SoftmaxGrad and LogSoftmaxGrad of contiguous rows on 16 lanes
+// (rows::softmaxGradLaneSum, softmaxGradLaneWrite: attention's scores'
+// gradient), run lane by lane: the CPU kernels' within the few ulps their
+// sum's order moves.
+TEST(CudaBodies, SoftmaxGradRowsOnLanesMatchTheCpuKernels) {
+  const int64_t rows = 5, n = 1001;
+  Tensor logits = randomF32({rows, n}, 81, -6.f, 6.f), dy = randomF32({rows, n}, 82, -4.f, 4.f);
+  for (bool log : {false, true}) {
+    // Y as the forward gives it: each row a (log-)softmax.
+    Tensor y = evalOne(makeDesc(log ? "LogSoftmax" : "Softmax", {logits.desc()}, {logits.desc()}), {logits});
+    cpu::OpDesc d = makeDesc(log ? "LogSoftmaxGrad" : "SoftmaxGrad", {dy.desc(), y.desc()}, {y.desc()}, {}, 17,
+                             "pipec");
+    d.attrs["axis"] = Attribute::ofInt(1);
+    Tensor ref = evalOne(d, {dy, y});
+    std::vector<float> mine(static_cast<size_t>(rows * n));
+    for (int64_t r = 0; r < rows; ++r)
+      cuda::rows::softmaxGradRowOnLanes(dy.data<float>() + r * n, y.data<float>() + r * n, mine.data() + r * n, n,
+                                        log, 16);
+    EXPECT_LE(worstError(mine.data(), ref.data<float>(), rows * n), 4e-6) << (log ? "LogSoftmaxGrad" : "SoftmaxGrad");
+  }
+}
