@@ -551,7 +551,8 @@ Status DeviceExecutor::recvMemory(Transport &tr, int from, uint64_t tag, void *d
   return backend_->commit(dst, host, bytes);
 }
 
-Expected<DeviceExecutor::DeviceMessage> DeviceExecutor::takeDeviceMessage(Transport &tr, int from, uint64_t tag, uint64_t bytes) {
+Expected<DeviceExecutor::DeviceMessage> DeviceExecutor::takeDeviceMessage(Transport &tr, int from, uint64_t tag,
+                                                                          uint64_t bytes) {
   DeviceMessage m{};
   PIPEC_TRY(tr.recv(index_, from, tag, &m, sizeof m));
   if (m.bytes != bytes || !m.mailbox)
@@ -712,7 +713,8 @@ Status DeviceExecutor::endInstruction(Run &r, int i) {
     PIPEC_TRY(r.io->collect(t, mb, host));
   }
   // A later receive's copy waits for this point of the compute queue.
-  if (deviceMessages_ && copyQueueOn_ && !link_ && eventAfter_[static_cast<int>(r.io->part)][static_cast<size_t>(i)]) {
+  const bool freesReceive = eventAfter_[static_cast<int>(r.io->part)][static_cast<size_t>(i)] != 0;
+  if (deviceMessages_ && copyQueueOn_ && !link_ && freesReceive) {
     PIPEC_ASSIGN(afterEvent_[static_cast<size_t>(i)],
                  backend_->recordEvent(kAfterSlot | static_cast<uint64_t>(i), kernel::Queue::Compute));
   }

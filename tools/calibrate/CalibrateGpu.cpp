@@ -286,8 +286,9 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
   PIPEC_ASSIGN(void *src, deviceBytes(*b, nullptr, o.copyBytes));
   PIPEC_ASSIGN(void *dst, b->alloc(o.copyBytes));
   const int self = b->deviceIndex();
+  constexpr kernel::Queue kCompute = kernel::Queue::Compute;
   PIPEC_ASSIGN(double copySec, timeCalls(*b, 3, o.repeats,
-                                         [&] { return b->copyFromDevice(dst, src, self, o.copyBytes, kernel::Queue::Compute); }));
+                                         [&] { return b->copyFromDevice(dst, src, self, o.copyBytes, kCompute); }));
   const double memBw = 2.0 * static_cast<double>(o.copyBytes) / copySec;
   kernel::BackendPtr peer;
   if (!o.emulate && gpus > 1) {
@@ -297,9 +298,9 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
   kernel::Backend &to = peer ? *peer : *b;
   PIPEC_ASSIGN(void *far, to.alloc(o.copyBytes));
   PIPEC_ASSIGN(double linkSec, timeCalls(to, 3, o.repeats,
-                                         [&] { return to.copyFromDevice(far, src, self, o.copyBytes, kernel::Queue::Compute); }));
+                                         [&] { return to.copyFromDevice(far, src, self, o.copyBytes, kCompute); }));
   PIPEC_ASSIGN(double latency,
-               timeCalls(to, 101, o.repeats, [&] { return to.copyFromDevice(far, src, self, 256, kernel::Queue::Compute); }));
+               timeCalls(to, 101, o.repeats, [&] { return to.copyFromDevice(far, src, self, 256, kCompute); }));
   PIPEC_TRY(b->beginStep(false));
   const double linkBw = static_cast<double>(o.copyBytes) / linkSec;
 

@@ -130,7 +130,9 @@ struct NormGradSpace {
     biasParts = scaleParts + up(static_cast<size_t>(layerNormScaleGradParts(rows, cols)) * sizeof(double));
     bytes = biasParts + (withBias ? static_cast<size_t>(body::reduceSumParts(cols, columns)) * sizeof(float) : 0);
   }
-  body::RowStats *statsIn(void *ws) const { return reinterpret_cast<body::RowStats *>(static_cast<char *>(ws) + stats); }
+  body::RowStats *statsIn(void *ws) const {
+    return reinterpret_cast<body::RowStats *>(static_cast<char *>(ws) + stats);
+  }
   double *scaleIn(void *ws) const { return reinterpret_cast<double *>(static_cast<char *>(ws) + scaleParts); }
   float *biasIn(void *ws) const { return reinterpret_cast<float *>(static_cast<char *>(ws) + biasParts); }
 };
