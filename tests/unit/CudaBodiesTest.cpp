@@ -40,6 +40,25 @@ using namespace pipec;
 using namespace pipec::test;
 namespace body = pipec::cuda::body;
 
+namespace {
+/// The CPU's LayerNormalizationScaleGrad of [rows, cols] (as `shape`,
+/// normalized over `axis` on), and the bodies' row statistics of x.
+Tensor cpuLayerNormScaleGrad(const Tensor &dy, const Tensor &x, int64_t axis, int64_t cols) {
+  cpu::OpDesc sg = makeDesc("LayerNormalizationScaleGrad", {dy.desc(), x.desc()}, {{DType::F32, {cols}}}, {}, 17,
+                            "pipec");
+  sg.attrs["axis"] = Attribute::ofInt(axis);
+  sg.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
+  sg.attrs["shape"] = Attribute::ofInts({cols});
+  return evalOne(sg, {dy, x});
+}
+std::vector<body::RowStats> rowStatsOf(const Tensor &x, int64_t rows, int64_t cols) {
+  std::vector<body::RowStats> stats(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    stats[r] = body::layerNormStats(x.data<float>() + r * cols, cols, static_cast<double>(1e-5f));
+  return stats;
+}
+} // namespace
+
 TEST(CudaBodies, ElementwiseMatchTheCpuKernels) {
   Tensor x = randomF32({4099}, 1, -12.f, 12.f);
   x.data<float>()[0] = 0.0f;
@@ -1174,15 +1193,8 @@ TEST(CudaBodies, LayerNormAndSoftmaxGradientsMatchTheCpuKernels) {
                            mine.data() + r * cols, cols, static_cast<double>(1e-5f));
   EXPECT_LE(worstError(mine.data(), dx.data<float>(), rows * cols), 2e-7) << "LayerNormalizationGrad";
   // dScale.
-  cpu::OpDesc sg = makeDesc("LayerNormalizationScaleGrad", {dy.desc(), x.desc()}, {scale.desc()},
-                            {}, 17, "pipec");
-  sg.attrs["axis"] = Attribute::ofInt(2);
-  sg.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
-  sg.attrs["shape"] = Attribute::ofInts({cols});
-  Tensor ds = evalOne(sg, {dy, x});
-  std::vector<body::RowStats> stats(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    stats[r] = body::layerNormStats(x.data<float>() + r * cols, cols, static_cast<double>(1e-5f));
+  Tensor ds = cpuLayerNormScaleGrad(dy, x, 2, cols);
+  const std::vector<body::RowStats> stats = rowStatsOf(x, rows, cols);
   std::vector<float> dsMine(static_cast<size_t>(cols));
   for (int64_t c = 0; c < cols; ++c)
     dsMine[c] = body::layerNormScaleGradColumn(dy.data<float>(), x.data<float>(), stats.data(), rows, cols, c);
@@ -1964,15 +1976,8 @@ TEST(CudaBodies, LongSumsInChunksAreTheWholeSums) {
   // LayerNormalization's scale gradient over 1100 rows: 5 chunks.
   const int64_t rows = 1100, cols = 48;
   Tensor x = randomF32({rows, cols}, 72, -4.f, 4.f), dy = randomF32({rows, cols}, 73, -4.f, 4.f);
-  cpu::OpDesc sg = makeDesc("LayerNormalizationScaleGrad", {dy.desc(), x.desc()}, {{DType::F32, {cols}}}, {}, 17,
-                            "pipec");
-  sg.attrs["axis"] = Attribute::ofInt(1);
-  sg.attrs["epsilon"] = Attribute::ofFloat(1e-5f);
-  sg.attrs["shape"] = Attribute::ofInts({cols});
-  Tensor ds = evalOne(sg, {dy, x});
-  std::vector<body::RowStats> stats(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    stats[r] = body::layerNormStats(x.data<float>() + r * cols, cols, static_cast<double>(1e-5f));
+  Tensor ds = cpuLayerNormScaleGrad(dy, x, 1, cols);
+  const std::vector<body::RowStats> stats = rowStatsOf(x, rows, cols);
   const int64_t chunks = body::reduceChunks(rows);
   ASSERT_EQ(chunks, 5);
   std::vector<double> parts(static_cast<size_t>(chunks * cols));
