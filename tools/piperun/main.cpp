@@ -505,9 +505,9 @@ int main(int argc, char **argv) {
                "--device cuda: launch every kernel every step instead of recording each compute instruction's "
                "launches once as a CUDA graph and replaying it (to compare; the results are the same bits)");
   app.add_flag("--no-copy-stream", o.noCopyStream,
-               "--device cuda: copy the messages a GPU receives from the other GPUs of the process on its compute "
-               "stream at the receive, instead of on a copy stream that overlaps the kernels before it (to "
-               "compare; the results are the same bits)");
+               "--device cuda: copy the messages a device receives from the other devices of the process on "
+               "its GPU's compute stream at the receive, instead of on a copy stream that overlaps the kernels "
+               "before it (to compare; the results are the same bits)");
   // For tests of failure handling (tests/lit/e2e/mpi-failure.test): device
   // D fails with an error before its instruction I in every step.
   app.add_option("--inject-failure", o.injectFailure, "tests: DEVICE:INSTRUCTION fails with an error")
