@@ -304,15 +304,21 @@ inline constexpr int64_t kReduceChunk = 256;
 PIPEC_HD inline int64_t reduceChunks(int64_t n) {
   return n > 2 * kReduceChunk ? (n + kReduceChunk - 1) / kReduceChunk : 1;
 }
-/// ReduceSum's parts in the workspace: floats (0 where summed whole).
-inline int64_t reduceSumParts(int64_t outN, const Reduction &r) {
-  const int64_t chunks = reduceChunks(r.reducedCount);
-  return chunks > 1 ? chunks * outN : 0;
+/// The chunks' sums the workspace holds for `outputs` sums of n terms
+/// each (0 where they are summed whole).
+inline int64_t chunkParts(int64_t n, int64_t outputs) {
+  const int64_t chunks = reduceChunks(n);
+  return chunks > 1 ? chunks * outputs : 0;
 }
+/// The end of chunk c of a sum of n terms (its start: c kReduceChunk).
+PIPEC_HD inline int64_t chunkEnd(int64_t c, int64_t n) {
+  return (c + 1) * kReduceChunk < n ? (c + 1) * kReduceChunk : n;
+}
+/// ReduceSum's parts in the workspace: floats (0 where summed whole).
+inline int64_t reduceSumParts(int64_t outN, const Reduction &r) { return chunkParts(r.reducedCount, outN); }
 /// Chunk c's sum for output element o.
 PIPEC_HD inline float reduceSumChunk(const float *x, int64_t o, int64_t c, const Reduction &r) {
-  const int64_t lo = c * kReduceChunk;
-  return reduceSumRange(x, o, lo, lo + kReduceChunk < r.reducedCount ? lo + kReduceChunk : r.reducedCount, r);
+  return reduceSumRange(x, o, c * kReduceChunk, chunkEnd(c, r.reducedCount), r);
 }
 /// Output element o from its chunks' sums, in chunk order.
 template <typename T> PIPEC_HD inline T sumOfChunks(const T *parts, int64_t o, int64_t outN, int64_t chunks) {
@@ -464,8 +470,7 @@ PIPEC_HD inline float layerNormScaleGradColumn(const float *dy, const float *x, 
 /// chunks' sums then added in order: sumOfChunks over doubles).
 PIPEC_HD inline double layerNormScaleGradChunk(const float *dy, const float *x, const RowStats *stats, int64_t rows,
                                                int64_t cols, int64_t c, int64_t k) {
-  const int64_t r0 = k * kReduceChunk;
-  return layerNormScaleGradRows(dy, x, stats, r0, r0 + kReduceChunk < rows ? r0 + kReduceChunk : rows, cols, c);
+  return layerNormScaleGradRows(dy, x, stats, k * kReduceChunk, chunkEnd(k, rows), cols, c);
 }
 
 /// pipec:LogSoftmaxGrad of a row strided by `stride`: dX = dY - exp(Y)

@@ -83,13 +83,9 @@ Status launchLayerNormGrad(const float *dy, const float *x, const float *scale, 
                            int64_t cols, double eps, void *stream);
 /// The scale gradient sums over rows in chunks (body::
 /// layerNormScaleGradChunk) where they are long: `parts` holds
-/// layerNormScaleGradParts(rows, cols) doubles of workspace.
+/// body::chunkParts(rows, cols) doubles of workspace.
 Status launchLayerNormScaleGrad(const float *dy, const float *x, float *ds, int64_t rows, int64_t cols, double eps,
                                 body::RowStats *stats, double *parts, void *stream);
-inline int64_t layerNormScaleGradParts(int64_t rows, int64_t cols) {
-  const int64_t chunks = body::reduceChunks(rows);
-  return chunks > 1 ? chunks * cols : 0;
-}
 /// pipec:MaskedSoftmax over rows of n contiguous elements, the mask bytes
 /// broadcast to x by `mask`.
 Status launchMaskedSoftmax(const float *x, const bool *cond, float *y, int64_t rows, int64_t n,

@@ -122,17 +122,14 @@ body::Reduction reductionOf(const Shape &s, const std::vector<bool> &reduced) {
 /// then the chunks of its sums (doubles), then (`withBias`) those of the
 /// bias gradient's ReduceSum (floats).
 struct NormGradSpace {
-  size_t stats, scaleParts, biasParts, bytes;
+  size_t scaleParts, biasParts, bytes; ///< offsets (the statistics at 0) and the size
   NormGradSpace(int64_t rows, int64_t cols, bool withBias, const body::Reduction &columns) {
     auto up = [](size_t n) { return (n + 255) / 256 * 256; };
-    stats = 0;
     scaleParts = up(static_cast<size_t>(rows) * sizeof(body::RowStats));
-    biasParts = scaleParts + up(static_cast<size_t>(layerNormScaleGradParts(rows, cols)) * sizeof(double));
+    biasParts = scaleParts + up(static_cast<size_t>(body::chunkParts(rows, cols)) * sizeof(double));
     bytes = biasParts + (withBias ? static_cast<size_t>(body::reduceSumParts(cols, columns)) * sizeof(float) : 0);
   }
-  body::RowStats *statsIn(void *ws) const {
-    return reinterpret_cast<body::RowStats *>(static_cast<char *>(ws) + stats);
-  }
+  body::RowStats *statsIn(void *ws) const { return static_cast<body::RowStats *>(ws); }
   double *scaleIn(void *ws) const { return reinterpret_cast<double *>(static_cast<char *>(ws) + scaleParts); }
   float *biasIn(void *ws) const { return reinterpret_cast<float *>(static_cast<char *>(ws) + biasParts); }
 };
