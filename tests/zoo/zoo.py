@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/zoo/zoo.py - real PyTorch models through pipec, judged by PyTorch.
 
-    zoo.py MODEL [--opsets 13,17] [--bin DIR] [--work DIR] [--keep] [--device cuda]
+    zoo.py MODEL [--opsets 13,17] [--bin DIR] [--work DIR] [--keep] [--device cuda|cuda-emulated]
 
 For one model of tests/zoo/models.py (seeded random weights, nothing
 downloaded), at each of its opsets (Spec.opsets: 13 and 17, or 17 alone
@@ -34,7 +34,8 @@ for VGG-11 and AlexNet):
            computes it (skip connections are not relayed).
 
 With --device cuda every training and inference run is piperun's on the
-GPU (tools/gpu-check.sh runs it there), judged by the same references: the
+GPU (tools/gpu-check.sh runs it there; cuda-emulated, the emulated GPU, tries
+that plumbing without one), judged by the same references: the
 GPU's forward within 1e-4 of torch, its gradients within twice torch
 float32's error, its K=4 and K=1 bitwise equal.
 
@@ -351,7 +352,7 @@ def main():
     ap.add_argument('--keep', action='store_true', help='keep the working directory')
     ap.add_argument('--checks', default='forward,grad,pipeline',
                     help='comma-separated subset of forward,grad,pipeline (pipeline includes report)')
-    ap.add_argument('--device', default='cpu', choices=['cpu', 'cuda'],
+    ap.add_argument('--device', default='cpu', choices=['cpu', 'cuda', 'cuda-emulated'],
                     help="piperun's device for every run (the references stay torch's on the CPU)")
     a = ap.parse_args()
     torch.set_num_threads(int(os.environ.get('ZOO_TORCH_THREADS', '1')))
