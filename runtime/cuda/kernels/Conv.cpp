@@ -24,7 +24,9 @@
 // or f16 operands, an f32 result) the operands are widened to f32 in the
 // workspace first (an f32 weight rounded to 16 bits and back), then the
 // f32 kernel runs: the CPU's emulation (runtime/cpu/kernels/
-// HalfProduct.cpp), not yet cuDNN's 16-bit convolutions.
+// HalfProduct.cpp), not yet cuDNN's 16-bit convolutions: the legacy API
+// takes X, W and Y of one type, so bf16 operands would give a bf16 result
+// (docs/precision.md, "Not yet").
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/kernels/LinalgCommon.h"
