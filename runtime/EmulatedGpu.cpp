@@ -2,6 +2,7 @@
 #include "runtime/EmulatedGpu.h"
 
 #include "runtime/cpu/CpuBackend.h"
+#include "runtime/cuda/CudaKernels.h"
 #include "runtime/cuda/Update.h"
 #include "runtime/train/Optimizer.h"
 
@@ -321,6 +322,12 @@ public:
   bool hostAddressable() const override { return false; }
   const char *interpretedBecause() const override { return "an emulated GPU"; }
   Expected<kernel::KernelPtr> createKernel(const kernel::OpDesc &desc) override {
+#if PIPEC_HAVE_CUDA
+    // What the CUDA backend checks before it makes a kernel (the node's
+    // op and element types against runtime/cuda/kernels/KernelTable.def):
+    // a plan the GPU would refuse is refused here too.
+    PIPEC_TRY(cuda::checkKernelTypes(desc));
+#endif
     PIPEC_ASSIGN(kernel::KernelPtr k, cpu_->createKernel(desc));
     return kernel::KernelPtr(new EmulatedKernel(std::move(k), *this, desc.inputs.size(), desc.outputs.size()));
   }

@@ -873,7 +873,9 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
     hostStep_[1] = ctx.step - 1;
     PIPEC_TRY(backend_->upload(deviceStep_, hostStep_, 2 * sizeof(uint64_t)));
   }
-  inFlight_.clear();
+  // Empty after a step that ended well; after a failed one its receives
+  // may still be copying into the arena: this step's work waits for them.
+  PIPEC_TRY(awaitCopies(-1));
   std::fill(afterEvent_.begin(), afterEvent_.end(), nullptr);
   Run r{this, ctx, &io, ctx.step, 0, {}, Status::ok()};
   if (useCompiled(io)) {

@@ -8,6 +8,7 @@
 #include "runtime/cuda/CudaKernels.h"
 
 #include "runtime/cuda/kernels/CudaCommon.h"
+#include "support/FusedOps.h"
 
 #include <algorithm>
 
@@ -18,7 +19,7 @@ namespace pipec::cuda {
 
 namespace {
 
-enum class Types { F32, F32Axes, F32BoolMask, F32Attention, Own };
+enum class Types { F32, F32Axes, F32BoolMask, F32Attention, F32Product, Own };
 
 struct Entry {
   const char *domain;
@@ -40,6 +41,11 @@ const Entry *find(const std::string &domain, const std::string &opType) {
   return nullptr;
 }
 
+Status noKernel(const OpDesc &d) {
+  return errorf("node '", d.name, "' (op type '", d.opType, "', domain ", d.domain.empty() ? "ai.onnx" : d.domain,
+                ", opset ", d.opset, ") has no CUDA kernel");
+}
+
 Status checkTypes(const OpDesc &d, Types t) {
   switch (t) {
   case Types::F32: return needF32(d);
@@ -47,6 +53,25 @@ Status checkTypes(const OpDesc &d, Types t) {
   case Types::F32BoolMask: return needF32(d, 1, DType::Bool);
   case Types::F32Attention:
     return attrString(d.attrs, "mask", "none") == "bool" ? needF32(d, 3, DType::Bool) : needF32(d);
+  case Types::F32Product: {
+    if (!d.attrs.count(kProductOutputDType))
+      return needF32(d);
+    // The mixed-precision pass's product: 16-bit operands (or one an f32
+    // weight, rounded by the kernel), an f32 bias and result.
+    if (d.inputs.size() < 2 || !d.hasInput(0) || !d.hasInput(1))
+      return errorf(d.where(), ": a product under ", kProductOutputDType, " needs both operands");
+    auto r = productResultType(d.inputs[0].dtype, d.inputs[1].dtype, d.attrs);
+    if (!r)
+      return errorf(d.where(), ": ", r.status().message());
+    for (size_t i = 2; i < d.inputs.size(); ++i)
+      if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
+        return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype), "; a product under ",
+                      kProductOutputDType, " takes it as float32");
+    for (const TensorDesc &o : d.outputs)
+      if (o.dtype != *r)
+        return errorf(d.where(), ": output is ", dtypeName(o.dtype), "; the product's result is ", dtypeName(*r));
+    return Status::ok();
+  }
   case Types::Own: return Status::ok();
   }
   return Status::ok();
@@ -54,11 +79,17 @@ Status checkTypes(const OpDesc &d, Types t) {
 
 } // namespace
 
+Status checkKernelTypes(const OpDesc &d) {
+  const Entry *e = find(d.domain, d.opType);
+  if (!e)
+    return noKernel(d);
+  return checkTypes(d, e->types);
+}
+
 Expected<KernelPtr> createKernel(const OpDesc &d) {
   const Entry *e = find(d.domain, d.opType);
   if (!e)
-    return errorf("node '", d.name, "' (op type '", d.opType, "', domain ",
-                  d.domain.empty() ? "ai.onnx" : d.domain, ", opset ", d.opset, ") has no CUDA kernel");
+    return noKernel(d);
   PIPEC_TRY(checkTypes(d, e->types));
   return e->factory(d);
 }

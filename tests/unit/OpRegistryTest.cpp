@@ -14,6 +14,7 @@
 #include "passes/expand/Expand.h"
 #include "runtime/cpu/Kernel.h"
 #include "support/ElementwiseProgram.h"
+#include "support/FusedOps.h"
 #if PIPEC_TEST_CUDA_TABLE
 #include "runtime/cuda/CudaKernels.h"
 #endif
@@ -119,6 +120,53 @@ TEST(OpRegistry, CudaKernelsMatchTheCudaTrait) {
 #else
   GTEST_SKIP() << "built without the CUDA backend (-DPIPEC_CUDA=OFF or no toolkit): its kernel table "
                   "is not linked";
+#endif
+}
+
+// The CUDA table's type check (what the emulated GPU refuses by, too)
+// takes the mixed-precision pass's products: 16-bit operands, or one an f32
+// weight, an f32 bias and result; and refuses 16-bit operands elsewhere.
+TEST(OpRegistry, CudaTypeChecksTakeTheMixedPrecisionProducts) {
+#if PIPEC_TEST_CUDA_TABLE
+  auto product = [](const char *op, const char *domain, DType a, DType b, bool outputDtype) {
+    cpu::OpDesc d;
+    d.name = "p";
+    d.opType = op;
+    d.domain = domain;
+    d.opset = 17;
+    d.inputs = {{a, {4, 8}}, {b, {8, 3}}, {DType::F32, {3}}};
+    d.outputs = {{DType::F32, {4, 3}}};
+    if (outputDtype)
+      d.attrs[kProductOutputDType] = Attribute::ofInt(static_cast<int64_t>(DType::F32));
+    return d;
+  };
+  for (const char *op : {"Gemm", "FusedGemm", "MatMul", "Conv", "ConvGradWeight"}) {
+    const char *domain = std::string(op) == "FusedGemm" || std::string(op) == "ConvGradWeight" ? "pipec" : "";
+    for (DType t : {DType::BF16, DType::F16}) {
+      EXPECT_TRUE(cuda::checkKernelTypes(product(op, domain, t, t, true)).isOk()) << op;
+      EXPECT_TRUE(cuda::checkKernelTypes(product(op, domain, t, DType::F32, true)).isOk()) << op;
+      EXPECT_TRUE(cuda::checkKernelTypes(product(op, domain, DType::F32, t, true)).isOk()) << op;
+      // ONNX's rule without output_dtype: the GPU's are f32 products.
+      EXPECT_FALSE(cuda::checkKernelTypes(product(op, domain, t, t, false)).isOk()) << op;
+      cpu::OpDesc halfBias = product(op, domain, t, t, true);
+      halfBias.inputs[2].dtype = t;
+      EXPECT_FALSE(cuda::checkKernelTypes(halfBias).isOk()) << op;
+      cpu::OpDesc halfOut = product(op, domain, t, t, true);
+      halfOut.outputs[0].dtype = t;
+      EXPECT_FALSE(cuda::checkKernelTypes(halfOut).isOk()) << op;
+    }
+    EXPECT_FALSE(cuda::checkKernelTypes(product(op, domain, DType::BF16, DType::F16, true)).isOk()) << op;
+    EXPECT_TRUE(cuda::checkKernelTypes(product(op, domain, DType::F32, DType::F32, false)).isOk()) << op;
+  }
+  // Einsum reads f32 copies (passes/MixedPrecision.cpp): its kernel is f32.
+  cpu::OpDesc einsum = product("Einsum", "", DType::BF16, DType::BF16, false);
+  const Status s = cuda::checkKernelTypes(einsum);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("float32 only"), std::string::npos) << s.message();
+  cpu::OpDesc none = product("NoSuchOp", "", DType::F32, DType::F32, false);
+  EXPECT_NE(cuda::checkKernelTypes(none).message().find("has no CUDA kernel"), std::string::npos);
+#else
+  GTEST_SKIP() << "built without the CUDA backend: its kernel table is not linked";
 #endif
 }
 
