@@ -150,6 +150,17 @@ Status DeviceExecutor::prepare() {
   for (int32_t w : dev.weights()) {
     PIPEC_ASSIGN(weightAddr_[w], backend_->residentWeight(weightAddr_[w], p.tensors(w).bytes()));
   }
+  // A state update's value (a BatchNormalization's running statistics)
+  // replaces the state on the host after each micro-batch (Session::
+  // collect), which the CPU's kernels read in place. A device reads its
+  // own copy: the value replaces that too, in stream order, so that the
+  // next micro-batch reads it as on the CPU.
+  stateOf_.assign(T, -1);
+  if (!backend_->hostAddressable())
+    for (const plan::StateUpdate &u : p.training().state_updates())
+      if (weightAddr_[u.state()] && p.tensors(u.value()).bytes() == p.tensors(u.state()).bytes() &&
+          p.tensors(u.state()).dtype() == static_cast<int32_t>(DType::F32))
+        stateOf_[u.value()] = u.state();
 
   // Which inputs to feed before, and outputs to collect after, each
   // instruction; every tensor instance a node touches must be resident.
@@ -702,6 +713,11 @@ Status DeviceExecutor::endInstruction(Run &r, int i) {
     PIPEC_TRY(backend_->accumulate(dst, static_cast<const float *>(address(t, mb)), n, mb == 0));
   }
   for (int32_t t : collectAfter_[i]) {
+    if (const int32_t state = stateOf_[t]; state >= 0 && r.io->optimize) {
+      const int64_t n = static_cast<int64_t>(lp_.plan.tensors(t).bytes() / sizeof(float));
+      PIPEC_TRY(backend_->accumulate(static_cast<float *>(weightAddr_[state]),
+                                     static_cast<const float *>(address(t, mb)), n, /*first=*/true));
+    }
     if (async_) {
       const uint64_t bytes = lp_.plan.tensors(t).bytes();
       PIPEC_ASSIGN(void *host, ioSlot(bytes));

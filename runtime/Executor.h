@@ -257,6 +257,11 @@ private:
   std::shared_ptr<void> arena_;
   std::vector<int64_t> offsetOf_;       ///< tensor * M + mb -> arena offset, -1 if none
   std::vector<void *> weightAddr_;      ///< tensor -> resident weight data
+  /// Tensor -> the state (running statistics) whose device copy its value
+  /// replaces after each micro-batch, or -1: on a backend that is not
+  /// host-addressable, where the session's update of the host's state
+  /// reaches the device only at the next step.
+  std::vector<int32_t> stateOf_;
   std::vector<kernel::KernelPtr> kernels_; ///< per device node
   /// The kernels' scratch memory, in the backend's memory: the largest
   /// workspaceBytes() of the device's kernels.

@@ -301,9 +301,11 @@ private:
   size_t off_[2] = {0, 0}, tmp_ = 0, tmpOff_ = 0, innerOff_ = 0;
 };
 
+} // namespace
+
 /// `d` under output_dtype through WidenedConvKernel and `f32`, the op's
-/// factory.
-Expected<KernelPtr> widened(const OpDesc &d, Expected<KernelPtr> (*f32)(const OpDesc &)) {
+/// factory (also pipec:NhwcConv's: runtime/cuda/kernels/Nhwc.cpp).
+Expected<KernelPtr> widenedConv(const OpDesc &d, Expected<KernelPtr> (*f32)(const OpDesc &)) {
   PIPEC_ASSIGN(OpDesc w, cpu::linalgWidenedProduct(d));
   if (d.inputs.size() > 4)
     return errorf(d.where(), ": expects at most 4 inputs, got ", d.inputs.size());
@@ -312,11 +314,9 @@ Expected<KernelPtr> widened(const OpDesc &d, Expected<KernelPtr> (*f32)(const Op
   return KernelPtr(new WidenedConvKernel(std::move(inner), d));
 }
 
-} // namespace
-
 Expected<KernelPtr> makeConv(const OpDesc &d) {
   if (cpu::linalgIsHalfProduct(d))
-    return widened(d, makeConv);
+    return widenedConv(d, makeConv);
   PIPEC_TRY(cpu::linalgCheckConvOperands(d));
   const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
   PIPEC_TRY(checkSpatial(d, x.rank()));
@@ -352,7 +352,7 @@ Expected<KernelPtr> makeConv(const OpDesc &d) {
 
 Expected<KernelPtr> makeConvTranspose(const OpDesc &d) {
   if (cpu::linalgIsHalfProduct(d))
-    return widened(d, makeConvTranspose);
+    return widenedConv(d, makeConvTranspose);
   PIPEC_TRY(cpu::linalgCheckConvOperands(d));
   const TensorDesc &x = d.inputs[0], &w = d.inputs[1];
   PIPEC_TRY(checkSpatial(d, x.rank()));
@@ -442,10 +442,10 @@ Expected<KernelPtr> makeConvGrad(const OpDesc &d, bool weight) {
 } // namespace
 
 Expected<KernelPtr> makeConvGradInput(const OpDesc &d) {
-  return cpu::linalgIsHalfProduct(d) ? widened(d, makeConvGradInput) : makeConvGrad(d, false);
+  return cpu::linalgIsHalfProduct(d) ? widenedConv(d, makeConvGradInput) : makeConvGrad(d, false);
 }
 Expected<KernelPtr> makeConvGradWeight(const OpDesc &d) {
-  return cpu::linalgIsHalfProduct(d) ? widened(d, makeConvGradWeight) : makeConvGrad(d, true);
+  return cpu::linalgIsHalfProduct(d) ? widenedConv(d, makeConvGradWeight) : makeConvGrad(d, true);
 }
 
 } // namespace pipec::cuda

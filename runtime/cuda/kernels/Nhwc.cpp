@@ -7,11 +7,13 @@
 // NhwcConv's folded activation (Relu, Clip, LeakyRelu: support/FusedOps.h's
 // ConvEpilogue) is applied, and the result is transposed back to [N, OH,
 // OW, M]. The same results as the NCHW plan's nodes, so an inference plan
-// runs on the GPU whatever the layout pass did; the transposes cost two
+// runs on the GPU whatever the layout pass did (a NhwcConv under
+// output_dtype: its operands widened to f32 first, as Conv.cpp's are); the transposes cost two
 // passes over the activations, which cuDNN's own NHWC convolutions would
 // save (not yet: docs/cuda.md).
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
 #include "runtime/cuda/kernels/CudaCommon.h"
 #include "support/FusedOps.h"
 
@@ -20,6 +22,7 @@
 namespace pipec::cuda {
 
 Expected<KernelPtr> makeConv(const OpDesc &d);
+Expected<KernelPtr> widenedConv(const OpDesc &d, Expected<KernelPtr> (*f32)(const OpDesc &));
 Expected<KernelPtr> makeMaxPool(const OpDesc &d);
 Expected<KernelPtr> makeAveragePool(const OpDesc &d);
 
@@ -103,7 +106,13 @@ Expected<KernelPtr> channelsLast(const OpDesc &d, const char *op,
 
 } // namespace
 
-Expected<KernelPtr> makeNhwcConv(const OpDesc &d) { return channelsLast(d, "Conv", &makeConv, true); }
+Expected<KernelPtr> makeNhwcConv(const OpDesc &d) {
+  // Under output_dtype (a bf16 or f16 inference plan) the operands are
+  // widened to f32 first, elementwise, so in either layout.
+  if (cpu::linalgIsHalfProduct(d))
+    return widenedConv(d, makeNhwcConv);
+  return channelsLast(d, "Conv", &makeConv, true);
+}
 Expected<KernelPtr> makeNhwcMaxPool(const OpDesc &d) { return channelsLast(d, "MaxPool", &makeMaxPool, false); }
 Expected<KernelPtr> makeNhwcAveragePool(const OpDesc &d) {
   return channelsLast(d, "AveragePool", &makeAveragePool, false);
