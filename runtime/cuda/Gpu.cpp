@@ -54,16 +54,6 @@ Expected<std::unique_ptr<GpuDevice>> GpuDevice::open(int gpu) {
   std::unique_ptr<GpuDevice> d(new GpuDevice());
   d->gpu_ = gpu;
   PIPEC_TRY(d->select());
-  // Copies between this GPU and the others go peer to peer where the
-  // hardware lets them (else cudaMemcpyPeerAsync stages them itself).
-  int count = 0;
-  if (cudaGetDeviceCount(&count) == cudaSuccess)
-    for (int other = 0; other < count; ++other) {
-      int can = 0;
-      if (other != gpu && cudaDeviceCanAccessPeer(&can, gpu, other) == cudaSuccess && can)
-        cudaDeviceEnablePeerAccess(other, 0); // already enabled by another device: fine
-    }
-  cudaGetLastError();
   cudaStream_t s = nullptr;
   PIPEC_TRY(cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", gpu));
   d->stream_ = s;
@@ -175,6 +165,17 @@ Status GpuDevice::copyFrom(void *dst, const void *src, int srcGpu, uint64_t byte
   auto s = static_cast<cudaStream_t>(stream);
   if (srcGpu == gpu_)
     return cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "copy on the GPU", gpu_);
+  // The first copy from a GPU opens peer access to it where the hardware
+  // allows (else cudaMemcpyPeerAsync stages the bytes itself): only the
+  // pairs that exchange, so that no process makes contexts on GPUs it
+  // does not use (one rank per GPU under mpirun never copies here).
+  if (peers_.insert(srcGpu).second) {
+    PIPEC_TRY(select());
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, gpu_, srcGpu) == cudaSuccess && can)
+      cudaDeviceEnablePeerAccess(srcGpu, 0); // already enabled: fine
+    cudaGetLastError();
+  }
   return cudaCheck(cudaMemcpyPeerAsync(dst, gpu_, src, srcGpu, bytes, s), "copy between GPUs", gpu_);
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,7 @@ private:
   void *stream_ = nullptr, *copyStream_ = nullptr;
   std::vector<void *> allocations_, pinned_;
   std::map<uint64_t, void *> events_;
+  std::set<int> peers_; ///< the GPUs copyFrom has copied from (peer access asked for)
   std::vector<void *> graphs_;
   void *staging_ = nullptr;
   uint64_t stagingBytes_ = 0;
