@@ -857,6 +857,20 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   // A training step's host optimizer updated the weights since the last
   // one.
   PIPEC_TRY(backend_->beginStep(io.optimize != nullptr && !residentWeights_));
+  if ((link_ || deviceMessages_) && mailbox_.empty()) {
+    // Every SEND's mailbox, before the first step posts anything: an
+    // allocation between the messages of a step could wait for a device
+    // whose NCCL receive waits for a send this rank has not posted yet.
+    for (int i = 0; i < dev.program_size(); ++i) {
+      const plan::Instruction &ins = dev.program(i);
+      if (ins.kind() != plan::Instruction::SEND)
+        continue;
+      void *&box = mailbox_[messageTag(ins.tensor(), ins.micro_batch())];
+      if (!box) {
+        PIPEC_ASSIGN(box, backend_->alloc(lp_.plan.tensors(ins.tensor()).bytes()));
+      }
+    }
+  }
   if (async_) {
     if (!ioBuffer_) {
       // Made at the first step, once the session has taken the gradients
