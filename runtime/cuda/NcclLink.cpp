@@ -89,6 +89,20 @@ NcclLink::~NcclLink() {
   if (watchdog_.joinable())
     watchdog_.join();
   cudaSetDevice(gpu_);
+  // A channel with work still queued (a step that failed here or at a
+  // peer) may wait forever for a peer that is gone, and the watchdog is
+  // stopped: abort the communicators, which ends their kernels, rather
+  // than wait for them (and ncclCommDestroy, which needs the peer).
+  bool busy = false;
+  for (Channel &c : channels_)
+    busy = busy || (c.stream && cudaStreamQuery(c.stream) == cudaErrorNotReady);
+  if (busy && !aborted_) {
+    for (Channel &c : channels_)
+      if (c.comm)
+        ncclCommAbort(c.comm);
+    aborted_ = true;
+  }
+  cudaGetLastError();
   for (Channel &c : channels_) {
     if (c.stream)
       cudaStreamSynchronize(c.stream);
