@@ -229,22 +229,22 @@ RunResult run(const std::string &dir, int steps, bool train, const RunOptions &o
     for (const auto &ex : session.devices())
       if (ex)
         o.hostSchedules->push_back(ex->hostSchedule());
-  if (train)
-    for (const plan::Parameter &pp : session.plan().training().params()) {
-      auto w = session.weight(session.plan().tensors(pp.weight()).name());
+  if (train) {
+    // The trained parameters, then the state the steps updated (running
+    // statistics).
+    std::vector<int32_t> kept;
+    for (const plan::Parameter &pp : session.plan().training().params())
+      kept.push_back(pp.weight());
+    for (const plan::StateUpdate &u : session.plan().training().state_updates())
+      kept.push_back(u.state());
+    for (int32_t t : kept) {
+      auto w = session.weight(session.plan().tensors(t).name());
       EXPECT_TRUE(w.isOk()) << w.status().message();
       if (!w.isOk())
         return r;
       r.weights.push_back(*w);
     }
-  if (train) // and the state the steps updated (running statistics)
-    for (const plan::StateUpdate &u : session.plan().training().state_updates()) {
-      auto w = session.weight(session.plan().tensors(u.state()).name());
-      EXPECT_TRUE(w.isOk()) << w.status().message();
-      if (!w.isOk())
-        return r;
-      r.weights.push_back(*w);
-    }
+  }
   return r;
 }
 
