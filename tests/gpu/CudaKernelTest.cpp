@@ -364,7 +364,8 @@ TEST(CudaKernels, GemmAndMatMulUnderOutputDtypeAgainstCpu) {
     for (const Tensor *B : {&b, &bw}) {
       cpu::OpDesc g = makeDesc("Gemm", {a.desc(), B->desc(), c.desc()}, {{DType::F32, {64, 128}}}, at);
       g.attrs["transB"] = Attribute::ofInt(1);
-      EXPECT_LE(compareWithCpu(g, {a, *B, c}), 1e-5) << dtypeName(t) << " Gemm, B " << B->desc().str();
+      // 96 products, alpha 1 (the f32 case's 0.5 halves its error): 2e-5.
+      EXPECT_LE(compareWithCpu(g, {a, *B, c}), 2e-5) << dtypeName(t) << " Gemm, B " << B->desc().str();
     }
     Tensor x = half({3, 16, 24}, 25), w = randomF32({24, 40}, 26), wh = half({24, 40}, 27);
     for (const Tensor *W : {&w, &wh})
@@ -415,9 +416,13 @@ TEST(CudaKernels, ProductsReadTheStepsWeightRoundings) {
     cudaMemcpy(got.raw(), dy.p, got.bytes(), cudaMemcpyDeviceToHost);
     EXPECT_LE(worstError(got.data<float>(), (*ref)[0].data<float>(), got.numel()), 1e-5) << "step " << step;
   };
+  // A copy from pageable memory may return before its bytes land; the
+  // backend's stream does not wait for it (non-blocking): the device does.
   cudaMemcpy(dw.p, w.raw(), w.bytes(), cudaMemcpyHostToDevice);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   runAt(1, w);
   cudaMemcpy(dw.p, w2.raw(), w2.bytes(), cudaMemcpyHostToDevice);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   runAt(1, w);  // the step's rounding
   runAt(2, w2); // made again
   EXPECT_EQ(b.halfWeights()->bytes(), static_cast<size_t>(w.numel()) * sizeof(uint16_t));
@@ -553,6 +558,21 @@ TEST(CudaKernels, ReduceSumAndLossAgainstCpu) {
   r.attrs["keepdims"] = Attribute::ofInt(0);
   r.constInputs = {Tensor(), axes};
   EXPECT_LE(compareWithCpu(r, {x, axes}), 1e-5); // index order against the CPU's lanes
+  // Long sums, in chunks of 256 terms (runtime/cuda/Bodies.h, reduceChunks):
+  // a bias gradient of GPT-2-small's micro-batch (2048 rows of 768), and
+  // 4 x 512 rows merged into one axis. A misplaced chunk is off by O(1).
+  for (const Shape &ls : {Shape{2048, 768}, Shape{4, 512, 96}}) {
+    Tensor lx = randomF32(ls, 35, -1.f, 1.f);
+    const bool merged = ls.size() == 3;
+    Tensor la(DType::I64, {merged ? 2 : 1});
+    la.data<int64_t>()[0] = 0;
+    if (merged)
+      la.data<int64_t>()[1] = 1;
+    cpu::OpDesc lr = makeDesc("ReduceSum", {lx.desc(), la.desc()}, {{DType::F32, {ls.back()}}});
+    lr.attrs["keepdims"] = Attribute::ofInt(0);
+    lr.constInputs = {Tensor(), la};
+    EXPECT_LE(compareWithCpu(lr, {lx, la}), 1e-4) << "ReduceSum of " << shapeStr(ls);
+  }
   const int64_t N = 32, C = 10;
   Tensor s = randomF32({N, C}, 31), t(DType::I64, {N});
   for (int64_t i = 0; i < N; ++i)
@@ -635,6 +655,11 @@ TEST(CudaKernels, GptOpsAgainstCpu) {
   ls.attrs["axis"] = Attribute::ofInt(2);
   ls.attrs["shape"] = Attribute::ofInts({64});
   EXPECT_LE(compareWithCpu(ls, {dy, h}), 1e-6) << "LayerNormalizationScaleGrad";
+  // Over 2048 rows: the scale gradient's sums in chunks of 256 rows.
+  Tensor hl = randomF32({4, 512, 64}, 52), dyl = randomF32({4, 512, 64}, 53);
+  cpu::OpDesc lsl = ls;
+  lsl.inputs = {dyl.desc(), hl.desc()};
+  EXPECT_LE(compareWithCpu(lsl, {dyl, hl}), 1e-5) << "LayerNormalizationScaleGrad over 2048 rows";
   Tensor p = randomF32({4, 4, 16, 16}, 50, 0.f, 1.f), q = randomF32({4, 4, 16, 16}, 51);
   cpu::OpDesc sg = makeDesc("SoftmaxGrad", {q.desc(), p.desc()}, {p.desc()}, {}, 17, "pipec");
   sg.attrs["axis"] = Attribute::ofInt(3);
@@ -905,14 +930,17 @@ TEST(CudaKernels, ConvolutionsAgainstCpu) {
     Tensor x = randomF32(c.x, ++seed), w = randomF32(c.w, ++seed), b = randomF32({c.w[0]}, ++seed);
     Tensor dy = randomF32(ys, ++seed);
     cpu::OpDesc conv = makeDesc("Conv", {x.desc(), w.desc(), b.desc()}, {{DType::F32, ys}}, c.attrs, 11);
-    EXPECT_LE(cnnCompare(conv, {x, w, b}), 1e-5) << "Conv " << what;
+    // Sums of up to 147 products of U(-3, 3) terms (partials of 20-50,
+    // whose ulps are 2-4e-6) in cuDNN's order and the CPU's: a few ulps
+    // apart, which a simulation of both orders in f32 put at up to 2.3e-5.
+    EXPECT_LE(cnnCompare(conv, {x, w, b}), 5e-5) << "Conv " << what;
     cpu::OpDesc noBias = makeDesc("Conv", {x.desc(), w.desc()}, {{DType::F32, ys}}, c.attrs, 11);
-    EXPECT_LE(cnnCompare(noBias, {x, w}), 1e-5) << "Conv without bias " << what;
+    EXPECT_LE(cnnCompare(noBias, {x, w}), 5e-5) << "Conv without bias " << what;
     AttrMap gi = c.attrs, gw = c.attrs;
     gi["shape"] = Attribute::ofInts(c.x);
     gw["shape"] = Attribute::ofInts(c.w);
     cpu::OpDesc dX = makeDesc("ConvGradInput", {dy.desc(), w.desc()}, {x.desc()}, gi, 17, "pipec");
-    EXPECT_LE(cnnCompare(dX, {dy, w}), 1e-5) << "ConvGradInput " << what;
+    EXPECT_LE(cnnCompare(dX, {dy, w}), 5e-5) << "ConvGradInput " << what;
     cpu::OpDesc dW = makeDesc("ConvGradWeight", {dy.desc(), x.desc()}, {w.desc()}, gw, 17, "pipec");
     EXPECT_LE(cnnCompare(dW, {dy, x}), 1e-4) << "ConvGradWeight " << what;
     // Accumulating: dW += the gradient (cuDNN's beta = 1).
@@ -952,10 +980,10 @@ TEST(CudaKernels, ConvolutionsUnderOutputDtypeAgainstCpu) {
       gi["shape"] = Attribute::ofInts(c.x);
       gw["shape"] = Attribute::ofInts(c.w);
       cpu::OpDesc conv = makeDesc("Conv", {x.desc(), w.desc(), b.desc()}, {{DType::F32, ys}}, at, 11);
-      EXPECT_LE(cnnCompare(conv, {x, w, b}), 1e-5) << "Conv " << what;
+      EXPECT_LE(cnnCompare(conv, {x, w, b}), 5e-5) << "Conv " << what; // as the f32 case's
       cpu::OpDesc dX =
           makeDesc("ConvGradInput", {dy.desc(), w.desc()}, {{DType::F32, c.x}}, gi, 17, "pipec");
-      EXPECT_LE(cnnCompare(dX, {dy, w}), 1e-5) << "ConvGradInput " << what;
+      EXPECT_LE(cnnCompare(dX, {dy, w}), 5e-5) << "ConvGradInput " << what;
       cpu::OpDesc dW =
           makeDesc("ConvGradWeight", {dy.desc(), x.desc()}, {{DType::F32, c.w}}, gw, 17, "pipec");
       EXPECT_LE(cnnCompare(dW, {dy, x}), 1e-4) << "ConvGradWeight " << what;
@@ -1293,8 +1321,13 @@ TEST(CudaKernels, DropoutMasksFollowTheStepInDeviceMemory) {
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   DeviceBuffer dx(x.bytes()), dy(x.bytes()), dmask(static_cast<size_t>(n)), dstep(sizeof(uint64_t));
+  // Copies from pageable memory may return before their bytes land; the
+  // stream is non-blocking: the device waits for them.
   cudaMemcpy(dx.p, x.raw(), x.bytes(), cudaMemcpyHostToDevice);
-  auto setStep = [&](uint64_t s) { cudaMemcpy(dstep.p, &s, sizeof s, cudaMemcpyHostToDevice); };
+  auto setStep = [&](uint64_t s) {
+    cudaMemcpy(dstep.p, &s, sizeof s, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+  };
   auto same = [&](const std::vector<Tensor> &ref, const std::string &what) {
     Tensor y(x.desc()), mask(DType::Bool, {n});
     cudaMemcpy(y.raw(), dy.p, y.bytes(), cudaMemcpyDeviceToHost);
