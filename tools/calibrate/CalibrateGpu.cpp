@@ -21,10 +21,12 @@
 #include "support/Machine.h"
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <iostream>
 #include <thread>
 #include <unordered_map>
@@ -125,7 +127,12 @@ Expected<Launch> simpleOp(kernel::Backend &b, const std::string &op, const std::
 /// compute instruction's kernels, DeviceExecutor::setRecording), or null
 /// where the kernel is not replayable or the backend cannot record it.
 void *recordRuns(kernel::Backend &b, Launch &l, int runs) {
-  if (!b.canRecord() || !l.kernel->replayable() || !b.beginRecording())
+  if (!b.canRecord() || !l.kernel->replayable())
+    return nullptr;
+  // One run first, as the executor makes it: a kernel makes some things
+  // lazily (this thread's cuBLAS handle and workspace), which a capture
+  // may not. A run that fails is not recorded (and is not timed).
+  if (!l.run() || !b.sync() || !b.beginRecording())
     return nullptr;
   Status st = Status::ok();
   for (int r = 0; r < runs && st; ++r)
@@ -150,9 +157,10 @@ Expected<double> matmulRate(kernel::Backend &b, int n, int repeats) {
 /// graph order, reading its producers' outputs; each run `runs` times back
 /// to back and waited for, per pass; medians of `passes` passes after a
 /// warm-up pass. Run on the thread that made nothing else current: the
-/// backend's device is made current first.
+/// backend's device is made current first. `ready`, where given, is called
+/// once everything is made and recorded, before the timed passes.
 Expected<std::vector<NodeTiming>> timeNodesOn(kernel::Backend &b, const ir::Graph &g, int runs, int passes,
-                                              bool recorded) {
+                                              bool recorded, const std::function<void()> &ready = nullptr) {
   PIPEC_TRY(b.beginStep(false));
   std::unordered_map<const ir::Value *, void *> data;
   uint64_t seed = 1;
@@ -206,6 +214,8 @@ Expected<std::vector<NodeTiming>> timeNodesOn(kernel::Backend &b, const ir::Grap
   if (recorded)
     for (Entry &e : entries)
       e.recording = recordRuns(b, e.launch, runs);
+  if (ready)
+    ready(); // everything made: the timed passes begin
   for (int pass = 0; pass <= passes; ++pass)
     for (Entry &e : entries) {
       if (!e.ok)
@@ -369,9 +379,23 @@ Expected<DeviceProfile> calibrateGpu(const GpuCalibrateOptions &o) {
     std::vector<double> ratios;
     for (int trial = 0; trial < 3; ++trial) {
       PIPEC_ASSIGN(std::vector<NodeTiming> alone, timeNodesOn(*b, *gptAt4, o.runsPerNode, 1, o.recorded));
+      // Both streams' kernels made, compiled and recorded before either
+      // times its pass, so that the passes overlap. One that fails before
+      // that point leaves the barrier, so the other does not wait for it.
+      std::barrier<> both(2);
+      auto timed = [&](kernel::Backend &on) {
+        bool arrived = false;
+        auto r = timeNodesOn(on, *gptAt4, o.runsPerNode, 1, o.recorded, [&] {
+          arrived = true;
+          both.arrive_and_wait();
+        });
+        if (!arrived)
+          both.arrive_and_drop();
+        return r;
+      };
       Expected<std::vector<NodeTiming>> other = std::vector<NodeTiming>{};
-      std::thread t([&] { other = timeNodesOn(*second, *gptAt4, o.runsPerNode, 1, o.recorded); });
-      Expected<std::vector<NodeTiming>> mine = timeNodesOn(*b, *gptAt4, o.runsPerNode, 1, o.recorded);
+      std::thread t([&] { other = timed(*second); });
+      Expected<std::vector<NodeTiming>> mine = timed(*b);
       t.join();
       PIPEC_TRY(mine.status());
       PIPEC_TRY(other.status());
