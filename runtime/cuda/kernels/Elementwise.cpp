@@ -147,6 +147,16 @@ Expected<cudaKernel_t> loadElementwisePtx(const std::string &ptx, const std::str
     (void)cudaLibraryUnload(lib);
     return errorf("its PTX has no kernel '", name, "': ", cudaGetErrorString(e));
   }
+  // The driver compiles a library's code at its first use (lazy loading,
+  // CUDA 12.2's default): compile it now on the current GPU, so that PTX
+  // the driver refuses falls back to the interpreter here instead of
+  // failing a step at the first launch.
+  cudaFuncAttributes attributes{};
+  if (cudaError_t e = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void *>(fn)); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaLibraryUnload(lib);
+    return errorf("the driver did not compile its PTX: ", cudaGetErrorString(e));
+  }
   loaded->emplace(ptx, fn);
   return fn;
 }
