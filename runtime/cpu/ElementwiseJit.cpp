@@ -15,6 +15,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 namespace pipec::cpu {
@@ -167,6 +168,9 @@ struct Ptx {
   std::mutex mu;
   std::unique_ptr<llvm::TargetMachine> tm;
   std::string failure;
+  /// The PTX made so far, by program, broadcast strides, size and name:
+  /// a model's layers repeat their programs, each compiled once.
+  std::map<std::string, std::string> made;
 };
 
 Ptx &ptx() {
@@ -207,6 +211,11 @@ Expected<std::string> elementwisePtx(const EwProgram &p, const std::vector<int64
   std::lock_guard<std::mutex> lock(x.mu);
   if (!x.failure.empty())
     return errorf("LLVM cannot generate PTX: ", x.failure);
+  std::string key = name + "|" + p.str() + "|" + std::to_string(n);
+  for (size_t k = 0; k < div.size(); ++k)
+    key += "|" + std::to_string(div[k]) + "/" + std::to_string(mod[k]);
+  if (auto it = x.made.find(key); it != x.made.end())
+    return it->second;
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> mod_ = buildKernel(ctx, name, p, div, mod, n);
   mod_->setDataLayout(x.tm->createDataLayout());
@@ -221,7 +230,7 @@ Expected<std::string> elementwisePtx(const EwProgram &p, const std::vector<int64
   if (x.tm->addPassesToEmitFile(pm, out, nullptr, llvm::CGFT_AssemblyFile))
     return errorf("LLVM's NVPTX target cannot emit PTX");
   pm.run(*mod_);
-  return std::string(text.str());
+  return x.made.emplace(std::move(key), std::string(text.str())).first->second;
 }
 
 bool codegenEnabled() {
