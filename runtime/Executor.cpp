@@ -857,7 +857,8 @@ Status DeviceExecutor::runStep(cpu::ExecContext ctx, const StepIO &io) {
   // A training step's host optimizer updated the weights since the last
   // one.
   PIPEC_TRY(backend_->beginStep(io.optimize != nullptr && !residentWeights_));
-  if ((link_ || deviceMessages_) && mailbox_.empty()) {
+  if ((link_ || deviceMessages_) && !mailboxesMade_) {
+    mailboxesMade_ = true;
     // Every SEND's mailbox, before the first step posts anything: an
     // allocation between the messages of a step could wait for a device
     // whose NCCL receive waits for a send this rank has not posted yet.

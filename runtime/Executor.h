@@ -298,6 +298,7 @@ private:
   /// Per message (its tag): the sender's mailbox in device memory, made at
   /// the first send; a step's messages have a mailbox each.
   std::map<uint64_t, void *> mailbox_;
+  bool mailboxesMade_ = false; ///< every SEND's mailbox allocated (the first step)
   /// Receives on the copy queue (setCopyQueue).
   bool copyQueueOn_ = true;
   /// Per instruction: the arena bytes [begin, end) it reads or writes.

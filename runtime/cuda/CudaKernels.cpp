@@ -8,7 +8,7 @@
 #include "runtime/cuda/CudaKernels.h"
 
 #include "runtime/cuda/kernels/CudaCommon.h"
-#include "support/FusedOps.h"
+#include "runtime/cpu/kernels/LinalgHalfGemm.h"
 
 #include <algorithm>
 
@@ -54,23 +54,12 @@ Status checkTypes(const OpDesc &d, Types t) {
   case Types::F32Attention:
     return attrString(d.attrs, "mask", "none") == "bool" ? needF32(d, 3, DType::Bool) : needF32(d);
   case Types::F32Product: {
-    if (!d.attrs.count(kProductOutputDType))
+    if (!cpu::linalgIsHalfProduct(d))
       return needF32(d);
-    // The mixed-precision pass's product: 16-bit operands (or one an f32
-    // weight, rounded by the kernel), an f32 bias and result.
-    if (d.inputs.size() < 2 || !d.hasInput(0) || !d.hasInput(1))
-      return errorf(d.where(), ": a product under ", kProductOutputDType, " needs both operands");
-    auto r = productResultType(d.inputs[0].dtype, d.inputs[1].dtype, d.attrs);
-    if (!r)
-      return errorf(d.where(), ": ", r.status().message());
-    for (size_t i = 2; i < d.inputs.size(); ++i)
-      if (d.hasInput(i) && d.inputs[i].dtype != DType::F32)
-        return errorf(d.where(), ": input ", i, " is ", dtypeName(d.inputs[i].dtype), "; a product under ",
-                      kProductOutputDType, " takes it as float32");
-    for (const TensorDesc &o : d.outputs)
-      if (o.dtype != *r)
-        return errorf(d.where(), ": output is ", dtypeName(o.dtype), "; the product's result is ", dtypeName(*r));
-    return Status::ok();
+    // The mixed-precision pass's product: valid where its f32 form (the
+    // operands widened, as the kernels run it) takes float32 throughout.
+    PIPEC_ASSIGN(OpDesc f32, cpu::linalgWidenedProduct(d));
+    return needF32(f32);
   }
   case Types::Own: return Status::ok();
   }
